@@ -1,0 +1,39 @@
+// last_token_dense_linear on CPU: the LM head on each sequence's last row.
+#include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/reference_math.h"
+#include "contracts/last_token_dense_linear.h"
+
+namespace ferrite::cpu {
+namespace {
+
+class LastTokenDenseLinearReference final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+  Status encode(const Invocation& inv) const override {
+    using namespace last_token_dense_linear;
+    const Params p = Params::from(inv.signature->attrs);
+    const int64_t h = static_cast<int64_t>(p.hidden_size);
+    const int64_t v = static_cast<int64_t>(p.vocab_size);
+    const float* hidden = inv.bindings[kHidden].as<float>();
+    float* logits = inv.bindings[kLogits].as<float>();
+    for (int32_t s = 0; s < inv.batch->num_sequences(); ++s) {
+      const SequenceSlice& seq = inv.batch->sequences[s];
+      const int64_t last = seq.token_begin + seq.token_count - 1;
+      ref::matvec(hidden + last * h, inv.bindings[kLmHead], h, v, logits + s * v);
+    }
+    return Status::ok();
+  }
+
+ private:
+  ProviderDescriptor desc_ =
+      cpu_descriptor("cpu.reference.last_token_dense_linear", "last_token_dense_linear",
+                     kReferencePriority, "scalar");
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_last_token_dense_linear_reference() {
+  return std::make_unique<LastTokenDenseLinearReference>();
+}
+
+}  // namespace ferrite::cpu

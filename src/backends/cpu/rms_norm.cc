@@ -1,0 +1,33 @@
+// rms_norm on CPU: reference (scalar, double sums) and fast (SIMD row kernel,
+// rows split over threads).
+#include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/reference_math.h"
+#include "contracts/rms_norm.h"
+
+namespace ferrite::cpu {
+namespace {
+
+class RmsNormReference final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+  Status encode(const Invocation& inv) const override {
+    using namespace rms_norm;
+    const Params p = Params::from(inv.signature->attrs);
+    const int64_t h = static_cast<int64_t>(p.hidden_size);
+    const float* x = inv.bindings[kX].as<float>();
+    float* y = inv.bindings[kOut].as<float>();
+    for (int32_t t = 0; t < inv.batch->num_tokens(); ++t)
+      ref::rms_norm(x + t * h, inv.bindings[kWeight], h, p.eps, p.zero_centred, y + t * h);
+    return Status::ok();
+  }
+
+ private:
+  ProviderDescriptor desc_ =
+      cpu_descriptor("cpu.reference.rms_norm", "rms_norm", kReferencePriority, "scalar");
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_rms_norm_reference() { return std::make_unique<RmsNormReference>(); }
+
+}  // namespace ferrite::cpu

@@ -1,0 +1,174 @@
+// The sampler stage on CPU: last_token_masked_argmax and last_token_sample.
+// Both read the logits without modifying them (penalties are applied to a
+// copy), so logprobs and other consumers see the model's raw output.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/cpu_util.h"
+#include "contracts/last_token_masked_argmax.h"
+#include "contracts/last_token_sample.h"
+
+namespace ferrite::cpu {
+namespace {
+
+// Penalised copy of one row of logits (HF repetition penalty over history;
+// OpenAI presence / frequency penalties over generated tokens).
+void penalised_row(const float* logits, int64_t vocab, const SamplingParams& sp,
+                   std::span<const uint32_t> history, std::span<const uint32_t> generated,
+                   std::vector<float>* out) {
+  out->assign(logits, logits + vocab);
+  if (sp.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(vocab, false);
+    for (uint32_t id : history)
+      if (id < vocab) seen[id] = true;
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (!seen[i]) continue;
+      float& l = (*out)[i];
+      l = l > 0 ? l / sp.repetition_penalty : l * sp.repetition_penalty;
+    }
+  }
+  if (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) {
+    std::vector<int32_t> counts(vocab, 0);
+    for (uint32_t id : generated)
+      if (id < vocab) ++counts[id];
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (!counts[i]) continue;
+      (*out)[i] -= sp.presence_penalty + sp.frequency_penalty * static_cast<float>(counts[i]);
+    }
+  }
+}
+
+uint32_t masked_argmax(const std::vector<float>& row, const uint8_t* mask) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < static_cast<int64_t>(row.size()); ++i) {
+    if (mask && !mask[i]) continue;
+    if (best < 0 || row[i] > row[best]) best = i;
+  }
+  return static_cast<uint32_t>(std::max<int64_t>(best, 0));
+}
+
+float log_softmax_at(const float* logits, int64_t vocab, uint32_t id) {
+  float mx = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  return static_cast<float>(logits[id] - mx - std::log(sum));
+}
+
+// Counter-based RNG: the draw depends on (seed, step) only.
+double uniform01(uint64_t seed, uint64_t step) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (step + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+uint32_t sample_row(const std::vector<float>& row, const uint8_t* mask, const SamplingParams& sp,
+                    double u) {
+  const int64_t vocab = static_cast<int64_t>(row.size());
+  std::vector<int64_t> ids;
+  ids.reserve(vocab);
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!mask || mask[i]) ids.push_back(i);
+  if (ids.empty()) return 0;
+  // Sort by logit, descending; ties by id for determinism.
+  std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
+    return row[a] != row[b] ? row[a] > row[b] : a < b;
+  });
+  if (sp.top_k > 0 && static_cast<int64_t>(ids.size()) > sp.top_k) ids.resize(sp.top_k);
+  std::vector<double> probs(ids.size());
+  const double mx = row[ids[0]] / sp.temperature;
+  double sum = 0;
+  for (size_t i = 0; i < ids.size(); ++i)
+    sum += (probs[i] = std::exp(row[ids[i]] / sp.temperature - mx));
+  for (double& p : probs) p /= sum;
+  size_t keep = probs.size();
+  if (sp.top_p < 1.0f) {
+    double acc = 0;
+    for (size_t i = 0; i < probs.size(); ++i) {
+      acc += probs[i];
+      if (acc >= sp.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (sp.min_p > 0.0f) {
+    const double threshold = sp.min_p * probs[0];
+    size_t k = 1;
+    while (k < keep && probs[k] >= threshold) ++k;
+    keep = k;
+  }
+  double total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+  double target = u * total, acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (target < acc) return static_cast<uint32_t>(ids[i]);
+  }
+  return static_cast<uint32_t>(ids[keep - 1]);
+}
+
+class MaskedArgmaxReference final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+  Status encode(const Invocation& inv) const override {
+    using namespace last_token_masked_argmax;
+    const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
+    const float* logits = inv.bindings[kLogits].as<float>();
+    const uint8_t* mask = inv.bindings[kValidMask].as<uint8_t>();
+    uint32_t* tokens = inv.bindings[kTokens].as<uint32_t>();
+    const SamplingBatch& sb = *inv.sampling;
+    std::vector<float> row;
+    for (size_t s = 0; s < sb.params.size(); ++s) {
+      penalised_row(logits + s * vocab, vocab, sb.params[s], sb.history[s], sb.generated[s], &row);
+      tokens[s] = masked_argmax(row, mask);
+    }
+    return Status::ok();
+  }
+
+ private:
+  ProviderDescriptor desc_ =
+      cpu_descriptor("cpu.reference.last_token_masked_argmax", "last_token_masked_argmax",
+                     kReferencePriority, "scalar");
+};
+
+class SampleReference final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+  Status encode(const Invocation& inv) const override {
+    using namespace last_token_sample;
+    const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
+    const float* logits = inv.bindings[kLogits].as<float>();
+    const uint8_t* mask = inv.bindings[kValidMask].as<uint8_t>();
+    uint32_t* tokens = inv.bindings[kTokens].as<uint32_t>();
+    float* logprobs = inv.bindings[kLogprobs].as<float>();
+    const SamplingBatch& sb = *inv.sampling;
+    std::vector<float> row;
+    for (size_t s = 0; s < sb.params.size(); ++s) {
+      const SamplingParams& sp = sb.params[s];
+      penalised_row(logits + s * vocab, vocab, sp, sb.history[s], sb.generated[s], &row);
+      tokens[s] = sp.greedy() ? masked_argmax(row, mask)
+                              : sample_row(row, mask, sp, uniform01(sp.seed, sb.step_index[s]));
+      if (logprobs) logprobs[s] = log_softmax_at(logits + s * vocab, vocab, tokens[s]);
+    }
+    return Status::ok();
+  }
+
+ private:
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.last_token_sample",
+                                            "last_token_sample", kReferencePriority, "scalar");
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_last_token_masked_argmax_reference() {
+  return std::make_unique<MaskedArgmaxReference>();
+}
+std::unique_ptr<Provider> make_last_token_sample_reference() {
+  return std::make_unique<SampleReference>();
+}
+
+}  // namespace ferrite::cpu

@@ -1,0 +1,116 @@
+// Operation contracts: versioned, backend-neutral op signatures.
+//
+// A contract names an operation (`rms_norm`, `causal_paged_attention`, ...),
+// its typed attributes, its bindings (activations, weights, state) by role,
+// and the oracle tolerance the conformance suite uses to compare providers
+// against the CPU reference. Models are written against contracts only;
+// backends implement them with providers (runtime/provider.h).
+//
+// Thread-safety: schemas are immutable after construction and shared.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "tensor/dtype.h"
+
+namespace ferrite {
+
+enum class AttrType { kUnsigned, kFloat, kBool, kEnum };
+
+struct AttrSpec {
+  std::string name;
+  AttrType type = AttrType::kUnsigned;
+  bool required = true;
+  std::vector<std::string> enum_values;  // for kEnum
+  std::string doc;
+};
+
+using AttrValue = std::variant<uint64_t, double, bool, std::string>;
+
+// Attribute values of one node. Missing optional attributes read as their
+// zero value (0, 0.0, false, first enum value).
+class Attributes {
+ public:
+  Attributes() = default;
+  Attributes& set(const std::string& name, AttrValue v) {
+    values_[name] = std::move(v);
+    return *this;
+  }
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  uint64_t u(const std::string& name) const;
+  double f(const std::string& name) const;
+  bool b(const std::string& name) const;
+  const std::string& e(const std::string& name) const;
+  const std::map<std::string, AttrValue>& values() const { return values_; }
+  uint64_t fingerprint() const;
+  std::string to_string() const;  // "heads=16 eps=1e-06 ..."
+
+ private:
+  std::map<std::string, AttrValue> values_;
+};
+
+enum class BindingKind {
+  kActivation,  // a per-step tensor in the activation arena
+  kWeight,      // a model weight, bound once
+  kState,       // persistent per-sequence state (KV pages, recurrent slots)
+};
+
+enum class Access { kRead, kWrite, kReadWrite };
+
+struct BindingSpec {
+  std::string role;  // "x", "weight", "q_proj", ...
+  BindingKind kind = BindingKind::kActivation;
+  Access access = Access::kRead;
+  // Dimensions, each an attribute name, "tokens", "sequences" or a literal.
+  std::vector<std::string> dims;
+  bool optional = false;
+  int may_alias = -1;  // an output that may alias this input binding index
+};
+
+// How the conformance suite compares a provider with the reference.
+struct OracleSpec {
+  bool exact = false;    // bitwise / integer equality (argmax ids, embeddings)
+  double abs_tol = 0;    // per element: |a - b| <= abs_tol + rel_tol * |b|
+  double rel_tol = 0;    // applied for f32 activations
+  double low_precision_scale = 16;  // tolerance multiplier for bf16/f16 activations
+};
+
+class ContractSchema {
+ public:
+  ContractSchema(std::string id, int major, int minor, std::vector<AttrSpec> attrs,
+                 std::vector<BindingSpec> bindings, OracleSpec oracle, std::string doc);
+
+  const std::string& id() const { return id_; }
+  int major() const { return major_; }
+  int minor() const { return minor_; }
+  const std::vector<AttrSpec>& attrs() const { return attrs_; }
+  const std::vector<BindingSpec>& bindings() const { return bindings_; }
+  const OracleSpec& oracle() const { return oracle_; }
+  const std::string& doc() const { return doc_; }
+  // Hash of id, version, attribute and binding specs: changes whenever the
+  // schema does, so stale plans and caches are detected.
+  uint64_t fingerprint() const { return fingerprint_; }
+  std::string version_string() const;  // "1.0"
+
+  // Every required attribute present with the right type; enum values known;
+  // no unknown attributes.
+  Status validate(const Attributes& attrs) const;
+  // Index of a binding role, or -1.
+  int binding_index(const std::string& role) const;
+
+ private:
+  std::string id_;
+  int major_, minor_;
+  std::vector<AttrSpec> attrs_;
+  std::vector<BindingSpec> bindings_;
+  OracleSpec oracle_;
+  std::string doc_;
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace ferrite

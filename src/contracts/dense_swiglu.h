@@ -1,0 +1,42 @@
+// dense_swiglu 1.0: the MLP block with its pre-norm and its residual add:
+//   n = rms_norm(hidden, norm); hidden += down(silu(gate n) * up n)
+//   hidden [tokens, hidden_size] activation, read-write
+//   norm   [hidden_size] weight (zero_centred: used as 1 + w)
+//   gate   [intermediate_size, hidden_size] weight
+//   up     [intermediate_size, hidden_size] weight
+//   down   [hidden_size, intermediate_size] weight
+#pragma once
+
+#include "contracts/contract.h"
+
+namespace ferrite::dense_swiglu {
+
+enum Binding { kHidden, kNorm, kGate, kUp, kDown };
+
+struct Params {
+  uint64_t hidden_size, intermediate_size;
+  double eps;
+  bool zero_centred;
+  static Params from(const Attributes& a) {
+    return {a.u("hidden_size"), a.u("intermediate_size"), a.f("eps"), a.b("zero_centred")};
+  }
+};
+
+inline const ContractSchema& contract() {
+  static const ContractSchema s(
+      "dense_swiglu", 1, 0,
+      {{"hidden_size", AttrType::kUnsigned},
+       {"intermediate_size", AttrType::kUnsigned},
+       {"eps", AttrType::kFloat},
+       {"zero_centred", AttrType::kBool, false}},
+      {{"hidden", BindingKind::kActivation, Access::kReadWrite, {"tokens", "hidden_size"}},
+       {"norm", BindingKind::kWeight, Access::kRead, {"hidden_size"}},
+       {"gate", BindingKind::kWeight, Access::kRead, {"intermediate_size", "hidden_size"}},
+       {"up", BindingKind::kWeight, Access::kRead, {"intermediate_size", "hidden_size"}},
+       {"down", BindingKind::kWeight, Access::kRead, {"hidden_size", "intermediate_size"}}},
+      OracleSpec{.abs_tol = 2e-4, .rel_tol = 2e-4},
+      "Pre-norm SwiGLU MLP with residual add.");
+  return s;
+}
+
+}  // namespace ferrite::dense_swiglu

@@ -1,0 +1,36 @@
+// last_token_sample 1.0: stochastic choice per sequence.
+//   logits   [sequences, vocab_size] f32, read only
+//   tokens   [sequences] u32 out
+//   logprobs [sequences] f32 out, optional: log-probability of the chosen id
+//            under the model's distribution (log-softmax of the raw logits).
+// Per sequence (SamplingBatch): temperature (0 means greedy, identical to
+// last_token_masked_argmax), top_k (0: off),
+// top_p (1: off), min_p (0: off), repetition / presence / frequency penalties
+// applied first, and a seed: the same seed and step give the same draw on
+// every backend (counter-based RNG keyed by seed and step index).
+#pragma once
+
+#include "contracts/contract.h"
+
+namespace ferrite::last_token_sample {
+
+enum Binding { kLogits, kValidMask, kTokens, kLogprobs };
+
+struct Params {
+  uint64_t vocab_size;
+  static Params from(const Attributes& a) { return {a.u("vocab_size")}; }
+};
+
+inline const ContractSchema& contract() {
+  static const ContractSchema s(
+      "last_token_sample", 1, 0, {{"vocab_size", AttrType::kUnsigned}},
+      {{"logits", BindingKind::kActivation, Access::kRead, {"sequences", "vocab_size"}},
+       {"valid_mask", BindingKind::kWeight, Access::kRead, {"vocab_size"}, true},
+       {"tokens", BindingKind::kActivation, Access::kWrite, {"sequences"}},
+       {"logprobs", BindingKind::kActivation, Access::kWrite, {"sequences"}, true}},
+      OracleSpec{.exact = true},
+      "Temperature / top-k / top-p / min-p sampling with seeded counter RNG.");
+  return s;
+}
+
+}  // namespace ferrite::last_token_sample

@@ -1,0 +1,220 @@
+#include "runtime/executor.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace ferrite {
+
+namespace {
+
+int64_t value_rows(const ValueDecl& v, const StepLimits& limits) {
+  return v.rows == ValueRows::kTokens ? limits.max_tokens : limits.max_sequences;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const ModelProgram& program,
+                                                   std::unique_ptr<WeightStore> weights,
+                                                   Device& device, ExecContext ctx,
+                                                   const CacheConfig& cache) {
+  std::unique_ptr<BoundPlan> bp(new BoundPlan(std::move(plan), program, device, ctx));
+  // Plan nodes must point into our own copy of the program.
+  for (size_t i = 0; i < bp->plan_.nodes.size(); ++i) {
+    const ProgramNode* old = bp->plan_.nodes[i].node;
+    for (const ProgramNode& n : bp->program_.nodes)
+      if (n.name == old->name) bp->plan_.nodes[i].node = &n;
+  }
+  for (const WeightDecl& w : bp->program_.weights) {
+    const TensorView* v = weights->find(w.name);
+    if (!v) return not_found("weight '" + w.name + "' was not loaded");
+    if (v->dtype != w.dtype || v->shape != w.shape)
+      return invalid_argument(fmt::format("weight '{}' is {} {}, the plan expects {} {}", w.name,
+                                          dtype_name(v->dtype), v->shape.to_string(),
+                                          dtype_name(w.dtype), w.shape.to_string()));
+  }
+  bp->weights_ = std::move(weights);
+  const StepLimits& limits = bp->plan_.limits;
+
+  for (const ValueDecl& v : bp->program_.values) {
+    DType dt = v.activation_dtype ? bp->plan_.activation_dtype : v.dtype;
+    int64_t bytes = dtype_bytes(dt, value_rows(v, limits) * v.width);
+    FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
+    bp->values_.emplace(v.name, std::move(buf));
+  }
+
+  // KV pages: every kv state shares page ids.
+  for (const StateDecl& s : bp->program_.states) {
+    int64_t row = dtype_bytes(s.dtype, s.shape.numel());
+    if (s.kind == StateKind::kKvPages) bp->kv_bytes_per_page_ += row * cache.page_size;
+    else bp->state_bytes_per_slot_ += row;
+  }
+  int32_t num_pages = 0;
+  if (bp->kv_bytes_per_page_ > 0) {
+    num_pages = cache.num_pages > 0
+                    ? cache.num_pages
+                    : static_cast<int32_t>(cache.kv_memory_bytes / bp->kv_bytes_per_page_);
+    if (num_pages < 1)
+      return resource_exhausted(fmt::format(
+          "KV cache: {} bytes cannot hold one page of {} bytes", cache.kv_memory_bytes,
+          bp->kv_bytes_per_page_));
+  }
+  bp->pages_.init(num_pages, cache.page_size);
+  int32_t num_slots = 0;
+  if (bp->state_bytes_per_slot_ > 0)
+    num_slots = cache.num_state_slots > 0 ? cache.num_state_slots
+                                          : static_cast<int32_t>(limits.max_sequences);
+  bp->slots_.init(num_slots);
+  for (const StateDecl& s : bp->program_.states) {
+    Shape shape;
+    int64_t count = s.kind == StateKind::kKvPages ? num_pages : num_slots;
+    shape.push_back(count);
+    if (s.kind == StateKind::kKvPages) shape.push_back(cache.page_size);
+    for (int i = 0; i < s.shape.rank(); ++i) shape.push_back(s.shape[i]);
+    int64_t bytes = dtype_bytes(s.dtype, shape.numel());
+    FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
+    bp->state_views_[s.name] = TensorView{buf.data(), s.dtype, shape};
+    bp->states_.emplace(s.name, std::move(buf));
+  }
+  for (int32_t slot = 0; slot < num_slots; ++slot) FERRITE_RETURN_IF_ERROR(bp->reset_state_slot(slot));
+
+  FERRITE_ASSIGN_OR_RETURN(bp->workspace_,
+                           DeviceBuffer::allocate(device, bp->plan_.workspace_bytes));
+  FERRITE_ASSIGN_OR_RETURN(bp->tokens_out_,
+                           DeviceBuffer::allocate(device, 4 * limits.max_sequences));
+  FERRITE_ASSIGN_OR_RETURN(bp->logprobs_out_,
+                           DeviceBuffer::allocate(device, 4 * limits.max_sequences));
+  return bp;
+}
+
+Status BoundPlan::reset_state_slot(int32_t slot) {
+  for (const StateDecl& s : program_.states) {
+    if (s.kind != StateKind::kRecurrentSlot) continue;
+    const TensorView& v = state_views_.at(s.name);
+    int64_t row = dtype_bytes(s.dtype, s.shape.numel());
+    char* p = static_cast<char*>(v.data) + row * slot;
+    if (device_.host_accessible()) {
+      std::memset(p, 0, row);
+    } else {
+      std::vector<char> zeros(row, 0);
+      FERRITE_RETURN_IF_ERROR(device_.copy_to_device(p, zeros.data(), row));
+    }
+  }
+  return Status::ok();
+}
+
+Status BoundPlan::validate_batch(const StepBatch& batch) const {
+  const StepLimits& limits = plan_.limits;
+  if (batch.num_tokens() == 0 || batch.num_sequences() == 0)
+    return invalid_argument("empty step batch");
+  if (batch.num_tokens() > limits.max_tokens)
+    return invalid_argument(fmt::format("step has {} tokens, the plan allows {}",
+                                        batch.num_tokens(), limits.max_tokens));
+  if (batch.num_sequences() > limits.max_sequences)
+    return invalid_argument(fmt::format("step has {} sequences, the plan allows {}",
+                                        batch.num_sequences(), limits.max_sequences));
+  for (uint32_t id : batch.token_ids)
+    if (id >= static_cast<uint64_t>(program_.vocab_size))
+      return invalid_argument(fmt::format("token id {} is outside the vocabulary of {}", id,
+                                          program_.vocab_size));
+  int32_t next = 0;
+  for (const SequenceSlice& s : batch.sequences) {
+    if (s.token_begin != next || s.token_count < 1)
+      return invalid_argument("step batch token ranges must be contiguous and non-empty");
+    next += s.token_count;
+    int64_t end = static_cast<int64_t>(s.position_start) + s.token_count;
+    if (s.position_start < 0 || end > limits.max_context)
+      return invalid_argument(fmt::format("positions up to {} exceed the context limit {}", end,
+                                          limits.max_context));
+    if (has_kv()) {
+      if (static_cast<int64_t>(s.block_table.size()) < pages_.pages_for(end))
+        return invalid_argument("block table too short for the sequence's positions");
+      for (int32_t p : s.block_table)
+        if (p < 0 || p >= pages_.num_pages()) return invalid_argument("page id out of range");
+    }
+    if (has_recurrent_state() && (s.state_slot < 0 || s.state_slot >= slots_.num_slots()))
+      return invalid_argument("sequence has no valid recurrent state slot");
+  }
+  if (next != batch.num_tokens())
+    return invalid_argument("sequence ranges do not cover the packed tokens");
+  return Status::ok();
+}
+
+Status BoundPlan::run_node(const PlannedNode& node, const StepBatch& batch,
+                           const SamplingBatch* sampling, std::vector<TensorView> bindings) {
+  Invocation inv;
+  inv.signature = &node.signature;
+  inv.bindings = std::move(bindings);
+  inv.batch = &batch;
+  inv.sampling = sampling;
+  inv.workspace = workspace_.data();
+  inv.workspace_bytes = static_cast<int64_t>(workspace_.size());
+  inv.ctx = &ctx_;
+  Status s = node.provider->encode(inv);
+  if (!s.is_ok()) return s.with_context(node.node ? node.node->name : "sampler");
+  return Status::ok();
+}
+
+Status BoundPlan::forward(const StepBatch& batch) {
+  FERRITE_RETURN_IF_ERROR(validate_batch(batch));
+  DeviceBuffer& ids = values_.at(program_.ids_value);
+  FERRITE_RETURN_IF_ERROR(
+      device_.copy_to_device(ids.data(), batch.token_ids.data(), 4 * batch.token_ids.size()));
+  for (const PlannedNode& node : plan_.nodes) {
+    std::vector<TensorView> bindings;
+    for (const BindingRef& ref : node.node->bindings) {
+      TensorView v;
+      switch (ref.source) {
+        case BindingRef::Source::kNone: break;
+        case BindingRef::Source::kValue: {
+          const ValueDecl* decl = program_.find_value(ref.name);
+          int64_t rows = decl->rows == ValueRows::kTokens ? batch.num_tokens()
+                                                          : batch.num_sequences();
+          v.data = values_.at(ref.name).data();
+          v.dtype = decl->activation_dtype ? plan_.activation_dtype : decl->dtype;
+          v.shape = decl->width == 1 && decl->rows == ValueRows::kTokens &&
+                            !decl->activation_dtype
+                        ? Shape{rows}
+                        : Shape{rows, decl->width};
+          break;
+        }
+        case BindingRef::Source::kWeight: v = *weights_->find(ref.name); break;
+        case BindingRef::Source::kState: v = state_views_.at(ref.name); break;
+      }
+      bindings.push_back(v);
+    }
+    FERRITE_RETURN_IF_ERROR(run_node(node, batch, nullptr, std::move(bindings)));
+  }
+  last_sequences_ = batch.num_sequences();
+  return Status::ok();
+}
+
+TensorView BoundPlan::logits() const {
+  return TensorView{values_.at(program_.logits_value).data(), DType::kF32,
+                    Shape{last_sequences_, program_.vocab_size}};
+}
+
+Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sampling,
+                                std::vector<uint32_t>* tokens, std::vector<float>* logprobs) {
+  int32_t s = batch.num_sequences();
+  if (static_cast<int32_t>(sampling.params.size()) != s || s != last_sequences_)
+    return invalid_argument("sampling batch does not match the last forward step");
+  bool all_greedy = true;
+  for (const SamplingParams& p : sampling.params) all_greedy = all_greedy && p.greedy();
+  const PlannedNode& node = all_greedy && !logprobs ? plan_.argmax : plan_.sampler;
+  std::vector<TensorView> bindings(node.signature.contract->bindings().size());
+  bindings[0] = logits();
+  bindings[2] = TensorView{tokens_out_.data(), DType::kU32, Shape{s}};
+  if (&node == &plan_.sampler && logprobs)
+    bindings[3] = TensorView{logprobs_out_.data(), DType::kF32, Shape{s}};
+  FERRITE_RETURN_IF_ERROR(run_node(node, batch, &sampling, std::move(bindings)));
+  tokens->resize(s);
+  FERRITE_RETURN_IF_ERROR(device_.copy_to_host(tokens->data(), tokens_out_.data(), 4 * s));
+  if (logprobs) {
+    logprobs->resize(s);
+    FERRITE_RETURN_IF_ERROR(device_.copy_to_host(logprobs->data(), logprobs_out_.data(), 4 * s));
+  }
+  return Status::ok();
+}
+
+}  // namespace ferrite

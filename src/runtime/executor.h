@@ -1,0 +1,79 @@
+// BoundPlan: a resolved plan with its weights, activation buffers, arena, KV
+// pool and state slots bound on one device. `forward` runs one step batch:
+// one batched invocation per node over all sequences; `choose_tokens` runs
+// the sampler stage on the logits.
+//
+// Not thread-safe: one engine loop owns a bound plan.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "runtime/memory.h"
+#include "runtime/planner.h"
+#include "runtime/weights.h"
+
+namespace ferrite {
+
+struct CacheConfig {
+  int32_t page_size = 16;
+  int32_t num_pages = 0;      // 0: derive from kv_memory_bytes
+  int64_t kv_memory_bytes = 256ll << 20;
+  int32_t num_state_slots = 0;  // 0: limits.max_sequences
+};
+
+class BoundPlan {
+ public:
+  static Result<std::unique_ptr<BoundPlan>> bind(ResolvedPlan plan, const ModelProgram& program,
+                                                 std::unique_ptr<WeightStore> weights,
+                                                 Device& device, ExecContext ctx,
+                                                 const CacheConfig& cache);
+
+  const ResolvedPlan& plan() const { return plan_; }
+  const ModelProgram& program() const { return program_; }
+  PagePool& pages() { return pages_; }
+  StateSlots& slots() { return slots_; }
+  bool has_kv() const { return kv_bytes_per_page_ > 0; }
+  bool has_recurrent_state() const { return state_bytes_per_slot_ > 0; }
+  int64_t kv_bytes_per_page() const { return kv_bytes_per_page_; }
+  int64_t state_bytes_per_slot() const { return state_bytes_per_slot_; }
+  const WeightStore& weights() const { return *weights_; }
+  Device& device() { return device_; }
+
+  // Runs the nodes on `batch`; afterwards logits() holds one f32 row per
+  // sequence. Validates the batch (token ids, ranges, block tables) first.
+  Status forward(const StepBatch& batch);
+  // [sequences, vocab] f32, valid after forward (device memory).
+  TensorView logits() const;
+  // Chooses one token per sequence (greedy or sampled per its params).
+  Status choose_tokens(const StepBatch& batch, const SamplingBatch& sampling,
+                       std::vector<uint32_t>* tokens, std::vector<float>* logprobs);
+  // Zeroes a recurrent slot before a new sequence uses it.
+  Status reset_state_slot(int32_t slot);
+
+ private:
+  BoundPlan(ResolvedPlan plan, const ModelProgram& program, Device& device, ExecContext ctx)
+      : plan_(std::move(plan)), program_(program), device_(device), ctx_(ctx) {}
+  Status validate_batch(const StepBatch& batch) const;
+  Status run_node(const PlannedNode& node, const StepBatch& batch, const SamplingBatch* sampling,
+                  std::vector<TensorView> bindings);
+
+  ResolvedPlan plan_;
+  ModelProgram program_;  // a copy: plan_ nodes point into it
+  Device& device_;
+  ExecContext ctx_;
+  std::unique_ptr<WeightStore> weights_;
+  std::map<std::string, DeviceBuffer> values_;
+  std::map<std::string, DeviceBuffer> states_;
+  std::map<std::string, TensorView> state_views_;
+  DeviceBuffer workspace_;
+  DeviceBuffer tokens_out_, logprobs_out_;
+  PagePool pages_;
+  StateSlots slots_;
+  int64_t kv_bytes_per_page_ = 0;
+  int64_t state_bytes_per_slot_ = 0;
+  int32_t last_sequences_ = 0;
+};
+
+}  // namespace ferrite

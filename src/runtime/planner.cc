@@ -1,0 +1,186 @@
+#include "runtime/planner.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/hash.h"
+
+namespace ferrite {
+
+namespace {
+
+// Builds the signature of a node; appends problems to `errors`.
+NodeSignature make_signature(const ModelProgram& program, const ProgramNode& node,
+                             const ContractSchema& schema, DType activation_dtype,
+                             std::vector<std::string>* errors) {
+  NodeSignature sig;
+  sig.contract = &schema;
+  sig.attrs = node.attrs;
+  sig.activation_dtype = activation_dtype;
+  const auto& specs = schema.bindings();
+  if (node.bindings.size() != specs.size()) {
+    errors->push_back(fmt::format("node {} ({}): {} bindings given, the contract has {}",
+                                  node.name, schema.id(), node.bindings.size(), specs.size()));
+    return sig;
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const BindingRef& ref = node.bindings[i];
+    std::optional<DType> dt;
+    switch (ref.source) {
+      case BindingRef::Source::kNone:
+        if (!specs[i].optional)
+          errors->push_back(fmt::format("node {} ({}): required binding '{}' is not bound",
+                                        node.name, schema.id(), specs[i].role));
+        break;
+      case BindingRef::Source::kValue: {
+        const ValueDecl* v = program.find_value(ref.name);
+        if (!v) {
+          errors->push_back(fmt::format("node {}: unknown value '{}'", node.name, ref.name));
+        } else {
+          dt = v->activation_dtype ? activation_dtype : v->dtype;
+        }
+        break;
+      }
+      case BindingRef::Source::kWeight: {
+        const WeightDecl* w = program.find_weight(ref.name);
+        if (!w) {
+          errors->push_back(fmt::format("node {}: undeclared weight '{}'", node.name, ref.name));
+        } else {
+          dt = w->dtype;
+        }
+        break;
+      }
+      case BindingRef::Source::kState: {
+        const StateDecl* s = program.find_state(ref.name);
+        if (!s) {
+          errors->push_back(fmt::format("node {}: undeclared state '{}'", node.name, ref.name));
+        } else {
+          dt = s->dtype;
+        }
+        break;
+      }
+    }
+    sig.binding_dtypes.push_back(dt);
+  }
+  return sig;
+}
+
+// Picks a provider for `planned`, or appends why none fits.
+void choose_provider(const Registry& registry, const PlanOptions& options,
+                     const std::string& node_name, PlannedNode* planned,
+                     std::vector<std::string>* errors) {
+  const std::string& id = planned->signature.contract->id();
+  std::vector<const Provider*> candidates = registry.providers_for(id);
+  if (!options.prefer.empty()) {
+    std::stable_partition(candidates.begin(), candidates.end(), [&](const Provider* p) {
+      return p->descriptor().name.find(options.prefer) != std::string::npos;
+    });
+  }
+  std::string reasons;
+  for (const Provider* p : candidates) {
+    Status s = p->supports(planned->signature);
+    if (s.is_ok()) {
+      planned->provider = p;
+      planned->workspace_bytes = p->workspace_bytes(planned->signature, options.limits);
+      return;
+    }
+    reasons += "; " + s.message();
+  }
+  if (candidates.empty()) reasons = "; no provider implements this contract";
+  errors->push_back(fmt::format("node {} needs {} {} with {} activations{}", node_name, id,
+                                planned->signature.contract->version_string(),
+                                dtype_name(planned->signature.activation_dtype), reasons));
+}
+
+}  // namespace
+
+std::string ResolvedPlan::to_string() const {
+  std::string s;
+  for (const PlannedNode& n : nodes) {
+    s += fmt::format("  {:<28} {:<24} -> {}", n.node->name, n.signature.contract->id(),
+                     n.provider->descriptor().name);
+    if (n.workspace_bytes) s += fmt::format(" (workspace {} KiB)", n.workspace_bytes / 1024);
+    s += "\n";
+  }
+  s += fmt::format("  {:<28} {:<24} -> {}\n", "sampler.greedy", argmax.signature.contract->id(),
+                   argmax.provider->descriptor().name);
+  s += fmt::format("  {:<28} {:<24} -> {}\n", "sampler.sample", sampler.signature.contract->id(),
+                   sampler.provider->descriptor().name);
+  return s;
+}
+
+Result<ResolvedPlan> plan_program(const ModelProgram& program, const Registry& registry,
+                                  const PlanOptions& options) {
+  ResolvedPlan plan;
+  plan.backend = registry.backend();
+  plan.activation_dtype = options.activation_dtype;
+  plan.limits = options.limits;
+  std::vector<std::string> errors;
+
+  for (const ProgramNode& node : program.nodes) {
+    const ContractSchema* schema = registry.contract(node.contract_id);
+    if (!schema) {
+      errors.push_back(fmt::format("node {}: contract {} is not known to the {} backend",
+                                   node.name, node.contract_id, backend_name(plan.backend)));
+      continue;
+    }
+    Status valid = schema->validate(node.attrs);
+    if (!valid.is_ok()) {
+      errors.push_back(fmt::format("node {}: {}", node.name, valid.message()));
+      continue;
+    }
+    size_t before = errors.size();
+    PlannedNode planned;
+    planned.node = &node;
+    planned.signature = make_signature(program, node, *schema, options.activation_dtype, &errors);
+    if (errors.size() != before) continue;
+    choose_provider(registry, options, node.name, &planned, &errors);
+    if (planned.provider) plan.nodes.push_back(std::move(planned));
+  }
+
+  // The sampler stage: greedy and stochastic, over f32 logits.
+  for (auto [id, out] : {std::pair{"last_token_masked_argmax", &plan.argmax},
+                         std::pair{"last_token_sample", &plan.sampler}}) {
+    const ContractSchema* schema = registry.contract(id);
+    if (!schema) {
+      errors.push_back(fmt::format("sampler: contract {} is not known to the {} backend", id,
+                                   backend_name(plan.backend)));
+      continue;
+    }
+    out->signature.contract = schema;
+    out->signature.attrs.set("vocab_size", static_cast<uint64_t>(program.vocab_size));
+    // Logits are always f32, whatever the activation dtype.
+    out->signature.activation_dtype = DType::kF32;
+    out->signature.binding_dtypes.assign(schema->bindings().size(), std::nullopt);
+    out->signature.binding_dtypes[0] = DType::kF32;
+    out->signature.binding_dtypes[2] = DType::kU32;
+    PlanOptions sampler_options = options;
+    choose_provider(registry, sampler_options, std::string("sampler.") + id, out, &errors);
+  }
+
+  if (!errors.empty()) {
+    std::string msg = fmt::format("cannot plan {} on the {} backend: {} missing capabilit{}",
+                                  program.family, backend_name(plan.backend), errors.size(),
+                                  errors.size() == 1 ? "y" : "ies");
+    for (const std::string& e : errors) msg += "\n  - " + e;
+    return unsupported(msg);
+  }
+
+  uint64_t h = fnv1a(program.family);
+  h = hash_combine(h, static_cast<uint64_t>(plan.activation_dtype));
+  for (const PlannedNode& n : plan.nodes) {
+    plan.workspace_bytes = std::max(plan.workspace_bytes, n.workspace_bytes);
+    h = hash_combine(h, n.signature.contract->fingerprint());
+    h = hash_combine(h, n.signature.attrs.fingerprint());
+    h = hash_combine(h, n.provider->descriptor().fingerprint());
+  }
+  for (const PlannedNode* n : {&plan.argmax, &plan.sampler}) {
+    plan.workspace_bytes = std::max(plan.workspace_bytes, n->workspace_bytes);
+    h = hash_combine(h, n->provider->descriptor().fingerprint());
+  }
+  plan.fingerprint = h;
+  return plan;
+}
+
+}  // namespace ferrite

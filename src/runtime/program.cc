@@ -1,0 +1,29 @@
+#include "runtime/program.h"
+
+namespace ferrite {
+
+const WeightDecl* ModelProgram::find_weight(const std::string& name) const {
+  for (const WeightDecl& w : weights)
+    if (w.name == name) return &w;
+  return nullptr;
+}
+
+const ValueDecl* ModelProgram::find_value(const std::string& name) const {
+  for (const ValueDecl& v : values)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+const StateDecl* ModelProgram::find_state(const std::string& name) const {
+  for (const StateDecl& s : states)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+int64_t ModelProgram::weight_bytes() const {
+  int64_t n = 0;
+  for (const WeightDecl& w : weights) n += dtype_bytes(w.dtype, w.shape.numel());
+  return n;
+}
+
+}  // namespace ferrite

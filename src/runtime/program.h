@@ -1,0 +1,79 @@
+// ModelProgram: a model written against contracts. Produced by a family in
+// src/models/ from its config; consumed by the planner (which needs no weight
+// data) and then by the executor.
+//
+// Values are per-step activation tensors with one row per packed token (or
+// per sequence); weights are named as in the checkpoint; states are
+// per-sequence persistent tensors (KV pages, recurrent slots).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "contracts/contract.h"
+#include "tensor/tensor.h"
+
+namespace ferrite {
+
+struct WeightDecl {
+  std::string name;  // checkpoint name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;       // expected shape, from the config
+  DType dtype;       // stored dtype (from the checkpoint header, or the dummy dtype)
+};
+
+enum class ValueRows { kTokens, kSequences };
+
+struct ValueDecl {
+  std::string name;  // "hidden", "ids", "logits"
+  ValueRows rows = ValueRows::kTokens;
+  int64_t width = 1;             // elements per row
+  bool activation_dtype = true;  // false: fixed `dtype` (ids u32, logits f32)
+  DType dtype = DType::kF32;
+};
+
+enum class StateKind {
+  kKvPages,        // [pages, page_size, ...shape]: shared page ids across layers
+  kRecurrentSlot,  // [slots, ...shape]: one slot per live sequence
+};
+
+struct StateDecl {
+  std::string name;  // "layers.0.k_cache"
+  StateKind kind = StateKind::kKvPages;
+  Shape shape;       // per page row (kv_heads, head_dim) or per slot
+  DType dtype = DType::kF32;
+};
+
+struct BindingRef {
+  enum class Source { kNone, kValue, kWeight, kState };
+  Source source = Source::kNone;
+  std::string name;
+  static BindingRef none() { return {}; }
+  static BindingRef value(std::string n) { return {Source::kValue, std::move(n)}; }
+  static BindingRef weight(std::string n) { return {Source::kWeight, std::move(n)}; }
+  static BindingRef state(std::string n) { return {Source::kState, std::move(n)}; }
+};
+
+struct ProgramNode {
+  std::string name;         // "layers.3.attention"
+  std::string contract_id;  // "causal_paged_attention"
+  Attributes attrs;
+  std::vector<BindingRef> bindings;  // the contract's binding order
+};
+
+struct ModelProgram {
+  std::string family;  // "llama", "qwen3", ...
+  std::vector<WeightDecl> weights;
+  std::vector<ValueDecl> values;
+  std::vector<StateDecl> states;
+  std::vector<ProgramNode> nodes;
+  std::string ids_value = "ids";        // u32 [tokens]: the step's token ids
+  std::string logits_value = "logits";  // f32 [sequences, vocab]
+  int64_t vocab_size = 0;
+
+  const WeightDecl* find_weight(const std::string& name) const;
+  const ValueDecl* find_value(const std::string& name) const;
+  const StateDecl* find_state(const std::string& name) const;
+  int64_t weight_bytes() const;
+};
+
+}  // namespace ferrite

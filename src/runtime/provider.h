@@ -1,0 +1,90 @@
+// Provider: one backend's implementation of one contract.
+//
+// The descriptor says what the provider accepts (activation and weight
+// dtypes), what storage it needs, how big its scratch workspace is as a
+// function of the step limits, and its execution semantics. `encode` records
+// the work of a whole step batch: every sequence in one or a few launches.
+//
+// Providers are immutable after registration and may be shared by several
+// bound plans; everything per-step comes in the Invocation.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "contracts/contract.h"
+#include "runtime/device.h"
+#include "runtime/step_batch.h"
+#include "tensor/tensor.h"
+
+namespace ferrite {
+
+class ThreadPool;
+
+// Upper bounds of one step, fixed when a plan is bound.
+struct StepLimits {
+  int64_t max_tokens = 512;     // packed tokens per step
+  int64_t max_sequences = 64;   // sequences per step
+  int64_t max_context = 4096;   // positions per sequence
+  int64_t threads = 1;          // CPU worker threads
+};
+
+struct ProviderDescriptor {
+  std::string name;         // "cpu.fast.dense_linear"
+  std::string contract_id;  // "dense_linear"
+  int contract_major = 1;
+  BackendKind backend = BackendKind::kCpu;
+  std::vector<DType> activation_dtypes;  // accepted activation element types
+  std::vector<DType> weight_dtypes;      // accepted weight element types
+  bool paged_kv = false;       // binds KV state as pages + block tables
+  bool deterministic = true;   // same inputs -> same bits, whatever the batch
+  bool replay_safe = true;     // may be captured in a graph and replayed
+  int priority = 0;            // the planner prefers the highest
+  std::string summary;         // one line for `ferrite info`
+  uint64_t fingerprint() const;
+};
+
+// What the planner knows about a node before any weight exists: the contract,
+// its attributes, the activation dtype and each binding's dtype (nullopt when
+// an optional binding is absent).
+struct NodeSignature {
+  const ContractSchema* contract = nullptr;
+  Attributes attrs;
+  DType activation_dtype = DType::kF32;
+  std::vector<std::optional<DType>> binding_dtypes;  // schema binding order
+};
+
+// Backend execution context: the thread pool on CPU, the stream on CUDA.
+struct ExecContext {
+  Device* device = nullptr;
+  ThreadPool* pool = nullptr;
+  void* stream = nullptr;
+};
+
+struct Invocation {
+  const NodeSignature* signature = nullptr;
+  std::vector<TensorView> bindings;  // schema binding order; absent: data == nullptr
+  const StepBatch* batch = nullptr;
+  const SamplingBatch* sampling = nullptr;  // sampler contracts only
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+  ExecContext* ctx = nullptr;
+};
+
+class Provider {
+ public:
+  virtual ~Provider() = default;
+  virtual const ProviderDescriptor& descriptor() const = 0;
+  // OK when this provider can run the node; else the reason (one line). The
+  // default checks contract id/major and the dtypes against the descriptor.
+  virtual Status supports(const NodeSignature& node) const;
+  // Scratch bytes one invocation needs at most under `limits`.
+  virtual int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const {
+    return 0;
+  }
+  virtual Status encode(const Invocation& inv) const = 0;
+};
+
+}  // namespace ferrite

@@ -1,0 +1,55 @@
+// Registry: the composition root of a backend (its contracts and providers).
+// CapabilityCatalog: what a registry can run, derived from it, never kept by
+// hand in a second list.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/provider.h"
+
+namespace ferrite {
+
+struct Capability {
+  std::string contract_id;
+  std::string contract_version;
+  std::string provider;
+  std::vector<DType> activation_dtypes;
+  std::vector<DType> weight_dtypes;
+  bool paged_kv = false;
+  bool deterministic = true;
+  bool replay_safe = true;
+  int priority = 0;
+};
+
+class CapabilityCatalog {
+ public:
+  explicit CapabilityCatalog(std::vector<Capability> entries) : entries_(std::move(entries)) {}
+  const std::vector<Capability>& entries() const { return entries_; }
+  bool has_contract(const std::string& id) const;
+  std::string to_string() const;  // a table, one provider per line
+
+ private:
+  std::vector<Capability> entries_;
+};
+
+class Registry {
+ public:
+  explicit Registry(BackendKind backend) : backend_(backend) {}
+  BackendKind backend() const { return backend_; }
+  void add_contract(const ContractSchema* schema);
+  void add_provider(std::unique_ptr<Provider> provider);
+  const ContractSchema* contract(const std::string& id) const;
+  // Providers of a contract, highest priority first.
+  std::vector<const Provider*> providers_for(const std::string& contract_id) const;
+  const std::vector<std::unique_ptr<Provider>>& providers() const { return providers_; }
+  CapabilityCatalog catalog() const;
+
+ private:
+  BackendKind backend_;
+  std::vector<const ContractSchema*> contracts_;
+  std::vector<std::unique_ptr<Provider>> providers_;
+};
+
+}  // namespace ferrite
