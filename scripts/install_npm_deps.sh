@@ -10,9 +10,13 @@ if ! command -v npm >/dev/null 2>&1; then
   echo "install_npm_deps.sh: npm not found (apt-get install nodejs npm)" >&2
   exit 1
 fi
-if [[ -f node_modules/.package-lock.json && -f package-lock.json ]] &&
-   cmp -s <(node -e 'const l=require("./package-lock.json");console.log(JSON.stringify(Object.keys(l.packages).filter(k=>k).sort()))') \
-          <(node -e 'const l=require("./node_modules/.package-lock.json");console.log(JSON.stringify(Object.keys(l.packages).sort()))'); then
+# Up to date when every dependency is installed at the version package.json pins.
+if node -e '
+  const deps = require("./package.json").dependencies;
+  for (const [name, version] of Object.entries(deps)) {
+    const installed = require("./node_modules/" + name + "/package.json").version;
+    if (installed !== version) process.exit(1);
+  }' 2>/dev/null; then
   echo "install_npm_deps.sh: node_modules is up to date"
   exit 0
 fi
