@@ -439,6 +439,7 @@ Status write_safetensors(const std::string& path, std::span<const SafetensorsWri
     f.write(reinterpret_cast<const char*>(len), 8);
     f.write(text.data(), static_cast<std::streamsize>(text.size()));
     for (const auto* t : order) {
+      if (t->data.empty()) continue;
       f.write(reinterpret_cast<const char*>(t->data.data()),
               static_cast<std::streamsize>(t->data.size()));
     }
