@@ -73,7 +73,9 @@ TEST(Matmul, BitwiseCanonicalAcrossThreadsAndBatch) {
     int64_t tokens, in, out;
   };
   const Shape shapes[] = {{1, 1000, 37}, {3, 129, 250}, {7, 64, 13},
-                          {8, 1000, 61}, {33, 17, 100}, {300, 257, 45}};
+                          {8, 1000, 61}, {33, 17, 100}, {300, 257, 45},
+                          // Rows long enough to be reduced in blocks.
+                          {20, 1500, 19}, {9, 2049, 7}, {70, 3072, 13}};
   uint32_t seed = 100;
   for (DType dt : kDtypes) {
     for (const Shape& s : shapes) {

@@ -33,13 +33,27 @@ constexpr int64_t kPackMinTokens = 2 * kTileT;
 // Bytes of x rows a token block may use, so that the block stays in L2 while
 // every W panel of a row group passes over it.
 constexpr int64_t kTokenBlockBytes = 1 << 20;
+// Longer rows are reduced in blocks of kReductionBlock in the prefill path:
+// a tile's x rows and panel rows then fit L1 together (4 x 2 KiB + 6 x 2 KiB).
+constexpr int64_t kMaxReductionBlock = 1024;
+constexpr int64_t kReductionBlock = 512;
 // Weight rows per work item of the prefill path.
 constexpr int64_t kPanelsPerGroup = 16;
 // Weight elements below which a part is not worth a thread.
 constexpr int64_t kMinElemsPerPart = 1 << 15;
 
+// A tile may cover only a block [k0, k1) of the reduction (prefill with long
+// rows, so that the panel and x slices stay in L1). Its 16-lane accumulators
+// then start from / end in `state` instead of zero / the output; lane order is
+// unchanged, so the result is bitwise that of one pass.
+enum TilePhase : int {
+  kWhole = 0,
+  kLoadState = 1,  // accumulators start from state, not zero
+  kSaveState = 2,  // accumulators go to state; y is not written
+};
+
 using TileFn = void (*)(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t n,
-                        float* y, int64_t ldy, bool accumulate);
+                        float* y, int64_t ldy, bool accumulate, float* state, int phase);
 
 // Streaming W from DRAM, each tile reads TO rows of `in` elements side by
 // side: short interleaved streams that the hardware prefetchers ramp up on
@@ -57,14 +71,16 @@ inline void prefetch_l2(const void* p) {
 
 template <typename WL, int TT, int TO, bool kPrefetch>
 void dot_tile(const float* x, int64_t ldx, const void* wv, int64_t ldw, int64_t n, float* y,
-              int64_t ldy, bool accumulate) {
+              int64_t ldy, bool accumulate, float* state, int phase) {
   using T = typename WL::T;
   const T* w = static_cast<const T*>(wv);
   V16 acc[TT][TO];
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t) {
 #pragma GCC unroll 8
-    for (int o = 0; o < TO; ++o) acc[t][o] = simd::zero();
+    for (int o = 0; o < TO; ++o) {
+      acc[t][o] = (phase & kLoadState) ? simd::F32::load(state + (t * TO + o) * 16) : simd::zero();
+    }
   }
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -90,6 +106,14 @@ void dot_tile(const float* x, int64_t ldx, const void* wv, int64_t ldw, int64_t 
 #pragma GCC unroll 8
       for (int t = 0; t < TT; ++t) acc[t][o] = simd::fma(xv[t], wo, acc[t][o]);
     }
+  }
+  if (phase & kSaveState) {
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 8
+      for (int o = 0; o < TO; ++o) simd::store(state + (t * TO + o) * 16, acc[t][o]);
+    }
+    return;
   }
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t) {
@@ -174,7 +198,8 @@ void run_streaming(const float* x, int64_t ldx, int64_t tokens, int64_t in, cons
       const void* wr = at_row(w, wt, o_begin + r0, in);
       for (int64_t t0 = 0; t0 < tokens; t0 += kTileT) {
         int64_t nt = std::min<int64_t>(kTileT, tokens - t0);
-        tile(table, nt, nr)(x + t0 * ldx, ldx, wr, in, in, y + t0 * ldy + r0, ldy, accumulate);
+        tile(table, nt, nr)(x + t0 * ldx, ldx, wr, in, in, y + t0 * ldy + r0, ldy, accumulate,
+                            nullptr, kWhole);
       }
     }
   };
@@ -205,7 +230,15 @@ void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const v
   // a panel do not all map to the same L1 sets.
   int64_t ldp = (in + 15) / 16 * 16 + 16;
 
+  // Reduction blocks: a multiple of 16 (the zero-padded tail stays last).
+  const int64_t kc = in <= kMaxReductionBlock ? in : kReductionBlock;
+  constexpr int64_t kStateFloats = kTileT * kTileO * 16;
+
   auto body = [&](int64_t i0, int64_t i1) {
+    thread_local std::vector<float> state;
+    if (kc < in && static_cast<int64_t>(state.size()) < (block / kTileT + 1) * kStateFloats) {
+      state.resize((block / kTileT + 1) * kStateFloats);
+    }
     thread_local std::vector<float> scratch;
     if (!direct && static_cast<int64_t>(scratch.size()) < kTileO * ldp) {
       scratch.resize(kTileO * ldp);
@@ -228,10 +261,15 @@ void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const v
           panel = scratch.data();
           ldw = ldp;
         }
-        for (int64_t t0 = tb0; t0 < tb1; t0 += kTileT) {
-          int64_t nt = std::min<int64_t>(kTileT, tb1 - t0);
-          tile(table, nt, nr)(x + t0 * ldx, ldx, panel, ldw, in, y + t0 * ldy + r0, ldy,
-                              accumulate);
+        for (int64_t k0 = 0; k0 < in; k0 += kc) {
+          int64_t k1 = std::min(in, k0 + kc);
+          int phase = (k0 > 0 ? kLoadState : 0) | (k1 < in ? kSaveState : 0);
+          for (int64_t t0 = tb0; t0 < tb1; t0 += kTileT) {
+            int64_t nt = std::min<int64_t>(kTileT, tb1 - t0);
+            float* st = state.data() + (t0 - tb0) / kTileT * kStateFloats;
+            tile(table, nt, nr)(x + t0 * ldx + k0, ldx, panel + k0, ldw, k1 - k0,
+                                y + t0 * ldy + r0, ldy, accumulate, st, phase);
+          }
         }
       }
     }
