@@ -8,6 +8,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
@@ -19,8 +21,9 @@ void set_counters(benchmark::State& state, int64_t weight_bytes, int64_t flops) 
   state.SetBytesProcessed(state.iterations() * weight_bytes);
   state.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(flops),
                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["bw_frac"] = benchmark::Counter(static_cast<double>(weight_bytes) / read_bandwidth(),
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_frac"] = benchmark::Counter(
+      static_cast<double>(weight_bytes) / read_bandwidth(),
+      benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Args: out, in, tokens, dtype (0 bf16, 1 f16). Each iteration uses the next
@@ -51,7 +54,11 @@ void gemv_args(benchmark::internal::Benchmark* b) {
   b->Args({3072, 1024, 1, 1});  // f16
   b->Args({3072, 1024, 4, 0});  // a few decode sequences
 }
-BENCHMARK(BM_Matmul)->Apply(gemv_args)->Name("gemv")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Matmul)
+    ->Apply(gemv_args)
+    ->Name("gemv")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void gemm_args(benchmark::internal::Benchmark* b) {
   for (int64_t tokens : {64, 512}) {
@@ -60,7 +67,11 @@ void gemm_args(benchmark::internal::Benchmark* b) {
   b->Args({151936, 1024, 64, 0});
   b->Args({3072, 1024, 64, 1});  // f16
 }
-BENCHMARK(BM_Matmul)->Apply(gemm_args)->Name("gemm")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Matmul)
+    ->Apply(gemm_args)
+    ->Name("gemm")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // One decode token through every projection of Qwen3-0.6B (28 layers of q,
 // k, v, o, gate_up, down, then the tied LM head), bf16 weights laid out
@@ -102,7 +113,11 @@ void BM_Qwen3_0_6B_DecodeMatmuls(benchmark::State& state) {
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens),
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_Qwen3_0_6B_DecodeMatmuls)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Qwen3_0_6B_DecodeMatmuls)
+    ->Arg(1)
+    ->Arg(4)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_ReadBandwidth(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(read_bandwidth());

@@ -292,11 +292,9 @@ void matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, const 
   FERRITE_CHECK(matmul_supports(w_dtype)) << "matmul weight dtype " << dtype_name(w_dtype);
   FERRITE_CHECK(in >= 0 && tokens >= 0 && o_begin >= 0 && o_begin <= o_end);
   if (tokens == 0 || o_end == o_begin) return;
-  if (in == 0) {
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t o = 0; o < o_end - o_begin; ++o) {
-        if (!accumulate) y[t * ldy + o] = 0.0f;
-      }
+  if (in == 0) {  // empty sums: y = 0, or y unchanged
+    for (int64_t t = 0; t < tokens && !accumulate; ++t) {
+      for (int64_t o = 0; o < o_end - o_begin; ++o) y[t * ldy + o] = 0.0f;
     }
     return;
   }

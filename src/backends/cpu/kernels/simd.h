@@ -345,8 +345,9 @@ inline V16 exp(V16 xv) {
   // Truncating division by 2 as in exp_scalar: k1 = k / 2 toward zero.
   __m512i k1 = _mm512_srai_epi32(_mm512_add_epi32(ki, _mm512_srli_epi32(ki, 31)), 1);
   __m512i k2 = _mm512_sub_epi32(ki, k1);
-  __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, _mm512_set1_epi32(127)), 23));
-  __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, _mm512_set1_epi32(127)), 23));
+  const __m512i bias = _mm512_set1_epi32(127);
+  __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, bias), 23));
+  __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, bias), 23));
   __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
   y = _mm512_mask_mov_ps(y, lo, _mm512_setzero_ps());
   y = _mm512_mask_mov_ps(y, hi, _mm512_set1_ps(INFINITY));

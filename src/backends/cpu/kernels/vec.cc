@@ -1,5 +1,6 @@
 #include "backends/cpu/kernels/vec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -18,7 +19,9 @@ auto with_loader(DType t, F&& f) {
     case DType::kF32: return f(simd::F32{});
     case DType::kBF16: return f(simd::BF16{});
     case DType::kF16: return f(simd::F16{});
-    default: FERRITE_CHECK(false) << "unsupported row dtype " << dtype_name(t); __builtin_unreachable();
+    default:
+      FERRITE_CHECK(false) << "unsupported row dtype " << dtype_name(t);
+      __builtin_unreachable();
   }
 }
 
@@ -120,7 +123,9 @@ void rms_norm_row(const float* x, const void* w, DType w_dtype, int64_t n, float
 void rms_norm(const float* x, int64_t rows, int64_t n, const void* w, DType w_dtype, float eps,
               bool add_one, float* y, ThreadPool* pool) {
   auto body = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) rms_norm_row(x + r * n, w, w_dtype, n, eps, add_one, y + r * n);
+    for (int64_t r = r0; r < r1; ++r) {
+      rms_norm_row(x + r * n, w, w_dtype, n, eps, add_one, y + r * n);
+    }
   };
   // A row of a few thousand elements is under a microsecond: only batches are
   // worth waking the pool for.
@@ -234,7 +239,8 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
 #if defined(FERRITE_KERNELS_AVX512)
   for (; i + 16 <= n; i += 16) {
-    __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
   }
 #endif
