@@ -1,2 +1,20 @@
-#include <cstdio>
-int main() { std::puts("ferrite"); return 0; }
+// The ferrite binary: one entry point for every command.
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ferrite: a C++ LLM inference and serving engine"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  ferrite::cli::register_generate(app, &exit_code);
+  ferrite::cli::register_info(app, &exit_code);
+  ferrite::cli::register_bench(app, &exit_code);
+  ferrite::cli::register_create_model(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}

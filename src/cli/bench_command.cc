@@ -1,0 +1,138 @@
+// ferrite bench: prefill and decode tokens/s of a model (real or dummy
+// weights), and decode as a fraction of the memory-bandwidth roofline:
+//   roofline tokens/s = batch * bandwidth / (weight bytes read per step
+//                                            + KV bytes read per step)
+// with the bandwidth measured on this machine in the same run.
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/kernels/memory_bandwidth.h"
+#include "base/thread_pool.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/generator.h"
+
+namespace ferrite::cli {
+
+namespace {
+
+struct BenchFlags {
+  ModelFlags model;
+  int32_t prompt_len = 128;
+  int32_t gen_len = 32;
+  std::vector<int32_t> batches = {1};
+  int32_t decode_prompt_len = 16;
+  bool json = false;
+};
+
+// Bytes of weights one decode step streams: everything but the embedding
+// gather (which reads one row per token), unless the LM head is tied to it.
+int64_t weight_bytes_per_step(const ModelRunner& runner) {
+  int64_t bytes = runner.program().weight_bytes();
+  if (!runner.config().tie_word_embeddings) {
+    const WeightDecl* e = runner.program().find_weight("model.embed_tokens.weight");
+    if (e) bytes -= dtype_bytes(e->dtype, e->shape.numel());
+  }
+  return bytes;
+}
+
+std::vector<uint32_t> random_prompt(int32_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> d(0, vocab - 1);
+  std::vector<uint32_t> p(n);
+  for (auto& t : p) t = static_cast<uint32_t>(d(rng));
+  return p;
+}
+
+int run_bench(const BenchFlags& f) {
+  auto options = runner_options(f.model);
+  if (!options.is_ok()) return report_error(options.status());
+  if (f.prompt_len < 1 || f.gen_len < 2 || f.decode_prompt_len < 1)
+    return report_error(invalid_argument("--prompt-len >= 1, --gen-len >= 2, --decode-prompt-len >= 1"));
+  int32_t max_batch = 1;
+  for (int32_t b : f.batches) {
+    if (b < 1) return report_error(invalid_argument("--batch values must be >= 1"));
+    max_batch = std::max(max_batch, b);
+  }
+  options->limits.max_sequences = std::max<int64_t>(options->limits.max_sequences, max_batch);
+  options->limits.max_tokens = std::max<int64_t>(options->limits.max_tokens, max_batch);
+  auto runner_or = ModelRunner::open(*options);
+  if (!runner_or.is_ok()) return report_error(runner_or.status());
+  ModelRunner& runner = **runner_or;
+  const int64_t vocab = runner.program().vocab_size;
+
+  const double bandwidth =
+      options->device == "cpu" ? cpu::measure_read_bandwidth_bytes_per_s(ThreadPool::global()) : 0;
+  nlohmann::json out;
+  out["model"] = runner.config().model_type;
+  out["device"] = runner.device().name();
+  out["weight_bytes"] = runner.program().weight_bytes();
+  out["memory_bandwidth_gb_s"] = bandwidth / 1e9;
+
+  // Prefill: one prompt, one generated token.
+  {
+    GenerationRequest req;
+    req.prompt = random_prompt(f.prompt_len, vocab, 1);
+    req.max_tokens = 1;
+    GenerationStats stats;
+    auto r = generate(runner, {req}, nullptr, &stats);
+    if (!r.is_ok()) return report_error(r.status());
+    double tps = stats.prefill_tokens / stats.prefill_seconds;
+    out["prefill"] = {{"prompt_tokens", f.prompt_len}, {"tokens_per_s", tps}};
+    if (!f.json) std::printf("prefill  %5d tokens: %10.1f tokens/s\n", f.prompt_len, tps);
+  }
+  const int64_t kv_per_token = runner.report().kv_bytes_per_token;
+  const int64_t w_step = weight_bytes_per_step(runner);
+  for (int32_t batch : f.batches) {
+    std::vector<GenerationRequest> reqs(batch);
+    for (int32_t i = 0; i < batch; ++i) {
+      reqs[i].prompt = random_prompt(f.decode_prompt_len, vocab, 100 + i);
+      reqs[i].max_tokens = f.gen_len;
+    }
+    GenerationStats stats;
+    auto r = generate(runner, reqs, nullptr, &stats);
+    if (!r.is_ok()) return report_error(r.status());
+    double tps = stats.decode_tokens / stats.decode_seconds;
+    // Average context over the decode steps: prompt + half the generation.
+    double avg_ctx = f.decode_prompt_len + f.gen_len / 2.0;
+    double bytes_per_step = w_step + batch * avg_ctx * kv_per_token;
+    double roofline = bandwidth > 0 ? batch * bandwidth / bytes_per_step : 0;
+    double fraction = roofline > 0 ? tps / roofline : 0;
+    out["decode"].push_back({{"batch", batch},
+                             {"tokens_per_s", tps},
+                             {"roofline_tokens_per_s", roofline},
+                             {"roofline_fraction", fraction},
+                             {"bytes_per_step", bytes_per_step}});
+    if (!f.json)
+      std::printf("decode   batch %3d: %10.1f tokens/s  (roofline %.1f tokens/s, %.1f%%)\n", batch,
+                  tps, roofline, 100 * fraction);
+  }
+  if (f.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("weights %.1f MB, bytes/step %.1f MB, memory bandwidth %.1f GB/s (%s)\n",
+                runner.program().weight_bytes() / 1e6, w_step / 1e6, bandwidth / 1e9,
+                runner.device().name().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, int* exit_code) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure prefill and decode speed");
+  add_model_flags(cmd, &f->model);
+  cmd->add_option("--prompt-len", f->prompt_len, "prompt tokens of the prefill measurement");
+  cmd->add_option("--gen-len", f->gen_len, "generated tokens per sequence when decoding");
+  cmd->add_option("--batch", f->batches, "decode batch sizes, e.g. --batch 1 8 32");
+  cmd->add_option("--decode-prompt-len", f->decode_prompt_len, "prompt tokens before decoding");
+  cmd->add_flag("--json", f->json, "print JSON");
+  cmd->callback([f, exit_code] { *exit_code = run_bench(*f); });
+}
+
+}  // namespace ferrite::cli

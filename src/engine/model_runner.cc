@@ -1,0 +1,106 @@
+#include "engine/model_runner.h"
+
+#include <fmt/format.h>
+
+#include "backends/cpu/cpu_providers.h"
+#include "base/thread_pool.h"
+
+namespace ferrite {
+
+Result<std::unique_ptr<Device>> make_device(const std::string& name) {
+  if (name == "cpu") return make_cpu_device();
+  if (name == "cuda")
+    return unsupported("this build of ferrite has no CUDA backend (device 'cuda')");
+  return invalid_argument("unknown device '" + name + "' (cpu, cuda)");
+}
+
+Result<std::unique_ptr<Registry>> make_registry(const std::string& device,
+                                                const std::string& providers) {
+  if (device != "cpu") return unsupported("no provider registry for device '" + device + "'");
+  if (providers == "fast") return make_cpu_registry(CpuProviderSet::kFast);
+  if (providers == "reference") return make_cpu_registry(CpuProviderSet::kReference);
+  return invalid_argument("unknown provider set '" + providers + "' (fast, reference)");
+}
+
+namespace {
+
+Result<PlanReport> make_report(const ModelSource& src, const Registry& registry,
+                               const RunnerOptions& options) {
+  PlanReport r;
+  r.config = src.config;
+  PlanOptions po;
+  po.activation_dtype = options.activation_dtype;
+  po.limits = options.limits;
+  po.limits.max_context = src.program.nodes.empty() ? options.limits.max_context
+                                                     : std::min<int64_t>(
+                                                           options.limits.max_context,
+                                                           src.config.max_position_embeddings);
+  FERRITE_ASSIGN_OR_RETURN(r.plan, plan_program(src.program, registry, po));
+  r.weight_bytes = src.program.weight_bytes();
+  for (const StateDecl& s : src.program.states) {
+    int64_t bytes = dtype_bytes(s.dtype, s.shape.numel());
+    if (s.kind == StateKind::kKvPages) r.kv_bytes_per_token += bytes;
+    else r.state_bytes_per_sequence += bytes;
+  }
+  r.catalog = registry.catalog().to_string();
+  return r;
+}
+
+std::string human_bytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.2f} {}", v, units[u]);
+}
+
+}  // namespace
+
+std::string PlanReport::to_string() const {
+  std::string s;
+  s += fmt::format("model: {} ({} layers, hidden {}, {} heads / {} KV heads, head_dim {}, vocab {})\n",
+                   config.model_type, config.num_layers, config.hidden_size, config.num_heads,
+                   config.num_kv_heads, config.head_dim, config.vocab_size);
+  s += fmt::format("backend: {}, activations {}, plan fingerprint {:016x}\n",
+                   backend_name(plan.backend), dtype_name(plan.activation_dtype), plan.fingerprint);
+  s += "plan (node -> provider):\n" + plan.to_string();
+  s += fmt::format("weights: {}\n", human_bytes(weight_bytes));
+  s += fmt::format("KV cache: {} per token ({} for one {}-token sequence)\n",
+                   human_bytes(kv_bytes_per_token),
+                   human_bytes(kv_bytes_per_token * plan.limits.max_context),
+                   plan.limits.max_context);
+  if (state_bytes_per_sequence)
+    s += fmt::format("recurrent state: {} per sequence\n", human_bytes(state_bytes_per_sequence));
+  s += fmt::format("workspace: {}\n", human_bytes(plan.workspace_bytes));
+  return s;
+}
+
+Result<PlanReport> ModelRunner::plan_only(const RunnerOptions& options) {
+  FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_model(options.load));
+  FERRITE_ASSIGN_OR_RETURN(auto registry, make_registry(options.device, options.providers));
+  return make_report(src, *registry, options);
+}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& options) {
+  auto r = std::unique_ptr<ModelRunner>(new ModelRunner());
+  r->options_ = options;
+  FERRITE_ASSIGN_OR_RETURN(r->device_, make_device(options.device));
+  FERRITE_ASSIGN_OR_RETURN(r->registry_, make_registry(options.device, options.providers));
+  FERRITE_ASSIGN_OR_RETURN(r->source_, open_model(options.load));
+  // The plan is resolved before any weight is allocated.
+  FERRITE_ASSIGN_OR_RETURN(r->report_, make_report(r->source_, *r->registry_, options));
+  FERRITE_ASSIGN_OR_RETURN(auto weights,
+                           materialize_weights(r->source_, *r->device_, options.load));
+  ExecContext ctx;
+  ctx.device = r->device_.get();
+  ctx.pool = &ThreadPool::global();
+  FERRITE_ASSIGN_OR_RETURN(r->bound_,
+                           BoundPlan::bind(r->report_.plan, r->source_.program, std::move(weights),
+                                           *r->device_, ctx, options.cache));
+  return r;
+}
+
+}  // namespace ferrite

@@ -1,0 +1,42 @@
+// Opening a model: config -> family -> program -> checkpoint headers, with
+// every name, shape and dtype checked BEFORE any weight memory is touched;
+// then materializing the weights on a device (mmap views on CPU, uploads
+// elsewhere, or random dummy weights at any size).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "formats/safetensors.h"
+#include "models/family.h"
+#include "runtime/device.h"
+#include "runtime/weights.h"
+
+namespace ferrite {
+
+struct LoadOptions {
+  std::string model_dir;  // holds config.json (+ safetensors unless dummy)
+  bool dummy_weights = false;
+  DType dummy_dtype = DType::kBF16;
+  uint64_t seed = 0;
+  ProgramOptions program;
+};
+
+struct ModelSource {
+  ModelConfig config;
+  const ModelFamily* family = nullptr;
+  ModelProgram program;  // weight dtypes are the stored ones
+  std::shared_ptr<SafetensorsCheckpoint> checkpoint;  // null with dummy weights
+};
+
+// Reads config.json, builds the program and checks it against the checkpoint
+// headers: one error lists every missing tensor and every shape mismatch.
+Result<ModelSource> open_model(const LoadOptions& options);
+
+// Binds the weights on `device`: zero-copy mmap views when the device can
+// read host memory, else uploads; dummy weights are generated in place.
+Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& source, Device& device,
+                                                         const LoadOptions& options);
+
+}  // namespace ferrite
