@@ -5,10 +5,19 @@
 // output projection, residual). Per sequence, every K/V of the step is
 // written before any query attends, so a token sees exactly the positions
 // <= its own.
+//
+// Fast: the projections of all tokens of all sequences are single GEMMs on
+// the stored weights; norms, RoPE and the KV write run per token in
+// parallel; attention runs one (token, head) pair per work item with a
+// softmax over the token's own causal span, each item computed by one thread
+// in a fixed order (so results do not depend on the batch or thread count).
 #include <cmath>
 #include <vector>
 
 #include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/fast_util.h"
+#include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
 #include "contracts/causal_paged_attention.h"
 #include "contracts/rope.h"
@@ -125,10 +134,178 @@ class CausalPagedAttentionReference final : public Provider {
                                             "scalar, paged KV", /*paged_kv=*/true);
 };
 
+
+class CausalPagedAttentionFast final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    using namespace causal_paged_attention;
+    const Params p = Params::from(node.attrs);
+    const int64_t t = limits.max_tokens;
+    const int64_t hd = static_cast<int64_t>(p.head_dim);
+    const int64_t q_rows = static_cast<int64_t>(p.num_heads) * hd * (p.output_gate ? 2 : 1);
+    const int64_t kv_rows = static_cast<int64_t>(p.num_kv_heads) * hd;
+    const int64_t attn = static_cast<int64_t>(p.num_heads) * hd;
+    return Scratch::bytes_for({t * static_cast<int64_t>(p.hidden_size), t * q_rows, t * kv_rows,
+                               t * kv_rows, t * attn,
+                               planned_threads(limits) * (limits.max_context + hd)});
+  }
+
+  Status encode(const Invocation& inv) const override {
+    using namespace causal_paged_attention;
+    const Params p = Params::from(inv.signature->attrs);
+    const int64_t H = static_cast<int64_t>(p.hidden_size);
+    const int64_t nh = static_cast<int64_t>(p.num_heads);
+    const int64_t nkv = static_cast<int64_t>(p.num_kv_heads);
+    const int64_t hd = static_cast<int64_t>(p.head_dim);
+    const int64_t q_rows = nh * hd * (p.output_gate ? 2 : 1);
+    const int64_t q_stride = p.output_gate ? 2 * hd : hd;  // per head in the q rows
+    const int64_t kv_rows = nkv * hd;
+    const int64_t group = nh / nkv;
+    const int64_t tokens = inv.batch->num_tokens();
+    const float eps = static_cast<float>(p.eps);
+    ThreadPool* pool = inv.ctx->pool;
+    const auto& b = inv.bindings;
+    const TensorView& kc = b[kKCache];
+    const TensorView& vc = b[kVCache];
+    const int64_t page_size = kc.shape[1];
+    const int64_t kv_row_bytes = dtype_bytes(kc.dtype, kv_rows);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // The same inverse frequencies for every call with these attributes.
+    const std::vector<float> inv_freq = rope_inv_freq(p);
+
+    Scratch scratch(inv);
+    float* n = scratch.floats(tokens * H);
+    float* q = scratch.floats(tokens * q_rows);
+    float* k = scratch.floats(tokens * kv_rows);
+    float* v = scratch.floats(tokens * kv_rows);
+    float* attn = scratch.floats(tokens * nh * hd);
+    int64_t max_context = 0;
+    for (const SequenceSlice& seq : inv.batch->sequences)
+      max_context = std::max<int64_t>(max_context, seq.position_start + seq.token_count);
+    const int64_t parts = std::min<int64_t>(pool ? pool->size() : 1, tokens * nh);
+    float* per_part = scratch.floats(parts * (max_context + hd));
+
+    float* hidden = b[kHidden].as<float>();
+    rms_norm(hidden, tokens, H, b[kInputNorm].data, b[kInputNorm].dtype, eps, p.zero_centred, n,
+             pool);
+    matmul(n, tokens, H, b[kQProj].data, b[kQProj].dtype, q_rows, q, pool);
+    matmul(n, tokens, H, b[kKProj].data, b[kKProj].dtype, kv_rows, k, pool);
+    matmul(n, tokens, H, b[kVProj].data, b[kVProj].dtype, kv_rows, v, pool);
+    if (p.attention_bias) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t i = 0; i < q_rows; ++i) q[t * q_rows + i] += weight_at(b[kQBias], i);
+        for (int64_t i = 0; i < kv_rows; ++i) {
+          k[t * kv_rows + i] += weight_at(b[kKBias], i);
+          v[t * kv_rows + i] += weight_at(b[kVBias], i);
+        }
+      }
+    }
+
+    // Token -> (sequence, position) for the per-token stages.
+    std::vector<int32_t> token_seq(tokens);
+    for (int32_t s = 0; s < inv.batch->num_sequences(); ++s) {
+      const SequenceSlice& seq = inv.batch->sequences[s];
+      for (int32_t j = 0; j < seq.token_count; ++j) token_seq[seq.token_begin + j] = s;
+    }
+    auto position_of = [&](int64_t t) {
+      const SequenceSlice& seq = inv.batch->sequences[token_seq[t]];
+      return static_cast<int64_t>(seq.position_start) + (t - seq.token_begin);
+    };
+    auto kv_row = [&](const TensorView& cache, const SequenceSlice& seq, int64_t pos) {
+      const int64_t page = seq.block_table[pos / page_size];
+      return static_cast<char*>(cache.data) + (page * page_size + pos % page_size) * kv_row_bytes;
+    };
+
+    // q/k norms, RoPE, KV write: independent per token.
+    auto per_token = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t pos = position_of(t);
+        for (int64_t h = 0; h < nh; ++h) {
+          float* qh = q + t * q_rows + h * q_stride;
+          if (p.qk_norm) rms_norm_row(qh, b[kQNorm].data, b[kQNorm].dtype, hd, eps, p.zero_centred, qh);
+          apply_rope(qh, pos, inv_freq);
+        }
+        for (int64_t h = 0; h < nkv; ++h) {
+          float* kh = k + t * kv_rows + h * hd;
+          if (p.qk_norm) rms_norm_row(kh, b[kKNorm].data, b[kKNorm].dtype, hd, eps, p.zero_centred, kh);
+          apply_rope(kh, pos, inv_freq);
+        }
+        const SequenceSlice& seq = inv.batch->sequences[token_seq[t]];
+        store_row(k + t * kv_rows, kc.dtype, kv_rows, kv_row(kc, seq, pos));
+        store_row(v + t * kv_rows, vc.dtype, kv_rows, kv_row(vc, seq, pos));
+      }
+    };
+    if (pool) pool->parallel_for(tokens, per_token, 4);
+    else per_token(0, tokens);
+
+    // Attention: one (token, head) per item; items split in `parts` ranges.
+    const int64_t items = tokens * nh;
+    auto attend = [&](int64_t part) {
+      float* scores = per_part + part * (max_context + hd);
+      float* acc = scores + max_context;
+      const int64_t i0 = items * part / parts, i1 = items * (part + 1) / parts;
+      for (int64_t item = i0; item < i1; ++item) {
+        const int64_t t = item / nh, h = item % nh;
+        const SequenceSlice& seq = inv.batch->sequences[token_seq[t]];
+        const int64_t last = position_of(t);
+        const int64_t kvh = h / group;
+        const float* qh = q + t * q_rows + h * q_stride;
+        for (int64_t pos = 0; pos <= last; ++pos)
+          scores[pos] = scale * dot_row(qh, kv_row(kc, seq, pos) + dtype_bytes(kc.dtype, kvh * hd),
+                                        kc.dtype, hd);
+        const float m = max_f32(scores, last + 1);
+        const float sum = exp_sub_sum_inplace(scores, last + 1, m);
+        std::fill_n(acc, hd, 0.0f);
+        for (int64_t pos = 0; pos <= last; ++pos)
+          axpy_row(scores[pos], kv_row(vc, seq, pos) + dtype_bytes(vc.dtype, kvh * hd), vc.dtype,
+                   acc, hd);
+        float* out = attn + t * nh * hd + h * hd;
+        const float inv_sum = 1.0f / sum;
+        for (int64_t d = 0; d < hd; ++d) out[d] = acc[d] * inv_sum;
+        if (p.output_gate)
+          for (int64_t d = 0; d < hd; ++d) out[d] *= ref::sigmoid(qh[hd + d]);
+      }
+    };
+    if (pool && parts > 1) {
+      pool->parallel_for(parts, [&](int64_t a, int64_t z) {
+        for (int64_t part = a; part < z; ++part) attend(part);
+      });
+    } else {
+      for (int64_t part = 0; part < parts; ++part) attend(part);
+    }
+    matmul_accumulate(attn, tokens, nh * hd, b[kOProj].data, b[kOProj].dtype, H, hidden, pool);
+    return Status::ok();
+  }
+
+ private:
+  static void store_row(const float* src, DType dt, int64_t n, void* dst) {
+    switch (dt) {
+      case DType::kF32: std::copy_n(src, n, static_cast<float*>(dst)); return;
+      case DType::kBF16: f32_to_bf16_row(src, static_cast<uint16_t*>(dst), n); return;
+      case DType::kF16: f32_to_f16_row(src, static_cast<uint16_t*>(dst), n); return;
+      case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
+      case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+        break;
+    }
+    FERRITE_CHECK(false) << "KV cache dtype " << dtype_name(dt);
+  }
+
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.causal_paged_attention",
+                                            "causal_paged_attention", kFastPriority,
+                                            "GEMM projections, per-head SIMD attention, paged KV",
+                                            /*paged_kv=*/true);
+};
+
 }  // namespace
 
 std::unique_ptr<Provider> make_causal_paged_attention_reference() {
   return std::make_unique<CausalPagedAttentionReference>();
+}
+
+std::unique_ptr<Provider> make_causal_paged_attention_fast() {
+  return std::make_unique<CausalPagedAttentionFast>();
 }
 
 }  // namespace ferrite::cpu

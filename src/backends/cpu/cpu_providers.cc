@@ -22,6 +22,11 @@ void register_cpu_providers(Registry& r, CpuProviderSet set) {
     // The fast set reuses the reference where the op is trivially memory
     // bound (embedding gather, residual add, sampler) and registers its own
     // providers for the rest.
+    r.add_provider(cpu::make_rms_norm_fast());
+    r.add_provider(cpu::make_dense_linear_fast());
+    r.add_provider(cpu::make_dense_swiglu_fast());
+    r.add_provider(cpu::make_causal_paged_attention_fast());
+    r.add_provider(cpu::make_last_token_dense_linear_fast());
     if (set == CpuProviderSet::kFast) {
       r.add_provider(cpu::make_token_embedding_reference());
       r.add_provider(cpu::make_residual_add_reference());

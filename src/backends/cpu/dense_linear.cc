@@ -1,5 +1,6 @@
 // dense_linear on CPU.
 #include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/reference_math.h"
 #include "contracts/dense_linear.h"
 
@@ -26,10 +27,38 @@ class DenseLinearReference final : public Provider {
       cpu_descriptor("cpu.reference.dense_linear", "dense_linear", kReferencePriority, "scalar");
 };
 
+
+class DenseLinearFast final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+  Status encode(const Invocation& inv) const override {
+    using namespace dense_linear;
+    const Params p = Params::from(inv.signature->attrs);
+    const int64_t in = static_cast<int64_t>(p.in_features);
+    const int64_t out = static_cast<int64_t>(p.out_features);
+    const int64_t tokens = inv.batch->num_tokens();
+    const TensorView& w = inv.bindings[kWeight];
+    float* y = inv.bindings[kOut].as<float>();
+    matmul(inv.bindings[kX].as<float>(), tokens, in, w.data, w.dtype, out, y, inv.ctx->pool);
+    const TensorView& bias = inv.bindings[kBias];
+    if (bias.data)
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t o = 0; o < out; ++o) y[t * out + o] += weight_at(bias, o);
+    return Status::ok();
+  }
+
+ private:
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.dense_linear", "dense_linear",
+                                            kFastPriority, "SIMD GEMV/GEMM on stored weights");
+};
+
 }  // namespace
 
 std::unique_ptr<Provider> make_dense_linear_reference() {
   return std::make_unique<DenseLinearReference>();
 }
+
+
+std::unique_ptr<Provider> make_dense_linear_fast() { return std::make_unique<DenseLinearFast>(); }
 
 }  // namespace ferrite::cpu

@@ -1,5 +1,8 @@
 // dense_swiglu on CPU: pre-norm, gate/up, SiLU product, down, residual add.
 #include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/kernels/vec.h"
+#include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/fast_util.h"
 #include "backends/cpu/reference_math.h"
 #include "contracts/dense_swiglu.h"
 
@@ -33,10 +36,52 @@ class DenseSwigluReference final : public Provider {
       cpu_descriptor("cpu.reference.dense_swiglu", "dense_swiglu", kReferencePriority, "scalar");
 };
 
+
+class DenseSwigluFast final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    using namespace dense_swiglu;
+    const Params p = Params::from(node.attrs);
+    const int64_t t = limits.max_tokens;
+    return Scratch::bytes_for({t * static_cast<int64_t>(p.hidden_size),
+                               t * static_cast<int64_t>(p.intermediate_size),
+                               t * static_cast<int64_t>(p.intermediate_size)});
+  }
+  Status encode(const Invocation& inv) const override {
+    using namespace dense_swiglu;
+    const Params p = Params::from(inv.signature->attrs);
+    const int64_t h = static_cast<int64_t>(p.hidden_size);
+    const int64_t im = static_cast<int64_t>(p.intermediate_size);
+    const int64_t tokens = inv.batch->num_tokens();
+    ThreadPool* pool = inv.ctx->pool;
+    const auto& b = inv.bindings;
+    Scratch scratch(inv);
+    float* n = scratch.floats(tokens * h);
+    float* g = scratch.floats(tokens * im);
+    float* u = scratch.floats(tokens * im);
+    float* hidden = b[kHidden].as<float>();
+    rms_norm(hidden, tokens, h, b[kNorm].data, b[kNorm].dtype, static_cast<float>(p.eps),
+             p.zero_centred, n, pool);
+    matmul(n, tokens, h, b[kGate].data, b[kGate].dtype, im, g, pool);
+    matmul(n, tokens, h, b[kUp].data, b[kUp].dtype, im, u, pool);
+    silu_mul(g, u, tokens * im, g);
+    matmul_accumulate(g, tokens, im, b[kDown].data, b[kDown].dtype, h, hidden, pool);
+    return Status::ok();
+  }
+
+ private:
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.dense_swiglu", "dense_swiglu",
+                                            kFastPriority, "SIMD GEMM, fused residual");
+};
+
 }  // namespace
 
 std::unique_ptr<Provider> make_dense_swiglu_reference() {
   return std::make_unique<DenseSwigluReference>();
 }
+
+
+std::unique_ptr<Provider> make_dense_swiglu_fast() { return std::make_unique<DenseSwigluFast>(); }
 
 }  // namespace ferrite::cpu

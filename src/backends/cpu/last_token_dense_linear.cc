@@ -1,5 +1,7 @@
 // last_token_dense_linear on CPU: the LM head on each sequence's last row.
 #include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/fast_util.h"
 #include "backends/cpu/reference_math.h"
 #include "contracts/last_token_dense_linear.h"
 
@@ -30,10 +32,48 @@ class LastTokenDenseLinearReference final : public Provider {
                      kReferencePriority, "scalar");
 };
 
+
+class LastTokenDenseLinearFast final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    using namespace last_token_dense_linear;
+    return Scratch::bytes_for(
+        {limits.max_sequences * static_cast<int64_t>(Params::from(node.attrs).hidden_size)});
+  }
+  Status encode(const Invocation& inv) const override {
+    using namespace last_token_dense_linear;
+    const Params p = Params::from(inv.signature->attrs);
+    const int64_t h = static_cast<int64_t>(p.hidden_size);
+    const int64_t s = inv.batch->num_sequences();
+    Scratch scratch(inv);
+    float* rows = scratch.floats(s * h);
+    const float* hidden = inv.bindings[kHidden].as<float>();
+    for (int64_t i = 0; i < s; ++i) {
+      const SequenceSlice& seq = inv.batch->sequences[i];
+      std::copy_n(hidden + (seq.token_begin + seq.token_count - 1) * h, h, rows + i * h);
+    }
+    const TensorView& w = inv.bindings[kLmHead];
+    matmul(rows, s, h, w.data, w.dtype, static_cast<int64_t>(p.vocab_size),
+           inv.bindings[kLogits].as<float>(), inv.ctx->pool);
+    return Status::ok();
+  }
+
+ private:
+  ProviderDescriptor desc_ =
+      cpu_descriptor("cpu.fast.last_token_dense_linear", "last_token_dense_linear",
+                     kFastPriority, "gather last rows + SIMD GEMM");
+};
+
 }  // namespace
 
 std::unique_ptr<Provider> make_last_token_dense_linear_reference() {
   return std::make_unique<LastTokenDenseLinearReference>();
+}
+
+
+std::unique_ptr<Provider> make_last_token_dense_linear_fast() {
+  return std::make_unique<LastTokenDenseLinearFast>();
 }
 
 }  // namespace ferrite::cpu

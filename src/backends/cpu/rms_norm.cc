@@ -1,6 +1,7 @@
 // rms_norm on CPU: reference (scalar, double sums) and fast (SIMD row kernel,
 // rows split over threads).
 #include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
 #include "contracts/rms_norm.h"
 
@@ -26,8 +27,30 @@ class RmsNormReference final : public Provider {
       cpu_descriptor("cpu.reference.rms_norm", "rms_norm", kReferencePriority, "scalar");
 };
 
+
+class RmsNormFast final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+  Status encode(const Invocation& inv) const override {
+    using namespace rms_norm;
+    const Params p = Params::from(inv.signature->attrs);
+    const TensorView& w = inv.bindings[kWeight];
+    rms_norm(inv.bindings[kX].as<float>(), inv.batch->num_tokens(),
+             static_cast<int64_t>(p.hidden_size), w.data, w.dtype, static_cast<float>(p.eps),
+             p.zero_centred, inv.bindings[kOut].as<float>(), inv.ctx->pool);
+    return Status::ok();
+  }
+
+ private:
+  ProviderDescriptor desc_ =
+      cpu_descriptor("cpu.fast.rms_norm", "rms_norm", kFastPriority, "SIMD rows, all cores");
+};
+
 }  // namespace
 
 std::unique_ptr<Provider> make_rms_norm_reference() { return std::make_unique<RmsNormReference>(); }
+
+
+std::unique_ptr<Provider> make_rms_norm_fast() { return std::make_unique<RmsNormFast>(); }
 
 }  // namespace ferrite::cpu
