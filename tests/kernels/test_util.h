@@ -49,13 +49,24 @@ inline Weight make_weight(DType t, int64_t n, uint32_t seed) {
 
 inline bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
+// a * b + c as the kernels compute it: fused, except in a build without
+// hardware FMA.
+inline float kernel_fma(float a, float b, float c) {
+#if defined(__FMA__) || defined(__aarch64__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 // The canonical dot order of simd.h in plain scalar code.
 inline float canonical_dot(const float* x, const float* w, int64_t n) {
   float lane[16] = {};
-  for (int64_t i = 0; i < n; ++i) lane[i % 16] = std::fma(x[i], w[i], lane[i % 16]);
+  auto fma = kernel_fma;
+  for (int64_t i = 0; i < n; ++i) lane[i % 16] = fma(x[i], w[i], lane[i % 16]);
   // Zero-padded tail lanes add fma(0, 0, acc) = acc + 0 (turns -0 into +0).
   if (n % 16 != 0) {
-    for (int64_t j = n % 16; j < 16; ++j) lane[j] = std::fma(0.0f, 0.0f, lane[j]);
+    for (int64_t j = n % 16; j < 16; ++j) lane[j] = fma(0.0f, 0.0f, lane[j]);
   }
   float b[8], c[4], d[2];
   for (int j = 0; j < 8; ++j) b[j] = lane[j] + lane[j + 8];

@@ -47,7 +47,7 @@ TEST(Vec, Axpy) {
       std::vector<float> y = random_f32(n, 4), y0 = y;
       axpy_row(0.37f, x.data(), dt, y.data(), n);
       for (int64_t i = 0; i < n; ++i) {
-        EXPECT_TRUE(same_bits(y[i], std::fma(0.37f, x.values[i], y0[i]))) << i;
+        EXPECT_TRUE(same_bits(y[i], testing::kernel_fma(0.37f, x.values[i], y0[i]))) << i;
       }
       if (dt == DType::kF32) {
         std::vector<float> z = y0;
