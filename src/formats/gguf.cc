@@ -12,18 +12,31 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 // Smallest encodings, used to bound untrusted counts by the bytes left.
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;          // empty key, type, 1-byte value
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, 0 dims, type, offset
-constexpr uint32_t kMaxDims = 4;                      // GGML_MAX_DIMS
+constexpr uint32_t kMaxDims = 4;                         // GGML_MAX_DIMS
 
 // Bytes of one element of a fixed-size type; 0 for string / array.
 uint64_t fixed_size(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    case GgufType::kString: case GgufType::kArray: return 0;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    case GgufType::kString:
+    case GgufType::kArray:
+      return 0;
   }
   return 0;
 }
@@ -32,10 +45,19 @@ bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64);
 
 bool is_integer(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16:
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kU64: case GgufType::kI64:
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kU16:
+    case GgufType::kI16:
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kU64:
+    case GgufType::kI64:
       return true;
-    case GgufType::kF32: case GgufType::kF64: case GgufType::kBool: case GgufType::kString:
+    case GgufType::kF32:
+    case GgufType::kF64:
+    case GgufType::kBool:
+    case GgufType::kString:
     case GgufType::kArray:
       return false;
   }
@@ -53,20 +75,38 @@ T load(const uint8_t* p) {
 // Returns false for a bool byte other than 0 / 1.
 bool decode_scalar(GgufType t, const uint8_t* p, GgufValue* v) {
   switch (t) {
-    case GgufType::kU8: v->i = load<uint8_t>(p); break;
-    case GgufType::kI8: v->i = load<int8_t>(p); break;
-    case GgufType::kU16: v->i = load<uint16_t>(p); break;
-    case GgufType::kI16: v->i = load<int16_t>(p); break;
-    case GgufType::kU32: v->i = load<uint32_t>(p); break;
-    case GgufType::kI32: v->i = load<int32_t>(p); break;
-    case GgufType::kI64: v->i = load<int64_t>(p); break;
+    case GgufType::kU8:
+      v->i = load<uint8_t>(p);
+      break;
+    case GgufType::kI8:
+      v->i = load<int8_t>(p);
+      break;
+    case GgufType::kU16:
+      v->i = load<uint16_t>(p);
+      break;
+    case GgufType::kI16:
+      v->i = load<int16_t>(p);
+      break;
+    case GgufType::kU32:
+      v->i = load<uint32_t>(p);
+      break;
+    case GgufType::kI32:
+      v->i = load<int32_t>(p);
+      break;
+    case GgufType::kI64:
+      v->i = load<int64_t>(p);
+      break;
     case GgufType::kU64:
       v->u = load<uint64_t>(p);
       v->u_only = v->u > static_cast<uint64_t>(INT64_MAX);
       v->i = v->u_only ? 0 : static_cast<int64_t>(v->u);
       break;
-    case GgufType::kF32: v->f = load<float>(p); break;
-    case GgufType::kF64: v->f = load<double>(p); break;
+    case GgufType::kF32:
+      v->f = load<float>(p);
+      break;
+    case GgufType::kF64:
+      v->f = load<double>(p);
+      break;
     case GgufType::kBool: {
       uint8_t b = load<uint8_t>(p);
       if (b > 1) return false;
@@ -94,8 +134,8 @@ class Cursor {
   Status need(uint64_t n, std::string_view what) const {
     if (n > left()) {
       return data_loss(path_ + ": " + std::string(what) + " at offset " + std::to_string(pos_) +
-                       " needs " + std::to_string(n) + " bytes, only " +
-                       std::to_string(left()) + " left (truncated file?)");
+                       " needs " + std::to_string(n) + " bytes, only " + std::to_string(left()) +
+                       " left (truncated file?)");
     }
     return Status::ok();
   }
@@ -171,8 +211,7 @@ Status read_value(Cursor& c, const std::string& path, const std::string& key, Gg
   const uint64_t es = fixed_size(v->elem_type);
   if (v->count > c.left() / es) {
     return data_loss(path + ": key '" + key + "': array of " + std::to_string(v->count) + " " +
-                     std::string(gguf_type_name(v->elem_type)) +
-                     " runs past the end of the file");
+                     std::string(gguf_type_name(v->elem_type)) + " runs past the end of the file");
   }
   v->elems = c.here();
   if (v->elem_type == GgufType::kBool) {
@@ -190,46 +229,69 @@ Status read_value(Cursor& c, const std::string& path, const std::string& key, Gg
 
 std::string_view gguf_type_name(GgufType t) {
   switch (t) {
-    case GgufType::kU8: return "u8";
-    case GgufType::kI8: return "i8";
-    case GgufType::kU16: return "u16";
-    case GgufType::kI16: return "i16";
-    case GgufType::kU32: return "u32";
-    case GgufType::kI32: return "i32";
-    case GgufType::kF32: return "f32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kU64: return "u64";
-    case GgufType::kI64: return "i64";
-    case GgufType::kF64: return "f64";
+    case GgufType::kU8:
+      return "u8";
+    case GgufType::kI8:
+      return "i8";
+    case GgufType::kU16:
+      return "u16";
+    case GgufType::kI16:
+      return "i16";
+    case GgufType::kU32:
+      return "u32";
+    case GgufType::kI32:
+      return "i32";
+    case GgufType::kF32:
+      return "f32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kU64:
+      return "u64";
+    case GgufType::kI64:
+      return "i64";
+    case GgufType::kF64:
+      return "f64";
   }
   return "?";
 }
 
 std::optional<DType> gguf_dtype_from_ggml_type(uint32_t ggml_type) {
   switch (ggml_type) {
-    case kGgmlTypeF32: return DType::kF32;
-    case kGgmlTypeF16: return DType::kF16;
-    case kGgmlTypeBF16: return DType::kBF16;
-    case kGgmlTypeQ8_0: return DType::kQ8_0;
-    case kGgmlTypeQ4_K: return DType::kQ4_K;
-    case kGgmlTypeQ5_K: return DType::kQ5_K;
-    case kGgmlTypeQ6_K: return DType::kQ6_K;
-    case kGgmlTypeI32: return DType::kI32;
-    case kGgmlTypeI64: return DType::kI64;
-    default: return std::nullopt;  // an open set of numbers, not a Ferrite enum
+    case kGgmlTypeF32:
+      return DType::kF32;
+    case kGgmlTypeF16:
+      return DType::kF16;
+    case kGgmlTypeBF16:
+      return DType::kBF16;
+    case kGgmlTypeQ8_0:
+      return DType::kQ8_0;
+    case kGgmlTypeQ4_K:
+      return DType::kQ4_K;
+    case kGgmlTypeQ5_K:
+      return DType::kQ5_K;
+    case kGgmlTypeQ6_K:
+      return DType::kQ6_K;
+    case kGgmlTypeI32:
+      return DType::kI32;
+    case kGgmlTypeI64:
+      return DType::kI64;
+    default:
+      return std::nullopt;  // an open set of numbers, not a Ferrite enum
   }
 }
 
 std::string ggml_type_name(uint32_t t) {
   static constexpr const char* kNames[] = {
-      "F32",     "F16",    "Q4_0",    "Q4_1",   "Q4_2",   "Q4_3",   "Q5_0",    "Q5_1",
-      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",   "Q4_K",   "Q5_K",   "Q6_K",    "Q8_K",
-      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",  "IQ4_NL", "IQ3_S",  "IQ2_S",   "IQ4_XS",
-      "I8",      "I16",    "I32",     "I64",    "F64",    "IQ1_M",  "BF16",    "Q4_0_4_4",
-      "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8",
-      "MXFP4"};
+      "F32",   "F16",        "Q4_0",       "Q4_1",       "Q4_2",     "Q4_3",     "Q5_0",
+      "Q5_1",  "Q8_0",       "Q8_1",       "Q2_K",       "Q3_K",     "Q4_K",     "Q5_K",
+      "Q6_K",  "Q8_K",       "IQ2_XXS",    "IQ2_XS",     "IQ3_XXS",  "IQ1_S",    "IQ4_NL",
+      "IQ3_S", "IQ2_S",      "IQ4_XS",     "I8",         "I16",      "I32",      "I64",
+      "F64",   "IQ1_M",      "BF16",       "Q4_0_4_4",   "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
+      "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
   if (t < std::size(kNames)) return kNames[t];
   return "type " + std::to_string(t);
 }
@@ -255,8 +317,7 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
   FERRITE_RETURN_IF_ERROR(c.u64(&n_tensors, "tensor count"));
   FERRITE_RETURN_IF_ERROR(c.u64(&n_kv, "metadata count"));
   if (n_kv > c.left() / kMinKvBytes) {
-    return data_loss(path + ": metadata count " + std::to_string(n_kv) +
-                     " cannot fit in the file");
+    return data_loss(path + ": metadata count " + std::to_string(n_kv) + " cannot fit in the file");
   }
   if (n_tensors > c.left() / kMinTensorInfoBytes) {
     return data_loss(path + ": tensor count " + std::to_string(n_tensors) +
@@ -372,9 +433,9 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
                        std::to_string(data_size) + " bytes (truncated file?)");
     }
     if (prev != nullptr && info.offset < prev_end) {
-      return data_loss(path + ": tensor '" + t.name + "' at offset " +
-                       std::to_string(info.offset) + " overlaps tensor '" + prev->name +
-                       "' ending at " + std::to_string(prev_end));
+      return data_loss(path + ": tensor '" + t.name + "' at offset " + std::to_string(info.offset) +
+                       " overlaps tensor '" + prev->name + "' ending at " +
+                       std::to_string(prev_end));
     }
     t.file_offset = static_cast<int64_t>(data_offset + info.offset);
     t.data = file.data() + t.file_offset;
@@ -419,8 +480,9 @@ Status GgufFile::type_error(std::string_view key, const GgufValue& v,
 Result<int64_t> GgufFile::get_int(std::string_view key) const {
   FERRITE_ASSIGN_OR_RETURN(const GgufValue* v, typed(key));
   if (!is_integer(v->type)) return type_error(key, *v, "an integer");
-  if (v->u_only) return invalid_argument(path() + ": metadata key '" + std::string(key) +
-                                         "' value " + std::to_string(v->u) + " exceeds int64");
+  if (v->u_only)
+    return invalid_argument(path() + ": metadata key '" + std::string(key) + "' value " +
+                            std::to_string(v->u) + " exceeds int64");
   return v->i;
 }
 
@@ -465,8 +527,8 @@ Result<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) const
 
 Result<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
   FERRITE_ASSIGN_OR_RETURN(const GgufValue* v, typed(key));
-  const bool numeric = is_integer(v->elem_type) || v->elem_type == GgufType::kF32 ||
-                       v->elem_type == GgufType::kF64;
+  const bool numeric =
+      is_integer(v->elem_type) || v->elem_type == GgufType::kF32 || v->elem_type == GgufType::kF64;
   if (v->type != GgufType::kArray || !numeric) return type_error(key, *v, "an array of numbers");
   const uint64_t es = fixed_size(v->elem_type);
   std::vector<double> out;

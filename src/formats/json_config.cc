@@ -57,8 +57,7 @@ Result<JsonConfig> JsonConfig::load(const std::string& path) {
 
 Result<JsonConfig> JsonConfig::parse(std::string_view text, std::string source) {
   if (formats_internal::json_depth_exceeds(text, kMaxConfigDepth)) {
-    return invalid_argument(source + ": JSON nests deeper than " +
-                            std::to_string(kMaxConfigDepth));
+    return invalid_argument(source + ": JSON nests deeper than " + std::to_string(kMaxConfigDepth));
   }
   auto doc = std::make_shared<json>();
   try {

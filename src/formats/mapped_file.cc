@@ -43,8 +43,8 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
       int err = errno;
       ::close(fd);
       file.size_ = 0;
-      std::string msg = path + ": mmap of " + std::to_string(st.st_size) +
-                        " bytes failed: " + std::strerror(err);
+      std::string msg =
+          path + ": mmap of " + std::to_string(st.st_size) + " bytes failed: " + std::strerror(err);
       if (err == ENOMEM) return resource_exhausted(std::move(msg));
       return invalid_argument(std::move(msg));
     }

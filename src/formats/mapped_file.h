@@ -35,9 +35,7 @@ class MappedFile {
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
-  std::string_view bytes() const {
-    return {reinterpret_cast<const char*>(data_), size_};
-  }
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(data_), size_}; }
   // The path as given to open(), used in error messages.
   const std::string& path() const { return path_; }
 

@@ -52,8 +52,7 @@ struct Entry {
 };
 
 // Parses one tensor entry of the header (no range checks against the file yet).
-Status parse_entry(const std::string& path, const std::string& name, const json& info,
-                   Entry* out) {
+Status parse_entry(const std::string& path, const std::string& name, const json& info, Entry* out) {
   auto fail = [&](const std::string& what) {
     return data_loss(path + ": tensor '" + name + "': " + what);
   };
@@ -79,7 +78,8 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
     if (d.is_number_integer() && !d.is_number_unsigned() && d.get<int64_t>() < 0) {
       return fail("negative dimension " + brief(d) + " in shape " + brief(*sh));
     }
-    if (!read_nonneg(d, &dim)) return fail("invalid dimension " + brief(d) + " in shape " + brief(*sh));
+    if (!read_nonneg(d, &dim))
+      return fail("invalid dimension " + brief(d) + " in shape " + brief(*sh));
     shape.push_back(dim);
     overflow = overflow || __builtin_mul_overflow(numel, dim, &numel);
   }
@@ -113,8 +113,23 @@ Result<json> parse_json_bytes(const std::string& path, std::string_view text, co
   if (formats_internal::json_depth_exceeds(text, kMaxJsonDepth)) {
     return data_loss(path + ": " + what + " nests deeper than " + std::to_string(kMaxJsonDepth));
   }
+  // nlohmann keeps the last of duplicate keys; a header naming a tensor twice
+  // is corrupt, so duplicates at the top level are detected while parsing.
+  std::set<std::string> top_keys;
+  std::string duplicate;
+  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && duplicate.empty() &&
+        !top_keys.insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    return json::parse(text.begin(), text.end());
+    json doc = json::parse(text.begin(), text.end(), on_event);
+    if (!duplicate.empty()) {
+      return data_loss(path + ": " + what + " names '" + duplicate + "' twice");
+    }
+    return doc;
   } catch (const json::exception& e) {
     return data_loss(path + ": " + what + " is not valid JSON: " + e.what());
   }
@@ -147,14 +162,22 @@ std::optional<DType> safetensors_dtype_from_name(std::string_view name) {
 
 std::optional<std::string_view> safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF8E4M3: return "F8_E4M3";
-    case DType::kU8: return "U8";
-    case DType::kU32: return "U32";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kU8:
+      return "U8";
+    case DType::kU32:
+      return "U32";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
     case DType::kQ8_0:
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -224,10 +247,9 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   for (Entry& e : entries) {
     const std::string& name = e.tensor.name;
     if (e.end > data_size) {
-      return data_loss(path + ": tensor '" + name + "': data_offsets [" +
-                       std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                       "] run past the data region of " + std::to_string(data_size) +
-                       " bytes (truncated file?)");
+      return data_loss(path + ": tensor '" + name + "': data_offsets [" + std::to_string(e.begin) +
+                       ", " + std::to_string(e.end) + "] run past the data region of " +
+                       std::to_string(data_size) + " bytes (truncated file?)");
     }
     if (e.begin < expected) {
       return data_loss(path + ": tensor '" + name + "' at offset " + std::to_string(e.begin) +
@@ -235,8 +257,8 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     }
     if (e.begin > expected) {
       return data_loss(path + ": gap of " + std::to_string(e.begin - expected) +
-                       " bytes before tensor '" + name + "' at offset " +
-                       std::to_string(e.begin) + " (data region not covered exactly)");
+                       " bytes before tensor '" + name + "' at offset " + std::to_string(e.begin) +
+                       " (data region not covered exactly)");
     }
     expected = e.end;
     prev = &name;
@@ -336,8 +358,8 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::string& pat
     }
     const std::string& shard = it->get_ref<const std::string&>();
     if (!is_safe_relative(shard)) {
-      return data_loss(index_path + ": weight_map entry '" + it.key() + "' names shard '" +
-                       shard + "' outside the model folder");
+      return data_loss(index_path + ": weight_map entry '" + it.key() + "' names shard '" + shard +
+                       "' outside the model folder");
     }
     shards[shard].push_back(it.key());
   }

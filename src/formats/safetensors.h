@@ -12,7 +12,7 @@
 //   - not_found: the file or folder does not exist;
 //   - data_loss: file shorter than 8 bytes, header length > 100 MB or past the
 //     end of the file, header not JSON / not an object / nested deeper than 64,
-//     a malformed entry, a negative or non-integer dimension, a byte size
+//     a malformed entry, a tensor named twice, a negative or non-integer dimension, a byte size
 //     (shape x dtype) different from the data_offsets span, offsets that
 //     overlap, leave gaps or do not cover the data region exactly;
 //   - unsupported: a dtype Ferrite has no DType for (F64, I8, F8_E5M2, ...) or
@@ -20,10 +20,10 @@
 //
 // Dtype names: F32, F16, BF16, F8_E4M3, U8, BOOL (read as kU8), U32, I32, I64.
 //
-// Alignment: tensor data starts at 8 + N + begin in the file. Files written by
-// the reference library (and write_safetensors) pad N to a multiple of 8, so
-// data is 8-byte aligned relative to the page-aligned mapping only if every
-// begin is; readers that need aligned loads must check `data` themselves.
+// Alignment: a tensor's bytes start at file offset 8 + N + begin, and the
+// mapping is page aligned. write_safetensors (like the reference library) pads
+// N to a multiple of 8, but nothing aligns `begin` to the element size in
+// general: check `data` before aligned vector loads.
 #pragma once
 
 #include <cstdint>
@@ -62,9 +62,7 @@ struct SafetensorsTensor {
 
   // A view for kernels and materializers. The memory is read-only: writing
   // through the view faults.
-  TensorView view() const {
-    return TensorView{const_cast<uint8_t*>(data), dtype, shape};
-  }
+  TensorView view() const { return TensorView{const_cast<uint8_t*>(data), dtype, shape}; }
 };
 
 // One mapped .safetensors file. Move-only; moving keeps tensor pointers valid.

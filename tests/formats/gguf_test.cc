@@ -190,8 +190,7 @@ TEST_F(GgufTest, MetadataOfAllTypes) {
   EXPECT_TRUE(f->tensors().empty());
 
   EXPECT_TRUE(has_error(f->get_int("absent").status(), StatusCode::kNotFound, {"'absent'"}));
-  EXPECT_TRUE(has_error(f->get_int("general.architecture").status(),
-                        StatusCode::kInvalidArgument,
+  EXPECT_TRUE(has_error(f->get_int("general.architecture").status(), StatusCode::kInvalidArgument,
                         {path_, "'general.architecture'", "an integer", "got string"}));
   EXPECT_TRUE(has_error(f->get_string_array("ids").status(), StatusCode::kInvalidArgument,
                         {"got array of i32"}));
@@ -205,8 +204,8 @@ TEST_F(GgufTest, MetadataOfAllTypes) {
 TEST_F(GgufTest, TensorsOfSupportedTypes) {
   std::string w = f32_bytes({1, 2, 3, 4, 5, 6});
   std::string h(8 * 2, '\x3c');
-  std::string q8(2 * 34, '\x11');       // 64 elements
-  std::string q4k(2 * 144, '\x22');     // 2 x 256 elements
+  std::string q8(2 * 34, '\x11');    // 64 elements
+  std::string q4k(2 * 144, '\x22');  // 2 x 256 elements
   std::string q5k(176, '\x33');
   std::string q6k(210, '\x44');
   std::string i32(4 * 3, '\x01');
@@ -283,13 +282,13 @@ TEST_F(GgufTest, MetadataErrors) {
   std::string huge_len(8, '\xff');
   EXPECT_TRUE(has_error(open_status(GgufBuilder().kv_raw("s", GgufType::kString, huge_len).bytes()),
                         StatusCode::kDataLoss, {"value of 's'", "truncated"}));
-  EXPECT_TRUE(has_error(open_status(GgufBuilder().kv_raw("t", static_cast<GgufType>(13), "x").bytes()),
-                        StatusCode::kDataLoss, {"'t'", "unknown value type 13"}));
+  EXPECT_TRUE(
+      has_error(open_status(GgufBuilder().kv_raw("t", static_cast<GgufType>(13), "x").bytes()),
+                StatusCode::kDataLoss, {"'t'", "unknown value type 13"}));
   EXPECT_TRUE(has_error(open_status(GgufBuilder().kv<uint8_t>("b", GgufType::kBool, 7).bytes()),
                         StatusCode::kDataLoss, {"'b'", "bool"}));
-  EXPECT_TRUE(has_error(
-      open_status(GgufBuilder().kv_string("k", "1").kv_string("k", "2").bytes()),
-      StatusCode::kDataLoss, {"duplicate metadata key 'k'"}));
+  EXPECT_TRUE(has_error(open_status(GgufBuilder().kv_string("k", "1").kv_string("k", "2").bytes()),
+                        StatusCode::kDataLoss, {"duplicate metadata key 'k'"}));
   // Array counts larger than the file.
   std::string arr;
   uint32_t et = static_cast<uint32_t>(GgufType::kU32);
@@ -307,9 +306,9 @@ TEST_F(GgufTest, MetadataErrors) {
   nested.append(reinterpret_cast<const char*>(&et), 4).append(8, '\0');
   EXPECT_TRUE(has_error(open_status(GgufBuilder().kv_raw("n", GgufType::kArray, nested).bytes()),
                         StatusCode::kUnsupported, {"'n'", "nested"}));
-  EXPECT_TRUE(has_error(
-      open_status(GgufBuilder().kv_array<uint8_t>("f", GgufType::kBool, {0, 2}).bytes()),
-      StatusCode::kDataLoss, {"'f'", "bool"}));
+  EXPECT_TRUE(
+      has_error(open_status(GgufBuilder().kv_array<uint8_t>("f", GgufType::kBool, {0, 2}).bytes()),
+                StatusCode::kDataLoss, {"'f'", "bool"}));
 }
 
 TEST_F(GgufTest, AlignmentErrors) {
@@ -330,26 +329,27 @@ TEST_F(GgufTest, TensorErrors) {
                         StatusCode::kUnsupported, {path_, "'q'", "Q4_0"}));
   EXPECT_TRUE(has_error(open_status(GgufBuilder().tensor("x", {4}, 999, w).bytes()),
                         StatusCode::kUnsupported, {"'x'", "type 999"}));
+  EXPECT_TRUE(
+      has_error(open_status(GgufBuilder().tensor("d", {1, 1, 1, 1, 4}, kGgmlTypeF32, w).bytes()),
+                StatusCode::kDataLoss, {"'d'", "5 dimensions"}));
+  EXPECT_TRUE(
+      has_error(open_status(GgufBuilder().tensor("big", {~uint64_t{0}}, kGgmlTypeF32, w).bytes()),
+                StatusCode::kDataLoss, {"'big'", "out of range"}));
   EXPECT_TRUE(has_error(
-      open_status(GgufBuilder().tensor("d", {1, 1, 1, 1, 4}, kGgmlTypeF32, w).bytes()),
-      StatusCode::kDataLoss, {"'d'", "5 dimensions"}));
-  EXPECT_TRUE(has_error(
-      open_status(GgufBuilder().tensor("big", {~uint64_t{0}}, kGgmlTypeF32, w).bytes()),
-      StatusCode::kDataLoss, {"'big'", "out of range"}));
-  EXPECT_TRUE(has_error(open_status(GgufBuilder()
-                                        .tensor("ovf", {uint64_t{1} << 40, uint64_t{1} << 40},
-                                                kGgmlTypeF32, w)
-                                        .bytes()),
-                        StatusCode::kDataLoss, {"'ovf'", "too large"}));
+      open_status(GgufBuilder()
+                      .tensor("ovf", {uint64_t{1} << 40, uint64_t{1} << 40}, kGgmlTypeF32, w)
+                      .bytes()),
+      StatusCode::kDataLoss, {"'ovf'", "too large"}));
   EXPECT_TRUE(has_error(open_status(GgufBuilder().tensor("q8", {40}, kGgmlTypeQ8_0, w).bytes()),
                         StatusCode::kDataLoss, {"'q8'", "multiple of", "32"}));
-  EXPECT_TRUE(has_error(
-      open_status(GgufBuilder().tensor("u", {4}, kGgmlTypeF32, w, /*offset=*/8).bytes()),
-      StatusCode::kDataLoss, {"'u'", "offset 8", "alignment 32"}));
-  EXPECT_TRUE(has_error(
-      open_status(GgufBuilder().tensor("w", {4}, kGgmlTypeF32, w).tensor("w", {4}, kGgmlTypeF32, w)
-                      .bytes()),
-      StatusCode::kDataLoss, {"'w'", "duplicate"}));
+  EXPECT_TRUE(
+      has_error(open_status(GgufBuilder().tensor("u", {4}, kGgmlTypeF32, w, /*offset=*/8).bytes()),
+                StatusCode::kDataLoss, {"'u'", "offset 8", "alignment 32"}));
+  EXPECT_TRUE(has_error(open_status(GgufBuilder()
+                                        .tensor("w", {4}, kGgmlTypeF32, w)
+                                        .tensor("w", {4}, kGgmlTypeF32, w)
+                                        .bytes()),
+                        StatusCode::kDataLoss, {"'w'", "duplicate"}));
   EXPECT_TRUE(has_error(
       open_status(GgufBuilder().tensor("far", {4}, kGgmlTypeF32, w, /*offset=*/4096).bytes()),
       StatusCode::kDataLoss, {"'far'", "runs past"}));

@@ -62,8 +62,7 @@ TEST(JsonConfig, LoadErrors) {
       << bad.status().message();
 
   write_bytes(dir.file("empty.json"), "");
-  EXPECT_EQ(JsonConfig::load(dir.file("empty.json")).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(JsonConfig::load(dir.file("empty.json")).status().code(), StatusCode::kInvalidArgument);
   write_bytes(dir.file("array.json"), "[1]");
   auto arr = JsonConfig::load(dir.file("array.json"));
   EXPECT_EQ(arr.status().code(), StatusCode::kInvalidArgument);

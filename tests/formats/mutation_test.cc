@@ -21,9 +21,13 @@ std::string valid_safetensors(const TempDir& dir) {
   std::vector<float> a = {1, 2, 3, 4, 5, 6};
   std::vector<uint16_t> b = {1, 2, 3};
   std::vector<SafetensorsWriteTensor> in = {
-      {"layer.a", DType::kF32, Shape{2, 3},
+      {"layer.a",
+       DType::kF32,
+       Shape{2, 3},
        {reinterpret_cast<const uint8_t*>(a.data()), a.size() * 4}},
-      {"layer.b", DType::kBF16, Shape{3},
+      {"layer.b",
+       DType::kBF16,
+       Shape{3},
        {reinterpret_cast<const uint8_t*>(b.data()), b.size() * 2}}};
   const std::string p = dir.file("valid.safetensors");
   EXPECT_TRUE(write_safetensors(p, in, {{"format", "pt"}}).is_ok());

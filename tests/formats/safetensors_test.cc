@@ -149,8 +149,7 @@ TEST(SafetensorsWriter, RejectsBadInput) {
       {"__metadata__", DType::kF32, Shape{4}, as_bytes(four)}};
   EXPECT_EQ(write_safetensors(dir.file("d"), reserved).code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(std::filesystem::exists(dir.file("a")));
-  EXPECT_EQ(write_safetensors(dir.file("no/such/dir/x"), {}).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(write_safetensors(dir.file("no/such/dir/x"), {}).code(), StatusCode::kInvalidArgument);
 }
 
 // ---------------------------------------------------------------------------
@@ -188,20 +187,20 @@ TEST_F(SafetensorsCorrupt, ShorterThanEightBytes) {
 TEST_F(SafetensorsCorrupt, HeaderLengthAbsurd) {
   EXPECT_TRUE(has_error(open_raw(le64(uint64_t{1} << 62) + "{}"), StatusCode::kDataLoss,
                         {path_, "exceeds the limit"}));
-  EXPECT_TRUE(has_error(open_raw(le64(~uint64_t{0}) + "{}"), StatusCode::kDataLoss,
-                        {"exceeds the limit"}));
+  EXPECT_TRUE(
+      has_error(open_raw(le64(~uint64_t{0}) + "{}"), StatusCode::kDataLoss, {"exceeds the limit"}));
 }
 
 TEST_F(SafetensorsCorrupt, HeaderLengthPastEnd) {
-  EXPECT_TRUE(has_error(open_raw(le64(100) + "{}"), StatusCode::kDataLoss,
-                        {path_, "past the end"}));
+  EXPECT_TRUE(
+      has_error(open_raw(le64(100) + "{}"), StatusCode::kDataLoss, {path_, "past the end"}));
   // Only the length, nothing else.
   EXPECT_TRUE(has_error(open_raw(le64(1)), StatusCode::kDataLoss, {"past the end"}));
 }
 
 TEST_F(SafetensorsCorrupt, HeaderNotJson) {
-  EXPECT_TRUE(has_error(open_header("{not json", ""), StatusCode::kDataLoss,
-                        {path_, "not valid JSON"}));
+  EXPECT_TRUE(
+      has_error(open_header("{not json", ""), StatusCode::kDataLoss, {path_, "not valid JSON"}));
   EXPECT_TRUE(has_error(open_header("", ""), StatusCode::kDataLoss, {"not valid JSON"}));
   EXPECT_TRUE(has_error(open_header("[1, 2]", ""), StatusCode::kDataLoss, {"not a JSON object"}));
   EXPECT_TRUE(has_error(open_header("\"s\"", ""), StatusCode::kDataLoss, {"not a JSON object"}));
@@ -222,21 +221,19 @@ TEST_F(SafetensorsCorrupt, UnknownDtype) {
 }
 
 TEST_F(SafetensorsCorrupt, BoolReadsAsU8) {
-  ASSERT_TRUE(
-      open_header(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})",
-                          std::string("\1\0\1", 3)).is_ok());
+  ASSERT_TRUE(open_header(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})",
+                          std::string("\1\0\1", 3))
+                  .is_ok());
   auto f = SafetensorsFile::open(path_);
   EXPECT_EQ(f->find("m")->dtype, DType::kU8);
 }
 
 TEST_F(SafetensorsCorrupt, BadShapes) {
+  EXPECT_TRUE(has_error(open_header(R"({"w":{"dtype":"F32","shape":[-1,2],"data_offsets":[0,8]}})",
+                                    std::string(8, 0)),
+                        StatusCode::kDataLoss, {"'w'", "negative dimension -1"}));
   EXPECT_TRUE(has_error(
-      open_header(R"({"w":{"dtype":"F32","shape":[-1,2],"data_offsets":[0,8]}})",
-                  std::string(8, 0)),
-      StatusCode::kDataLoss, {"'w'", "negative dimension -1"}));
-  EXPECT_TRUE(has_error(
-      open_header(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})",
-                  std::string(8, 0)),
+      open_header(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", std::string(8, 0)),
       StatusCode::kDataLoss, {"'w'", "invalid dimension 2.5"}));
   EXPECT_TRUE(has_error(
       open_header(R"({"w":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", std::string(8, 0)),
@@ -246,8 +243,8 @@ TEST_F(SafetensorsCorrupt, BadShapes) {
       StatusCode::kUnsupported, {"'w'", "rank 7"}));
   // numel overflows int64: must not wrap around into a "matching" size.
   EXPECT_TRUE(has_error(
-      open_header(
-          R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,0]}})", ""),
+      open_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,0]}})",
+                  ""),
       StatusCode::kDataLoss, {"'w'", "too large"}));
   EXPECT_TRUE(has_error(
       open_header(R"({"w":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,0]}})",
@@ -256,19 +253,18 @@ TEST_F(SafetensorsCorrupt, BadShapes) {
 }
 
 TEST_F(SafetensorsCorrupt, SizeNotEqualToSpan) {
-  EXPECT_TRUE(has_error(
-      open_header(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})",
-                  std::string(12, 0)),
-      StatusCode::kDataLoss, {path_, "'w'", "span 12 bytes", "needs 16"}));
+  EXPECT_TRUE(has_error(open_header(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})",
+                                    std::string(12, 0)),
+                        StatusCode::kDataLoss, {path_, "'w'", "span 12 bytes", "needs 16"}));
 }
 
 TEST_F(SafetensorsCorrupt, MalformedOffsets) {
-  EXPECT_TRUE(has_error(
-      open_header(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[2,0]}})", "ab"),
-      StatusCode::kDataLoss, {"'w'", "invalid data_offsets"}));
-  EXPECT_TRUE(has_error(
-      open_header(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[-2,0]}})", "ab"),
-      StatusCode::kDataLoss, {"'w'", "invalid data_offsets"}));
+  EXPECT_TRUE(
+      has_error(open_header(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[2,0]}})", "ab"),
+                StatusCode::kDataLoss, {"'w'", "invalid data_offsets"}));
+  EXPECT_TRUE(
+      has_error(open_header(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[-2,0]}})", "ab"),
+                StatusCode::kDataLoss, {"'w'", "invalid data_offsets"}));
   EXPECT_TRUE(has_error(open_header(R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0]}})", "ab"),
                         StatusCode::kDataLoss, {"'w'", "data_offsets"}));
   EXPECT_TRUE(has_error(open_header(R"({"w":{"dtype":"U8","shape":[2]}})", "ab"),
@@ -280,12 +276,12 @@ TEST_F(SafetensorsCorrupt, MalformedOffsets) {
 TEST_F(SafetensorsCorrupt, OffsetsPastEnd) {
   // The header is honest but the file was truncated.
   EXPECT_TRUE(has_error(
-      open_header(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
-                  std::string(10, 0)),
+      open_header(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", std::string(10, 0)),
       StatusCode::kDataLoss, {path_, "'w'", "run past the data region of 10 bytes"}));
   EXPECT_TRUE(has_error(
-      open_header(R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[9223372036854775800,9223372036854775804]}})",
-                  ""),
+      open_header(
+          R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[9223372036854775800,9223372036854775804]}})",
+          ""),
       StatusCode::kDataLoss, {"'w'", "run past"}));
 }
 
@@ -301,17 +297,24 @@ TEST_F(SafetensorsCorrupt, OverlappingOffsets) {
                         StatusCode::kDataLoss, {"overlaps"}));
 }
 
+TEST_F(SafetensorsCorrupt, DuplicateTensorName) {
+  EXPECT_TRUE(has_error(open_header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},
+                                        "a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+                                    "abcd"),
+                        StatusCode::kDataLoss, {path_, "'a' twice"}));
+}
+
 TEST_F(SafetensorsCorrupt, GapsAndTrailingBytes) {
   EXPECT_TRUE(has_error(open_header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},
                                         "b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
                                     "abcdef"),
                         StatusCode::kDataLoss, {"gap of 2 bytes", "'b'"}));
-  EXPECT_TRUE(has_error(open_header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
-                                    "abcd"),
-                        StatusCode::kDataLoss, {"gap", "'a'"}));
-  EXPECT_TRUE(has_error(open_header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})",
-                                    "abcd"),
-                        StatusCode::kDataLoss, {"cover 2 bytes", "holds 4"}));
+  EXPECT_TRUE(
+      has_error(open_header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", "abcd"),
+                StatusCode::kDataLoss, {"gap", "'a'"}));
+  EXPECT_TRUE(
+      has_error(open_header(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", "abcd"),
+                StatusCode::kDataLoss, {"cover 2 bytes", "holds 4"}));
   // Data region but no tensors at all.
   EXPECT_TRUE(has_error(open_header("{}", "xx"), StatusCode::kDataLoss, {"trailing"}));
 }
@@ -325,7 +328,8 @@ TEST_F(SafetensorsCorrupt, BadMetadata) {
 
 TEST_F(SafetensorsCorrupt, UnpaddedHeaderIsAccepted) {
   // Alignment padding is a convention, not a requirement.
-  ASSERT_TRUE(open_header(R"({"w":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", "abc").is_ok());
+  ASSERT_TRUE(
+      open_header(R"({"w":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", "abc").is_ok());
 }
 
 // Every truncation of a valid file fails cleanly (never crashes or succeeds).
@@ -409,8 +413,7 @@ TEST_F(SafetensorsCheckpointTest, ShardedFolder) {
   ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
   // Move it: the mappings and tensor pointers must survive.
   SafetensorsCheckpoint c = std::move(opened).value();
-  EXPECT_EQ(c.names(),
-            (std::vector<std::string>{"embed", "layer.0.w", "layer.1.w", "lm_head"}));
+  EXPECT_EQ(c.names(), (std::vector<std::string>{"embed", "layer.0.w", "layer.1.w", "lm_head"}));
   EXPECT_EQ(c.size(), 4u);
   EXPECT_EQ(c.total_bytes(), 64);
   EXPECT_EQ(c.files().size(), 2u);
@@ -422,6 +425,17 @@ TEST_F(SafetensorsCheckpointTest, ShardedFolder) {
   EXPECT_NE(c.find("embed")->data, nullptr);
   EXPECT_FLOAT_EQ(c.find("layer.0.w")->view().as<const float>()[0], 90.f);
   EXPECT_TRUE(has_error(c.get("nope").status(), StatusCode::kNotFound, {"'nope'"}));
+}
+
+TEST_F(SafetensorsCheckpointTest, UnlistedShardTensorsAreKept) {
+  write_two_shards();
+  nlohmann::json map = good_map();
+  map.erase("lm_head");
+  write_index(map);
+  auto c = SafetensorsCheckpoint::open(dir_.path().string());
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_NE(c->find("lm_head"), nullptr);
+  EXPECT_EQ(c->size(), 4u);
 }
 
 TEST_F(SafetensorsCheckpointTest, SingleFileWinsOverIndex) {
