@@ -480,4 +480,65 @@ Status write_safetensors(const std::string& path, std::span<const SafetensorsWri
   return Status::ok();
 }
 
+Status write_safetensors_checkpoint(const std::string& dir,
+                                    std::span<const SafetensorsWriteTensor> tensors,
+                                    int64_t max_shard_bytes,
+                                    const std::map<std::string, std::string>& metadata) {
+  if (max_shard_bytes <= 0) {
+    return invalid_argument(dir + ": max_shard_bytes must be positive, got " +
+                            std::to_string(max_shard_bytes));
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return invalid_argument(dir + ": cannot create folder: " + ec.message());
+
+  std::vector<const SafetensorsWriteTensor*> order;
+  for (const SafetensorsWriteTensor& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](const auto* a, const auto* b) { return a->name < b->name; });
+  // Duplicates could land in different shards, where write_safetensors would
+  // not see them.
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (order[i]->name == order[i - 1]->name) {
+      return invalid_argument(dir + ": tensor '" + order[i]->name + "': duplicate name");
+    }
+  }
+  int64_t total = 0;
+  std::vector<std::vector<SafetensorsWriteTensor>> shards(1);
+  int64_t shard_bytes = 0;
+  for (const auto* t : order) {
+    const int64_t n = static_cast<int64_t>(t->data.size());
+    if (!shards.back().empty() && shard_bytes + n > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(*t);
+    shard_bytes += n;
+    total += n;
+  }
+  const fs::path folder(dir);
+  if (shards.size() == 1) {
+    return write_safetensors(
+        (folder / std::string(SafetensorsCheckpoint::kSingleFileName)).string(), shards[0],
+        metadata);
+  }
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  char name[64];
+  for (size_t i = 0; i < shards.size(); ++i) {
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    FERRITE_RETURN_IF_ERROR(write_safetensors((folder / name).string(), shards[i], metadata));
+    for (const auto& t : shards[i]) weight_map[t.name] = name;
+  }
+  nlohmann::ordered_json index = nlohmann::ordered_json::object();
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] = std::move(weight_map);
+  const std::string index_path =
+      (folder / std::string(SafetensorsCheckpoint::kIndexFileName)).string();
+  std::ofstream f(index_path, std::ios::trunc);
+  f << index.dump(2) << "\n";
+  f.flush();
+  if (!f) return invalid_argument(index_path + ": write failed: " + std::strerror(errno));
+  return Status::ok();
+}
+
 }  // namespace ferrite

@@ -157,4 +157,18 @@ struct SafetensorsWriteTensor {
 Status write_safetensors(const std::string& path, std::span<const SafetensorsWriteTensor> tensors,
                          const std::map<std::string, std::string>& metadata = {});
 
+// Writes a checkpoint folder as transformers' save_pretrained does: one
+// `model.safetensors` when the tensors total at most `max_shard_bytes`, else
+// `model-0000i-of-0000N.safetensors` shards plus `model.safetensors.index.json`
+// ({"metadata": {"total_size": bytes}, "weight_map": {name: shard}}). Tensors
+// go in sorted-name order; a shard is closed when the next tensor would exceed
+// the limit (a tensor larger than the limit gets a shard of its own). `dir` is
+// created when missing; `metadata` goes into every file's "__metadata__".
+// Errors: as write_safetensors, and invalid_argument for max_shard_bytes <= 0
+// or a folder that cannot be created.
+Status write_safetensors_checkpoint(const std::string& dir,
+                                    std::span<const SafetensorsWriteTensor> tensors,
+                                    int64_t max_shard_bytes,
+                                    const std::map<std::string, std::string>& metadata = {});
+
 }  // namespace ferrite

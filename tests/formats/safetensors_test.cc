@@ -438,6 +438,50 @@ TEST_F(SafetensorsCheckpointTest, UnlistedShardTensorsAreKept) {
   EXPECT_EQ(c->size(), 4u);
 }
 
+TEST_F(SafetensorsCheckpointTest, WriterShardsAndReadsBack) {
+  std::vector<std::vector<float>> data;
+  std::vector<SafetensorsWriteTensor> in;
+  data.reserve(5);
+  auto tname = [](int k) { return std::string{'t', static_cast<char>('0' + k)}; };
+  for (int i = 0; i < 5; ++i) {
+    data.push_back(iota(4 + i, static_cast<float>(i)));  // 16..32 bytes
+    in.push_back({tname(4 - i), DType::kF32, Shape{4 + i}, as_bytes(data.back())});
+  }
+  const std::string sharded = dir_.file("sharded");
+  ASSERT_TRUE(write_safetensors_checkpoint(sharded, in, 50, {{"format", "pt"}}).is_ok());
+  EXPECT_TRUE(std::filesystem::exists(sharded + "/model-00001-of-00004.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(sharded + "/model.safetensors"));
+  auto index = nlohmann::json::parse(read_bytes(sharded + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["metadata"]["total_size"], 16 + 20 + 24 + 28 + 32);
+  EXPECT_EQ(index["weight_map"]["t0"], "model-00001-of-00004.safetensors");
+  EXPECT_EQ(index["weight_map"]["t4"], "model-00004-of-00004.safetensors");
+  auto c = SafetensorsCheckpoint::open(sharded);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->files().size(), 4u);
+  EXPECT_EQ(c->total_bytes(), 120);
+  for (int i = 0; i < 5; ++i) {
+    const SafetensorsTensor* t = c->find(tname(4 - i));
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->shape, Shape{4 + i});
+    EXPECT_FLOAT_EQ(t->view().as<const float>()[3], i + 3.f);
+  }
+  EXPECT_EQ(c->files()[0].metadata().at("format"), "pt");
+
+  const std::string single = dir_.file("single");
+  ASSERT_TRUE(write_safetensors_checkpoint(single, in, 1 << 20).is_ok());
+  EXPECT_TRUE(std::filesystem::exists(single + "/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(single + "/model.safetensors.index.json"));
+  auto c1 = SafetensorsCheckpoint::open(single);
+  ASSERT_TRUE(c1.is_ok()) << c1.status().to_string();
+  EXPECT_EQ(c1->size(), 5u);
+
+  EXPECT_EQ(write_safetensors_checkpoint(dir_.file("z"), in, 0).code(),
+            StatusCode::kInvalidArgument);
+  in.push_back(in.front());
+  EXPECT_EQ(write_safetensors_checkpoint(dir_.file("d"), in, 16).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(SafetensorsCheckpointTest, SingleFileWinsOverIndex) {
   write_shard("model.safetensors", {"only"});
   write_bytes(dir_.file("model.safetensors.index.json"), "garbage");
