@@ -160,6 +160,7 @@ Status BoundPlan::forward(const StepBatch& batch) {
   DeviceBuffer& ids = values_.at(program_.ids_value);
   FERRITE_RETURN_IF_ERROR(
       device_.copy_to_device(ids.data(), batch.token_ids.data(), 4 * batch.token_ids.size()));
+  if (ctx_.preparer) FERRITE_RETURN_IF_ERROR(ctx_.preparer->prepare(batch));
   for (const PlannedNode& node : plan_.nodes) {
     std::vector<TensorView> bindings;
     for (const BindingRef& ref : node.node->bindings) {

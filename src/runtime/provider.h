@@ -56,11 +56,23 @@ struct NodeSignature {
   std::vector<std::optional<DType>> binding_dtypes;  // schema binding order
 };
 
+// A backend hook run once per step before any node: e.g. the CUDA backend
+// uploads the step's metadata (token -> sequence, positions, block tables,
+// state slots) into its small per-step binding buffer, which its providers
+// then read (and which CUDA graph replays read at fixed addresses).
+class StepPreparer {
+ public:
+  virtual ~StepPreparer() = default;
+  virtual Status prepare(const StepBatch& batch) = 0;
+};
+
 // Backend execution context: the thread pool on CPU, the stream on CUDA.
 struct ExecContext {
   Device* device = nullptr;
   ThreadPool* pool = nullptr;
   void* stream = nullptr;
+  StepPreparer* preparer = nullptr;  // optional
+  void* backend = nullptr;           // optional backend-private state
 };
 
 struct Invocation {
