@@ -21,8 +21,8 @@
 //   - data_loss: short file, bad magic, a count, string or array running past
 //     the end of the file, an unknown value type, a bool byte other than 0/1,
 //     a duplicate key or tensor name, `general.alignment` not a power-of-two
-//     u32, more than 4 dimensions, a dimension above INT64_MAX, a first
-//     dimension not a multiple of the block size, an offset not aligned,
+//     u32, more than 4 dimensions, a dimension above INT64_MAX, an innermost
+//     dimension (ne[0]) not a multiple of the block size, an offset not aligned,
 //     tensor data past the end of the file or overlapping another tensor;
 //   - unsupported: version other than 2 or 3, nested arrays, a ggml type
 //     Ferrite does not read (supported: F32, F16, BF16, Q8_0, Q4_K, Q5_K,

@@ -12,9 +12,10 @@
 //   - not_found: the file or folder does not exist;
 //   - data_loss: file shorter than 8 bytes, header length > 100 MB or past the
 //     end of the file, header not JSON / not an object / nested deeper than 64,
-//     a malformed entry, a tensor named twice, a negative or non-integer dimension, a byte size
-//     (shape x dtype) different from the data_offsets span, offsets that
-//     overlap, leave gaps or do not cover the data region exactly;
+//     a malformed entry, a tensor named twice, a negative or non-integer
+//     dimension, a byte size (shape x dtype) different from the data_offsets
+//     span, offsets that overlap, leave gaps or do not cover the data region
+//     exactly;
 //   - unsupported: a dtype Ferrite has no DType for (F64, I8, F8_E5M2, ...) or
 //     a rank above Shape::kMaxRank.
 //
