@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/tokenize_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ferrite: a C++ LLM inference and serving engine"};
@@ -11,9 +12,10 @@ int main(int argc, char** argv) {
   ferrite::cli::register_info(app, &exit_code);
   ferrite::cli::register_bench(app, &exit_code);
   ferrite::cli::register_create_model(app, &exit_code);
+  ferrite::cli::register_tokenize_commands(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Error& e) {
     return app.exit(e);
   }
   return exit_code;
