@@ -9,6 +9,7 @@
 // bound plans; everything per-step comes in the Invocation.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,7 +29,7 @@ struct StepLimits {
   int64_t max_tokens = 512;     // packed tokens per step
   int64_t max_sequences = 64;   // sequences per step
   int64_t max_context = 4096;   // positions per sequence
-  int64_t threads = 1;          // CPU worker threads
+  int64_t threads = 0;          // CPU worker threads (0: the global pool)
 };
 
 struct ProviderDescriptor {
@@ -66,12 +67,25 @@ class StepPreparer {
   virtual Status prepare(const StepBatch& batch) = 0;
 };
 
+// A backend hook that runs the nodes of a step itself: the CUDA backend pads
+// decode steps to a batch-size bucket and replays a captured graph of
+// `encode_nodes` (which records every node of the plan for the batch it is
+// given). When set, the executor calls it instead of preparer + nodes; it
+// must prepare the step metadata itself.
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  virtual Status run(const StepBatch& batch,
+                     const std::function<Status(const StepBatch&)>& encode_nodes) = 0;
+};
+
 // Backend execution context: the thread pool on CPU, the stream on CUDA.
 struct ExecContext {
   Device* device = nullptr;
   ThreadPool* pool = nullptr;
   void* stream = nullptr;
   StepPreparer* preparer = nullptr;  // optional
+  StepRunner* runner = nullptr;      // optional (graph replay)
   void* backend = nullptr;           // optional backend-private state
 };
 

@@ -184,7 +184,11 @@ class CausalPagedAttentionFast final : public Provider {
     int64_t max_context = 0;
     for (const SequenceSlice& seq : inv.batch->sequences)
       max_context = std::max<int64_t>(max_context, seq.position_start + seq.token_count);
-    const int64_t parts = std::min<int64_t>(pool ? pool->size() : 1, tokens * nh);
+    // One scores row per part; the workspace was sized for the planned
+    // thread count, so never use more parts than it holds.
+    const int64_t parts = std::min<int64_t>({pool ? pool->size() : 1, tokens * nh,
+                                             scratch.remaining_floats() / (max_context + hd)});
+    if (parts < 1) return internal_error("attention workspace smaller than one scores row");
     float* per_part = scratch.floats(parts * (max_context + hd));
 
     float* hidden = b[kHidden].as<float>();

@@ -28,6 +28,11 @@ class Scratch {
     used_ = start + 4 * n;
     return reinterpret_cast<float*>(base_ + start);
   }
+  // f32 elements still available.
+  int64_t remaining_floats() const {
+    int64_t start = (used_ + 63) / 64 * 64;
+    return std::max<int64_t>(0, (cap_ - start) / 4);
+  }
   // Bytes `floats` calls of these sizes need (for workspace formulas).
   static int64_t bytes_for(std::initializer_list<int64_t> sizes) {
     int64_t total = 0;

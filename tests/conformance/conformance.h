@@ -1,0 +1,98 @@
+// The conformance suite: every (contract, provider) pair of every backend is
+// compared with the CPU reference provider of that contract, on generated
+// cases, with the tolerance of the contract's OracleSpec.
+//
+// A case is data only: the node signature (contract, attributes, dtypes),
+// host tensors for every binding, the step batch and, for the sampler
+// contracts, the sampling batch. One file per contract (`<op>_cases.cc`)
+// generates its cases; `conformance_test.cc` runs them on every provider, so
+// a new provider needs no new test code. A new backend adds itself in
+// `backends.cc`.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/provider.h"
+#include "runtime/registry.h"
+
+namespace ferrite::conformance {
+
+struct HostTensor {
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::vector<uint8_t> bytes;  // empty: binding absent
+  // True for activations and KV state that follow the activation dtype of
+  // the provider under test (converted from f32); false for ids, masks,
+  // weights and f32-always tensors such as logits.
+  bool follows_activation = false;
+  bool present() const { return !bytes.empty(); }
+};
+
+struct Case {
+  std::string name;
+  const ContractSchema* contract = nullptr;
+  Attributes attrs;
+  std::vector<HostTensor> bindings;  // schema order
+  StepBatch batch;
+  SamplingBatch sampling;
+  // Owns the memory that batch / sampling spans point into.
+  std::vector<std::shared_ptr<std::vector<int32_t>>> block_tables;
+  std::vector<std::shared_ptr<std::vector<uint32_t>>> histories;
+};
+
+// Case generators, one per contract file.
+std::vector<Case> token_embedding_cases();
+std::vector<Case> rms_norm_cases();
+std::vector<Case> residual_add_cases();
+std::vector<Case> dense_linear_cases();
+std::vector<Case> dense_swiglu_cases();
+std::vector<Case> causal_paged_attention_cases();
+std::vector<Case> last_token_dense_linear_cases();
+std::vector<Case> last_token_masked_argmax_cases();
+std::vector<Case> last_token_sample_cases();
+// Every case of every contract.
+std::vector<Case> all_cases();
+
+// A backend under test: its device, registry and execution context.
+struct Backend {
+  std::string name;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Registry> registry;
+  ExecContext ctx;
+  std::shared_ptr<void> keep_alive;  // backend-private state behind ctx
+};
+// Every backend compiled in and usable on this machine (CPU always).
+std::vector<Backend> available_backends();
+// Backends compiled in but not usable here, with the reason (e.g. no GPU).
+std::vector<std::string> skipped_backends();
+
+// --- helpers for case generators -----------------------------------------
+
+class CaseRng {
+ public:
+  explicit CaseRng(uint64_t seed) : rng_(seed) {}
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
+  int64_t integer(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+  std::mt19937_64& engine() { return rng_; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// A tensor of `dtype` with uniform values in [lo, hi] (rounded to dtype).
+HostTensor random_tensor(CaseRng& rng, DType dtype, Shape shape, float lo, float hi,
+                         bool follows_activation);
+HostTensor u32_tensor(const std::vector<uint32_t>& values);
+HostTensor zeros(DType dtype, Shape shape, bool follows_activation);
+// Adds a sequence slice (and its block table) to the case's batch.
+void add_sequence(Case& c, int32_t token_count, int32_t position_start,
+                  std::vector<int32_t> block_table = {}, int32_t state_slot = -1);
+
+}  // namespace ferrite::conformance

@@ -1,0 +1,258 @@
+// Runs every case on every provider of every available backend and compares
+// with the CPU reference provider of the same contract. Each provider is
+// tried with each activation dtype it accepts (f32, bf16, f16): activations
+// and KV state are converted for it, and the reference runs in f32 on the
+// same values rounded through that dtype.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "tests/conformance/conformance.h"
+
+namespace ferrite::conformance {
+namespace {
+
+float to_f32(const HostTensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, &t.bytes[4 * i], 4);
+      return v;
+    }
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, &t.bytes[2 * i], 2);
+      return bf16_to_f32(h);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, &t.bytes[2 * i], 2);
+      return f16_to_f32(h);
+    }
+    case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
+    case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      break;
+  }
+  FERRITE_CHECK(false) << "to_f32 of " << dtype_name(t.dtype);
+  return 0;
+}
+
+HostTensor convert(const HostTensor& t, DType to) {
+  if (t.dtype == to || !t.present()) return t;
+  HostTensor out = zeros(to, t.shape, t.follows_activation);
+  const int64_t n = t.shape.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    float v = to_f32(t, i);
+    switch (to) {
+      case DType::kF32: std::memcpy(&out.bytes[4 * i], &v, 4); break;
+      case DType::kBF16: {
+        uint16_t h = f32_to_bf16(v);
+        std::memcpy(&out.bytes[2 * i], &h, 2);
+        break;
+      }
+      case DType::kF16: {
+        uint16_t h = f32_to_f16(v);
+        std::memcpy(&out.bytes[2 * i], &h, 2);
+        break;
+      }
+      case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
+      case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+        FERRITE_CHECK(false) << "convert to " << dtype_name(to);
+    }
+  }
+  return out;
+}
+
+bool has_activation_bindings(const Case& c) {
+  for (const HostTensor& t : c.bindings)
+    if (t.follows_activation) return true;
+  return false;
+}
+
+// The case as the provider sees it with activation dtype `act`.
+std::vector<HostTensor> bindings_for(const Case& c, DType act) {
+  std::vector<HostTensor> out;
+  for (const HostTensor& t : c.bindings) out.push_back(t.follows_activation ? convert(t, act) : t);
+  return out;
+}
+
+NodeSignature signature_for(const Case& c, const std::vector<HostTensor>& bindings, DType act) {
+  NodeSignature sig;
+  sig.contract = c.contract;
+  sig.attrs = c.attrs;
+  sig.activation_dtype = has_activation_bindings(c) ? act : DType::kF32;
+  for (const HostTensor& t : bindings)
+    sig.binding_dtypes.push_back(t.present() ? std::optional<DType>(t.dtype) : std::nullopt);
+  return sig;
+}
+
+// Runs one provider on one backend; returns every binding after the call.
+Result<std::vector<HostTensor>> run(const Case& c, std::vector<HostTensor> bindings, DType act,
+                                    const Provider& provider, Backend& backend) {
+  NodeSignature sig = signature_for(c, bindings, act);
+  StepLimits limits;
+  limits.max_tokens = c.batch.num_tokens();
+  limits.max_sequences = c.batch.num_sequences();
+  limits.max_context = 1;
+  for (const SequenceSlice& s : c.batch.sequences)
+    limits.max_context = std::max<int64_t>(limits.max_context, s.position_start + s.token_count);
+  Device& dev = *backend.device;
+  std::vector<DeviceBuffer> buffers;
+  Invocation inv;
+  inv.signature = &sig;
+  for (const HostTensor& t : bindings) {
+    TensorView v;
+    if (t.present()) {
+      FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(dev, t.bytes.size()));
+      FERRITE_RETURN_IF_ERROR(dev.copy_to_device(buf.data(), t.bytes.data(), t.bytes.size()));
+      v = TensorView{buf.data(), t.dtype, t.shape};
+      buffers.push_back(std::move(buf));
+    }
+    inv.bindings.push_back(v);
+  }
+  const int64_t ws = provider.workspace_bytes(sig, limits);
+  FERRITE_ASSIGN_OR_RETURN(auto workspace, DeviceBuffer::allocate(dev, std::max<int64_t>(ws, 1)));
+  inv.workspace = workspace.data();
+  inv.workspace_bytes = ws;
+  inv.batch = &c.batch;
+  inv.sampling = &c.sampling;
+  inv.ctx = &backend.ctx;
+  if (backend.ctx.preparer) FERRITE_RETURN_IF_ERROR(backend.ctx.preparer->prepare(c.batch));
+  FERRITE_RETURN_IF_ERROR(provider.encode(inv));
+  FERRITE_RETURN_IF_ERROR(dev.synchronize());
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    if (!bindings[i].present()) continue;
+    FERRITE_RETURN_IF_ERROR(
+        dev.copy_to_host(bindings[i].bytes.data(), inv.bindings[i].data, bindings[i].bytes.size()));
+  }
+  return bindings;
+}
+
+const Provider* reference_for(const Registry& cpu, const std::string& contract) {
+  for (const Provider* p : cpu.providers_for(contract))
+    if (p->descriptor().name.find(".reference.") != std::string::npos) return p;
+  return nullptr;
+}
+
+// Compares every binding the contract writes.
+void compare(const Case& c, const std::vector<HostTensor>& want, const std::vector<HostTensor>& got,
+             DType act, const std::string& what) {
+  const OracleSpec& oracle = c.contract->oracle();
+  const double scale = act == DType::kF32 ? 1.0 : oracle.low_precision_scale;
+  for (size_t b = 0; b < want.size(); ++b) {
+    const BindingSpec& spec = c.contract->bindings()[b];
+    if (spec.access == Access::kRead || !want[b].present()) continue;
+    const int64_t n = want[b].shape.numel();
+    if (!dtype_is_float(want[b].dtype) || !dtype_is_float(got[b].dtype)) {
+      EXPECT_EQ(want[b].bytes, got[b].bytes) << what << " binding " << spec.role;
+      continue;
+    }
+    int64_t bad = 0, first = -1;
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double w = to_f32(want[b], i), g = to_f32(got[b], i);
+      const double d = std::fabs(w - g);
+      const bool ok = oracle.exact ? (w == g || (std::isnan(w) && std::isnan(g)))
+                                   : d <= scale * (oracle.abs_tol + oracle.rel_tol * std::fabs(w));
+      if (!ok) {
+        if (first < 0) first = i;
+        ++bad;
+      }
+      if (std::isfinite(d)) worst = std::max(worst, d);
+    }
+    EXPECT_EQ(bad, 0) << what << " binding " << spec.role << ": " << bad << " of " << n
+                      << " elements out of tolerance, first at " << first << " (want "
+                      << (first >= 0 ? to_f32(want[b], first) : 0) << ", got "
+                      << (first >= 0 ? to_f32(got[b], first) : 0) << "), worst |d| " << worst;
+  }
+}
+
+struct ProviderId {
+  std::string backend;
+  std::string provider;
+};
+
+std::vector<ProviderId> all_providers() {
+  std::vector<ProviderId> ids;
+  for (const Backend& b : available_backends())
+    for (const auto& p : b.registry->providers())
+      ids.push_back({b.name, p->descriptor().name});
+  return ids;
+}
+
+class ConformanceTest : public testing::TestWithParam<ProviderId> {};
+
+TEST_P(ConformanceTest, MatchesCpuReference) {
+  std::vector<Backend> backends = available_backends();
+  Backend* cpu = nullptr;
+  Backend* backend = nullptr;
+  for (Backend& b : backends) {
+    if (b.name == "cpu") cpu = &b;
+    if (b.name == GetParam().backend) backend = &b;
+  }
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(backend, nullptr);
+  const Provider* provider = nullptr;
+  for (const auto& p : backend->registry->providers())
+    if (p->descriptor().name == GetParam().provider) provider = p.get();
+  ASSERT_NE(provider, nullptr);
+  const std::string& contract = provider->descriptor().contract_id;
+  const Provider* reference = reference_for(*cpu->registry, contract);
+  ASSERT_NE(reference, nullptr) << "no CPU reference for " << contract;
+
+  int ran = 0;
+  for (const Case& c : all_cases()) {
+    if (c.contract->id() != contract) continue;
+    for (DType act : {DType::kF32, DType::kBF16, DType::kF16}) {
+      std::vector<HostTensor> mine = bindings_for(c, act);
+      if (!provider->supports(signature_for(c, mine, act)).is_ok()) continue;
+      const std::string what = fmt::format("{} on {} case '{}' ({} activations)",
+                                           provider->descriptor().name, backend->name, c.name,
+                                           dtype_name(act));
+      // The reference sees the same values in f32.
+      std::vector<HostTensor> ref_in;
+      for (const HostTensor& t : mine) ref_in.push_back(t.follows_activation ? convert(t, DType::kF32) : t);
+      auto want = run(c, ref_in, DType::kF32, *reference, *cpu);
+      ASSERT_TRUE(want.is_ok()) << what << ": reference failed: " << want.status().to_string();
+      auto got = run(c, mine, act, *provider, *backend);
+      ASSERT_TRUE(got.is_ok()) << what << ": " << got.status().to_string();
+      compare(c, *want, *got, act, what);
+      ++ran;
+    }
+  }
+  EXPECT_GT(ran, 0) << GetParam().provider << " supports none of the " << contract << " cases";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Providers, ConformanceTest, testing::ValuesIn(all_providers()),
+    [](const testing::TestParamInfo<ProviderId>& info) {
+      std::string s = info.param.backend + "_" + info.param.provider;
+      for (char& ch : s)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return s;
+    });
+
+TEST(ConformanceSuite, EveryStandardContractHasCases) {
+  std::set<std::string> covered;
+  for (const Case& c : all_cases()) covered.insert(c.contract->id());
+  std::vector<Backend> backends = available_backends();
+  for (const Backend& b : backends)
+    for (const auto& p : b.registry->providers())
+      EXPECT_TRUE(covered.count(p->descriptor().contract_id))
+          << "contract " << p->descriptor().contract_id << " has no conformance cases";
+}
+
+// Backends compiled in but not usable here (e.g. CUDA without a GPU) show
+// up as a skipped test, never as a silent pass.
+TEST(ConformanceSuite, CompiledBackendsAreAvailable) {
+  std::string reasons;
+  for (const std::string& r : skipped_backends()) reasons += r + "; ";
+  if (!reasons.empty()) GTEST_SKIP() << "skipped backends: " << reasons;
+}
+
+}  // namespace
+}  // namespace ferrite::conformance

@@ -1,0 +1,69 @@
+#include "tests/conformance/conformance.h"
+
+#include <cstring>
+
+namespace ferrite::conformance {
+
+HostTensor random_tensor(CaseRng& rng, DType dtype, Shape shape, float lo, float hi,
+                         bool follows_activation) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = shape;
+  t.follows_activation = follows_activation;
+  const int64_t n = shape.numel();
+  t.bytes.resize(dtype_bytes(dtype, n));
+  for (int64_t i = 0; i < n; ++i) {
+    float v = rng.uniform(lo, hi);
+    switch (dtype) {
+      case DType::kF32: std::memcpy(&t.bytes[4 * i], &v, 4); break;
+      case DType::kBF16: {
+        uint16_t h = f32_to_bf16(v);
+        std::memcpy(&t.bytes[2 * i], &h, 2);
+        break;
+      }
+      case DType::kF16: {
+        uint16_t h = f32_to_f16(v);
+        std::memcpy(&t.bytes[2 * i], &h, 2);
+        break;
+      }
+      case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
+      case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+        FERRITE_CHECK(false) << "random_tensor of " << dtype_name(dtype);
+    }
+  }
+  return t;
+}
+
+HostTensor u32_tensor(const std::vector<uint32_t>& values) {
+  HostTensor t;
+  t.dtype = DType::kU32;
+  t.shape = Shape{static_cast<int64_t>(values.size())};
+  t.bytes.resize(4 * values.size());
+  std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
+HostTensor zeros(DType dtype, Shape shape, bool follows_activation) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = shape;
+  t.follows_activation = follows_activation;
+  t.bytes.assign(dtype_bytes(dtype, shape.numel()), 0);
+  return t;
+}
+
+void add_sequence(Case& c, int32_t token_count, int32_t position_start,
+                  std::vector<int32_t> block_table, int32_t state_slot) {
+  auto table = std::make_shared<std::vector<int32_t>>(std::move(block_table));
+  c.block_tables.push_back(table);
+  SequenceSlice s;
+  s.token_begin = c.batch.num_tokens();
+  s.token_count = token_count;
+  s.position_start = position_start;
+  s.block_table = *table;
+  s.state_slot = state_slot;
+  c.batch.sequences.push_back(s);
+  c.batch.token_ids.resize(c.batch.token_ids.size() + token_count, 0);
+}
+
+}  // namespace ferrite::conformance
