@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything Ferrite needs to build and test on Debian 12, then the
+# test-only npm packages. Idempotent and non-interactive; run as root (or
+# with sudo available).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libcpp-httplib-dev libpcre2-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nodejs npm python3
+)
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup.sh: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup.sh: Debian packages already installed"
+fi
+
+scripts/install_npm_deps.sh
