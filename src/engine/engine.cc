@@ -1,0 +1,516 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace ferrite {
+
+using Clock = std::chrono::steady_clock;
+
+std::string_view engine_finish_name(EngineFinish f) {
+  switch (f) {
+    case EngineFinish::kLength: return "length";
+    case EngineFinish::kStop: return "stop";
+    case EngineFinish::kCancelled: return "cancelled";
+    case EngineFinish::kError: return "error";
+  }
+  return "error";
+}
+
+void Histogram::observe(double v) {
+  size_t i = std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin();
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+// ---------------------------------------------------------------------------
+// RequestStream
+
+RequestStream::Update RequestStream::next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout,
+               [&] { return !pending_.empty() || (finished_ && !finish_taken_); });
+  Update u;
+  u.tokens.swap(pending_);
+  if (finished_ && !finish_taken_) {
+    finish_taken_ = true;
+    u.finished = true;
+    u.finish = finish_;
+    u.error = error_;
+  }
+  return u;
+}
+
+void RequestStream::cancel() {
+  if (cancel_.exchange(true)) return;
+  Engine* e = engine_;
+  if (e) e->wake();
+}
+
+void RequestStream::push(TokenOutput t) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(std::move(t));
+  }
+  cv_.notify_all();
+}
+
+void RequestStream::finish(EngineFinish f, Status error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    finish_ = f;
+    error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------------------
+// Engine
+
+struct Engine::Seq {
+  std::shared_ptr<RequestStream> stream;
+  EngineRequest req;
+  std::vector<uint32_t> tokens;  // prompt + generated
+  size_t prompt_len = 0;
+  size_t computed = 0;  // tokens whose KV is in the cache
+  int32_t generated = 0;
+  std::vector<int32_t> pages;
+  std::vector<uint64_t> hashes;  // chain hashes of the leading full pages
+  int32_t slot = -1;
+  bool admitted_once = false;
+  bool done = false;
+  Clock::time_point arrival;
+  Clock::time_point last_token;
+};
+
+Engine::Engine(ModelRunner& runner, EngineOptions options)
+    : runner_(runner), options_(options) {}
+
+Result<std::unique_ptr<Engine>> Engine::create(ModelRunner& runner, EngineOptions options) {
+  auto e = std::unique_ptr<Engine>(new Engine(runner, options));
+  BoundPlan& plan = runner.bound();
+  if (options.prefix_cache && plan.has_kv() && !plan.has_recurrent_state())
+    e->cache_ = std::make_unique<PrefixCache>(plan.pages());
+  if (options.max_waiting < 1) return invalid_argument("max_waiting must be >= 1");
+  e->metrics_.kv_pages_total = plan.pages().num_pages();
+  e->thread_ = std::thread([p = e.get()] { p->loop(); });
+  return e;
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+  }
+  inbox_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t Engine::max_context() const { return runner_.bound().plan().limits.max_context; }
+
+void Engine::wake() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    wake_pending_ = true;
+  }
+  inbox_cv_.notify_all();
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(EngineRequest r) {
+  BoundPlan& plan = runner_.bound();
+  const int64_t vocab = plan.program().vocab_size;
+  const int64_t ctx = max_context();
+  if (r.prompt.empty()) return invalid_argument("the prompt is empty");
+  for (uint32_t id : r.prompt)
+    if (id >= vocab)
+      return invalid_argument(fmt::format("token id {} is outside the vocabulary of {}", id, vocab));
+  if (static_cast<int64_t>(r.prompt.size()) >= ctx)
+    return invalid_argument(fmt::format(
+        "the prompt has {} tokens; this model's context is {} tokens, with at least one to "
+        "generate",
+        r.prompt.size(), ctx));
+  if (plan.has_kv() &&
+      plan.pages().pages_for(static_cast<int64_t>(r.prompt.size()) + 1) > plan.pages().num_pages())
+    return invalid_argument(fmt::format("the prompt of {} tokens does not fit in the KV cache",
+                                        r.prompt.size()));
+  if (r.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (r.logprobs > 20) return invalid_argument("at most 20 top logprobs");
+  auto seq = std::make_unique<Seq>();
+  auto stream = std::make_shared<RequestStream>();
+  stream->engine_ = this;
+  stream->prompt_tokens_ = static_cast<int32_t>(r.prompt.size());
+  seq->stream = stream;
+  seq->tokens = r.prompt;
+  seq->prompt_len = r.prompt.size();
+  seq->req = std::move(r);
+  seq->arrival = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stop_) return unavailable("the engine is shutting down");
+    if (queued_.load() >= options_.max_waiting) {
+      std::lock_guard<std::mutex> m(metrics_mu_);
+      ++metrics_.requests_rejected;
+      return resource_exhausted(
+          fmt::format("the request queue is full ({} waiting)", options_.max_waiting));
+    }
+    stream->id_ = next_id_++;
+    ++queued_;
+    inbox_.push_back(std::move(seq));
+  }
+  {
+    std::lock_guard<std::mutex> m(metrics_mu_);
+    ++metrics_.requests_submitted;
+  }
+  inbox_cv_.notify_all();
+  return stream;
+}
+
+Result<Engine::Completion> Engine::complete(EngineRequest request) {
+  FERRITE_ASSIGN_OR_RETURN(auto stream, submit(std::move(request)));
+  Completion c;
+  for (;;) {
+    RequestStream::Update u = stream->next(std::chrono::milliseconds(1000));
+    for (auto& t : u.tokens) c.tokens.push_back(std::move(t));
+    if (u.finished) {
+      if (u.finish == EngineFinish::kError) return u.error;
+      c.finish = u.finish;
+      break;
+    }
+  }
+  c.prompt_tokens = stream->prompt_tokens();
+  c.cached_tokens = stream->cached_tokens();
+  return c;
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  return metrics_;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(inbox_mu_);
+      if (running_.empty() && waiting_.empty())
+        inbox_cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || wake_pending_; });
+      wake_pending_ = false;
+      if (stop_) break;
+      for (auto& s : inbox_) waiting_.push_back(std::move(s));
+      inbox_.clear();
+    }
+    step();
+  }
+  // Shutdown: every unfinished request ends as cancelled.
+  std::vector<std::unique_ptr<Seq>> all;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    for (auto& s : inbox_) all.push_back(std::move(s));
+    inbox_.clear();
+  }
+  for (auto& s : running_) all.push_back(std::move(s));
+  for (auto& s : waiting_) all.push_back(std::move(s));
+  running_.clear();
+  waiting_.clear();
+  for (auto& s : all) finish(*s, EngineFinish::kCancelled);
+  if (cache_) cache_->clear();
+  update_gauges();
+}
+
+void Engine::release(Seq& s) {
+  BoundPlan& plan = runner_.bound();
+  plan.pages().release_all(s.pages);
+  s.pages.clear();
+  s.hashes.clear();
+  if (s.slot >= 0) plan.slots().release(s.slot);
+  s.slot = -1;
+  s.computed = 0;
+}
+
+void Engine::finish(Seq& s, EngineFinish f, Status error) {
+  release(s);
+  s.done = true;
+  {
+    // The gauge is current before the client hears of the finish.
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    metrics_.kv_pages_used = runner_.bound().pages().used_pages();
+  }
+  s.stream->finish(f, std::move(error));
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  ++metrics_.requests_finished[static_cast<int>(f)];
+  metrics_.e2e.observe(std::chrono::duration<double>(Clock::now() - s.arrival).count());
+}
+
+void Engine::preempt(std::unique_ptr<Seq> s) {
+  release(*s);
+  waiting_.push_front(std::move(s));
+  ++queued_;
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  ++metrics_.preemptions;
+}
+
+int32_t Engine::free_pages_with_eviction() const {
+  const PagePool& pool = runner_.bound().pages();
+  return pool.free_pages() + (cache_ ? cache_->evictable() : 0);
+}
+
+// Takes pages so that s covers `positions` positions; false when the pool
+// (after evicting cached-only pages) cannot.
+bool Engine::ensure_pages(Seq& s, int64_t positions) {
+  BoundPlan& plan = runner_.bound();
+  if (!plan.has_kv()) return true;
+  PagePool& pool = plan.pages();
+  int32_t need = pool.pages_for(positions) - static_cast<int32_t>(s.pages.size());
+  if (need <= 0) return true;
+  if (pool.free_pages() < need && cache_) cache_->evict(need - pool.free_pages());
+  if (pool.free_pages() < need) return false;
+  return pool.allocate(need, &s.pages).is_ok();
+}
+
+void Engine::update_gauges() {
+  BoundPlan& plan = runner_.bound();
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  metrics_.running = static_cast<int32_t>(running_.size());
+  metrics_.waiting = static_cast<int32_t>(waiting_.size());
+  metrics_.kv_pages_used = plan.pages().used_pages();
+  metrics_.prefix_cache_pages = cache_ ? cache_->size() : 0;
+}
+
+bool Engine::step() {
+  BoundPlan& plan = runner_.bound();
+  const StepLimits& limits = plan.plan().limits;
+  const int64_t ctx = limits.max_context;
+  const int32_t ps = plan.pages().page_size();
+
+  // Cancellations.
+  for (size_t i = 0; i < running_.size();) {
+    if (running_[i]->stream->cancel_requested()) {
+      finish(*running_[i], EngineFinish::kCancelled);
+      running_.erase(running_.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+  for (size_t i = 0; i < waiting_.size();) {
+    if (waiting_[i]->stream->cancel_requested()) {
+      finish(*waiting_[i], EngineFinish::kCancelled);
+      waiting_.erase(waiting_.begin() + i);
+      --queued_;
+    } else {
+      ++i;
+    }
+  }
+  if (running_.empty() && waiting_.empty()) {
+    update_gauges();
+    return false;
+  }
+
+  const int64_t chunk = options_.prefill_chunk > 0 ? options_.prefill_chunk : limits.max_tokens;
+  int64_t budget = limits.max_tokens;
+  std::vector<std::pair<Seq*, int32_t>> scheduled;
+
+  // 1. Running sequences, oldest first; preempt the newest when pages run out.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Seq& s = *running_[i];
+    int32_t n = static_cast<int32_t>(std::min<int64_t>(
+        {static_cast<int64_t>(s.tokens.size() - s.computed), budget, chunk}));
+    bool ok = ensure_pages(s, static_cast<int64_t>(s.computed) + n);
+    while (!ok && running_.size() > i + 1) {
+      auto victim = std::move(running_.back());
+      running_.pop_back();
+      preempt(std::move(victim));
+      ok = ensure_pages(s, static_cast<int64_t>(s.computed) + n);
+    }
+    if (!ok) {
+      if (scheduled.empty()) {
+        // Alone and still no room: the pool cannot hold this sequence.
+        finish(s, EngineFinish::kLength);
+      } else {
+        preempt(std::move(running_[i]));
+      }
+      running_.erase(running_.begin() + i);
+      continue;
+    }
+    scheduled.emplace_back(&s, n);
+    budget -= n;
+    ++i;
+  }
+
+  // 2. Admission, FIFO.
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < limits.max_sequences) {
+    Seq& s = *waiting_.front();
+    if (plan.has_recurrent_state() && plan.slots().free_slots() == 0) break;
+    bool first = !s.admitted_once;
+    int32_t matched = 0;
+    if (cache_) {
+      int32_t max_pages = static_cast<int32_t>((s.tokens.size() - 1) / ps);
+      matched = cache_->match(s.tokens, max_pages, &s.pages, &s.hashes);
+      s.computed = static_cast<size_t>(matched) * ps;
+    }
+    int32_t n = static_cast<int32_t>(std::min<int64_t>(
+        {static_cast<int64_t>(s.tokens.size() - s.computed), budget, chunk}));
+    if (!ensure_pages(s, static_cast<int64_t>(s.computed) + n)) {
+      release(s);
+      break;
+    }
+    if (plan.has_recurrent_state()) {
+      auto slot = plan.slots().allocate();
+      Status st = slot.is_ok() ? plan.reset_state_slot(*slot) : slot.status();
+      if (slot.is_ok()) s.slot = *slot;
+      if (!st.is_ok()) {
+        auto seq = std::move(waiting_.front());
+        waiting_.pop_front();
+        --queued_;
+        finish(*seq, EngineFinish::kError, st);
+        continue;
+      }
+    }
+    if (cache_) {
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      metrics_.prefix_cache_queries += s.tokens.size();
+      metrics_.prefix_cache_hits += static_cast<uint64_t>(matched) * ps;
+    }
+    if (first) {
+      s.admitted_once = true;
+      s.stream->cached_tokens_ = matched * ps;
+      std::lock_guard<std::mutex> lock(metrics_mu_);
+      metrics_.prompt_tokens += s.prompt_len;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    --queued_;
+    scheduled.emplace_back(running_.back().get(), n);
+    budget -= n;
+  }
+
+  if (scheduled.empty()) {  // not expected: an empty engine always admits its queue head
+    update_gauges();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return true;
+  }
+
+  // 3. Run the step.
+  StepBatch batch;
+  SamplingBatch sampling;
+  for (auto& [s, n] : scheduled) {
+    SequenceSlice slice;
+    slice.token_begin = batch.num_tokens();
+    slice.token_count = n;
+    slice.position_start = static_cast<int32_t>(s->computed);
+    slice.block_table = s->pages;
+    slice.state_slot = s->slot;
+    batch.token_ids.insert(batch.token_ids.end(), s->tokens.begin() + s->computed,
+                           s->tokens.begin() + s->computed + n);
+    batch.sequences.push_back(slice);
+    sampling.params.push_back(s->req.sampling);
+    sampling.history.push_back(s->tokens);
+    sampling.generated.push_back(std::span<const uint32_t>(s->tokens).subspan(s->prompt_len));
+    sampling.step_index.push_back(static_cast<uint64_t>(s->generated));
+  }
+  auto t0 = Clock::now();
+  Status st = plan.forward(batch);
+  // Logprobs come from the raw logits, before the sampler sees them.
+  std::vector<std::vector<float>> rows(scheduled.size());
+  if (st.is_ok()) {
+    const int64_t vocab = plan.program().vocab_size;
+    TensorView logits = plan.logits();
+    for (size_t k = 0; k < scheduled.size() && st.is_ok(); ++k) {
+      Seq* s = scheduled[k].first;
+      if (s->req.logprobs < 0 || s->computed + scheduled[k].second < s->tokens.size()) continue;
+      rows[k].resize(vocab);
+      st = plan.device().copy_to_host(rows[k].data(),
+                                      static_cast<const float*>(logits.data) + k * vocab,
+                                      4 * vocab);
+    }
+  }
+  std::vector<uint32_t> chosen;
+  if (st.is_ok()) st = plan.choose_tokens(batch, sampling, &chosen, nullptr);
+  auto t1 = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    ++metrics_.steps;
+    metrics_.step_seconds += std::chrono::duration<double>(t1 - t0).count();
+  }
+  if (!st.is_ok()) {
+    // A failed step fails the sequences in it; the engine keeps serving.
+    for (auto& [s, n] : scheduled) finish(*s, EngineFinish::kError, st);
+    std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+    update_gauges();
+    return true;
+  }
+
+  // 4. Results.
+  uint64_t new_tokens = 0;
+  std::vector<double> itls, ttfts;
+  for (size_t k = 0; k < scheduled.size(); ++k) {
+    Seq& s = *scheduled[k].first;
+    s.computed += scheduled[k].second;
+    // Offer the newly completed full pages to the prefix cache.
+    while (s.hashes.size() < s.computed / ps) {
+      size_t idx = s.hashes.size();
+      uint64_t parent = idx ? s.hashes.back() : PrefixCache::kRootHash;
+      auto toks = std::span<const uint32_t>(s.tokens).subspan(idx * ps, ps);
+      uint64_t h = PrefixCache::page_hash(parent, toks);
+      if (cache_) cache_->insert(h, parent, toks, s.pages[idx]);
+      s.hashes.push_back(h);
+    }
+    if (s.computed < s.tokens.size()) continue;  // mid-prompt chunk
+    TokenOutput out;
+    out.token = chosen[k];
+    if (!rows[k].empty()) {
+      const std::vector<float>& row = rows[k];
+      float mx = *std::max_element(row.begin(), row.end());
+      double sum = 0;
+      for (float v : row) sum += std::exp(static_cast<double>(v - mx));
+      const float lse = mx + static_cast<float>(std::log(sum));
+      out.logprob = row[out.token] - lse;
+      int32_t topk = std::min<int32_t>(s.req.logprobs, static_cast<int32_t>(row.size()));
+      if (topk > 0) {
+        std::vector<uint32_t> idx(row.size());
+        for (size_t j = 0; j < idx.size(); ++j) idx[j] = static_cast<uint32_t>(j);
+        std::partial_sort(idx.begin(), idx.begin() + topk, idx.end(), [&](uint32_t a, uint32_t b) {
+          return row[a] > row[b] || (row[a] == row[b] && a < b);
+        });
+        for (int32_t j = 0; j < topk; ++j) out.top.push_back({idx[j], row[idx[j]] - lse});
+      }
+    }
+    uint32_t tok = out.token;
+    s.tokens.push_back(tok);
+    ++s.generated;
+    ++new_tokens;
+    auto now = Clock::now();
+    if (s.generated == 1) {
+      ttfts.push_back(std::chrono::duration<double>(now - s.arrival).count());
+    } else {
+      itls.push_back(std::chrono::duration<double>(now - s.last_token).count());
+    }
+    s.last_token = now;
+    s.stream->push(std::move(out));
+    const EngineRequest& r = s.req;
+    if (std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end()) {
+      finish(s, EngineFinish::kStop);
+    } else if (s.generated >= r.max_tokens || static_cast<int64_t>(s.tokens.size()) >= ctx) {
+      finish(s, EngineFinish::kLength);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(metrics_mu_);
+    metrics_.generation_tokens += new_tokens;
+    for (double v : ttfts) metrics_.ttft.observe(v);
+    for (double v : itls) metrics_.itl.observe(v);
+  }
+  // Drop the finished ones (finish() already released them).
+  std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+  update_gauges();
+  return true;
+}
+
+}  // namespace ferrite
