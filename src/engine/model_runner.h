@@ -17,6 +17,7 @@ struct RunnerOptions {
   std::string device = "cpu";       // "cpu" | "cuda"
   std::string providers = "fast";   // CPU provider set: "fast" | "reference"
   DType activation_dtype = DType::kF32;
+  bool cuda_graphs = true;  // replay decode steps as CUDA graphs
   StepLimits limits;
   CacheConfig cache;
 };
@@ -24,6 +25,8 @@ struct RunnerOptions {
 // What `ferrite info` prints; available without allocating any weight.
 struct PlanReport {
   ModelConfig config;
+  // The plan's nodes point into this program, which the report keeps alive.
+  std::shared_ptr<const ModelProgram> program;
   ResolvedPlan plan;
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;  // all layers, K and V
@@ -44,6 +47,7 @@ class ModelRunner {
   const RunnerOptions& options() const { return options_; }
   Device& device() { return *device_; }
   const PlanReport& report() const { return report_; }
+  const ExecContext& exec_context() const { return ctx_; }
 
  private:
   RunnerOptions options_;
@@ -51,7 +55,11 @@ class ModelRunner {
   std::unique_ptr<Registry> registry_;
   ModelSource source_;
   PlanReport report_;
+  ExecContext ctx_;
   std::unique_ptr<BoundPlan> bound_;
+  // Backend execution state behind the plan's ExecContext (CUDA: stream,
+  // cuBLASLt, binding buffer, graphs); released before the plan.
+  std::shared_ptr<void> backend_state_;
 };
 
 // Device and registry for a backend name ("cpu", "cuda").

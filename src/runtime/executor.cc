@@ -160,7 +160,20 @@ Status BoundPlan::forward(const StepBatch& batch) {
   DeviceBuffer& ids = values_.at(program_.ids_value);
   FERRITE_RETURN_IF_ERROR(
       device_.copy_to_device(ids.data(), batch.token_ids.data(), 4 * batch.token_ids.size()));
-  if (ctx_.preparer) FERRITE_RETURN_IF_ERROR(ctx_.preparer->prepare(batch));
+  // Records every node for `b` (the step itself, or the step padded to a
+  // graph bucket by the backend's StepRunner).
+  auto encode_nodes = [&](const StepBatch& b) -> Status { return run_nodes(b); };
+  if (ctx_.runner) {
+    FERRITE_RETURN_IF_ERROR(ctx_.runner->run(batch, encode_nodes));
+  } else {
+    if (ctx_.preparer) FERRITE_RETURN_IF_ERROR(ctx_.preparer->prepare(batch));
+    FERRITE_RETURN_IF_ERROR(encode_nodes(batch));
+  }
+  last_sequences_ = batch.num_sequences();
+  return Status::ok();
+}
+
+Status BoundPlan::run_nodes(const StepBatch& batch) {
   for (const PlannedNode& node : plan_.nodes) {
     std::vector<TensorView> bindings;
     for (const BindingRef& ref : node.node->bindings) {
@@ -186,7 +199,6 @@ Status BoundPlan::forward(const StepBatch& batch) {
     }
     FERRITE_RETURN_IF_ERROR(run_node(node, batch, nullptr, std::move(bindings)));
   }
-  last_sequences_ = batch.num_sequences();
   return Status::ok();
 }
 

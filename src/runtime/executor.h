@@ -56,6 +56,7 @@ class BoundPlan {
   BoundPlan(ResolvedPlan plan, const ModelProgram& program, Device& device, ExecContext ctx)
       : plan_(std::move(plan)), program_(program), device_(device), ctx_(ctx) {}
   Status validate_batch(const StepBatch& batch) const;
+  Status run_nodes(const StepBatch& batch);
   Status run_node(const PlannedNode& node, const StepBatch& batch, const SamplingBatch* sampling,
                   std::vector<TensorView> bindings);
 

@@ -1,0 +1,59 @@
+// The CUDA backend's public face (no CUDA headers): the device, the provider
+// registry and the execution context (stream, cuBLASLt, per-step binding
+// buffer, graph replay of decode steps per batch-size bucket).
+//
+// Compiled only when CMake found nvcc (FERRITE_HAVE_CUDA); every entry point
+// fails cleanly with `unavailable` when the machine has no usable GPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/registry.h"
+
+namespace ferrite {
+
+// True when a CUDA device can be used here; else `why` says why not.
+bool cuda_device_present(std::string* why = nullptr);
+
+// The device `ordinal`: cudaMalloc'd allocations, copies ordered on the
+// device's stream (the stream every CUDA provider records on).
+Result<std::unique_ptr<Device>> make_cuda_device(int ordinal = 0);
+
+// The standard contracts and every CUDA provider.
+void register_cuda_providers(Registry& registry);
+std::unique_ptr<Registry> make_cuda_registry();
+
+struct CudaExecOptions {
+  // Capture decode steps (every sequence with one token) as CUDA graphs per
+  // batch-size bucket and replay them. Off: the same padded kernels run
+  // eagerly (bitwise identical results).
+  bool graphs = true;
+  // Initial capacity of the step binding buffer (grows on eager steps).
+  int64_t max_tokens = 512;
+  int64_t max_sequences = 64;
+  int64_t max_context = 4096;
+  int32_t page_size = 16;
+};
+
+// Fills `ctx` (device, stream, preparer, runner, backend) for `device`, which
+// must come from make_cuda_device. The returned handle owns the state behind
+// ctx and must outlive every use of it.
+Result<std::shared_ptr<void>> make_cuda_exec_context(Device& device, const CudaExecOptions& options,
+                                                     ExecContext* ctx);
+
+// Graph replay statistics and control of a context made above.
+struct CudaGraphStats {
+  int64_t captures = 0;
+  int64_t replays = 0;
+  int64_t eager_steps = 0;
+};
+CudaGraphStats cuda_graph_stats(const ExecContext& ctx);
+void cuda_set_graphs_enabled(const ExecContext& ctx, bool enabled);
+
+// Device-to-device copy bandwidth (bytes read + written per second) over a
+// buffer of `bytes`, median of a few runs.
+Result<double> cuda_measure_copy_bandwidth(Device& device, int64_t bytes = 2ll << 30);
+
+}  // namespace ferrite

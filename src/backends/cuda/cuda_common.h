@@ -1,0 +1,65 @@
+// Internal to the CUDA backend (host C++20 code): the backend state behind
+// ExecContext::backend, provider helpers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_status.h"
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "runtime/provider.h"
+#include "tensor/dtype.h"
+
+namespace ferrite::cuda {
+
+// State behind ExecContext::backend (defined in cuda_exec.cc).
+class CudaExec;
+struct BackendState {
+  cudaStream_t stream = nullptr;
+  void* lt_handle = nullptr;       // cublasLtHandle_t
+  void* lt_workspace = nullptr;    // cuBLASLt scratch
+  size_t lt_workspace_bytes = 0;
+  int num_sms = 132;
+  CudaExec* exec = nullptr;
+  // Metadata of the step being recorded (padded to the bucket when replayed).
+  StepMeta meta;
+  const StepBatch* prepared = nullptr;  // the batch `meta` describes
+  uint64_t prepared_key = 0;            // and its fingerprint
+  bool capturing = false;
+};
+
+BackendState& state(const Invocation& inv);
+// Makes sure `meta` describes inv.batch (the executor normally prepared it;
+// direct callers such as the conformance suite may not have).
+Status ensure_prepared(const Invocation& inv);
+
+inline cudaStream_t stream_of(const Invocation& inv) { return state(inv).stream; }
+
+// Provider descriptor boilerplate.
+ProviderDescriptor cuda_descriptor(std::string name, std::string contract, std::string summary,
+                                   bool paged_kv = false);
+
+// Carves 256-byte aligned pieces out of an invocation's workspace.
+class Carver {
+ public:
+  explicit Carver(const Invocation& inv)
+      : p_(static_cast<char*>(inv.workspace)), left_(inv.workspace_bytes) {}
+  void* take(int64_t bytes) {
+    int64_t r = (bytes + 255) / 256 * 256;
+    if (r > left_) return nullptr;
+    void* out = p_;
+    p_ += r;
+    left_ -= r;
+    return out;
+  }
+  static int64_t round(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+ private:
+  char* p_;
+  int64_t left_;
+};
+
+}  // namespace ferrite::cuda

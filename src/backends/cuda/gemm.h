@@ -1,0 +1,19 @@
+// The dense product every CUDA provider uses:
+//   out[m, n] (= or +=) sum_k x[m, k] w[n, k]  (+ bias[n])
+// routed to the decode GEMV (m <= 8, bf16/f16), cuBLASLt (bf16/f16 weights
+// and activations, f32 accumulation) or the SIMT kernel (everything else).
+#pragma once
+
+#include "backends/cuda/cuda_common.h"
+
+namespace ferrite::cuda {
+
+Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, const void* w,
+            DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate,
+            const void* bias = nullptr, DType bias_dt = DType::kF32);
+
+// Creates / destroys the cuBLASLt handle and workspace of a backend state.
+Status gemm_init(BackendState& st);
+void gemm_shutdown(BackendState& st);
+
+}  // namespace ferrite::cuda

@@ -1,0 +1,300 @@
+// Attention kernels over the paged KV cache:
+//  - qk_rope_kv: bias, q/k RMS norm, RoPE (partial), K/V written to pages;
+//  - decode: one block per (token, KV head, split); the query heads of the
+//    KV head's group share each K/V tile (GQA); online softmax; splits are
+//    merged by a combine kernel (flash-decoding). It is exact for any token
+//    (prefill too), the reference path of every batch shape;
+//  - prefill (kernels_attention_prefill.cu): tensor-core flash attention.
+#include "backends/cuda/cuda_types.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace ferrite::cuda {
+namespace {
+
+__device__ __forceinline__ int64_t kv_offset(const StepMeta& meta, int32_t seq, int32_t pos,
+                                             int32_t page_size, int32_t nkv, int32_t hd,
+                                             int32_t kvh) {
+  const int32_t page = meta.block_tables[meta.seq_block_off[seq] + pos / page_size];
+  return ((static_cast<int64_t>(page) * page_size + pos % page_size) * nkv + kvh) * hd;
+}
+
+template <typename T, typename TW>
+__global__ void qk_rope_kv_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q, T* k,
+                                  T* v, const TW* q_norm, const TW* k_norm, const TW* q_bias,
+                                  const TW* k_bias, const TW* v_bias, T* k_cache, T* v_cache) {
+  __shared__ float vals[256];
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int hd = a.head_dim;
+  const int kv_row = a.num_kv_heads * hd;
+  const int32_t seq = meta.token_seq[t];
+  const int32_t pos = meta.token_pos[t];
+  const bool real = meta.seq_len[seq] > 0;
+  int kind;  // 0: q, 1: k, 2: v
+  int head;
+  T* ptr;
+  const TW* bias;
+  if (h < a.num_heads) {
+    kind = 0;
+    head = h;
+    ptr = q + t * a.q_row + static_cast<int64_t>(h) * a.q_stride;
+    bias = q_bias ? q_bias + static_cast<int64_t>(h) * a.q_stride : nullptr;
+  } else if (h < a.num_heads + a.num_kv_heads) {
+    kind = 1;
+    head = h - a.num_heads;
+    ptr = k + t * kv_row + static_cast<int64_t>(head) * hd;
+    bias = k_bias ? k_bias + static_cast<int64_t>(head) * hd : nullptr;
+  } else {
+    kind = 2;
+    head = h - a.num_heads - a.num_kv_heads;
+    ptr = v + t * kv_row + static_cast<int64_t>(head) * hd;
+    bias = v_bias ? v_bias + static_cast<int64_t>(head) * hd : nullptr;
+  }
+  float ss = 0;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float x = to_f(ptr[d]) + (bias ? to_f(bias[d]) : 0.0f);
+    vals[d] = x;
+    ss += x * x;
+    if (kind == 0 && a.output_gate && bias) ptr[hd + d] = from_f<T>(to_f(ptr[hd + d]) + to_f(bias[hd + d]));
+  }
+  if (a.qk_norm && kind < 2) {
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float tot = 0;
+      for (int i = 0; i < (blockDim.x + 31) / 32; ++i) tot += red[i];
+      red[0] = rsqrtf(tot / static_cast<float>(hd) + a.eps);
+    }
+    __syncthreads();
+    const float inv = red[0];
+    const TW* w = kind == 0 ? q_norm : k_norm;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+      float wi = to_f(w[d]);
+      vals[d] = vals[d] * inv * (a.zero_centred ? 1.0f + wi : wi);
+    }
+  }
+  __syncthreads();
+  if (kind < 2) {
+    const int half = a.rope_dim / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      const float angle = static_cast<float>(pos) * a.inv_freq[i];
+      const float c = cosf(angle), s = sinf(angle);
+      const float x0 = vals[i], x1 = vals[i + half];
+      vals[i] = x0 * c - x1 * s;
+      vals[i + half] = x1 * c + x0 * s;
+    }
+    __syncthreads();
+  }
+  if (kind == 0) {
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) ptr[d] = from_f<T>(vals[d]);
+  } else if (real) {
+    T* cache = kind == 1 ? k_cache : v_cache;
+    const int64_t base = kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, head);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) cache[base + d] = from_f<T>(vals[d]);
+  }
+}
+
+constexpr int kBn = 32;  // positions per K/V tile in the decode kernel
+
+template <typename T>
+__global__ void __launch_bounds__(128) attention_decode_kernel(AttentionShape a, StepMeta meta,
+                                                               int32_t page_size, const T* q,
+                                                               const T* k_cache,
+                                                               const T* v_cache, T* out,
+                                                               int splits, float* partials) {
+  extern __shared__ float smem[];
+  const int hd = a.head_dim;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.z;
+  float* q_s = smem;                      // [group, hd]
+  float* k_s = q_s + group * hd;          // [kBn, hd + 1]
+  float* v_s = k_s + kBn * (hd + 1);      // [kBn, hd]
+  float* p_s = v_s + kBn * hd;            // [group, kBn]
+  float* o_s = p_s + group * kBn;         // [group, hd]
+  float* m_s = o_s + group * hd;          // [group]
+  float* l_s = m_s + group;               // [group]
+  float* alpha_s = l_s + group;           // [group]
+
+  const int32_t seq = meta.token_seq[t];
+  const int32_t len = meta.seq_len[seq] > 0 ? meta.token_pos[t] + 1 : 0;
+  const int tiles = (len + kBn - 1) / kBn;
+  const int per_split = (tiles + splits - 1) / splits;
+  const int tile0 = split * per_split;
+  const int tile1 = min(tiles, tile0 + per_split);
+
+  for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
+    const int g = i / hd, d = i % hd;
+    const int h = kvh * group + g;
+    q_s[i] = to_f(q[t * a.q_row + static_cast<int64_t>(h) * a.q_stride + d]) * a.scale;
+    o_s[i] = 0.0f;
+  }
+  for (int g = threadIdx.x; g < group; g += blockDim.x) {
+    m_s[g] = -INFINITY;
+    l_s[g] = 0.0f;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int tile = tile0; tile < tile1; ++tile) {
+    const int p0 = tile * kBn;
+    for (int i = threadIdx.x; i < kBn * hd; i += blockDim.x) {
+      const int j = i / hd, d = i % hd;
+      const int pos = p0 + j;
+      float kv = 0.0f, vv = 0.0f;
+      if (pos < len) {
+        const int64_t base = kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, kvh);
+        kv = to_f(k_cache[base + d]);
+        vv = to_f(v_cache[base + d]);
+      }
+      k_s[j * (hd + 1) + d] = kv;
+      v_s[j * hd + d] = vv;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * kBn; i += blockDim.x) {
+      const int g = i / kBn, j = i % kBn;
+      float sc = -INFINITY;
+      if (p0 + j < len) {
+        sc = 0.0f;
+        const float* qg = q_s + g * hd;
+        const float* kj = k_s + j * (hd + 1);
+        for (int d = 0; d < hd; ++d) sc = fmaf(qg[d], kj[d], sc);
+      }
+      p_s[i] = sc;
+    }
+    __syncthreads();
+    for (int g = warp; g < group; g += warps) {
+      const float sc = p_s[g * kBn + lane];
+      const float mx = warp_max(sc);
+      const float m_old = m_s[g];
+      const float m_new = fmaxf(m_old, mx);
+      const float p = sc == -INFINITY ? 0.0f : expf(sc - m_new);
+      const float sum = warp_sum(p);
+      p_s[g * kBn + lane] = p;
+      if (lane == 0) {
+        const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+        alpha_s[g] = alpha;
+        l_s[g] = l_s[g] * alpha + sum;
+        m_s[g] = m_new;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
+      const int g = i / hd, d = i % hd;
+      float acc = o_s[i] * alpha_s[g];
+      const float* pg = p_s + g * kBn;
+#pragma unroll 8
+      for (int j = 0; j < kBn; ++j) acc = fmaf(pg[j], v_s[j * hd + d], acc);
+      o_s[i] = acc;
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
+    const int g = i / hd, d = i % hd;
+    const int h = kvh * group + g;
+    if (splits == 1) {
+      float val = l_s[g] > 0.0f ? o_s[i] / l_s[g] : 0.0f;
+      if (a.output_gate) {
+        const float gate = to_f(q[t * a.q_row + static_cast<int64_t>(h) * a.q_stride + hd + d]);
+        val *= 1.0f / (1.0f + expf(-gate));
+      }
+      out[(t * a.num_heads + h) * hd + d] = from_f<T>(val);
+    } else {
+      float* part = partials + ((t * a.num_heads + h) * splits + split) * (hd + 2);
+      part[d] = o_s[i];
+      if (d == 0) {
+        part[hd] = m_s[g];
+        part[hd + 1] = l_s[g];
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void attention_combine_kernel(AttentionShape a, const T* q, T* out, int splits,
+                                         const float* partials) {
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int hd = a.head_dim;
+  const float* base = partials + (t * a.num_heads + h) * splits * (hd + 2);
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, base[s * (hd + 2) + hd]);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float num = 0.0f, den = 0.0f;
+    if (mx != -INFINITY) {
+      for (int s = 0; s < splits; ++s) {
+        const float* part = base + s * (hd + 2);
+        const float m = part[hd];
+        if (m == -INFINITY) continue;
+        const float w = expf(m - mx);
+        num += w * part[d];
+        den += w * part[hd + 1];
+      }
+    }
+    float val = den > 0.0f ? num / den : 0.0f;
+    if (a.output_gate) {
+      const float gate = to_f(q[t * a.q_row + static_cast<int64_t>(h) * a.q_stride + hd + d]);
+      val *= 1.0f / (1.0f + expf(-gate));
+    }
+    out[(t * a.num_heads + h) * hd + d] = from_f<T>(val);
+  }
+}
+
+}  // namespace
+
+Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
+                         int32_t page_size, int64_t tokens, void* q, void* k, void* v, DType act,
+                         const void* q_norm, const void* k_norm, DType norm_dt, const void* q_bias,
+                         const void* k_bias, const void* v_bias, DType bias_dt, void* k_cache,
+                         void* v_cache) {
+  if (tokens == 0) return Status::ok();
+  if (a.head_dim > 256 || a.rope_dim > 256) return unsupported("attention: head_dim > 256");
+  if ((q_bias || k_bias || v_bias) && (q_norm || k_norm) && bias_dt != norm_dt)
+    return unsupported("attention: bias and norm weights of different dtypes");
+  const DType w_dt = (q_norm || k_norm) ? norm_dt : bias_dt;
+  dim3 grid(static_cast<unsigned>(tokens), a.num_heads + 2 * a.num_kv_heads);
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    dispatch_float(w_dt, [&](auto tw) {
+      using TW = decltype(tw);
+      qk_rope_kv_kernel<T, TW><<<grid, 128, 0, s>>>(
+          a, meta, page_size, static_cast<T*>(q), static_cast<T*>(k), static_cast<T*>(v),
+          static_cast<const TW*>(q_norm), static_cast<const TW*>(k_norm),
+          static_cast<const TW*>(q_bias), static_cast<const TW*>(k_bias),
+          static_cast<const TW*>(v_bias), static_cast<T*>(k_cache), static_cast<T*>(v_cache));
+    });
+  });
+  if (!ok) return bad_dtype("qk_rope_kv", act);
+  return check_launch("qk_rope_kv");
+}
+
+Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
+                               int32_t page_size, int64_t tokens, const void* q, DType act,
+                               const void* k_cache, const void* v_cache, void* out, int splits,
+                               float* partials) {
+  if (tokens == 0) return Status::ok();
+  const int group = a.num_heads / a.num_kv_heads;
+  const int hd = a.head_dim;
+  const size_t smem = sizeof(float) * (group * hd * 2 + kBn * (hd + 1) + kBn * hd +
+                                       group * kBn + 3 * group);
+  if (smem > 200 * 1024) return unsupported("attention decode: head group too large");
+  dim3 grid(static_cast<unsigned>(tokens), a.num_kv_heads, splits);
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    auto kern = attention_decode_kernel<T>;
+    if (smem > 48 * 1024)
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    kern<<<grid, 128, smem, s>>>(a, meta, page_size, static_cast<const T*>(q),
+                                 static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
+                                 static_cast<T*>(out), splits, partials);
+    if (splits > 1)
+      attention_combine_kernel<T><<<dim3(static_cast<unsigned>(tokens), a.num_heads), 128, 0, s>>>(
+          a, static_cast<const T*>(q), static_cast<T*>(out), splits, partials);
+  });
+  if (!ok) return bad_dtype("attention decode", act);
+  return check_launch("attention_decode");
+}
+
+}  // namespace ferrite::cuda

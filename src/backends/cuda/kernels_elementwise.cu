@@ -1,0 +1,151 @@
+// Embedding gather, RMS norm, residual add, SiLU product, row gather.
+#include "backends/cuda/cuda_types.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace ferrite::cuda {
+namespace {
+
+template <typename TT, typename TO>
+__global__ void embedding_kernel(const uint32_t* ids, const TT* table, int64_t vocab,
+                                 int64_t hidden, TO* out) {
+  const int64_t t = blockIdx.x;
+  uint32_t id = ids[t];
+  if (id >= vocab) id = 0;  // padding rows of graph buckets may hold stale ids
+  const TT* row = table + static_cast<int64_t>(id) * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x)
+    out[t * hidden + i] = from_f<TO>(to_f(row[i]));
+}
+
+template <typename T, typename TW>
+__global__ void rms_norm_kernel(const T* x, T* y, const TW* w, int64_t width, float eps,
+                                bool zero_centred) {
+  extern __shared__ float row[];
+  __shared__ float partial[32];
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * width;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float v = to_f(xr[i]);
+    row[i] = v;
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(partial[0] / static_cast<float>(width) + eps);
+  T* yr = y + r * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float wi = to_f(w[i]);
+    yr[i] = from_f<T>(row[i] * inv * (zero_centred ? 1.0f + wi : wi));
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+}
+
+template <typename T>
+__global__ void silu_mul_kernel(const T* gate, const T* up, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float g = to_f(gate[i]);
+    float u = to_f(up[i]);
+    out[i] = from_f<T>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+template <typename T>
+__global__ void gather_rows_kernel(const T* src, const int32_t* rows, T* dst, int64_t width) {
+  const int64_t s = blockIdx.x;
+  const T* row = src + static_cast<int64_t>(rows[s]) * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[s * width + i] = row[i];
+}
+
+int grid_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 8192 ? (b < 1 ? 1 : b) : 8192);
+}
+
+}  // namespace
+
+Status launch_embedding(cudaStream_t s, const uint32_t* ids, int64_t tokens, const void* table,
+                        DType table_dt, int64_t vocab, int64_t hidden, void* out, DType out_dt) {
+  if (tokens == 0) return Status::ok();
+  bool ok = dispatch_float(table_dt, [&](auto tt) {
+    using TT = decltype(tt);
+    dispatch_float(out_dt, [&](auto to) {
+      using TO = decltype(to);
+      embedding_kernel<TT, TO><<<tokens, 256, 0, s>>>(ids, static_cast<const TT*>(table), vocab,
+                                                      hidden, static_cast<TO*>(out));
+    });
+  });
+  if (!ok) return bad_dtype("embedding", table_dt);
+  return check_launch("embedding");
+}
+
+Status launch_rms_norm(cudaStream_t s, const void* x, void* y, DType act, const void* w,
+                       DType w_dt, int64_t rows, int64_t width, float eps, bool zero_centred) {
+  if (rows == 0) return Status::ok();
+  const size_t smem = width * sizeof(float);
+  if (smem > 96 * 1024) return unsupported("rms_norm: width too large");
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    dispatch_float(w_dt, [&](auto tw) {
+      using TW = decltype(tw);
+      auto k = rms_norm_kernel<T, TW>;
+      if (smem > 48 * 1024)
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
+      k<<<rows, 256, smem, s>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                static_cast<const TW*>(w), width, eps, zero_centred);
+    });
+  });
+  if (!ok) return bad_dtype("rms_norm", act);
+  return check_launch("rms_norm");
+}
+
+Status launch_add(cudaStream_t s, const void* a, const void* b, void* out, DType act, int64_t n) {
+  if (n == 0) return Status::ok();
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    add_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(static_cast<const T*>(a),
+                                                   static_cast<const T*>(b),
+                                                   static_cast<T*>(out), n);
+  });
+  if (!ok) return bad_dtype("residual_add", act);
+  return check_launch("residual_add");
+}
+
+Status launch_silu_mul(cudaStream_t s, const void* gate, const void* up, void* out, DType act,
+                       int64_t n) {
+  if (n == 0) return Status::ok();
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    silu_mul_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(
+        static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
+  });
+  if (!ok) return bad_dtype("silu_mul", act);
+  return check_launch("silu_mul");
+}
+
+Status launch_gather_rows(cudaStream_t s, const void* src, const int32_t* rows, void* dst,
+                          DType act, int64_t count, int64_t width) {
+  if (count == 0) return Status::ok();
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    gather_rows_kernel<T><<<count, 256, 0, s>>>(static_cast<const T*>(src), rows,
+                                                 static_cast<T*>(dst), width);
+  });
+  if (!ok) return bad_dtype("gather_rows", act);
+  return check_launch("gather_rows");
+}
+
+}  // namespace ferrite::cuda

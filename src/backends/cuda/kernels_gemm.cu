@@ -1,0 +1,195 @@
+// SIMT tiled GEMM (any mix of f32 / bf16 / f16, f32 accumulation: the f32
+// activation path and fallbacks) and the decode GEMV (m <= 8 rows, 16-byte
+// streaming loads of W, one warp per output column).
+#include "backends/cuda/cuda_types.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace ferrite::cuda {
+namespace {
+
+constexpr int kTile = 64, kTileK = 16;
+
+template <typename TX, typename TW, typename TO>
+__global__ void __launch_bounds__(256) gemm_simt_kernel(const TX* __restrict__ x,
+                                                        const TW* __restrict__ w, TO* out,
+                                                        const TW* __restrict__ bias, int64_t m,
+                                                        int64_t n, int64_t k, bool accumulate) {
+  __shared__ float as[kTileK][kTile + 4];
+  __shared__ float bs[kTileK][kTile + 4];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int idx = threadIdx.x + i * 256;
+      const int r = idx / kTileK, c = idx % kTileK;
+      const int64_t kk = k0 + c;
+      as[c][r] = (m0 + r < m && kk < k) ? to_f(x[(m0 + r) * k + kk]) : 0.0f;
+      bs[c][r] = (n0 + r < n && kk < k) ? to_f(w[(n0 + r) * k + kk]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = as[kk][ty * 4 + i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = bs[kk][tx * 4 + j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t r = m0 + ty * 4 + i;
+    if (r >= m) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t c = n0 + tx * 4 + j;
+      if (c >= n) continue;
+      float v = acc[i][j];
+      if (bias) v += to_f(bias[c]);
+      if (accumulate) v += to_f(out[r * n + c]);
+      out[r * n + c] = from_f<TO>(v);
+    }
+  }
+}
+
+__device__ __forceinline__ void unpack8(const uint4& v, float* f, __nv_bfloat16) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 p = __bfloat1622float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+__device__ __forceinline__ void unpack8(const uint4& v, float* f, __half) {
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 p = __half22float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// One warp per output column n; MAXM rows of x (m <= MAXM).
+template <int MAXM, typename T, typename TO>
+__global__ void __launch_bounds__(256) gemv_kernel(const T* __restrict__ x, int m, int64_t k,
+                                                   const T* __restrict__ w, int64_t n, TO* out,
+                                                   bool accumulate) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (col >= n) return;
+  const int lane = threadIdx.x & 31;
+  const uint4* wr = reinterpret_cast<const uint4*>(w + col * k);
+  const int64_t kv = k / 8;
+  float acc[MAXM];
+#pragma unroll
+  for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
+#pragma unroll 4
+  for (int64_t i = lane; i < kv; i += 32) {
+    float wf[8];
+    unpack8(load_stream(wr + i), wf, T{});
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) {
+      if (r < m) {
+        float xf[8];
+        unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * k) + i), xf, T{});
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wf[j], xf[j], acc[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) {
+      if (r < m) {
+        float v = acc[r];
+        if (accumulate) v += to_f(out[r * n + col]);
+        out[r * n + col] = from_f<TO>(v);
+      }
+    }
+  }
+}
+
+template <int MAXM, typename T>
+void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w, int64_t n,
+                 void* out, DType out_dt, bool accumulate) {
+  const int blocks = static_cast<int>((n + 7) / 8);
+  if (out_dt == DType::kF32)
+    gemv_kernel<MAXM, T, float><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), m, k,
+                                                       static_cast<const T*>(w), n,
+                                                       static_cast<float*>(out), accumulate);
+  else
+    gemv_kernel<MAXM, T, T><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), m, k,
+                                                   static_cast<const T*>(w), n,
+                                                   static_cast<T*>(out), accumulate);
+}
+
+}  // namespace
+
+Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, int64_t k,
+                        const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
+                        bool accumulate, const void* bias, DType bias_dt) {
+  if (m == 0 || n == 0) return Status::ok();
+  if (bias && bias_dt != w_dt) return unsupported("gemm: bias dtype must match the weight");
+  if (out_dt != DType::kF32 && out_dt != x_dt)
+    return unsupported("gemm: output must be f32 or the activation dtype");
+  dim3 grid(static_cast<unsigned>((n + kTile - 1) / kTile),
+            static_cast<unsigned>((m + kTile - 1) / kTile));
+  bool ok = dispatch_float(x_dt, [&](auto tx) {
+    using TX = decltype(tx);
+    dispatch_float(w_dt, [&](auto tw) {
+      using TW = decltype(tw);
+      if (out_dt == DType::kF32)
+        gemm_simt_kernel<TX, TW, float><<<grid, 256, 0, s>>>(
+            static_cast<const TX*>(x), static_cast<const TW*>(w), static_cast<float*>(out),
+            static_cast<const TW*>(bias), m, n, k, accumulate);
+      else
+        gemm_simt_kernel<TX, TW, TX><<<grid, 256, 0, s>>>(
+            static_cast<const TX*>(x), static_cast<const TW*>(w), static_cast<TX*>(out),
+            static_cast<const TW*>(bias), m, n, k, accumulate);
+    });
+  });
+  if (!ok) return bad_dtype("gemm", x_dt);
+  return check_launch("gemm_simt");
+}
+
+bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt) {
+  return m >= 1 && m <= 8 && k % 8 == 0 && act == w_dt &&
+         (act == DType::kBF16 || act == DType::kF16) && (out_dt == act || out_dt == DType::kF32);
+}
+
+Status launch_gemv(cudaStream_t s, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
+                   void* out, DType act, DType out_dt, bool accumulate) {
+  if (!gemv_supported(m, k, act, act, out_dt)) return unsupported("gemv: shape or dtype");
+  const int mi = static_cast<int>(m);
+  auto go = [&](auto t) {
+    using T = decltype(t);
+    if (mi == 1) gemv_launch<1, T>(s, x, mi, k, w, n, out, out_dt, accumulate);
+    else if (mi == 2) gemv_launch<2, T>(s, x, mi, k, w, n, out, out_dt, accumulate);
+    else if (mi <= 4) gemv_launch<4, T>(s, x, mi, k, w, n, out, out_dt, accumulate);
+    else gemv_launch<8, T>(s, x, mi, k, w, n, out, out_dt, accumulate);
+  };
+  if (act == DType::kBF16) go(__nv_bfloat16{});
+  else go(__half{});
+  return check_launch("gemv");
+}
+
+}  // namespace ferrite::cuda

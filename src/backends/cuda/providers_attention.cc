@@ -1,0 +1,163 @@
+// causal_paged_attention on CUDA: pre-norm, Q/K/V GEMMs, one kernel for
+// bias + q/k norm + RoPE + paged K/V write, then attention (tensor-core
+// flash prefill for runs of prompt tokens, split-KV decode otherwise), the
+// output gate, and the output GEMM accumulating into the residual.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cuda/cuda_providers.h"
+#include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels.h"
+#include "contracts/causal_paged_attention.h"
+#include "contracts/rope.h"
+
+namespace ferrite::cuda {
+namespace {
+
+constexpr int64_t kSplitBlocks = 256;  // blocks the decode kernel aims for
+constexpr int64_t kMaxSplits = 64;
+
+int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
+
+int splits_for(int64_t tokens, int64_t kv_heads, int64_t max_context) {
+  const int64_t blocks = tokens * kv_heads;
+  if (blocks >= kSplitBlocks) return 1;
+  int64_t s = (kSplitBlocks + blocks - 1) / blocks;
+  s = std::min<int64_t>({s, kMaxSplits, std::max<int64_t>(1, max_context / 32)});
+  return static_cast<int>(std::max<int64_t>(s, 1));
+}
+
+class CausalPagedAttention final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+
+  Status supports(const NodeSignature& node) const override {
+    FERRITE_RETURN_IF_ERROR(Provider::supports(node));
+    const auto p = causal_paged_attention::Params::from(node.attrs);
+    if (p.head_dim > 256 || p.rope_dim > p.head_dim || p.rope_dim % 2)
+      return unsupported("cuda.causal_paged_attention: head_dim <= 256, even rope_dim <= head_dim");
+    if (p.num_kv_heads == 0 || p.num_heads % p.num_kv_heads)
+      return unsupported("cuda.causal_paged_attention: heads must be a multiple of KV heads");
+    return Status::ok();
+  }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    const auto p = causal_paged_attention::Params::from(node.attrs);
+    const int64_t e = dtype_bytes(node.activation_dtype, 1);
+    const int64_t t = limits.max_tokens;
+    const int64_t hd = i64(p.head_dim), nh = i64(p.num_heads), nkv = i64(p.num_kv_heads);
+    const int64_t q_rows = nh * hd * (p.output_gate ? 2 : 1);
+    const int64_t partial_rows = std::min<int64_t>(t, kSplitBlocks) * kMaxSplits;
+    const int64_t tiles = t / kPrefillTileQ + limits.max_sequences + 1;
+    return Carver::round(t * i64(p.hidden_size) * e) + Carver::round(t * q_rows * e) +
+           2 * Carver::round(t * nkv * hd * e) + Carver::round(t * nh * hd * e) +
+           Carver::round(std::min<int64_t>(partial_rows, 2 * kSplitBlocks + t) * nh * (hd + 2) * 4) +
+           2 * Carver::round(tiles * 4);
+  }
+
+  Status encode(const Invocation& inv) const override {
+    using namespace causal_paged_attention;
+    const Params p = Params::from(inv.signature->attrs);
+    const auto& b = inv.bindings;
+    const DType act = b[kHidden].dtype;
+    const int64_t t = inv.batch->num_tokens();
+    const int64_t H = i64(p.hidden_size), nh = i64(p.num_heads), nkv = i64(p.num_kv_heads);
+    const int64_t hd = i64(p.head_dim);
+    const int64_t q_rows = nh * hd * (p.output_gate ? 2 : 1);
+    const int64_t kv_rows = nkv * hd;
+    const int64_t e = dtype_bytes(act, 1);
+    if (b[kKCache].dtype != act || b[kVCache].dtype != act)
+      return unsupported("cuda.causal_paged_attention: KV cache dtype must be the activation dtype");
+    const int32_t page_size = static_cast<int32_t>(b[kKCache].shape[1]);
+    FERRITE_RETURN_IF_ERROR(ensure_prepared(inv));
+    BackendState& st = state(inv);
+
+    AttentionShape a;
+    a.num_heads = static_cast<int32_t>(nh);
+    a.num_kv_heads = static_cast<int32_t>(nkv);
+    a.head_dim = static_cast<int32_t>(hd);
+    a.rope_dim = static_cast<int32_t>(p.rope_dim);
+    a.q_stride = static_cast<int32_t>(p.output_gate ? 2 * hd : hd);
+    a.q_row = static_cast<int32_t>(q_rows);
+    a.qk_norm = p.qk_norm;
+    a.zero_centred = p.zero_centred;
+    a.output_gate = p.output_gate;
+    a.eps = static_cast<float>(p.eps);
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const std::vector<float> inv_freq = rope_inv_freq(p);
+    std::copy(inv_freq.begin(), inv_freq.end(), a.inv_freq);
+
+    Carver ws(inv);
+    void* n = ws.take(t * H * e);
+    void* q = ws.take(t * q_rows * e);
+    void* k = ws.take(t * kv_rows * e);
+    void* v = ws.take(t * kv_rows * e);
+    void* attn = ws.take(t * nh * hd * e);
+    if (!n || !q || !k || !v || !attn) return internal_error("attention: workspace too small");
+
+    FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act,
+                                            b[kInputNorm].data, b[kInputNorm].dtype, t, H,
+                                            a.eps, p.zero_centred));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kQProj].data, b[kQProj].dtype, q_rows, q, act, false));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kKProj].data, b[kKProj].dtype, kv_rows, k, act, false));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kVProj].data, b[kVProj].dtype, kv_rows, v, act, false));
+    const DType norm_dt = b[kQNorm].data ? b[kQNorm].dtype : b[kInputNorm].dtype;
+    const DType bias_dt = b[kQBias].data ? b[kQBias].dtype : norm_dt;
+    FERRITE_RETURN_IF_ERROR(launch_qk_rope_kv(
+        st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
+        p.qk_norm ? b[kKNorm].data : nullptr, norm_dt, b[kQBias].data, b[kKBias].data,
+        b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data));
+
+    int32_t longest = 0;
+    for (const SequenceSlice& s : inv.batch->sequences) longest = std::max(longest, s.token_count);
+    if (longest >= 16 && attention_prefill_supported(a, act) && !st.capturing) {
+      // Query tiles: (sequence, first row) for every kPrefillTileQ rows.
+      std::vector<int32_t> tile_seq, tile_row;
+      for (int32_t si = 0; si < inv.batch->num_sequences(); ++si) {
+        const SequenceSlice& s = inv.batch->sequences[si];
+        for (int32_t r = 0; r < s.token_count; r += kPrefillTileQ) {
+          tile_seq.push_back(si);
+          tile_row.push_back(s.token_begin + r);
+        }
+      }
+      const int64_t tiles = static_cast<int64_t>(tile_seq.size());
+      auto* d_seq = static_cast<int32_t*>(ws.take(tiles * 4));
+      auto* d_row = static_cast<int32_t*>(ws.take(tiles * 4));
+      if (!d_seq || !d_row) return internal_error("attention: workspace too small for tiles");
+      FERRITE_CUDA_RETURN(cudaMemcpyAsync(d_seq, tile_seq.data(), tiles * 4,
+                                          cudaMemcpyHostToDevice, st.stream));
+      FERRITE_CUDA_RETURN(cudaMemcpyAsync(d_row, tile_row.data(), tiles * 4,
+                                          cudaMemcpyHostToDevice, st.stream));
+      FERRITE_RETURN_IF_ERROR(launch_attention_prefill(st.stream, a, st.meta, page_size, d_seq,
+                                                       d_row, tiles, q, act, b[kKCache].data,
+                                                       b[kVCache].data, attn));
+    } else {
+      const int splits = splits_for(t, nkv, i64(p.max_context));
+      float* partials = nullptr;
+      if (splits > 1) {
+        partials = static_cast<float*>(ws.take(t * splits * nh * (hd + 2) * 4));
+        if (!partials) return internal_error("attention: workspace too small for splits");
+      }
+      FERRITE_RETURN_IF_ERROR(launch_attention_decode(st.stream, a, st.meta, page_size, t, q,
+                                                      act, b[kKCache].data, b[kVCache].data,
+                                                      attn, splits, partials));
+    }
+    return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
+                act, true);
+  }
+
+ private:
+  ProviderDescriptor desc_ = cuda_descriptor(
+      "cuda.causal_paged_attention", "causal_paged_attention",
+      "GEMM projections, fused norm/RoPE/KV write, flash prefill, split-KV decode",
+      /*paged_kv=*/true);
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_causal_paged_attention() {
+  return std::make_unique<CausalPagedAttention>();
+}
+
+}  // namespace ferrite::cuda
