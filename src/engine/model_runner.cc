@@ -39,20 +39,21 @@ Result<std::unique_ptr<Registry>> make_registry(const std::string& device,
 
 namespace {
 
-Result<PlanReport> make_report(const ModelSource& src, const Registry& registry,
-                               const RunnerOptions& options) {
+// `program` must outlive the report's plan (the report keeps it alive).
+Result<PlanReport> make_report(const ModelConfig& config,
+                               std::shared_ptr<const ModelProgram> program,
+                               const Registry& registry, const RunnerOptions& options) {
   PlanReport r;
-  r.config = src.config;
+  r.config = config;
+  r.program = program;
   PlanOptions po;
   po.activation_dtype = options.activation_dtype;
   po.limits = options.limits;
-  po.limits.max_context = src.program.nodes.empty() ? options.limits.max_context
-                                                     : std::min<int64_t>(
-                                                           options.limits.max_context,
-                                                           src.config.max_position_embeddings);
-  FERRITE_ASSIGN_OR_RETURN(r.plan, plan_program(src.program, registry, po));
-  r.weight_bytes = src.program.weight_bytes();
-  for (const StateDecl& s : src.program.states) {
+  po.limits.max_context =
+      std::min<int64_t>(options.limits.max_context, config.max_position_embeddings);
+  FERRITE_ASSIGN_OR_RETURN(r.plan, plan_program(*program, registry, po));
+  r.weight_bytes = program->weight_bytes();
+  for (const StateDecl& s : program->states) {
     int64_t bytes = dtype_bytes(s.dtype, s.shape.numel());
     if (s.kind == StateKind::kKvPages) r.kv_bytes_per_token += bytes;
     else r.state_bytes_per_sequence += bytes;
@@ -96,7 +97,8 @@ std::string PlanReport::to_string() const {
 Result<PlanReport> ModelRunner::plan_only(const RunnerOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_model(options.load));
   FERRITE_ASSIGN_OR_RETURN(auto registry, make_registry(options.device, options.providers));
-  return make_report(src, *registry, options);
+  auto program = std::make_shared<const ModelProgram>(std::move(src.program));
+  return make_report(src.config, std::move(program), *registry, options);
 }
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& options) {
@@ -106,7 +108,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
   FERRITE_ASSIGN_OR_RETURN(r->registry_, make_registry(options.device, options.providers));
   FERRITE_ASSIGN_OR_RETURN(r->source_, open_model(options.load));
   // The plan is resolved before any weight is allocated.
-  FERRITE_ASSIGN_OR_RETURN(r->report_, make_report(r->source_, *r->registry_, options));
+  // The runner's program lives in source_; the report does not own it.
+  std::shared_ptr<const ModelProgram> program(std::shared_ptr<const ModelProgram>(),
+                                              &r->source_.program);
+  FERRITE_ASSIGN_OR_RETURN(r->report_,
+                           make_report(r->source_.config, program, *r->registry_, options));
   FERRITE_ASSIGN_OR_RETURN(auto weights,
                            materialize_weights(r->source_, *r->device_, options.load));
   ExecContext ctx;

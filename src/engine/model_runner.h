@@ -25,6 +25,8 @@ struct RunnerOptions {
 // What `ferrite info` prints; available without allocating any weight.
 struct PlanReport {
   ModelConfig config;
+  // The plan's nodes point into this program, which the report keeps alive.
+  std::shared_ptr<const ModelProgram> program;
   ResolvedPlan plan;
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;  // all layers, K and V
