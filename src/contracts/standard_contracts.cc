@@ -3,11 +3,14 @@
 #include "contracts/causal_paged_attention.h"
 #include "contracts/dense_linear.h"
 #include "contracts/dense_swiglu.h"
+#include "contracts/gated_delta_recurrent_attention.h"
 #include "contracts/last_token_dense_linear.h"
 #include "contracts/last_token_masked_argmax.h"
 #include "contracts/last_token_sample.h"
 #include "contracts/residual_add.h"
 #include "contracts/rms_norm.h"
+#include "contracts/routed_shared_swiglu_moe.h"
+#include "contracts/routed_swiglu_moe.h"
 #include "contracts/token_embedding.h"
 
 namespace ferrite {
@@ -20,6 +23,9 @@ const std::vector<const ContractSchema*>& standard_contracts() {
       &dense_linear::contract(),
       &dense_swiglu::contract(),
       &causal_paged_attention::contract(),
+      &gated_delta_recurrent_attention::contract(),
+      &routed_swiglu_moe::contract(),
+      &routed_shared_swiglu_moe::contract(),
       &last_token_dense_linear::contract(),
       &last_token_masked_argmax::contract(),
       &last_token_sample::contract(),

@@ -8,7 +8,9 @@ namespace ferrite {
 
 namespace {
 
-std::string layer_prefix(int64_t layer) { return fmt::format("model.layers.{}.", layer); }
+std::string layer_prefix(const ModelConfig& c, int64_t layer) {
+  return fmt::format("{}layers.{}.", c.weight_prefix, layer);
+}
 
 uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
 
@@ -25,19 +27,20 @@ void add_embedding(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
   p.values.push_back({"hidden", ValueRows::kTokens, c.hidden_size, true});
   p.values.push_back({"normed", ValueRows::kTokens, c.hidden_size, true});
   p.values.push_back({"logits", ValueRows::kSequences, c.vocab_size, false, DType::kF32});
-  declare_weight(p, o, "model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  const std::string embed = c.weight_prefix + "embed_tokens.weight";
+  declare_weight(p, o, embed, {c.vocab_size, c.hidden_size});
   ProgramNode n;
   n.name = "embed";
   n.contract_id = "token_embedding";
   n.attrs.set("vocab_size", u(c.vocab_size)).set("hidden_size", u(c.hidden_size));
-  n.bindings = {BindingRef::value("ids"), BindingRef::weight("model.embed_tokens.weight"),
+  n.bindings = {BindingRef::value("ids"), BindingRef::weight(embed),
                 BindingRef::value("hidden")};
   p.nodes.push_back(std::move(n));
 }
 
 void add_attention(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o, int64_t layer,
                    const AttentionFlavor& f) {
-  const std::string pre = layer_prefix(layer);
+  const std::string pre = layer_prefix(c, layer);
   const int64_t hd = c.head_dim;
   const int64_t q_rows = c.num_heads * hd * (f.output_gate ? 2 : 1);
   const int64_t kv_rows = c.num_kv_heads * hd;
@@ -105,7 +108,7 @@ void add_attention(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
 
 void add_dense_mlp(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o, int64_t layer,
                    int64_t intermediate_size, bool zero_centred) {
-  const std::string pre = layer_prefix(layer);
+  const std::string pre = layer_prefix(c, layer);
   declare_weight(p, o, pre + "post_attention_layernorm.weight", {c.hidden_size});
   declare_weight(p, o, pre + "mlp.gate_proj.weight", {intermediate_size, c.hidden_size});
   declare_weight(p, o, pre + "mlp.up_proj.weight", {intermediate_size, c.hidden_size});
@@ -126,18 +129,19 @@ void add_dense_mlp(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
 }
 
 void add_head(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o, bool zero_centred) {
-  declare_weight(p, o, "model.norm.weight", {c.hidden_size});
+  const std::string final_norm = c.weight_prefix + "norm.weight";
+  declare_weight(p, o, final_norm, {c.hidden_size});
   ProgramNode norm;
   norm.name = "final_norm";
   norm.contract_id = "rms_norm";
   norm.attrs.set("hidden_size", u(c.hidden_size))
       .set("eps", c.rms_norm_eps)
       .set("zero_centred", zero_centred);
-  norm.bindings = {BindingRef::value("hidden"), BindingRef::weight("model.norm.weight"),
+  norm.bindings = {BindingRef::value("hidden"), BindingRef::weight(final_norm),
                    BindingRef::value("normed")};
   p.nodes.push_back(std::move(norm));
 
-  std::string head = "model.embed_tokens.weight";
+  std::string head = c.weight_prefix + "embed_tokens.weight";
   if (!c.tie_word_embeddings) {
     head = "lm_head.weight";
     declare_weight(p, o, head, {c.vocab_size, c.hidden_size});

@@ -30,5 +30,9 @@ Result<const ModelFamily*> find_family(const std::string& model_type);
 // Family builders (one per file).
 Result<ModelProgram> build_llama(const ModelConfig& config, const ProgramOptions& options);
 Result<ModelProgram> build_qwen3(const ModelConfig& config, const ProgramOptions& options);
+Result<ModelProgram> build_qwen3_moe(const ModelConfig& config, const ProgramOptions& options);
+Result<ModelProgram> build_qwen3_next(const ModelConfig& config, const ProgramOptions& options);
+Result<ModelProgram> build_qwen3_5(const ModelConfig& config, const ProgramOptions& options);
+Result<ModelProgram> build_qwen3_5_moe(const ModelConfig& config, const ProgramOptions& options);
 
 }  // namespace ferrite

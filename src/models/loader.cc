@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -39,6 +40,102 @@ void fill_dummy(void* dst, DType dt, int64_t n, float scale, float fill, uint64_
       1 << 16);
 }
 
+// Rows and row width of a checkpoint tensor (rows: its first dimension).
+int64_t tensor_rows(const SafetensorsTensor& t) { return t.shape.rank() == 0 ? 1 : t.shape[0]; }
+int64_t tensor_row_elems(const SafetensorsTensor& t) {
+  const int64_t rows = tensor_rows(t);
+  return rows == 0 ? 0 : t.shape.numel() / rows;
+}
+
+// Picks the first alternative of `w.sources` whose tensors all exist, checks
+// it (dtypes agree, slices in range, element count of `w.shape`) and keeps
+// only it; else appends the problems of the first alternative.
+void check_sources(const SafetensorsCheckpoint& ckpt, WeightDecl* w,
+                   std::vector<std::string>* problems) {
+  size_t chosen = w->sources.size();
+  for (size_t a = 0; a < w->sources.size() && chosen == w->sources.size(); ++a) {
+    bool all = true;
+    for (const WeightSlice& s : w->sources[a]) all = all && ckpt.find(s.tensor) != nullptr;
+    if (all) chosen = a;
+  }
+  if (chosen == w->sources.size()) {
+    std::string missing;
+    int count = 0;
+    for (const WeightSlice& s : w->sources[0]) {
+      if (ckpt.find(s.tensor)) continue;
+      if (count++ < 3) missing += (missing.empty() ? "'" : ", '") + s.tensor + "'";
+    }
+    if (count > 3) missing += fmt::format(" and {} more", count - 3);
+    problems->push_back(fmt::format("missing tensor {} (for {} {})", missing, w->name,
+                                    w->shape.to_string()));
+    return;
+  }
+  std::vector<WeightSlice> alt = w->sources[chosen];
+  int64_t elems = 0;
+  std::optional<DType> dtype;
+  for (WeightSlice& s : alt) {
+    const SafetensorsTensor* t = ckpt.find(s.tensor);
+    const int64_t rows = tensor_rows(*t);
+    if (s.rows < 0) s.rows = rows - s.row_begin;
+    if (s.row_begin < 0 || s.rows < 0 || s.row_begin + s.rows > rows) {
+      problems->push_back(fmt::format("tensor '{}' has shape {}, rows [{}, {}) are needed for {}",
+                                      s.tensor, t->shape.to_string(), s.row_begin,
+                                      s.row_begin + s.rows, w->name));
+      return;
+    }
+    if (dtype && *dtype != t->dtype) {
+      problems->push_back(fmt::format("tensors making {} differ in dtype ({} and {})", w->name,
+                                      dtype_name(*dtype), dtype_name(t->dtype)));
+      return;
+    }
+    dtype = t->dtype;
+    elems += s.rows * tensor_row_elems(*t);
+  }
+  if (elems != w->shape.numel()) {
+    problems->push_back(fmt::format("tensors '{}'... give {} elements for {}, config.json implies {} {}",
+                                    alt[0].tensor, elems, w->name, w->shape.to_string(),
+                                    w->shape.numel()));
+    return;
+  }
+  w->dtype = *dtype;
+  w->sources = {std::move(alt)};
+}
+
+// Binds one materialized weight: a zero-copy view when its one slice is a
+// whole tensor, else the slices' rows copied into owned memory.
+Status materialize_one(const SafetensorsCheckpoint& ckpt, const WeightDecl& w, Device& device,
+                       WeightStore* store) {
+  const std::vector<WeightSlice>& alt = w.sources.at(0);
+  if (alt.size() == 1) {
+    const SafetensorsTensor* t = ckpt.find(alt[0].tensor);
+    if (alt[0].row_begin == 0 && alt[0].rows == tensor_rows(*t) && device.host_accessible()) {
+      store->add(w.name, TensorView{const_cast<uint8_t*>(t->data), t->dtype, w.shape});
+      return Status::ok();
+    }
+  }
+  const int64_t bytes = dtype_bytes(w.dtype, w.shape.numel());
+  FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
+  std::vector<uint8_t> host;
+  uint8_t* dst = static_cast<uint8_t*>(buf.data());
+  if (!device.host_accessible()) {
+    host.resize(bytes);
+    dst = host.data();
+  }
+  int64_t off = 0;
+  for (const WeightSlice& s : alt) {
+    const SafetensorsTensor* t = ckpt.find(s.tensor);
+    const int64_t row_bytes = dtype_bytes(t->dtype, tensor_row_elems(*t));
+    std::memcpy(dst + off, t->data + s.row_begin * row_bytes, s.rows * row_bytes);
+    off += s.rows * row_bytes;
+  }
+  FERRITE_CHECK(off == bytes) << w.name;
+  if (!device.host_accessible())
+    FERRITE_RETURN_IF_ERROR(device.copy_to_device(buf.data(), host.data(), bytes));
+  store->add(w.name, TensorView{buf.data(), w.dtype, w.shape});
+  store->own(std::move(buf));
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ModelSource> open_model(const LoadOptions& options) {
@@ -57,6 +154,10 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   src.checkpoint = std::make_shared<SafetensorsCheckpoint>(std::move(checkpoint));
   std::vector<std::string> problems;
   for (WeightDecl& w : src.program.weights) {
+    if (!w.sources.empty()) {
+      check_sources(*src.checkpoint, &w, &problems);
+      continue;
+    }
     const SafetensorsTensor* t = src.checkpoint->find(w.name);
     if (!t) {
       problems.push_back(fmt::format("missing tensor '{}' (expected {})", w.name,
@@ -88,6 +189,10 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
   if (!options.dummy_weights) {
     store->keep_alive(src.checkpoint);
     for (const WeightDecl& w : src.program.weights) {
+      if (!w.sources.empty()) {
+        FERRITE_RETURN_IF_ERROR(materialize_one(*src.checkpoint, w, device, store.get()));
+        continue;
+      }
       const SafetensorsTensor* t = src.checkpoint->find(w.name);
       FERRITE_CHECK(t != nullptr) << w.name;
       if (device.host_accessible()) {

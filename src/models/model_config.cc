@@ -66,6 +66,7 @@ Result<ModelConfig> parse_model_config(const JsonConfig& top) {
   if (text && !top.has("num_hidden_layers")) {
     j = *text;
     c.multimodal = true;
+    c.weight_prefix = "model.language_model.";
     FERRITE_ASSIGN_OR_RETURN(model_type, j.get_string_or("model_type", model_type + "_text"));
   }
   c.model_type = model_type;

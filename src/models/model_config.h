@@ -39,6 +39,9 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id;
   bool multimodal = false;  // read from text_config of a vision-language checkpoint
+  // Checkpoint name prefix of the language model's modules ("model." or, for
+  // vision-language checkpoints, "model.language_model.").
+  std::string weight_prefix = "model.";
 
   // Every family-specific field lives in the JSON; families read what they need.
   std::optional<JsonConfig> json;

@@ -15,10 +15,25 @@
 
 namespace ferrite {
 
+// A run of rows of a checkpoint tensor: rows are its first dimension, a row
+// is the product of the others.
+struct WeightSlice {
+  std::string tensor;  // checkpoint name
+  int64_t row_begin = 0;
+  int64_t rows = -1;  // -1: to the end
+};
+
 struct WeightDecl {
   std::string name;  // checkpoint name, e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;       // expected shape, from the config
   DType dtype;       // stored dtype (from the checkpoint header, or the dummy dtype)
+  // Weight materializer. Empty: the checkpoint tensor `name` as it is
+  // (zero-copy). Otherwise each entry is one alternative layout (e.g.
+  // per-expert tensors, or one packed tensor): the rows of its slices
+  // concatenated in order and viewed with `shape`, built once at load into
+  // owned memory. The loader keeps the first alternative whose tensors the
+  // checkpoint holds; an alternative of one whole tensor stays zero-copy.
+  std::vector<std::vector<WeightSlice>> sources;
 };
 
 enum class ValueRows { kTokens, kSequences };

@@ -17,6 +17,9 @@ void register_cpu_providers(Registry& r, CpuProviderSet set) {
     r.add_provider(cpu::make_last_token_dense_linear_reference());
     r.add_provider(cpu::make_last_token_masked_argmax_reference());
     r.add_provider(cpu::make_last_token_sample_reference());
+    r.add_provider(cpu::make_gated_delta_recurrent_attention_reference());
+    r.add_provider(cpu::make_routed_swiglu_moe_reference());
+    r.add_provider(cpu::make_routed_shared_swiglu_moe_reference());
   }
   if (set != CpuProviderSet::kReference) {
     // The fast set reuses the reference where the op is trivially memory
@@ -27,6 +30,9 @@ void register_cpu_providers(Registry& r, CpuProviderSet set) {
     r.add_provider(cpu::make_dense_swiglu_fast());
     r.add_provider(cpu::make_causal_paged_attention_fast());
     r.add_provider(cpu::make_last_token_dense_linear_fast());
+    r.add_provider(cpu::make_gated_delta_recurrent_attention_fast());
+    r.add_provider(cpu::make_routed_swiglu_moe_fast());
+    r.add_provider(cpu::make_routed_shared_swiglu_moe_fast());
     if (set == CpuProviderSet::kFast) {
       r.add_provider(cpu::make_token_embedding_reference());
       r.add_provider(cpu::make_residual_add_reference());

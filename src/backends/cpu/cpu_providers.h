@@ -29,12 +29,18 @@ std::unique_ptr<Provider> make_causal_paged_attention_reference();
 std::unique_ptr<Provider> make_last_token_dense_linear_reference();
 std::unique_ptr<Provider> make_last_token_masked_argmax_reference();
 std::unique_ptr<Provider> make_last_token_sample_reference();
+std::unique_ptr<Provider> make_gated_delta_recurrent_attention_reference();
+std::unique_ptr<Provider> make_routed_swiglu_moe_reference();
+std::unique_ptr<Provider> make_routed_shared_swiglu_moe_reference();
 
 std::unique_ptr<Provider> make_rms_norm_fast();
 std::unique_ptr<Provider> make_dense_linear_fast();
 std::unique_ptr<Provider> make_dense_swiglu_fast();
 std::unique_ptr<Provider> make_causal_paged_attention_fast();
 std::unique_ptr<Provider> make_last_token_dense_linear_fast();
+std::unique_ptr<Provider> make_gated_delta_recurrent_attention_fast();
+std::unique_ptr<Provider> make_routed_swiglu_moe_fast();
+std::unique_ptr<Provider> make_routed_shared_swiglu_moe_fast();
 }  // namespace cpu
 
 }  // namespace ferrite

@@ -1,0 +1,294 @@
+// routed_swiglu_moe and routed_shared_swiglu_moe on CPU.
+//
+// Reference: token by token in the order the contracts state it (norm,
+// router softmax, top-k, experts in increasing id, shared expert), double
+// accumulation.
+//
+// Fast: the router is one GEMM over all tokens; tokens are then grouped by
+// expert (a counting sort: expert-major, tokens in increasing order), and
+// every active expert runs its gate/up and down projections once over its
+// gathered rows; the (expert, row block) work items of a phase run in one
+// parallel region, so a decode step with 8 active experts keeps every core
+// busy. Each token's contributions are summed in increasing expert id (as
+// transformers' index_add), then the shared expert's, then the residual.
+// Every output element is computed by one thread in a fixed order, so
+// results do not depend on the thread count or on the batch composition.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/fast_util.h"
+#include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/kernels/vec.h"
+#include "backends/cpu/reference_math.h"
+#include "contracts/routed_shared_swiglu_moe.h"
+#include "contracts/routed_swiglu_moe.h"
+
+namespace ferrite::cpu {
+namespace {
+
+using routed_swiglu_moe::Params;
+
+// A view of `shape` starting `offset` elements into w.
+TensorView sub_view(const TensorView& w, int64_t offset, Shape shape) {
+  return TensorView{static_cast<char*>(w.data) + dtype_bytes(w.dtype, offset), w.dtype, shape};
+}
+
+// The top-k experts of probabilities p (ties: lower id first), returned in
+// increasing id order with their (optionally renormalised) weights.
+void top_k(const float* p, int64_t experts, int64_t k, bool normalize, int32_t* ids,
+           float* weights) {
+  std::vector<int32_t> order(experts);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return p[a] > p[b] || (p[a] == p[b] && a < b);
+  });
+  std::sort(order.begin(), order.begin() + k);
+  float sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += p[order[i]];
+  for (int64_t i = 0; i < k; ++i) {
+    ids[i] = order[i];
+    weights[i] = normalize ? p[order[i]] / sum : p[order[i]];
+  }
+}
+
+class RoutedMoeReference final : public Provider {
+ public:
+  explicit RoutedMoeReference(bool shared)
+      : shared_(shared),
+        desc_(cpu_descriptor(shared ? "cpu.reference.routed_shared_swiglu_moe"
+                                    : "cpu.reference.routed_swiglu_moe",
+                             shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe",
+                             kReferencePriority, "scalar, token by token")) {}
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+
+  Status encode(const Invocation& inv) const override {
+    using namespace routed_swiglu_moe;
+    const Params p = Params::from(inv.signature->attrs);
+    const int64_t H = static_cast<int64_t>(p.hidden_size);
+    const int64_t E = static_cast<int64_t>(p.num_experts);
+    const int64_t K = static_cast<int64_t>(p.top_k);
+    const int64_t I = static_cast<int64_t>(p.intermediate_size);
+    const int64_t Is = static_cast<int64_t>(p.shared_intermediate_size);
+    const auto& b = inv.bindings;
+    float* hidden = b[kHidden].as<float>();
+    std::vector<float> n(H), logits(E), prob(E), g(std::max(I, Is)), u(std::max(I, Is)), d(H),
+        weights(K);
+    std::vector<int32_t> ids(K);
+    std::vector<double> out(H);
+    for (int32_t t = 0; t < inv.batch->num_tokens(); ++t) {
+      float* row = hidden + t * H;
+      ref::rms_norm(row, b[kNorm], H, p.eps, p.zero_centred, n.data());
+      ref::matvec(n.data(), b[kRouter], H, E, logits.data());
+      double mx = -INFINITY, sum = 0;
+      for (float l : logits) mx = std::max<double>(mx, l);
+      for (int64_t e = 0; e < E; ++e) sum += std::exp(logits[e] - mx);
+      for (int64_t e = 0; e < E; ++e) prob[e] = static_cast<float>(std::exp(logits[e] - mx) / sum);
+      top_k(prob.data(), E, K, p.normalize_topk, ids.data(), weights.data());
+      std::fill(out.begin(), out.end(), 0.0);
+      for (int64_t i = 0; i < K; ++i) {
+        const int64_t e = ids[i];
+        TensorView gate = sub_view(b[kGateUp], e * 2 * I * H, {I, H});
+        TensorView up = sub_view(b[kGateUp], (e * 2 + 1) * I * H, {I, H});
+        TensorView down = sub_view(b[kDown], e * H * I, {H, I});
+        ref::matvec(n.data(), gate, H, I, g.data());
+        ref::matvec(n.data(), up, H, I, u.data());
+        for (int64_t j = 0; j < I; ++j) g[j] = ref::silu(g[j]) * u[j];
+        ref::matvec(g.data(), down, I, H, d.data());
+        for (int64_t j = 0; j < H; ++j) out[j] += static_cast<double>(weights[i]) * d[j];
+      }
+      if (shared_) {
+        using namespace routed_shared_swiglu_moe;
+        float sg = 0;
+        ref::matvec(n.data(), b[kSharedExpertGate], H, 1, &sg);
+        sg = ref::sigmoid(sg);
+        ref::matvec(n.data(), b[kSharedGate], H, Is, g.data());
+        ref::matvec(n.data(), b[kSharedUp], H, Is, u.data());
+        for (int64_t j = 0; j < Is; ++j) g[j] = ref::silu(g[j]) * u[j];
+        ref::matvec(g.data(), b[kSharedDown], Is, H, d.data());
+        for (int64_t j = 0; j < H; ++j) out[j] += static_cast<double>(sg) * d[j];
+      }
+      for (int64_t j = 0; j < H; ++j) row[j] = static_cast<float>(row[j] + out[j]);
+    }
+    return Status::ok();
+  }
+
+ private:
+  bool shared_;
+  ProviderDescriptor desc_;
+};
+
+class RoutedMoeFast final : public Provider {
+ public:
+  explicit RoutedMoeFast(bool shared)
+      : shared_(shared),
+        desc_(cpu_descriptor(shared ? "cpu.fast.routed_shared_swiglu_moe"
+                                    : "cpu.fast.routed_swiglu_moe",
+                             shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe",
+                             kFastPriority, "router GEMM, tokens grouped by expert, SIMD GEMMs")) {}
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    const Params p = Params::from(node.attrs);
+    const int64_t t = limits.max_tokens;
+    const int64_t H = static_cast<int64_t>(p.hidden_size);
+    const int64_t E = static_cast<int64_t>(p.num_experts);
+    const int64_t TK = t * static_cast<int64_t>(p.top_k);
+    const int64_t I = static_cast<int64_t>(p.intermediate_size);
+    const int64_t Is = static_cast<int64_t>(p.shared_intermediate_size);
+    return Scratch::bytes_for({t * H, t * E, TK * H, TK * 2 * I, TK * H, t * H,
+                               shared_ ? t * 2 * Is : 0, shared_ ? t : 0});
+  }
+
+  Status encode(const Invocation& inv) const override {
+    using namespace routed_swiglu_moe;
+    const Params p = Params::from(inv.signature->attrs);
+    const int64_t H = static_cast<int64_t>(p.hidden_size);
+    const int64_t E = static_cast<int64_t>(p.num_experts);
+    const int64_t K = static_cast<int64_t>(p.top_k);
+    const int64_t I = static_cast<int64_t>(p.intermediate_size);
+    const int64_t Is = static_cast<int64_t>(p.shared_intermediate_size);
+    const int64_t T = inv.batch->num_tokens();
+    const int64_t TK = T * K;
+    ThreadPool* pool = inv.ctx->pool;
+    const auto& b = inv.bindings;
+    float* hidden = b[kHidden].as<float>();
+    Scratch scratch(inv);
+    float* n = scratch.floats(T * H);
+    float* logits = scratch.floats(T * E);
+    float* xs = scratch.floats(TK * H);       // gathered rows, expert-major
+    float* gu = scratch.floats(TK * 2 * I);   // [gate | up] per gathered row
+    float* ys = scratch.floats(TK * H);       // expert outputs per gathered row
+    float* out = scratch.floats(T * H);
+    float* sgu = shared_ ? scratch.floats(T * 2 * Is) : nullptr;
+    float* sgate = shared_ ? scratch.floats(T) : nullptr;
+
+    rms_norm(hidden, T, H, b[kNorm].data, b[kNorm].dtype, static_cast<float>(p.eps),
+             p.zero_centred, n, pool);
+    matmul(n, T, H, b[kRouter].data, b[kRouter].dtype, E, logits, pool);
+
+    // Routing: softmax in f32, top-k, grouping by expert.
+    std::vector<int32_t> ids(TK);
+    std::vector<float> weights(TK);
+    for (int64_t t = 0; t < T; ++t) {
+      float* l = logits + t * E;
+      softmax_inplace(l, E);
+      top_k(l, E, K, p.normalize_topk, &ids[t * K], &weights[t * K]);
+    }
+    std::vector<int32_t> offset(E + 1, 0);
+    for (int32_t e : ids) ++offset[e + 1];
+    for (int64_t e = 0; e < E; ++e) offset[e + 1] += offset[e];
+    std::vector<int32_t> slot_of(TK);  // (token, k) -> gathered row
+    {
+      std::vector<int32_t> fill(offset.begin(), offset.end() - 1);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 0; k < K; ++k) slot_of[t * K + k] = fill[ids[t * K + k]]++;
+    }
+    auto gather = [&](int64_t a, int64_t z) {
+      for (int64_t i = a; i < z; ++i)
+        std::copy_n(n + (i / K) * H, H, xs + static_cast<int64_t>(slot_of[i]) * H);
+    };
+    if (pool) pool->parallel_for(TK, gather, 8);
+    else gather(0, TK);
+
+    // Work items: (expert, output row block) over the active experts.
+    struct Item {
+      int32_t expert;
+      int32_t r0, r1;
+    };
+    const int64_t threads = pool ? pool->size() : 1;
+    auto make_items = [&](int64_t rows) {
+      std::vector<Item> items;
+      int64_t active = 0;
+      for (int64_t e = 0; e < E; ++e) active += offset[e + 1] > offset[e];
+      const int64_t want = std::max<int64_t>(1, 4 * threads / std::max<int64_t>(active, 1));
+      const int64_t block = std::max<int64_t>(16, (rows + want - 1) / want);
+      for (int64_t e = 0; e < E; ++e) {
+        if (offset[e + 1] == offset[e]) continue;
+        for (int64_t r = 0; r < rows; r += block)
+          items.push_back({static_cast<int32_t>(e), static_cast<int32_t>(r),
+                           static_cast<int32_t>(std::min(rows, r + block))});
+      }
+      return items;
+    };
+    auto run_items = [&](const std::vector<Item>& items, auto&& fn) {
+      auto body = [&](int64_t a, int64_t z) {
+        for (int64_t i = a; i < z; ++i) fn(items[i]);
+      };
+      if (pool) pool->parallel_for(static_cast<int64_t>(items.size()), body);
+      else body(0, static_cast<int64_t>(items.size()));
+    };
+    const size_t gu_expert = dtype_bytes(b[kGateUp].dtype, 2 * I * H);
+    const size_t down_expert = dtype_bytes(b[kDown].dtype, H * I);
+    // Gate/up of every active expert: rows [0, 2I) of its [2, I, H] block.
+    run_items(make_items(2 * I), [&](const Item& it) {
+      const int64_t r0 = offset[it.expert], rows = offset[it.expert + 1] - r0;
+      const char* w = static_cast<const char*>(b[kGateUp].data) + it.expert * gu_expert;
+      matmul_rows(xs + r0 * H, H, rows, H, w, b[kGateUp].dtype, it.r0, it.r1, gu + r0 * 2 * I + it.r0,
+                  2 * I, false, nullptr);
+    });
+    auto act = [&](int64_t a, int64_t z) {
+      for (int64_t r = a; r < z; ++r) silu_mul(gu + r * 2 * I, gu + r * 2 * I + I, I, gu + r * 2 * I);
+    };
+    if (pool) pool->parallel_for(TK, act, 4);
+    else act(0, TK);
+    run_items(make_items(H), [&](const Item& it) {
+      const int64_t r0 = offset[it.expert], rows = offset[it.expert + 1] - r0;
+      const char* w = static_cast<const char*>(b[kDown].data) + it.expert * down_expert;
+      matmul_rows(gu + r0 * 2 * I, 2 * I, rows, I, w, b[kDown].dtype, it.r0, it.r1,
+                  ys + r0 * H + it.r0, H, false, nullptr);
+    });
+
+    if (shared_) {
+      using namespace routed_shared_swiglu_moe;
+      matmul(n, T, H, b[kSharedExpertGate].data, b[kSharedExpertGate].dtype, 1, sgate, pool);
+      matmul_rows(n, H, T, H, b[kSharedGate].data, b[kSharedGate].dtype, 0, Is, sgu, 2 * Is, false,
+                  pool);
+      matmul_rows(n, H, T, H, b[kSharedUp].data, b[kSharedUp].dtype, 0, Is, sgu + Is, 2 * Is,
+                  false, pool);
+      for (int64_t t = 0; t < T; ++t)
+        silu_mul(sgu + t * 2 * Is, sgu + t * 2 * Is + Is, Is, sgu + t * 2 * Is);
+      matmul_rows(sgu, 2 * Is, T, Is, b[kSharedDown].data, b[kSharedDown].dtype, 0, H, out, H,
+                  false, pool);
+    }
+    // Combine per token: experts in increasing id, then the shared expert,
+    // then the residual.
+    auto combine = [&](int64_t a, int64_t z) {
+      std::vector<float> acc(H);
+      for (int64_t t = a; t < z; ++t) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t k = 0; k < K; ++k)
+          axpy_f32(weights[t * K + k], ys + static_cast<int64_t>(slot_of[t * K + k]) * H,
+                   acc.data(), H);
+        if (shared_) axpy_f32(ref::sigmoid(sgate[t]), out + t * H, acc.data(), H);
+        add_f32(acc.data(), hidden + t * H, H);
+      }
+    };
+    if (pool) pool->parallel_for(T, combine, 4);
+    else combine(0, T);
+    return Status::ok();
+  }
+
+ private:
+  bool shared_;
+  ProviderDescriptor desc_;
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_routed_swiglu_moe_reference() {
+  return std::make_unique<RoutedMoeReference>(false);
+}
+std::unique_ptr<Provider> make_routed_shared_swiglu_moe_reference() {
+  return std::make_unique<RoutedMoeReference>(true);
+}
+std::unique_ptr<Provider> make_routed_swiglu_moe_fast() {
+  return std::make_unique<RoutedMoeFast>(false);
+}
+std::unique_ptr<Provider> make_routed_shared_swiglu_moe_fast() {
+  return std::make_unique<RoutedMoeFast>(true);
+}
+
+}  // namespace ferrite::cpu

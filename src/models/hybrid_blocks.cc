@@ -1,0 +1,269 @@
+#include "models/hybrid_blocks.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "contracts/gated_delta_recurrent_attention.h"
+
+namespace ferrite {
+
+namespace {
+
+uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
+
+std::string layer_prefix(const ModelConfig& c, int64_t layer) {
+  return fmt::format("{}layers.{}.", c.weight_prefix, layer);
+}
+
+const JsonConfig& json_of(const ModelConfig& c) {
+  FERRITE_CHECK(c.json.has_value()) << "ModelConfig without its JSON";
+  return *c.json;
+}
+
+// `num_experts`, or `num_local_experts` (transformers 5 writes Qwen3-MoE's so).
+Result<int64_t> num_experts(const JsonConfig& j) {
+  if (j.has("num_experts")) return j.get_int("num_experts");
+  return j.get_int_or("num_local_experts", 0);
+}
+
+}  // namespace
+
+Result<std::vector<MixerKind>> hybrid_layer_types(const ModelConfig& c) {
+  const JsonConfig& j = json_of(c);
+  std::vector<MixerKind> kinds;
+  if (j.has("layer_types")) {
+    FERRITE_ASSIGN_OR_RETURN(auto types, j.get_string_list("layer_types"));
+    if (static_cast<int64_t>(types.size()) != c.num_layers)
+      return invalid_argument(fmt::format("{}: 'layer_types' has {} entries for {} layers",
+                                          c.source, types.size(), c.num_layers));
+    for (const std::string& t : types) {
+      if (t == "full_attention") kinds.push_back(MixerKind::kFullAttention);
+      else if (t == "linear_attention") kinds.push_back(MixerKind::kLinearAttention);
+      else
+        return unsupported(fmt::format("{}: layer type '{}' is not supported "
+                                       "(full_attention, linear_attention)", c.source, t));
+    }
+    return kinds;
+  }
+  FERRITE_ASSIGN_OR_RETURN(int64_t interval, j.get_int_or("full_attention_interval", 4));
+  if (interval < 1)
+    return invalid_argument(c.source + ": 'full_attention_interval' must be positive");
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    kinds.push_back((i + 1) % interval == 0 ? MixerKind::kFullAttention
+                                            : MixerKind::kLinearAttention);
+  return kinds;
+}
+
+Result<std::vector<bool>> sparse_mlp_layers(const ModelConfig& c) {
+  const JsonConfig& j = json_of(c);
+  FERRITE_ASSIGN_OR_RETURN(int64_t experts, num_experts(j));
+  FERRITE_ASSIGN_OR_RETURN(int64_t step, j.get_int_or("decoder_sparse_step", 1));
+  std::vector<int64_t> dense;
+  if (j.has("mlp_only_layers")) {
+    FERRITE_ASSIGN_OR_RETURN(dense, j.get_int_list("mlp_only_layers"));
+  }
+  if (step < 1) return invalid_argument(c.source + ": 'decoder_sparse_step' must be positive");
+  std::vector<bool> sparse(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    sparse[i] = experts > 0 && std::find(dense.begin(), dense.end(), i) == dense.end() &&
+                (i + 1) % step == 0;
+  return sparse;
+}
+
+Result<MoeSpec> read_moe_spec(const ModelConfig& c) {
+  const JsonConfig& j = json_of(c);
+  MoeSpec s;
+  FERRITE_ASSIGN_OR_RETURN(s.num_experts, num_experts(j));
+  if (s.num_experts <= 0)
+    return invalid_argument(c.source + ": 'num_experts' must be positive");
+  FERRITE_ASSIGN_OR_RETURN(s.top_k, j.get_positive_int("num_experts_per_tok"));
+  FERRITE_ASSIGN_OR_RETURN(s.intermediate_size, j.get_positive_int("moe_intermediate_size"));
+  FERRITE_ASSIGN_OR_RETURN(s.shared_intermediate_size,
+                           j.get_int_or("shared_expert_intermediate_size", 0));
+  FERRITE_ASSIGN_OR_RETURN(s.normalize_topk, j.get_bool_or("norm_topk_prob", false));
+  if (s.top_k > s.num_experts)
+    return invalid_argument(fmt::format("{}: num_experts_per_tok {} exceeds num_experts {}",
+                                        c.source, s.top_k, s.num_experts));
+  if (s.shared_intermediate_size < 0)
+    return invalid_argument(c.source + ": 'shared_expert_intermediate_size' must be >= 0");
+  return s;
+}
+
+void add_moe_mlp(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o, int64_t layer,
+                 const MoeSpec& s) {
+  const std::string pre = layer_prefix(c, layer);
+  const int64_t H = c.hidden_size, E = s.num_experts, I = s.intermediate_size;
+  const bool shared = s.shared_intermediate_size > 0;
+  declare_weight(p, o, pre + "post_attention_layernorm.weight", {H});
+  declare_weight(p, o, pre + "mlp.gate.weight", {E, H});
+  // Experts: per-expert tensors stacked, or the packed tensors as they are.
+  const std::string gate_up = pre + "mlp.experts.gate_up_proj";
+  const std::string down = pre + "mlp.experts.down_proj";
+  std::vector<WeightSlice> per_gate_up, per_down;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ex = fmt::format("{}mlp.experts.{}.", pre, e);
+    per_gate_up.push_back({ex + "gate_proj.weight"});
+    per_gate_up.push_back({ex + "up_proj.weight"});
+    per_down.push_back({ex + "down_proj.weight"});
+  }
+  declare_weight(p, o, gate_up, {E, 2, I, H});
+  p.weights.back().sources = {std::move(per_gate_up), {{gate_up}}};
+  declare_weight(p, o, down, {E, H, I});
+  p.weights.back().sources = {std::move(per_down), {{down}}};
+  if (shared) {
+    const int64_t Is = s.shared_intermediate_size;
+    declare_weight(p, o, pre + "mlp.shared_expert_gate.weight", {1, H});
+    declare_weight(p, o, pre + "mlp.shared_expert.gate_proj.weight", {Is, H});
+    declare_weight(p, o, pre + "mlp.shared_expert.up_proj.weight", {Is, H});
+    declare_weight(p, o, pre + "mlp.shared_expert.down_proj.weight", {H, Is});
+  }
+  ProgramNode n;
+  n.name = fmt::format("layers.{}.moe", layer);
+  n.contract_id = shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe";
+  n.attrs.set("hidden_size", u(H))
+      .set("num_experts", u(E))
+      .set("top_k", u(s.top_k))
+      .set("intermediate_size", u(I))
+      .set("normalize_topk", s.normalize_topk)
+      .set("eps", c.rms_norm_eps)
+      .set("zero_centred", s.zero_centred);
+  if (shared) n.attrs.set("shared_intermediate_size", u(s.shared_intermediate_size));
+  n.bindings = {BindingRef::value("hidden"),
+                BindingRef::weight(pre + "post_attention_layernorm.weight"),
+                BindingRef::weight(pre + "mlp.gate.weight"), BindingRef::weight(gate_up),
+                BindingRef::weight(down)};
+  if (shared) {
+    for (const char* w : {"mlp.shared_expert_gate.weight", "mlp.shared_expert.gate_proj.weight",
+                          "mlp.shared_expert.up_proj.weight", "mlp.shared_expert.down_proj.weight"})
+      n.bindings.push_back(BindingRef::weight(pre + w));
+  }
+  p.nodes.push_back(std::move(n));
+}
+
+Result<DeltaSpec> read_delta_spec(const ModelConfig& c, DeltaLayout layout) {
+  const JsonConfig& j = json_of(c);
+  DeltaSpec s;
+  s.layout = layout;
+  FERRITE_ASSIGN_OR_RETURN(s.num_k_heads, j.get_positive_int("linear_num_key_heads"));
+  FERRITE_ASSIGN_OR_RETURN(s.num_v_heads, j.get_positive_int("linear_num_value_heads"));
+  FERRITE_ASSIGN_OR_RETURN(s.k_head_dim, j.get_positive_int("linear_key_head_dim"));
+  FERRITE_ASSIGN_OR_RETURN(s.v_head_dim, j.get_positive_int("linear_value_head_dim"));
+  FERRITE_ASSIGN_OR_RETURN(s.conv_kernel, j.get_int_or("linear_conv_kernel_dim", 4));
+  if (s.conv_kernel < 1)
+    return invalid_argument(c.source + ": 'linear_conv_kernel_dim' must be positive");
+  if (s.num_v_heads % s.num_k_heads != 0)
+    return invalid_argument(fmt::format("{}: {} linear value heads are not a multiple of {} key heads",
+                                        c.source, s.num_v_heads, s.num_k_heads));
+  return s;
+}
+
+void add_gated_delta(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o,
+                     int64_t layer, const DeltaSpec& s) {
+  const std::string pre = layer_prefix(c, layer);
+  const std::string la = pre + "linear_attn.";
+  const int64_t H = c.hidden_size, Hk = s.num_k_heads, Hv = s.num_v_heads;
+  const int64_t dk = s.k_head_dim, dv = s.v_head_dim, r = Hv / Hk;
+  const int64_t conv_dim = 2 * Hk * dk + Hv * dv;
+  const int64_t K = s.conv_kernel;
+  declare_weight(p, o, pre + "input_layernorm.weight", {H});
+  declare_weight(p, o, la + "in_proj_qkv.weight", {conv_dim, H});
+  declare_weight(p, o, la + "in_proj_z.weight", {Hv * dv, H});
+  declare_weight(p, o, la + "in_proj_b.weight", {Hv, H});
+  declare_weight(p, o, la + "in_proj_a.weight", {Hv, H});
+  if (s.layout == DeltaLayout::kGrouped) {
+    // in_proj_qkvz rows: per key head g: q_g (dk), k_g (dk), v_g (r dv), z_g (r dv);
+    // in_proj_ba rows: per key head g: b_g (r), a_g (r). Regroup into [Q|K|V], Z, B, A.
+    const std::string qkvz = la + "in_proj_qkvz.weight", ba = la + "in_proj_ba.weight";
+    const int64_t stride = 2 * dk + 2 * r * dv;
+    std::vector<WeightSlice> qkv, z, b, a;
+    for (int64_t g = 0; g < Hk; ++g) qkv.push_back({qkvz, g * stride, dk});
+    for (int64_t g = 0; g < Hk; ++g) qkv.push_back({qkvz, g * stride + dk, dk});
+    for (int64_t g = 0; g < Hk; ++g) qkv.push_back({qkvz, g * stride + 2 * dk, r * dv});
+    for (int64_t g = 0; g < Hk; ++g) z.push_back({qkvz, g * stride + 2 * dk + r * dv, r * dv});
+    for (int64_t g = 0; g < Hk; ++g) b.push_back({ba, g * 2 * r, r});
+    for (int64_t g = 0; g < Hk; ++g) a.push_back({ba, g * 2 * r + r, r});
+    const size_t n = p.weights.size();
+    p.weights[n - 4].sources = {std::move(qkv)};
+    p.weights[n - 3].sources = {std::move(z)};
+    p.weights[n - 2].sources = {std::move(b)};
+    p.weights[n - 1].sources = {std::move(a)};
+  }
+  // conv1d.weight is [conv_dim, 1, K] in checkpoints: viewed as [conv_dim, K].
+  declare_weight(p, o, la + "conv1d.weight", {conv_dim, K});
+  p.weights.back().sources = {{{la + "conv1d.weight"}}};
+  declare_weight(p, o, la + "A_log", {Hv});
+  declare_weight(p, o, la + "dt_bias", {Hv});
+  declare_weight(p, o, la + "norm.weight", {dv});
+  declare_weight(p, o, la + "out_proj.weight", {H, Hv * dv});
+
+  const std::string conv_state = fmt::format("layers.{}.conv_state", layer);
+  const std::string delta_state = fmt::format("layers.{}.delta_state", layer);
+  p.states.push_back({conv_state, StateKind::kRecurrentSlot, {std::max<int64_t>(K - 1, 1), conv_dim},
+                      DType::kF32});
+  p.states.push_back({delta_state, StateKind::kRecurrentSlot, {Hv, dk, dv}, DType::kF32});
+
+  ProgramNode n;
+  n.name = fmt::format("layers.{}.linear_attention", layer);
+  n.contract_id = "gated_delta_recurrent_attention";
+  n.attrs.set("hidden_size", u(H))
+      .set("num_k_heads", u(Hk))
+      .set("num_v_heads", u(Hv))
+      .set("k_head_dim", u(dk))
+      .set("v_head_dim", u(dv))
+      .set("conv_kernel", u(K))
+      .set("eps", c.rms_norm_eps)
+      .set("zero_centred", true);
+  auto w = [&](const std::string& name) { return BindingRef::weight(la + name); };
+  n.bindings = {BindingRef::value("hidden"),
+                BindingRef::weight(pre + "input_layernorm.weight"),
+                w("in_proj_qkv.weight"),
+                w("in_proj_z.weight"),
+                w("in_proj_b.weight"),
+                w("in_proj_a.weight"),
+                w("conv1d.weight"),
+                w("A_log"),
+                w("dt_bias"),
+                w("norm.weight"),
+                w("out_proj.weight"),
+                BindingRef::state(conv_state),
+                BindingRef::state(delta_state)};
+  p.nodes.push_back(std::move(n));
+}
+
+Result<ModelProgram> build_hybrid(const ModelConfig& c, const ProgramOptions& o,
+                                  const std::string& family, DeltaLayout layout,
+                                  const MoeSpec* moe) {
+  FERRITE_ASSIGN_OR_RETURN(auto kinds, hybrid_layer_types(c));
+  FERRITE_ASSIGN_OR_RETURN(DeltaSpec delta, read_delta_spec(c, layout));
+  std::vector<bool> sparse(c.num_layers, false);
+  if (moe) {
+    FERRITE_ASSIGN_OR_RETURN(sparse, sparse_mlp_layers(c));
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    if (!sparse[i] && c.intermediate_size <= 0)
+      return invalid_argument(fmt::format("{}: layer {} has a dense MLP but 'intermediate_size' "
+                                          "is not positive", c.source, i));
+  ModelProgram p;
+  p.family = family;
+  add_embedding(p, c, o);
+  AttentionFlavor flavor;
+  flavor.qk_norm = true;
+  flavor.output_gate = true;
+  flavor.zero_centred = true;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (kinds[i] == MixerKind::kFullAttention) add_attention(p, c, o, i, flavor);
+    else add_gated_delta(p, c, o, i, delta);
+    if (sparse[i]) {
+      MoeSpec s = *moe;
+      s.zero_centred = true;
+      add_moe_mlp(p, c, o, i, s);
+    } else {
+      add_dense_mlp(p, c, o, i, c.intermediate_size, /*zero_centred=*/true);
+    }
+  }
+  add_head(p, c, o, /*zero_centred=*/true);
+  return p;
+}
+
+}  // namespace ferrite
