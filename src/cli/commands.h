@@ -10,5 +10,8 @@ void register_generate(CLI::App& app, int* exit_code);
 void register_info(CLI::App& app, int* exit_code);
 void register_bench(CLI::App& app, int* exit_code);
 void register_create_model(CLI::App& app, int* exit_code);
+void register_serve(CLI::App& app, int* exit_code);
+void register_run(CLI::App& app, int* exit_code);
+void register_bench_serve(CLI::App& app, int* exit_code);
 
 }  // namespace ferrite::cli

@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   ferrite::cli::register_info(app, &exit_code);
   ferrite::cli::register_bench(app, &exit_code);
   ferrite::cli::register_create_model(app, &exit_code);
+  ferrite::cli::register_serve(app, &exit_code);
+  ferrite::cli::register_run(app, &exit_code);
+  ferrite::cli::register_bench_serve(app, &exit_code);
   ferrite::cli::register_tokenize_commands(app);
   try {
     app.parse(argc, argv);
