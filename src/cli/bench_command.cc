@@ -2,7 +2,16 @@
 // weights), and decode as a fraction of the memory-bandwidth roofline:
 //   roofline tokens/s = batch * bandwidth / (weight bytes read per step
 //                                            + KV bytes read per step)
-// with the bandwidth measured on this machine in the same run.
+// with the bandwidth measured on this machine in the same run (CPU: a
+// read-bandwidth probe; other devices: a large device-to-device copy, bytes
+// read + written). Prefill is also reported as a fraction of the device's
+// dense matrix peak (--peak-tflops, 790 for bf16 on the H200):
+//   flops = 2 * tokens * (matrix weights) + causal attention
+//           (4 * heads * head_dim * tokens * (tokens + 1) / 2 per layer).
+// Every figure is measured after a warm-up run of the same shape (graph
+// capture, cuBLASLt heuristics and module loads stay out of the numbers).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -26,8 +35,53 @@ struct BenchFlags {
   int32_t gen_len = 32;
   std::vector<int32_t> batches = {1};
   int32_t decode_prompt_len = 16;
+  double peak_tflops = 0;  // 0: 790 on CUDA (bf16 H200), none on CPU
   bool json = false;
 };
+
+// Device-to-device copy bandwidth (bytes read + written per second), median
+// of a few 1 GiB copies.
+double device_copy_bandwidth(Device& device) {
+  const int64_t bytes = 1ll << 30;
+  auto a = DeviceBuffer::allocate(device, bytes);
+  auto b = DeviceBuffer::allocate(device, bytes);
+  if (!a.is_ok() || !b.is_ok()) return 0;
+  std::vector<double> rates;
+  for (int i = 0; i < 6; ++i) {
+    if (!device.synchronize().is_ok()) return 0;
+    auto t0 = std::chrono::steady_clock::now();
+    if (!device.copy_on_device(b->data(), a->data(), bytes).is_ok()) return 0;
+    if (!device.synchronize().is_ok()) return 0;
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) rates.push_back(2.0 * bytes / dt);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+// Matrix FLOPs of a prefill of `tokens` tokens (one sequence): every weight
+// matrix but the embedding gather once per token (the LM head once), plus
+// causal attention.
+double prefill_flops(const ModelRunner& runner, int64_t tokens) {
+  const ModelProgram& p = runner.program();
+  double per_token = 0, once = 0;
+  for (const WeightDecl& w : p.weights) {
+    if (w.shape.rank() < 2) continue;
+    const double n = static_cast<double>(w.shape.numel());
+    const bool embed = w.name.find("embed_tokens") != std::string::npos;
+    const bool head = w.name.find("lm_head") != std::string::npos;
+    if (head || (embed && runner.config().tie_word_embeddings)) once += n;
+    else if (!embed) per_token += n;
+  }
+  double flops = 2.0 * per_token * tokens + 2.0 * once;
+  for (const ProgramNode& n : p.nodes) {
+    if (n.contract_id != "causal_paged_attention") continue;
+    const double heads = static_cast<double>(n.attrs.u("num_heads"));
+    const double hd = static_cast<double>(n.attrs.u("head_dim"));
+    flops += 4.0 * heads * hd * static_cast<double>(tokens) * (tokens + 1) / 2.0;
+  }
+  return flops;
+}
 
 // Bytes of weights one decode step streams: everything but the embedding
 // gather (which reads one row per token), unless the LM head is tied to it.
@@ -60,30 +114,49 @@ int run_bench(const BenchFlags& f) {
   }
   options->limits.max_sequences = std::max<int64_t>(options->limits.max_sequences, max_batch);
   options->limits.max_tokens = std::max<int64_t>(options->limits.max_tokens, max_batch);
+  // The prompt runs as one step.
+  options->limits.max_tokens = std::max<int64_t>(options->limits.max_tokens, f.prompt_len);
+  options->limits.max_context = std::max<int64_t>(
+      options->limits.max_context, std::max(f.prompt_len, f.decode_prompt_len + f.gen_len) + 1);
+  options->load.program.max_context = options->limits.max_context;
   auto runner_or = ModelRunner::open(*options);
   if (!runner_or.is_ok()) return report_error(runner_or.status());
   ModelRunner& runner = **runner_or;
   const int64_t vocab = runner.program().vocab_size;
 
-  const double bandwidth =
-      options->device == "cpu" ? cpu::measure_read_bandwidth_bytes_per_s(ThreadPool::global()) : 0;
+  const double bandwidth = options->device == "cpu"
+                               ? cpu::measure_read_bandwidth_bytes_per_s(ThreadPool::global())
+                               : device_copy_bandwidth(runner.device());
+  const double peak_flops =
+      (f.peak_tflops > 0 ? f.peak_tflops : (options->device == "cuda" ? 790.0 : 0.0)) * 1e12;
   nlohmann::json out;
   out["model"] = runner.config().model_type;
   out["device"] = runner.device().name();
   out["weight_bytes"] = runner.program().weight_bytes();
   out["memory_bandwidth_gb_s"] = bandwidth / 1e9;
 
-  // Prefill: one prompt, one generated token.
+  // Prefill: one prompt, one generated token (after a warm-up of the same shape).
   {
     GenerationRequest req;
     req.prompt = random_prompt(f.prompt_len, vocab, 1);
     req.max_tokens = 1;
     GenerationStats stats;
-    auto r = generate(runner, {req}, nullptr, &stats);
-    if (!r.is_ok()) return report_error(r.status());
+    for (int run = 0; run < 2; ++run) {
+      stats = GenerationStats{};
+      auto r = generate(runner, {req}, nullptr, &stats);
+      if (!r.is_ok()) return report_error(r.status());
+    }
     double tps = stats.prefill_tokens / stats.prefill_seconds;
-    out["prefill"] = {{"prompt_tokens", f.prompt_len}, {"tokens_per_s", tps}};
-    if (!f.json) std::printf("prefill  %5d tokens: %10.1f tokens/s\n", f.prompt_len, tps);
+    const double flops = prefill_flops(runner, f.prompt_len);
+    const double flop_fraction = peak_flops > 0 ? flops / stats.prefill_seconds / peak_flops : 0;
+    out["prefill"] = {{"prompt_tokens", f.prompt_len},
+                      {"tokens_per_s", tps},
+                      {"tflops", flops / stats.prefill_seconds / 1e12},
+                      {"peak_fraction", flop_fraction}};
+    if (!f.json)
+      std::printf("prefill  %5d tokens: %10.1f tokens/s  (%.1f TFLOP/s, %.1f%% of %.0f TFLOP/s)\n",
+                  f.prompt_len, tps, flops / stats.prefill_seconds / 1e12, 100 * flop_fraction,
+                  peak_flops / 1e12);
   }
   const int64_t kv_per_token = runner.report().kv_bytes_per_token;
   const int64_t w_step = weight_bytes_per_step(runner);
@@ -92,6 +165,12 @@ int run_bench(const BenchFlags& f) {
     for (int32_t i = 0; i < batch; ++i) {
       reqs[i].prompt = random_prompt(f.decode_prompt_len, vocab, 100 + i);
       reqs[i].max_tokens = f.gen_len;
+    }
+    {  // warm-up: captures the decode graph of this batch size
+      std::vector<GenerationRequest> warm = reqs;
+      for (auto& w : warm) w.max_tokens = 3;
+      auto r = generate(runner, warm);
+      if (!r.is_ok()) return report_error(r.status());
     }
     GenerationStats stats;
     auto r = generate(runner, reqs, nullptr, &stats);
@@ -131,6 +210,8 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_option("--gen-len", f->gen_len, "generated tokens per sequence when decoding");
   cmd->add_option("--batch", f->batches, "decode batch sizes, e.g. --batch 1 8 32");
   cmd->add_option("--decode-prompt-len", f->decode_prompt_len, "prompt tokens before decoding");
+  cmd->add_option("--peak-tflops", f->peak_tflops,
+                  "dense matrix peak for the prefill fraction (default: 790 on cuda)");
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->callback([f, exit_code] { *exit_code = run_bench(*f); });
 }

@@ -2,6 +2,9 @@
 #include "backends/cpu/cpu_providers.h"
 #include "base/thread_pool.h"
 #include "tests/conformance/conformance.h"
+#ifdef FERRITE_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace ferrite::conformance {
 
@@ -14,9 +17,32 @@ std::vector<Backend> available_backends() {
   cpu.ctx.device = cpu.device.get();
   cpu.ctx.pool = &ThreadPool::global();
   out.push_back(std::move(cpu));
+#ifdef FERRITE_HAVE_CUDA
+  if (cuda_device_present()) {
+    auto device = make_cuda_device(0);
+    if (device.is_ok()) {
+      Backend cuda;
+      cuda.name = "cuda";
+      cuda.device = std::move(device).value();
+      cuda.registry = make_cuda_registry();
+      auto state = make_cuda_exec_context(*cuda.device, CudaExecOptions{}, &cuda.ctx);
+      if (state.is_ok()) {
+        cuda.keep_alive = std::move(state).value();
+        out.push_back(std::move(cuda));
+      }
+    }
+  }
+#endif
   return out;
 }
 
-std::vector<std::string> skipped_backends() { return {}; }
+std::vector<std::string> skipped_backends() {
+  std::vector<std::string> out;
+#ifdef FERRITE_HAVE_CUDA
+  std::string why;
+  if (!cuda_device_present(&why)) out.push_back("cuda (" + why + ")");
+#endif
+  return out;
+}
 
 }  // namespace ferrite::conformance

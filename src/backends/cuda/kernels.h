@@ -72,7 +72,7 @@ Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const St
 bool attention_prefill_supported(const AttentionShape& a, DType act);
 Status launch_attention_prefill(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
                                 int32_t page_size, const int32_t* tile_seq, const int32_t* tile_row, int64_t tiles,
-                                const void* q, DType act, const void* k_cache,
+                                int64_t tokens, const void* q, DType act, const void* k_cache,
                                 const void* v_cache, void* out);
 constexpr int kPrefillTileQ = 64;
 

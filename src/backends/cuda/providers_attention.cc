@@ -130,7 +130,7 @@ class CausalPagedAttention final : public Provider {
       FERRITE_CUDA_RETURN(cudaMemcpyAsync(d_row, tile_row.data(), tiles * 4,
                                           cudaMemcpyHostToDevice, st.stream));
       FERRITE_RETURN_IF_ERROR(launch_attention_prefill(st.stream, a, st.meta, page_size, d_seq,
-                                                       d_row, tiles, q, act, b[kKCache].data,
+                                                       d_row, tiles, t, q, act, b[kKCache].data,
                                                        b[kVCache].data, attn));
     } else {
       const int splits = splits_for(t, nkv, i64(p.max_context));

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The whole GPU run in one command, on the GPU machine (H200, CUDA 13):
+# build for sm_90a, run the GPU tests (CUDA goldens, graph replay,
+# conformance of every CUDA provider against the CPU reference), then the
+# benchmark table (decode at batch 1/8/32/128 and a 4,096-token prefill for
+# the real configs, dummy bf16 weights). Logs and a summary go to $OUT
+# (default ./out).
+#
+#   scripts/gpu_run.sh [--no-bench] [--bench-only] [models...]
+#
+# Dev packages the machine lacks (PCRE2, cpp-httplib) travel as .deb files
+# in .deb/ (git-ignored; `apt-get download libpcre2-dev libpcre2-8-0
+# libcpp-httplib-dev libcpp-httplib0.11 libbrotli1` there) and are unpacked
+# into a private prefix, never into /.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-$ROOT/out}"
+LOGS="${LOGS:-/tmp/ferrite-gpu-logs}"  # full logs; $OUT gets summary.txt + logs.tgz
+mkdir -p "$OUT" "$LOGS"
+BUILD="${BUILD:-$ROOT/build-gpu}"
+RUN_TESTS=1
+RUN_BENCH=1
+MODELS=()
+for a in "$@"; do
+  case "$a" in
+    --no-bench) RUN_BENCH=0 ;;
+    --bench-only) RUN_TESTS=0 ;;
+    *) MODELS+=("$a") ;;
+  esac
+done
+[ ${#MODELS[@]} -eq 0 ] && MODELS=(qwen3-0.6b qwen3-8b llama-3.1-8b)
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+log() { echo "$*" | tee -a "$SUMMARY"; }
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$LOGS/gpu.txt" 2>&1
+log "gpu: $(tail -1 "$LOGS/gpu.txt")"
+
+if [ -d "$ROOT/.deb" ] && ls "$ROOT"/.deb/*.deb > /dev/null 2>&1; then
+  PFX=/tmp/ferrite-prefix
+  mkdir -p "$PFX"
+  for f in "$ROOT"/.deb/*.deb; do dpkg -x "$f" "$PFX"; done
+  export PKG_CONFIG_PATH="$PFX/usr/lib/x86_64-linux-gnu/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$PFX"
+  export LD_LIBRARY_PATH="$PFX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  export LDFLAGS="-Wl,-rpath-link,$PFX/usr/lib/x86_64-linux-gnu -Wl,-rpath,$PFX/usr/lib/x86_64-linux-gnu"
+fi
+
+# --- build -----------------------------------------------------------------
+T0=$(date +%s)
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF > "$LOGS/build.log" 2>&1
+ninja -C "$BUILD" -k 0 cuda_test conformance_test ferrite >> "$LOGS/build.log" 2>&1
+log "build: rc=$? in $(( $(date +%s) - T0 )) s"
+grep -E "error|FAILED" "$LOGS/build.log" | head -20 | tee -a "$SUMMARY"
+
+# --- tests -----------------------------------------------------------------
+if [ $RUN_TESTS -eq 1 ]; then
+  if [ -x "$BUILD/tests/cuda/cuda_test" ]; then
+    "$BUILD/tests/cuda/cuda_test" > "$LOGS/cuda_test.log" 2>&1
+    log "cuda_test: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' "$LOGS/cuda_test.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \] [A-Z]" "$LOGS/cuda_test.log" | head -20 | tee -a "$SUMMARY"
+  fi
+  if [ -x "$BUILD/tests/conformance/conformance_test" ]; then
+    "$BUILD/tests/conformance/conformance_test" --gtest_filter='*cuda*' > "$LOGS/conformance.log" 2>&1
+    log "conformance (cuda providers): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$LOGS/conformance.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \] [A-Z]" "$LOGS/conformance.log" | head -20 | tee -a "$SUMMARY"
+  fi
+fi
+
+# --- benchmarks ------------------------------------------------------------
+if [ $RUN_BENCH -eq 1 ] && [ -x "$BUILD/ferrite" ]; then
+  for m in "${MODELS[@]}"; do
+    log "== bench $m"
+    timeout 420 "$BUILD/ferrite" bench --model "$ROOT/configs/$m" --dummy-weights --device cuda \
+      --batch 1 8 32 128 --prompt-len 4096 --decode-prompt-len 128 --gen-len 64 \
+      --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/bench-$m.log" 2>&1
+    rc=$?
+    cat "$LOGS/bench-$m.log" | grep -vE "^\s*$" | tail -8 | tee -a "$SUMMARY"
+    [ $rc -ne 0 ] && log "bench $m: rc=$rc"
+  done
+fi
+cp "$SUMMARY" "$LOGS/" && tar czf "$OUT/logs.tgz" -C "$LOGS" .
+exit 0
