@@ -55,6 +55,9 @@ std::vector<Case> causal_paged_attention_cases();
 std::vector<Case> last_token_dense_linear_cases();
 std::vector<Case> last_token_masked_argmax_cases();
 std::vector<Case> last_token_sample_cases();
+std::vector<Case> gated_delta_recurrent_attention_cases();
+std::vector<Case> routed_swiglu_moe_cases();
+std::vector<Case> routed_shared_swiglu_moe_cases();
 // Every case of every contract.
 std::vector<Case> all_cases();
 
