@@ -200,6 +200,53 @@ TEST_P(GoldenTest, GreedyTokensOneShotChunkedAndBatched) {
   EXPECT_EQ(runner_->bound().pages().free_pages(), runner_->bound().pages().num_pages());
 }
 
+// A chunked prefill equals a one-shot prefill equals token-by-token feeding
+// (to the golden tolerance), for the last-position logits of the long
+// prompt; all three also match the golden row. Exercises the recurrent
+// state hand-over between steps (conv and delta states) and the chunked
+// versus recurrent forms of the delta rule.
+TEST_P(GoldenTest, ChunkedPrefillEqualsOneShotAndTokenByToken) {
+  const int64_t vocab = runner_->program().vocab_size;
+  BoundPlan& plan = runner_->bound();
+  const auto& p = golden_["prompts"]["long"];
+  std::vector<uint32_t> ids = p["ids"].get<std::vector<uint32_t>>();
+  int64_t rows = 0;
+  std::vector<float> want = golden_rows("long.prefill_logits", &rows);
+  ASSERT_GT(rows, 0);
+  auto feed = [&](int32_t chunk) {
+    std::vector<int32_t> pages;
+    EXPECT_TRUE(plan.pages().allocate(plan.pages().pages_for(ids.size()), &pages).is_ok());
+    int32_t slot = -1;
+    if (plan.has_recurrent_state()) {
+      slot = *plan.slots().allocate();
+      EXPECT_TRUE(plan.reset_state_slot(slot).is_ok());
+    }
+    for (size_t begin = 0; begin < ids.size(); begin += chunk) {
+      const size_t n = std::min<size_t>(chunk, ids.size() - begin);
+      StepBatch batch;
+      batch.token_ids.assign(ids.begin() + begin, ids.begin() + begin + n);
+      batch.sequences.push_back(
+          {0, static_cast<int32_t>(n), static_cast<int32_t>(begin), pages, slot});
+      Status s = plan.forward(batch);
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+    }
+    const float* l = static_cast<const float*>(plan.logits().data);
+    std::vector<float> out(l, l + vocab);
+    plan.pages().release_all(pages);
+    if (slot >= 0) plan.slots().release(slot);
+    return out;
+  };
+  const std::vector<float> one_shot = feed(static_cast<int32_t>(ids.size()));
+  expect_close(one_shot.data(), &want[(rows - 1) * vocab], vocab, "one-shot vs golden");
+  for (int32_t chunk : {1, 7, 64}) {
+    if (chunk == 1 && GetParam().providers == "reference") continue;  // slow and redundant
+    const std::vector<float> got = feed(chunk);
+    expect_close(got.data(), one_shot.data(), vocab, "chunks of " + std::to_string(chunk) + " vs one-shot");
+    expect_close(got.data(), &want[(rows - 1) * vocab], vocab,
+                 "chunks of " + std::to_string(chunk) + " vs golden");
+  }
+}
+
 std::vector<GoldenCase> all_cases() {
   std::vector<GoldenCase> cases;
   for (const char* family : FERRITE_GOLDEN_FAMILIES)
