@@ -41,6 +41,16 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
 Status launch_gemv(cudaStream_t s, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
                    void* out, DType act, DType out_dt, bool accumulate);
 bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt);
+// Several decode products over one x in one launch: out_i = x W_i^T for up
+// to 3 segments (Q/K/V), or with `swiglu` (2 segments, gate then up, equal
+// n) out_0 = silu(x Wg^T) * (x Wu^T). Weights and outputs of `act`.
+struct GemvSegment {
+  const void* w;
+  void* out;
+  int64_t n;
+};
+Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
+                         const GemvSegment* segs, int count, DType act, bool swiglu);
 
 // --- kernels_attention.cu -------------------------------------------------------
 struct AttentionShape {

@@ -4,6 +4,8 @@
 #include "backends/cuda/cuda_types.cuh"
 #include "backends/cuda/kernels.h"
 
+#include <type_traits>
+
 namespace ferrite::cuda {
 namespace {
 
@@ -128,6 +130,78 @@ __global__ void __launch_bounds__(256) gemv_kernel(const T* __restrict__ x, int 
   }
 }
 
+// Up to three products sharing x in one launch (Q/K/V), or, with `swiglu`,
+// out0 = silu(x W0^T) * (x W1^T) for W0, W1 of n0 rows (gate / up).
+struct GemvSegs {
+  const void* w[3];
+  void* out[3];
+  int64_t n[3];
+  int count;
+};
+
+template <int MAXM, typename T, bool SWIGLU>
+__global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x, int m, int64_t k,
+                                                         GemvSegs segs) {
+  int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  int seg = 0;
+  if (!SWIGLU) {
+    while (seg < segs.count && col >= segs.n[seg]) col -= segs.n[seg++];
+    if (seg >= segs.count) return;
+  } else if (col >= segs.n[0]) {
+    return;
+  }
+  const int lane = threadIdx.x & 31;
+  const int64_t kv = k / 8;
+  const uint4* wr = reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[seg]) + col * k);
+  const uint4* ur = SWIGLU ? reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[1]) + col * k)
+                           : nullptr;
+  float acc[MAXM], acc_u[SWIGLU ? MAXM : 1];
+#pragma unroll
+  for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < (SWIGLU ? MAXM : 1); ++r) acc_u[r] = 0.0f;
+#pragma unroll 4
+  for (int64_t i = lane; i < kv; i += 32) {
+    float wf[8], uf[8];
+    unpack8(load_stream(wr + i), wf, T{});
+    if (SWIGLU) unpack8(load_stream(ur + i), uf, T{});
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) {
+      if (r < m) {
+        float xf[8];
+        unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * k) + i), xf, T{});
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wf[j], xf[j], acc[r]);
+        if (SWIGLU) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc_u[SWIGLU ? r : 0] = fmaf(uf[j], xf[j], acc_u[SWIGLU ? r : 0]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < MAXM; ++r) {
+    acc[r] = warp_sum(acc[r]);
+    if (SWIGLU) acc_u[SWIGLU ? r : 0] = warp_sum(acc_u[SWIGLU ? r : 0]);
+  }
+  if (lane == 0) {
+    T* out = static_cast<T*>(segs.out[seg]);
+    const int64_t n = segs.n[seg];
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) {
+      if (r < m) {
+        float v = acc[r];
+        if (SWIGLU) {
+          // Round the two products to T as the unfused path does.
+          const float g = to_f(from_f<T>(v)), u = to_f(from_f<T>(acc_u[SWIGLU ? r : 0]));
+          v = g / (1.0f + expf(-g)) * u;
+        }
+        out[r * n + col] = from_f<T>(v);
+      }
+    }
+  }
+}
+
 template <int MAXM, typename T>
 void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w, int64_t n,
                  void* out, DType out_dt, bool accumulate) {
@@ -169,6 +243,41 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
   });
   if (!ok) return bad_dtype("gemm", x_dt);
   return check_launch("gemm_simt");
+}
+
+Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
+                         const GemvSegment* segs, int count, DType act, bool swiglu) {
+  if (!gemv_supported(m, k, act, act, act) || count < 1 || count > 3 || (swiglu && count != 2))
+    return unsupported("gemv_multi: shape or dtype");
+  GemvSegs g{};
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    g.w[i] = segs[i].w;
+    g.out[i] = segs[i].out;
+    g.n[i] = segs[i].n;
+    total += segs[i].n;
+  }
+  g.count = count;
+  if (swiglu) total = segs[0].n;
+  const int blocks = static_cast<int>((total + 7) / 8);
+  const int mi = static_cast<int>(m);
+  auto go = [&](auto t) {
+    using T = decltype(t);
+    auto run = [&](auto maxm) {
+      constexpr int M = decltype(maxm)::value;
+      if (swiglu)
+        gemv_multi_kernel<M, T, true><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), mi, k, g);
+      else
+        gemv_multi_kernel<M, T, false><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), mi, k, g);
+    };
+    if (mi == 1) run(std::integral_constant<int, 1>{});
+    else if (mi == 2) run(std::integral_constant<int, 2>{});
+    else if (mi <= 4) run(std::integral_constant<int, 4>{});
+    else run(std::integral_constant<int, 8>{});
+  };
+  if (act == DType::kBF16) go(__nv_bfloat16{});
+  else go(__half{});
+  return check_launch("gemv_multi");
 }
 
 bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt) {

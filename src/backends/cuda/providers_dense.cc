@@ -112,9 +112,15 @@ class DenseSwiglu final : public Provider {
     FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act, b[kNorm].data,
                                             b[kNorm].dtype, t, h, static_cast<float>(p.eps),
                                             p.zero_centred));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kGate].data, b[kGate].dtype, im, g, act, false));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kUp].data, b[kUp].dtype, im, u, act, false));
-    FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, g, u, g, act, t * im));
+    if (gemv_supported(t, h, act, b[kGate].dtype, act) && b[kUp].dtype == act) {
+      // Decode: gate, up and the SiLU product in one pass over both weights.
+      const GemvSegment segs[2] = {{b[kGate].data, g, im}, {b[kUp].data, u, im}};
+      FERRITE_RETURN_IF_ERROR(launch_gemv_multi(st.stream, n, t, h, segs, 2, act, true));
+    } else {
+      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kGate].data, b[kGate].dtype, im, g, act, false));
+      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kUp].data, b[kUp].dtype, im, u, act, false));
+      FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, g, u, g, act, t * im));
+    }
     return gemm(st, g, act, t, im, b[kDown].data, b[kDown].dtype, h, b[kHidden].data, act, true);
   }
 
