@@ -96,9 +96,13 @@ std::string PlanReport::to_string() const {
 
 Result<PlanReport> ModelRunner::plan_only(const RunnerOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_model(options.load));
-  FERRITE_ASSIGN_OR_RETURN(auto registry, make_registry(options.device, options.providers));
+  FERRITE_ASSIGN_OR_RETURN(std::shared_ptr<const Registry> registry,
+                           make_registry(options.device, options.providers));
   auto program = std::make_shared<const ModelProgram>(std::move(src.program));
-  return make_report(src.config, std::move(program), *registry, options);
+  FERRITE_ASSIGN_OR_RETURN(PlanReport report,
+                           make_report(src.config, std::move(program), *registry, options));
+  report.registry = std::move(registry);
+  return report;
 }
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& options) {

@@ -25,8 +25,10 @@ struct RunnerOptions {
 // What `ferrite info` prints; available without allocating any weight.
 struct PlanReport {
   ModelConfig config;
-  // The plan's nodes point into this program, which the report keeps alive.
+  // The plan's nodes point into this program and its providers into this
+  // registry: the report keeps both alive.
   std::shared_ptr<const ModelProgram> program;
+  std::shared_ptr<const Registry> registry;
   ResolvedPlan plan;
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;  // all layers, K and V
