@@ -27,6 +27,22 @@ expect() {
   fi
 }
 
+# expect_ok NAME PATTERN -- COMMAND...: exit 0, stdout matching PATTERN.
+expect_ok() {
+  local name="$1" pattern="$2"
+  shift 3
+  local out rc
+  out=$(timeout 120 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -qE "$pattern" <<<"$out"; then
+    passed=$((passed + 1))
+    echo "ok: $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name (exit $rc): $out"
+  fi
+}
+
 copy_model() {
   rm -rf "$WORK/$1"
   cp -r "$GOOD" "$WORK/$1"
@@ -101,6 +117,14 @@ expect "bad sampling flags" "out of range" -- \
   "$FERRITE" generate --model "$GOOD" --prompt-ids 1,2 --top-p 0
 expect "unknown device" "device" -- \
   "$FERRITE" generate --model "$GOOD" --prompt-ids 1,2 --device tpu
+
+# The good paths of the same commands still work.
+expect_ok "info prints the plan" "causal_paged_attention +-> cpu.fast" -- \
+  "$FERRITE" info --model "$GOOD"
+expect_ok "info of a real config without allocating" "weights: 15\.[0-9]+ GiB" -- \
+  "$FERRITE" info --model "$SRC/configs/qwen3-8b" --dummy-weights
+expect_ok "generate --json" '"output_tokens":\[[0-9]+,[0-9]+\]' -- \
+  "$FERRITE" generate --model "$GOOD" --prompt-ids 1,2,3 --max-tokens 2 --ignore-eos --json
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
