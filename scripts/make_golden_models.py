@@ -269,7 +269,12 @@ def randomize_(model, family, gen):
                 kind = "norm_" + norm_kind(mod, p.data, zero_family)
                 new = randn(shape) * 0.1 + (1.0 if kind == "norm_one" else 0.0)
             elif isinstance(mod, torch.nn.Embedding) or "embed_tokens" in mname:
-                new, kind = randn(shape), "embedding"
+                # Tied heads: a unit-scale embedding dominates the residual
+                # stream, so every logit row peaks at the input token itself
+                # and greedy decoding repeats one id. A smaller scale lets the
+                # layers decide (the final norm is rescaled anyway).
+                tied = bool(getattr(model.config, "tie_word_embeddings", False))
+                new, kind = randn(shape) * (0.1 if tied else 1.0), "embedding"
             elif p.dim() >= 2:
                 new, kind = randn(shape) / float(shape[-1]) ** 0.5, "matrix"
             else:
