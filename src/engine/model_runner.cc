@@ -73,6 +73,45 @@ std::string human_bytes(int64_t b) {
   return fmt::format("{:.2f} {}", v, units[u]);
 }
 
+// One line per kind of layer: the hybrid plan (which mixer per layer, as a
+// pattern of L = linear attention / F = full attention) and the MLP kind.
+std::string layer_summary(const ModelProgram& p) {
+  std::string pattern;
+  int64_t full = 0, linear = 0, moe = 0, dense = 0;
+  std::string moe_desc;
+  for (const ProgramNode& n : p.nodes) {
+    if (n.contract_id == "causal_paged_attention") {
+      ++full;
+      pattern += 'F';
+    } else if (n.contract_id == "gated_delta_recurrent_attention") {
+      ++linear;
+      pattern += 'L';
+    } else if (n.contract_id == "dense_swiglu") {
+      ++dense;
+    } else if (n.contract_id == "routed_swiglu_moe" || n.contract_id == "routed_shared_swiglu_moe") {
+      ++moe;
+      if (moe_desc.empty()) {
+        moe_desc = fmt::format("{} experts, top-{}{}, expert width {}", n.attrs.u("num_experts"),
+                               n.attrs.u("top_k"),
+                               n.attrs.b("normalize_topk") ? " renormalised" : "",
+                               n.attrs.u("intermediate_size"));
+        if (n.attrs.has("shared_intermediate_size"))
+          moe_desc += fmt::format(", shared expert {}", n.attrs.u("shared_intermediate_size"));
+      }
+    }
+  }
+  std::string s;
+  if (linear > 0) {
+    s += fmt::format("hybrid: {} linear-attention (gated delta) + {} full-attention layers: {}\n",
+                     linear, full, pattern);
+  }
+  if (moe > 0) {
+    s += fmt::format("MLP: {} MoE layers ({}){}\n", moe, moe_desc,
+                     dense ? fmt::format(", {} dense", dense) : std::string());
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string PlanReport::to_string() const {
@@ -82,6 +121,9 @@ std::string PlanReport::to_string() const {
                    config.num_kv_heads, config.head_dim, config.vocab_size);
   s += fmt::format("backend: {}, activations {}, plan fingerprint {:016x}\n",
                    backend_name(plan.backend), dtype_name(plan.activation_dtype), plan.fingerprint);
+  if (config.multimodal)
+    s += "multimodal checkpoint: the language model is loaded; images are not supported\n";
+  if (program) s += layer_summary(*program);
   s += "plan (node -> provider):\n" + plan.to_string();
   s += fmt::format("weights: {}\n", human_bytes(weight_bytes));
   s += fmt::format("KV cache: {} per token ({} for one {}-token sequence)\n",
@@ -89,8 +131,18 @@ std::string PlanReport::to_string() const {
                    human_bytes(kv_bytes_per_token * plan.limits.max_context),
                    plan.limits.max_context);
   if (state_bytes_per_sequence)
-    s += fmt::format("recurrent state: {} per sequence\n", human_bytes(state_bytes_per_sequence));
+    s += fmt::format("recurrent state: {} per sequence ({} for {} sequences)\n",
+                     human_bytes(state_bytes_per_sequence),
+                     human_bytes(state_bytes_per_sequence * plan.limits.max_sequences),
+                     plan.limits.max_sequences);
   s += fmt::format("workspace: {}\n", human_bytes(plan.workspace_bytes));
+  const int64_t seqs = plan.limits.max_sequences;
+  s += fmt::format("memory estimate: {} (weights + KV for {} full {}-token sequences + state + "
+                   "workspace)\n",
+                   human_bytes(weight_bytes + seqs * (kv_bytes_per_token * plan.limits.max_context +
+                                                      state_bytes_per_sequence) +
+                               plan.workspace_bytes),
+                   seqs, plan.limits.max_context);
   return s;
 }
 
