@@ -212,6 +212,7 @@ class Runner {
     c->set_write_timeout(30, 0);
     c->set_connection_timeout(10, 0);
     c->set_keep_alive(true);
+    c->set_tcp_nodelay(true);  // no Nagle delay between request headers and body
     return c;
   }
 

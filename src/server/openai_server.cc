@@ -717,6 +717,7 @@ Status OpenAIServer::bind() {
   http.set_read_timeout(30, 0);
   http.set_write_timeout(30, 0);
   http.set_keep_alive_max_count(1000);
+  http.set_tcp_nodelay(true);  // tokens leave as soon as they are written
 
   http.set_pre_routing_handler([im](const httplib::Request& req, httplib::Response& res) {
     if (!im->options.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
