@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libcpp-httplib-dev libpcre2-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev
+  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   nodejs npm python3
 )
