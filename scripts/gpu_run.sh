@@ -72,7 +72,7 @@ fi
 if [ $RUN_BENCH -eq 1 ] && [ -x "$BUILD/ferrite" ]; then
   for m in "${MODELS[@]}"; do
     log "== bench $m"
-    timeout 420 "$BUILD/ferrite" bench --model "$ROOT/configs/$m" --dummy-weights --device cuda \
+    timeout 200 "$BUILD/ferrite" bench --model "$ROOT/configs/$m" --dummy-weights --device cuda \
       --batch 1 8 32 128 --prompt-len 4096 --decode-prompt-len 128 --gen-len 64 \
       --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/bench-$m.log" 2>&1
     rc=$?
