@@ -40,6 +40,9 @@ if [ -d "$ROOT/.deb" ] && ls "$ROOT"/.deb/*.deb > /dev/null 2>&1; then
   PFX=/tmp/ferrite-prefix
   mkdir -p "$PFX"
   for f in "$ROOT"/.deb/*.deb; do dpkg -x "$f" "$PFX"; done
+  # Only the shared libraries are linked: the -dev packages of cpp-httplib's
+  # private dependencies (OpenSSL, zlib, brotli) are not needed.
+  sed -i '/^Requires.private/d' "$PFX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
   export PKG_CONFIG_PATH="$PFX/usr/lib/x86_64-linux-gnu/pkgconfig"
   export PKG_CONFIG_SYSROOT_DIR="$PFX"
   export LD_LIBRARY_PATH="$PFX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
