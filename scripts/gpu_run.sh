@@ -10,7 +10,8 @@
 #
 # Dev packages the machine lacks (PCRE2, cpp-httplib) travel as .deb files
 # in .deb/ (git-ignored; `apt-get download libpcre2-dev libpcre2-8-0
-# libcpp-httplib-dev libcpp-httplib0.11 libbrotli1` there) and are unpacked
+# libcpp-httplib-dev libcpp-httplib0.11 libbrotli1 libbrotli-dev zlib1g-dev
+# libssl-dev` there: httplib.h includes the brotli, zlib and OpenSSL headers) and are unpacked
 # into a private prefix, never into /.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -45,6 +46,7 @@ if [ -d "$ROOT/.deb" ] && ls "$ROOT"/.deb/*.deb > /dev/null 2>&1; then
   sed -i '/^Requires.private/d' "$PFX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
   export PKG_CONFIG_PATH="$PFX/usr/lib/x86_64-linux-gnu/pkgconfig"
   export PKG_CONFIG_SYSROOT_DIR="$PFX"
+  export CPLUS_INCLUDE_PATH="$PFX/usr/include:$PFX/usr/include/x86_64-linux-gnu"
   export LD_LIBRARY_PATH="$PFX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
   export LDFLAGS="-Wl,-rpath-link,$PFX/usr/lib/x86_64-linux-gnu -Wl,-rpath,$PFX/usr/lib/x86_64-linux-gnu"
 fi
