@@ -78,11 +78,21 @@ if [ $RUN_BENCH -eq 1 ] && [ -x "$BUILD/ferrite" ]; then
   for m in "${MODELS[@]}"; do
     log "== bench $m"
     timeout 200 "$BUILD/ferrite" bench --model "$ROOT/configs/$m" --dummy-weights --device cuda \
-      --batch 1 8 32 128 --prompt-len 4096 --decode-prompt-len 128 --gen-len 64 \
+      --batch 1 2 4 8 32 128 --prompt-len 4096 --decode-prompt-len 128 --gen-len 64 \
       --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/bench-$m.log" 2>&1
     rc=$?
     cat "$LOGS/bench-$m.log" | grep -vE "^\s*$" | tail -8 | tee -a "$SUMMARY"
     [ $rc -ne 0 ] && log "bench $m: rc=$rc"
+  done
+fi
+# Variants of the GEMM routing, against the default run above (FERRITE_AB=1).
+if [ $RUN_BENCH -eq 1 ] && [ "${FERRITE_AB:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
+  for v in "FERRITE_GEMV_MAX_M=8" "FERRITE_GEMV_MAX_M=2" "FERRITE_LT_PICK=first"; do
+    log "== variant $v (qwen3-8b)"
+    env "$v" timeout 120 "$BUILD/ferrite" bench --model "$ROOT/configs/qwen3-8b" --dummy-weights \
+      --device cuda --batch 1 2 4 8 32 128 --prompt-len 1024 --decode-prompt-len 128 --gen-len 32 \
+      --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/variant-$v.log" 2>&1
+    grep -E "prefill|decode" "$LOGS/variant-$v.log" | tee -a "$SUMMARY"
   done
 fi
 cp "$SUMMARY" "$LOGS/" && tar czf "$OUT/logs.tgz" -C "$LOGS" .

@@ -2,7 +2,9 @@
 
 #include <cublasLt.h>
 
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <mutex>
 #include <tuple>
 
@@ -67,12 +69,31 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
     size_t ws = st.lt_workspace_bytes;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                          sizeof(ws));
-    cublasLtMatmulHeuristicResult_t res[1];
+    // Skinny products (decode batches) get few output tiles: among the
+    // heuristic's candidates take the first that fills most of the GPU
+    // (waves >= 0.75, split-K variants included), else the fullest one.
+    // FERRITE_LT_PICK=first keeps the heuristic's first choice.
+    cublasLtMatmulHeuristicResult_t res[16];
     int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, res, &found) ==
+    if (cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 16, res, &found) ==
             CUBLAS_STATUS_SUCCESS &&
         found > 0) {
-      p.algo = res[0].algo;
+      static const bool first_only = [] {
+        const char* e = std::getenv("FERRITE_LT_PICK");
+        return e && std::string(e) == "first";
+      }();
+      int pick = 0;
+      if (!first_only && res[0].wavesCount < 0.75f) {
+        int fullest = 0;
+        pick = -1;
+        for (int i = 0; i < found; ++i) {
+          if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+          if (res[i].wavesCount > res[fullest].wavesCount) fullest = i;
+          if (pick < 0 && res[i].wavesCount >= 0.75f) pick = i;
+        }
+        if (pick < 0) pick = fullest;
+      }
+      p.algo = res[pick].algo;
       p.ok = true;
     }
     cublasLtMatmulPreferenceDestroy(pref);

@@ -41,16 +41,19 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
 Status launch_gemv(cudaStream_t s, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
                    void* out, DType act, DType out_dt, bool accumulate);
 bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt);
-// Several decode products over one x in one launch: out_i = x W_i^T for up
-// to 3 segments (Q/K/V), or with `swiglu` (2 segments, gate then up, equal
-// n) out_0 = silu(x Wg^T) * (x Wu^T). Weights and outputs of `act`.
+// Several decode products over one RMS-normalised x in one launch:
+// out_i = rms_norm(x, norm) W_i^T for up to 3 segments (Q/K/V), or with
+// `swiglu` (2 segments, gate then up, equal n) out_0 = silu(n Wg^T) * (n Wu^T).
+// Weights, norm and outputs of `act`. Rows up to FERRITE_GEMV_MAX_M (default
+// 4) take the GEMV path; more go to cuBLASLt.
 struct GemvSegment {
   const void* w;
   void* out;
   int64_t n;
 };
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
-                         const GemvSegment* segs, int count, DType act, bool swiglu);
+                         const GemvSegment* segs, int count, DType act, bool swiglu,
+                         const void* norm, DType norm_dt, float eps, bool zero_centred);
 
 // --- kernels_attention.cu -------------------------------------------------------
 struct AttentionShape {

@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_types.cuh"
 #include "backends/cuda/kernels.h"
 
+#include <cstdlib>
 #include <type_traits>
 
 namespace ferrite::cuda {
@@ -89,7 +90,42 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-// One warp per output column n; MAXM rows of x (m <= MAXM).
+// Dot products of one W row (16-byte vectors, 4 in flight per lane) with
+// MAXM rows of x; `xload(r, i, xf)` fills the 8 x values of vector i of row r.
+template <int MAXM, typename T, typename XLoad>
+__device__ __forceinline__ void row_dots(const uint4* wr, int64_t kv, int lane, int m,
+                                         float* acc, XLoad&& xload) {
+  auto consume = [&](const uint4& wv, int64_t i) {
+    float wf[8];
+    unpack8(wv, wf, T{});
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) {
+      if (r < m) {
+        float xf[8];
+        xload(r, i, xf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wf[j], xf[j], acc[r]);
+      }
+    }
+  };
+  int64_t i = lane;
+  for (; i + 96 < kv; i += 128) {
+    const uint4 w0 = load_stream(wr + i), w1 = load_stream(wr + i + 32);
+    const uint4 w2 = load_stream(wr + i + 64), w3 = load_stream(wr + i + 96);
+    consume(w0, i);
+    consume(w1, i + 32);
+    consume(w2, i + 64);
+    consume(w3, i + 96);
+  }
+  for (; i < kv; i += 32) consume(load_stream(wr + i), i);
+}
+
+template <typename T>
+__device__ __forceinline__ void load_x8(const T* x, int64_t k, int r, int64_t i, float* xf) {
+  unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * k) + i), xf, T{});
+}
+
+// One warp per output column; MAXM rows of x (m <= MAXM).
 template <int MAXM, typename T, typename TO>
 __global__ void __launch_bounds__(256) gemv_kernel(const T* __restrict__ x, int m, int64_t k,
                                                    const T* __restrict__ w, int64_t n, TO* out,
@@ -97,25 +133,11 @@ __global__ void __launch_bounds__(256) gemv_kernel(const T* __restrict__ x, int 
   const int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (col >= n) return;
   const int lane = threadIdx.x & 31;
-  const uint4* wr = reinterpret_cast<const uint4*>(w + col * k);
-  const int64_t kv = k / 8;
   float acc[MAXM];
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
-#pragma unroll 4
-  for (int64_t i = lane; i < kv; i += 32) {
-    float wf[8];
-    unpack8(load_stream(wr + i), wf, T{});
-#pragma unroll
-    for (int r = 0; r < MAXM; ++r) {
-      if (r < m) {
-        float xf[8];
-        unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * k) + i), xf, T{});
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wf[j], xf[j], acc[r]);
-      }
-    }
-  }
+  row_dots<MAXM, T>(reinterpret_cast<const uint4*>(w + col * k), k / 8, lane, m, acc,
+                    [&](int r, int64_t i, float* xf) { load_x8(x, k, r, i, xf); });
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
   if (lane == 0) {
@@ -131,69 +153,111 @@ __global__ void __launch_bounds__(256) gemv_kernel(const T* __restrict__ x, int 
 }
 
 // Up to three products sharing x in one launch (Q/K/V), or, with `swiglu`,
-// out0 = silu(x W0^T) * (x W1^T) for W0, W1 of n0 rows (gate / up).
+// out0 = silu(x W0^T) * (x W1^T) for W0, W1 of n0 rows (gate / up). x is
+// RMS-normalised on the fly with `norm` (rounded to T as the unfused path
+// stores it).
 struct GemvSegs {
   const void* w[3];
   void* out[3];
   int64_t n[3];
   int count;
+  const void* norm;
+  float eps;
+  bool zero_centred;
 };
 
 template <int MAXM, typename T, bool SWIGLU>
 __global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x, int m, int64_t k,
                                                          GemvSegs segs) {
-  int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  int seg = 0;
-  if (!SWIGLU) {
-    while (seg < segs.count && col >= segs.n[seg]) col -= segs.n[seg++];
-    if (seg >= segs.count) return;
-  } else if (col >= segs.n[0]) {
-    return;
-  }
-  const int lane = threadIdx.x & 31;
-  const int64_t kv = k / 8;
-  const uint4* wr = reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[seg]) + col * k);
-  const uint4* ur = SWIGLU ? reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[1]) + col * k)
-                           : nullptr;
-  float acc[MAXM], acc_u[SWIGLU ? MAXM : 1];
+  __shared__ float red[8][MAXM];
+  __shared__ float inv[MAXM];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  // RMS of each x row (every block recomputes it: x is small and in L2).
+  {
+    float ss[MAXM];
 #pragma unroll
-  for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
+    for (int r = 0; r < MAXM; ++r) ss[r] = 0.0f;
+    for (int64_t i = threadIdx.x; i < k / 8; i += blockDim.x) {
 #pragma unroll
-  for (int r = 0; r < (SWIGLU ? MAXM : 1); ++r) acc_u[r] = 0.0f;
-#pragma unroll 4
-  for (int64_t i = lane; i < kv; i += 32) {
-    float wf[8], uf[8];
-    unpack8(load_stream(wr + i), wf, T{});
-    if (SWIGLU) unpack8(load_stream(ur + i), uf, T{});
+      for (int r = 0; r < MAXM; ++r) {
+        if (r < m) {
+          float xf[8];
+          load_x8(x, k, r, i, xf);
 #pragma unroll
-    for (int r = 0; r < MAXM; ++r) {
-      if (r < m) {
-        float xf[8];
-        unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * k) + i), xf, T{});
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wf[j], xf[j], acc[r]);
-        if (SWIGLU) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc_u[SWIGLU ? r : 0] = fmaf(uf[j], xf[j], acc_u[SWIGLU ? r : 0]);
+          for (int j = 0; j < 8; ++j) ss[r] = fmaf(xf[j], xf[j], ss[r]);
         }
       }
     }
-  }
 #pragma unroll
-  for (int r = 0; r < MAXM; ++r) {
-    acc[r] = warp_sum(acc[r]);
-    if (SWIGLU) acc_u[SWIGLU ? r : 0] = warp_sum(acc_u[SWIGLU ? r : 0]);
+    for (int r = 0; r < MAXM; ++r) {
+      const float v = warp_sum(ss[r]);
+      if (lane == 0) red[warp][r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < MAXM) {
+      float tot = 0.0f;
+      for (int wi = 0; wi < (int)(blockDim.x / 32); ++wi) tot += red[wi][threadIdx.x];
+      inv[threadIdx.x] = rsqrtf(tot / static_cast<float>(k) + segs.eps);
+    }
+    __syncthreads();
+  }
+  int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  int seg = 0;
+  if (!SWIGLU) {
+    if (col >= segs.n[0]) {
+      col -= segs.n[0];
+      seg = 1;
+      if (col >= segs.n[1]) {
+        col -= segs.n[1];
+        seg = 2;
+      }
+    }
+    if (seg >= segs.count || col >= (seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2]))
+      return;
+  } else if (col >= segs.n[0]) {
+    return;
+  }
+  // Constant indices only: a run-time index would put segs in local memory.
+  const void* wseg = seg == 0 ? segs.w[0] : seg == 1 ? segs.w[1] : segs.w[2];
+  void* oseg = seg == 0 ? segs.out[0] : seg == 1 ? segs.out[1] : segs.out[2];
+  const int64_t nseg = seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2];
+  const T* nw = static_cast<const T*>(segs.norm);
+  const bool zc = segs.zero_centred;
+  auto xload = [&](int r, int64_t i, float* xf) {
+    float wf[8];
+    load_x8(x, k, r, i, xf);
+    unpack8(__ldg(reinterpret_cast<const uint4*>(nw) + i), wf, T{});
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      xf[j] = to_f(from_f<T>(xf[j] * inv[r] * (zc ? 1.0f + wf[j] : wf[j])));
+  };
+  const int64_t kv = k / 8;
+  float acc[MAXM];
+#pragma unroll
+  for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
+  row_dots<MAXM, T>(reinterpret_cast<const uint4*>(static_cast<const T*>(wseg) + col * k), kv,
+                    lane, m, acc, xload);
+#pragma unroll
+  for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
+  float acc_u[MAXM];
+  if (SWIGLU) {
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) acc_u[r] = 0.0f;
+    row_dots<MAXM, T>(reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[1]) + col * k),
+                      kv, lane, m, acc_u, xload);
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) acc_u[r] = warp_sum(acc_u[r]);
   }
   if (lane == 0) {
-    T* out = static_cast<T*>(segs.out[seg]);
-    const int64_t n = segs.n[seg];
+    T* out = static_cast<T*>(oseg);
+    const int64_t n = nseg;
 #pragma unroll
     for (int r = 0; r < MAXM; ++r) {
       if (r < m) {
         float v = acc[r];
         if (SWIGLU) {
           // Round the two products to T as the unfused path does.
-          const float g = to_f(from_f<T>(v)), u = to_f(from_f<T>(acc_u[SWIGLU ? r : 0]));
+          const float g = to_f(from_f<T>(v)), u = to_f(from_f<T>(acc_u[r]));
           v = g / (1.0f + expf(-g)) * u;
         }
         out[r * n + col] = from_f<T>(v);
@@ -214,6 +278,15 @@ void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w,
     gemv_kernel<MAXM, T, T><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), m, k,
                                                    static_cast<const T*>(w), n,
                                                    static_cast<T*>(out), accumulate);
+}
+
+int gemv_max_rows() {
+  static const int v = [] {
+    const char* e = std::getenv("FERRITE_GEMV_MAX_M");
+    int r = e ? std::atoi(e) : 4;
+    return r < 0 ? 0 : (r > 8 ? 8 : r);
+  }();
+  return v;
 }
 
 }  // namespace
@@ -246,10 +319,15 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
 }
 
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
-                         const GemvSegment* segs, int count, DType act, bool swiglu) {
-  if (!gemv_supported(m, k, act, act, act) || count < 1 || count > 3 || (swiglu && count != 2))
+                         const GemvSegment* segs, int count, DType act, bool swiglu,
+                         const void* norm, DType norm_dt, float eps, bool zero_centred) {
+  if (!gemv_supported(m, k, act, act, act) || count < 1 || count > 3 || (swiglu && count != 2) ||
+      norm_dt != act)
     return unsupported("gemv_multi: shape or dtype");
   GemvSegs g{};
+  g.norm = norm;
+  g.eps = eps;
+  g.zero_centred = zero_centred;
   int64_t total = 0;
   for (int i = 0; i < count; ++i) {
     g.w[i] = segs[i].w;
@@ -281,7 +359,7 @@ Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
 }
 
 bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt) {
-  return m >= 1 && m <= 8 && k % 8 == 0 && act == w_dt &&
+  return m >= 1 && m <= gemv_max_rows() && k % 8 == 0 && act == w_dt &&
          (act == DType::kBF16 || act == DType::kF16) && (out_dt == act || out_dt == DType::kF32);
 }
 

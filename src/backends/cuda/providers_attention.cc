@@ -96,16 +96,18 @@ class CausalPagedAttention final : public Provider {
     void* attn = ws.take(t * nh * hd * e);
     if (!n || !q || !k || !v || !attn) return internal_error("attention: workspace too small");
 
-    FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act,
-                                            b[kInputNorm].data, b[kInputNorm].dtype, t, H,
-                                            a.eps, p.zero_centred));
     if (gemv_supported(t, H, act, b[kQProj].dtype, act) && b[kKProj].dtype == act &&
-        b[kVProj].dtype == act) {
-      // Decode: Q, K and V in one launch.
+        b[kVProj].dtype == act && b[kInputNorm].dtype == act) {
+      // Decode: norm, Q, K and V in one launch.
       const GemvSegment segs[3] = {
           {b[kQProj].data, q, q_rows}, {b[kKProj].data, k, kv_rows}, {b[kVProj].data, v, kv_rows}};
-      FERRITE_RETURN_IF_ERROR(launch_gemv_multi(st.stream, n, t, H, segs, 3, act, false));
+      FERRITE_RETURN_IF_ERROR(launch_gemv_multi(st.stream, b[kHidden].data, t, H, segs, 3, act,
+                                                false, b[kInputNorm].data, b[kInputNorm].dtype,
+                                                a.eps, p.zero_centred));
     } else {
+      FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act,
+                                              b[kInputNorm].data, b[kInputNorm].dtype, t, H,
+                                              a.eps, p.zero_centred));
       FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kQProj].data, b[kQProj].dtype, q_rows, q, act, false));
       FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kKProj].data, b[kKProj].dtype, kv_rows, k, act, false));
       FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kVProj].data, b[kVProj].dtype, kv_rows, v, act, false));

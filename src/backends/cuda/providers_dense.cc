@@ -109,14 +109,17 @@ class DenseSwiglu final : public Provider {
     void* g = ws.take(t * im * e);
     void* u = ws.take(t * im * e);
     if (!n || !g || !u) return internal_error("dense_swiglu: workspace too small");
-    FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act, b[kNorm].data,
-                                            b[kNorm].dtype, t, h, static_cast<float>(p.eps),
-                                            p.zero_centred));
-    if (gemv_supported(t, h, act, b[kGate].dtype, act) && b[kUp].dtype == act) {
-      // Decode: gate, up and the SiLU product in one pass over both weights.
+    if (gemv_supported(t, h, act, b[kGate].dtype, act) && b[kUp].dtype == act &&
+        b[kNorm].dtype == act) {
+      // Decode: norm, gate, up and the SiLU product in one pass over both weights.
       const GemvSegment segs[2] = {{b[kGate].data, g, im}, {b[kUp].data, u, im}};
-      FERRITE_RETURN_IF_ERROR(launch_gemv_multi(st.stream, n, t, h, segs, 2, act, true));
+      FERRITE_RETURN_IF_ERROR(launch_gemv_multi(st.stream, b[kHidden].data, t, h, segs, 2, act,
+                                                true, b[kNorm].data, b[kNorm].dtype,
+                                                static_cast<float>(p.eps), p.zero_centred));
     } else {
+      FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act, b[kNorm].data,
+                                              b[kNorm].dtype, t, h, static_cast<float>(p.eps),
+                                              p.zero_centred));
       FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kGate].data, b[kGate].dtype, im, g, act, false));
       FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kUp].data, b[kUp].dtype, im, u, act, false));
       FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, g, u, g, act, t * im));
