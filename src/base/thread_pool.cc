@@ -1,7 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
-#include <string>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -16,12 +16,14 @@ inline void cpu_relax() {
 #endif
 }
 
+constexpr int64_t kChunksPerThread = 4;
+
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   if (threads <= 0) threads = 1;
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -43,30 +45,51 @@ ThreadPool& ThreadPool::global() {
   return *pool;
 }
 
+void ThreadPool::run_chunks(uint32_t generation, const std::function<void(int64_t, int64_t)>* fn,
+                            int64_t n, int64_t chunks) {
+  uint64_t v = next_chunk_.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<uint32_t>(v >> 32) != generation) return;  // a later job
+    const int64_t idx = static_cast<int64_t>(v & 0xffffffffu);
+    if (idx >= chunks) return;
+    if (!next_chunk_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) continue;
+    (*fn)(n * idx / chunks, n * (idx + 1) / chunks);
+    done_chunks_.fetch_add(1, std::memory_order_acq_rel);
+    v = next_chunk_.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                               int64_t grain) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
-  int64_t max_parts = (n + grain - 1) / grain;
-  int parts = static_cast<int>(std::min<int64_t>(size(), max_parts));
-  if (parts <= 1) {
+  const int64_t max_parts = (n + grain - 1) / grain;
+  const int64_t chunks = std::min<int64_t>(max_parts, size() * kChunksPerThread);
+  if (chunks <= 1 || workers_.empty()) {
     fn(0, n);
     return;
   }
+  uint32_t generation;
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
     job_n_ = n;
-    job_parts_ = parts;
-    pending_.store(parts - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    job_chunks_ = chunks;
+    done_chunks_.store(0, std::memory_order_relaxed);
+    generation = static_cast<uint32_t>(generation_.fetch_add(1, std::memory_order_acq_rel) + 1);
+    next_chunk_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
   }
   cv_.notify_all();
-  fn(0, n / parts);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  run_chunks(generation, &fn, n, chunks);
+  // Chunks claimed by workers may still be running: wait for them, yielding
+  // the core if a worker seems descheduled (it may be waiting for this core).
+  for (int spin = 0; done_chunks_.load(std::memory_order_acquire) != chunks; ++spin) {
+    if (spin < 4096) cpu_relax();
+    else std::this_thread::yield();
+  }
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
     // Spin a little for the next job, then sleep.
@@ -75,30 +98,19 @@ void ThreadPool::worker_loop(int index) {
       cpu_relax();
       gen = generation_.load(std::memory_order_acquire);
     }
-    if (gen == seen) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load() != seen; });
-      gen = generation_.load();
-    }
-    if (stop_.load()) return;
     const std::function<void(int64_t, int64_t)>* fn;
-    int64_t n;
-    int parts;
+    int64_t n, chunks;
     {
-      // Job fields and the generation are read together so that a worker that
-      // slept through a job never runs the next one twice.
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (generation_.load() == seen) cv_.wait(lock, [&] { return generation_.load() != seen; });
+      // Job fields and the generation are read together.
       seen = generation_.load();
+      if (stop_.load()) return;
       fn = job_;
       n = job_n_;
-      parts = job_parts_;
+      chunks = job_chunks_;
     }
-    if (index < parts) {
-      int64_t begin = n * index / parts;
-      int64_t end = n * (index + 1) / parts;
-      (*fn)(begin, end);
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
-    }
+    run_chunks(static_cast<uint32_t>(seen), fn, n, chunks);
   }
 }
 

@@ -1,7 +1,12 @@
 // A fixed pool of worker threads for data-parallel CPU kernels.
 //
-// parallel_for(n, fn) splits [0, n) into one contiguous range per thread and
-// calls fn(begin, end) on each, the calling thread taking the first range.
+// parallel_for(n, fn) splits [0, n) into contiguous chunks (a few per
+// thread) and calls fn(begin, end) once per chunk; the calling thread works
+// too. Chunks are claimed dynamically, so a worker the OS has descheduled
+// (a busy machine) delays at most the chunk it holds instead of a fixed
+// share of every region. Results must not depend on which thread runs a
+// chunk: kernels give every output element to exactly one call of fn.
+//
 // Workers spin briefly before sleeping, because a decode step issues hundreds
 // of short parallel regions and a futex wake-up per region would dominate.
 // Not re-entrant: fn must not call parallel_for on the same pool. One caller
@@ -29,7 +34,7 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // fn(begin, end) over a split of [0, n). `grain` is the smallest range worth
-  // a thread; small n runs inline.
+  // a thread; small n runs inline on the caller.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                     int64_t grain = 1);
 
@@ -37,14 +42,21 @@ class ThreadPool {
   static ThreadPool& global();
 
  private:
-  void worker_loop(int index);
+  void worker_loop();
+  // Claims and runs chunks of job `generation` until none is left.
+  void run_chunks(uint32_t generation, const std::function<void(int64_t, int64_t)>* fn,
+                  int64_t n, int64_t chunks);
 
   std::vector<std::thread> workers_;
+  // The current job, written under mu_ together with generation_.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  int job_parts_ = 0;
+  int64_t job_chunks_ = 0;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // (generation << 32) | next unclaimed chunk: a claim only succeeds for the
+  // job its claimer read, so a late worker never runs a finished job.
+  std::atomic<uint64_t> next_chunk_{0};
+  std::atomic<int64_t> done_chunks_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
