@@ -153,10 +153,14 @@ int run_bench(const BenchFlags& f) {
                       {"tokens_per_s", tps},
                       {"tflops", flops / stats.prefill_seconds / 1e12},
                       {"peak_fraction", flop_fraction}};
-    if (!f.json)
-      std::printf("prefill  %5d tokens: %10.1f tokens/s  (%.1f TFLOP/s, %.1f%% of %.0f TFLOP/s)\n",
-                  f.prompt_len, tps, flops / stats.prefill_seconds / 1e12, 100 * flop_fraction,
-                  peak_flops / 1e12);
+    if (!f.json) {
+      std::printf("prefill  %5d tokens: %10.1f tokens/s  (%.1f GFLOP/s", f.prompt_len, tps,
+                  flops / stats.prefill_seconds / 1e9);
+      // The fraction only where a peak is known (--peak-tflops, or the GPU's).
+      if (peak_flops > 0)
+        std::printf(", %.1f%% of %.0f TFLOP/s", 100 * flop_fraction, peak_flops / 1e12);
+      std::printf(")\n");
+    }
   }
   const int64_t kv_per_token = runner.report().kv_bytes_per_token;
   const int64_t w_step = weight_bytes_per_step(runner);
