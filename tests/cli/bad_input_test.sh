@@ -126,5 +126,16 @@ expect_ok "info of a real config without allocating" "weights: 15\.[0-9]+ GiB" -
 expect_ok "generate --json" '"output_tokens":\[[0-9]+,[0-9]+\]' -- \
   "$FERRITE" generate --model "$GOOD" --prompt-ids 1,2,3 --max-tokens 2 --ignore-eos --json
 
+expect_ok "create-model writes a model with a tokenizer" "wrote" -- \
+  "$FERRITE" create-model --out "$WORK/created"
+expect_ok "generate --prompt prints text" '"text":' -- \
+  "$FERRITE" generate --model "$WORK/created" --prompt "Hello world" --max-tokens 4 --json
+expect_ok "generate --chat renders the chat template" '"prompt_tokens":[0-9]+' -- \
+  "$FERRITE" generate --model "$WORK/created" --chat "Hi" --system "Be brief" --max-tokens 4 --json
+expect "generate --prompt without a tokenizer" "tokenizer" -- \
+  "$FERRITE" generate --model "$GOOD" --prompt "Hello" --max-tokens 2
+expect "two prompt kinds at once" "exactly one" -- \
+  "$FERRITE" generate --model "$GOOD" --prompt-ids 1 --prompt "Hello"
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
