@@ -10,8 +10,13 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nodejs npm python3
+  python3
 )
+# Node.js for the tokenizer oracle and the server tests: Debian's packages
+# unless a node + npm are already installed (they would conflict).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
