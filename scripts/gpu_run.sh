@@ -85,6 +85,19 @@ if [ $RUN_BENCH -eq 1 ] && [ -x "$BUILD/ferrite" ]; then
     [ $rc -ne 0 ] && log "bench $m: rc=$rc"
   done
 fi
+# Where the GPU time goes (eager, FERRITE_PROFILE=1; FERRITE_PROFILE_RUN=1).
+if [ "${FERRITE_PROFILE_RUN:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
+  for spec in "qwen3-0.6b 1" "qwen3-8b 1" "qwen3-8b 128"; do
+    set -- $spec
+    log "== profile $1 batch $2 (eager, graphs off)"
+    FERRITE_PROFILE=1 FERRITE_CUDA_GRAPHS=0 timeout 120 "$BUILD/ferrite" bench \
+      --model "$ROOT/configs/$1" --dummy-weights --device cuda --batch "$2" --prompt-len 4096 \
+      --decode-prompt-len 128 --gen-len 16 --max-num-seqs 128 --kv-cache-gib 24 \
+      > "$LOGS/profile-$1-$2.log" 2>&1
+    grep -E "prefill|decode|ms " "$LOGS/profile-$1-$2.log" | head -16 | tee -a "$SUMMARY"
+  done
+fi
+
 # Variants of the GEMM routing, against the default run above (FERRITE_AB=1).
 if [ $RUN_BENCH -eq 1 ] && [ "${FERRITE_AB:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
   for v in "FERRITE_GEMV_MAX_M=8" "FERRITE_GEMV_MAX_M=2" "FERRITE_LT_PICK=first"; do

@@ -8,6 +8,7 @@
 // and eager runs use the same padded shapes: eager and replay are bitwise
 // equal. The graph of a bucket is captured on its first decode step.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -250,7 +251,8 @@ Result<std::shared_ptr<void>> make_cuda_exec_context(Device& device, const CudaE
   if (!d) return invalid_argument("make_cuda_exec_context: not a CUDA device");
   auto exec = std::make_shared<cuda::CudaExec>(*d, options);
   FERRITE_RETURN_IF_ERROR(exec->init());
-  exec->set_graphs(options.graphs);
+  const char* g = std::getenv("FERRITE_CUDA_GRAPHS");
+  exec->set_graphs(options.graphs && !(g && g[0] == '0'));
   ctx->device = &device;
   ctx->stream = exec->state().stream;
   ctx->preparer = exec.get();

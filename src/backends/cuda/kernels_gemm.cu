@@ -283,7 +283,7 @@ void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w,
 int gemv_max_rows() {
   static const int v = [] {
     const char* e = std::getenv("FERRITE_GEMV_MAX_M");
-    int r = e ? std::atoi(e) : 4;
+    int r = e ? std::atoi(e) : 1;
     return r < 0 ? 0 : (r > 8 ? 8 : r);
   }();
   return v;

@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_providers.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/profiler.h"
 #include "contracts/causal_paged_attention.h"
 #include "contracts/rope.h"
 
@@ -96,6 +97,7 @@ class CausalPagedAttention final : public Provider {
     void* attn = ws.take(t * nh * hd * e);
     if (!n || !q || !k || !v || !attn) return internal_error("attention: workspace too small");
 
+    profile_mark(st.stream, "attention.qkv", st.capturing);
     if (gemv_supported(t, H, act, b[kQProj].dtype, act) && b[kKProj].dtype == act &&
         b[kVProj].dtype == act && b[kInputNorm].dtype == act) {
       // Decode: norm, Q, K and V in one launch.
@@ -114,11 +116,13 @@ class CausalPagedAttention final : public Provider {
     }
     const DType norm_dt = b[kQNorm].data ? b[kQNorm].dtype : b[kInputNorm].dtype;
     const DType bias_dt = b[kQBias].data ? b[kQBias].dtype : norm_dt;
+    profile_mark(st.stream, "attention.rope_kv", st.capturing);
     FERRITE_RETURN_IF_ERROR(launch_qk_rope_kv(
         st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
         p.qk_norm ? b[kKNorm].data : nullptr, norm_dt, b[kQBias].data, b[kKBias].data,
         b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data));
 
+    profile_mark(st.stream, "attention.core", st.capturing);
     int32_t longest = 0;
     for (const SequenceSlice& s : inv.batch->sequences) longest = std::max(longest, s.token_count);
     if (longest >= 16 && attention_prefill_supported(a, act) && !st.capturing) {
@@ -153,6 +157,7 @@ class CausalPagedAttention final : public Provider {
                                                       act, b[kKCache].data, b[kVCache].data,
                                                       attn, splits, partials));
     }
+    profile_mark(st.stream, "attention.o_proj", st.capturing);
     return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
                 act, true);
   }

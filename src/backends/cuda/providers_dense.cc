@@ -6,6 +6,7 @@
 
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/profiler.h"
 #include "contracts/dense_linear.h"
 #include "contracts/dense_swiglu.h"
 #include "contracts/last_token_dense_linear.h"
@@ -25,6 +26,7 @@ class TokenEmbedding final : public Provider {
     using namespace token_embedding;
     const Params p = Params::from(inv.signature->attrs);
     const auto& b = inv.bindings;
+    profile_mark(stream_of(inv), "embedding", state(inv).capturing);
     return launch_embedding(stream_of(inv), b[kIds].as<uint32_t>(), inv.batch->num_tokens(),
                             b[kTable].data, b[kTable].dtype, i64(p.vocab_size),
                             i64(p.hidden_size), b[kOut].data, b[kOut].dtype);
@@ -42,6 +44,7 @@ class RmsNorm final : public Provider {
     using namespace rms_norm;
     const Params p = Params::from(inv.signature->attrs);
     const auto& b = inv.bindings;
+    profile_mark(stream_of(inv), "final_norm", state(inv).capturing);
     return launch_rms_norm(stream_of(inv), b[kX].data, b[kOut].data, b[kX].dtype,
                            b[kWeight].data, b[kWeight].dtype, inv.batch->num_tokens(),
                            i64(p.hidden_size), static_cast<float>(p.eps), p.zero_centred);
@@ -109,6 +112,7 @@ class DenseSwiglu final : public Provider {
     void* g = ws.take(t * im * e);
     void* u = ws.take(t * im * e);
     if (!n || !g || !u) return internal_error("dense_swiglu: workspace too small");
+    profile_mark(st.stream, "mlp.gate_up", st.capturing);
     if (gemv_supported(t, h, act, b[kGate].dtype, act) && b[kUp].dtype == act &&
         b[kNorm].dtype == act) {
       // Decode: norm, gate, up and the SiLU product in one pass over both weights.
@@ -124,6 +128,7 @@ class DenseSwiglu final : public Provider {
       FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kUp].data, b[kUp].dtype, im, u, act, false));
       FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, g, u, g, act, t * im));
     }
+    profile_mark(st.stream, "mlp.down", st.capturing);
     return gemm(st, g, act, t, im, b[kDown].data, b[kDown].dtype, h, b[kHidden].data, act, true);
   }
 
@@ -154,6 +159,7 @@ class LastTokenDenseLinear final : public Provider {
     Carver ws(inv);
     void* rows = ws.take(s * h * dtype_bytes(act, 1));
     if (!rows) return internal_error("last_token_dense_linear: workspace too small");
+    profile_mark(st.stream, "lm_head", st.capturing);
     FERRITE_RETURN_IF_ERROR(
         launch_gather_rows(st.stream, b[kHidden].data, st.meta.seq_last_row, rows, act, s, h));
     return gemm(st, rows, act, s, h, b[kLmHead].data, b[kLmHead].dtype, i64(p.vocab_size),

@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_providers.h"
 #include "contracts/standard_contracts.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/profiler.h"
 #include "contracts/last_token_masked_argmax.h"
 #include "contracts/last_token_sample.h"
 
@@ -30,6 +31,7 @@ bool has_penalties(const SamplingParams& p) {
 Status device_argmax(const Invocation& inv, const float* logits, int64_t rows, int64_t vocab,
                      const uint8_t* mask, uint32_t* tokens) {
   BackendState& st = state(inv);
+  profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
   const SamplingBatch* sb = inv.sampling;
   bool any = false;
   if (sb)
