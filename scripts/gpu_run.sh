@@ -87,14 +87,15 @@ if [ $RUN_BENCH -eq 1 ] && [ -x "$BUILD/ferrite" ]; then
 fi
 # Where the GPU time goes (eager, FERRITE_PROFILE=1; FERRITE_PROFILE_RUN=1).
 if [ "${FERRITE_PROFILE_RUN:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
-  for spec in "qwen3-0.6b 1" "qwen3-8b 1" "qwen3-8b 128"; do
+  # model, decode batch, prefill prompt, generated tokens
+  for spec in "qwen3-0.6b 1 16 32" "qwen3-8b 1 16 32" "qwen3-8b 128 16 16" "qwen3-8b 1 4096 2"; do
     set -- $spec
-    log "== profile $1 batch $2 (eager, graphs off)"
+    log "== profile $1 batch $2 prompt $3 (eager, graphs off)"
     FERRITE_PROFILE=1 FERRITE_CUDA_GRAPHS=0 timeout 120 "$BUILD/ferrite" bench \
-      --model "$ROOT/configs/$1" --dummy-weights --device cuda --batch "$2" --prompt-len 4096 \
-      --decode-prompt-len 128 --gen-len 16 --max-num-seqs 128 --kv-cache-gib 24 \
-      > "$LOGS/profile-$1-$2.log" 2>&1
-    grep -E "prefill|decode|ms " "$LOGS/profile-$1-$2.log" | head -16 | tee -a "$SUMMARY"
+      --model "$ROOT/configs/$1" --dummy-weights --device cuda --batch "$2" --prompt-len "$3" \
+      --decode-prompt-len 128 --gen-len "$4" --max-num-seqs 128 --kv-cache-gib 24 \
+      > "$LOGS/profile-$1-$2-$3.log" 2>&1
+    grep -E "prefill|decode|ms " "$LOGS/profile-$1-$2-$3.log" | head -16 | tee -a "$SUMMARY"
   done
 fi
 
