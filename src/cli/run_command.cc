@@ -41,6 +41,7 @@ struct RunFlags {
   std::string prompt;
   std::string system;
   int32_t max_tokens = 256;
+  bool ignore_eos = false;
   float temperature = 0.7f;
   float top_p = 0.95f;
   int32_t top_k = 0;
@@ -70,8 +71,11 @@ Result<std::string> reply(ServingModel& m, const RunFlags& f, const nlohmann::or
   r.sampling.repetition_penalty = f.repetition_penalty;
   r.sampling.seed = f.sampling_seed >= 0 ? static_cast<uint64_t>(f.sampling_seed)
                                          : std::random_device{}();
-  r.stop_ids = m.tokenizer->stop_ids();
-  for (int64_t id : m.runner->config().eos_token_ids) r.stop_ids.push_back(static_cast<uint32_t>(id));
+  if (!f.ignore_eos) {
+    r.stop_ids = m.tokenizer->stop_ids();
+    for (int64_t id : m.runner->config().eos_token_ids)
+      r.stop_ids.push_back(static_cast<uint32_t>(id));
+  }
   g_interrupted = false;
   g_generating = true;
   auto stream = m.engine->submit(r);
@@ -173,6 +177,7 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("prompt", f->prompt, "one-shot prompt (omit for an interactive chat)");
   cmd->add_option("--system", f->system, "system message");
   cmd->add_option("--max-tokens", f->max_tokens, "most tokens per reply");
+  cmd->add_flag("--ignore-eos", f->ignore_eos, "replies run to --max-tokens (demos, timing)");
   cmd->add_option("--temperature", f->temperature, "0 = greedy");
   cmd->add_option("--top-p", f->top_p, "nucleus sampling");
   cmd->add_option("--top-k", f->top_k, "0 = off");
