@@ -12,6 +12,7 @@
 // capture, cuBLASLt heuristics and module loads stay out of the numbers).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -23,6 +24,7 @@
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "contracts/standard_contracts.h"
 #include "engine/generator.h"
 
 namespace ferrite::cli {
@@ -85,11 +87,31 @@ double prefill_flops(const ModelRunner& runner, int64_t tokens) {
 
 // Bytes of weights one decode step streams: everything but the embedding
 // gather (which reads one row per token), unless the LM head is tied to it.
-int64_t weight_bytes_per_step(const ModelRunner& runner) {
-  int64_t bytes = runner.program().weight_bytes();
+//
+// Routed experts: a step of `tokens` tokens reads only the experts they pick;
+// with uniform routing a layer touches E * (1 - (1 - k/E)^tokens) of its E
+// experts on average, so only that share of the expert weights is counted.
+double weight_bytes_per_step(const ModelRunner& runner, int64_t tokens) {
+  const ModelProgram& program = runner.program();
+  double bytes = static_cast<double>(program.weight_bytes());
   if (!runner.config().tie_word_embeddings) {
-    const WeightDecl* e = runner.program().find_weight("model.embed_tokens.weight");
-    if (e) bytes -= dtype_bytes(e->dtype, e->shape.numel());
+    const WeightDecl* e = program.find_weight("model.embed_tokens.weight");
+    if (e) bytes -= static_cast<double>(dtype_bytes(e->dtype, e->shape.numel()));
+  }
+  for (const ProgramNode& node : program.nodes) {
+    if (node.contract_id.rfind("routed_", 0) != 0) continue;
+    const double experts = static_cast<double>(node.attrs.u("num_experts"));
+    const double k = static_cast<double>(node.attrs.u("top_k"));
+    if (experts <= 0) continue;
+    const double touched = 1.0 - std::pow(1.0 - k / experts, static_cast<double>(tokens));
+    const ContractSchema* schema = find_contract(node.contract_id);
+    if (!schema) continue;
+    for (const char* role : {"gate_up", "down"}) {
+      const int b = schema->binding_index(role);
+      if (b < 0 || b >= static_cast<int>(node.bindings.size())) continue;
+      const WeightDecl* w = program.find_weight(node.bindings[b].name);
+      if (w) bytes -= (1.0 - touched) * static_cast<double>(dtype_bytes(w->dtype, w->shape.numel()));
+    }
   }
   return bytes;
 }
@@ -163,8 +185,8 @@ int run_bench(const BenchFlags& f) {
     }
   }
   const int64_t kv_per_token = runner.report().kv_bytes_per_token;
-  const int64_t w_step = weight_bytes_per_step(runner);
   for (int32_t batch : f.batches) {
+    const double w_step = weight_bytes_per_step(runner, batch);
     std::vector<GenerationRequest> reqs(batch);
     for (int32_t i = 0; i < batch; ++i) {
       reqs[i].prompt = random_prompt(f.decode_prompt_len, vocab, 100 + i);
@@ -197,9 +219,10 @@ int run_bench(const BenchFlags& f) {
   if (f.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("weights %.1f MB, bytes/step %.1f MB, memory bandwidth %.1f GB/s (%s)\n",
-                runner.program().weight_bytes() / 1e6, w_step / 1e6, bandwidth / 1e9,
-                runner.device().name().c_str());
+    std::printf("weights %.1f MB, weight bytes read per decode token (batch 1) %.1f MB, "
+                "memory bandwidth %.1f GB/s (%s)\n",
+                runner.program().weight_bytes() / 1e6, weight_bytes_per_step(runner, 1) / 1e6,
+                bandwidth / 1e9, runner.device().name().c_str());
   }
   return 0;
 }
