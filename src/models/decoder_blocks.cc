@@ -18,7 +18,11 @@ uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
 
 void declare_weight(ModelProgram& p, const ProgramOptions& o, const std::string& name,
                     Shape shape) {
-  p.weights.push_back({name, shape, o.weight_dtype});
+  WeightDecl w;
+  w.name = name;
+  w.shape = shape;
+  w.dtype = o.weight_dtype;
+  p.weights.push_back(std::move(w));
 }
 
 void add_embedding(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o) {
