@@ -130,8 +130,11 @@ Result<std::vector<uint32_t>> Tokenizer::encode(std::string_view text,
   return ids;
 }
 
-Result<std::string> Tokenizer::decode_bytes(std::span<const uint32_t> ids,
-                                            bool skip_special_tokens) const {
+// decode and decode_bytes differ only in the last step: decode applies
+// Hugging Face's byte-fallback replacement (invalid UTF-8 -> U+FFFD), while
+// decode_bytes keeps raw bytes for the streaming decoder.
+Result<std::string> Tokenizer::decode_impl(std::span<const uint32_t> ids, bool skip_special_tokens,
+                                           bool raw) const {
   const Impl& im = *impl_;
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
@@ -157,38 +160,18 @@ Result<std::string> Tokenizer::decode_bytes(std::span<const uint32_t> ids,
     }
     return out;
   }
-  return tokenizer::run_decoders(im.decoders, std::move(tokens), /*raw=*/true);
+  std::string out = tokenizer::run_decoders(im.decoders, std::move(tokens), raw);
+  return raw ? out : tokenizer::utf8_lossy(out);
+}
+
+Result<std::string> Tokenizer::decode_bytes(std::span<const uint32_t> ids,
+                                            bool skip_special_tokens) const {
+  return decode_impl(ids, skip_special_tokens, /*raw=*/true);
 }
 
 Result<std::string> Tokenizer::decode(std::span<const uint32_t> ids,
                                       bool skip_special_tokens) const {
-  const Impl& im = *impl_;
-  // Same as decode_bytes but with Hugging Face's byte-fallback replacement.
-  std::vector<std::string> tokens;
-  tokens.reserve(ids.size());
-  for (uint32_t id : ids) {
-    if (auto it = im.added_by_id.find(id); it != im.added_by_id.end()) {
-      const AddedToken& t = im.added[it->second];
-      if (skip_special_tokens && t.special) continue;
-      tokens.push_back(t.content);
-      continue;
-    }
-    const std::string* token = im.model->id_to_token(id);
-    if (token == nullptr) {
-      return invalid_argument("token id " + std::to_string(id) + " is not in the vocabulary (size " +
-                              std::to_string(im.vocab_size) + ")");
-    }
-    tokens.push_back(*token);
-  }
-  if (!im.has_decoder) {
-    std::string out;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (i > 0) out += ' ';
-      out += tokens[i];
-    }
-    return out;
-  }
-  return tokenizer::utf8_lossy(tokenizer::run_decoders(im.decoders, std::move(tokens), false));
+  return decode_impl(ids, skip_special_tokens, /*raw=*/false);
 }
 
 std::optional<uint32_t> Tokenizer::bos_id() const { return impl_->bos_id; }

@@ -70,6 +70,8 @@ class Tokenizer {
   struct Impl;
 
  private:
+  Result<std::string> decode_impl(std::span<const uint32_t> ids, bool skip_special_tokens,
+                                  bool raw) const;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
