@@ -101,10 +101,10 @@ fi
 
 # Variants of the GEMM routing, against the default run above (FERRITE_AB=1).
 if [ $RUN_BENCH -eq 1 ] && [ "${FERRITE_AB:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
-  for v in "FERRITE_GEMV_MAX_M=8" "FERRITE_GEMV_MAX_M=2" "FERRITE_LT_PICK=first"; do
+  for v in ${FERRITE_AB_VARIANTS:-FERRITE_GEMV_MAX_M=2 FERRITE_LT_PICK=first FERRITE_FUSED_NORM=0}; do
     log "== variant $v (qwen3-8b)"
     env "$v" timeout 120 "$BUILD/ferrite" bench --model "$ROOT/configs/qwen3-8b" --dummy-weights \
-      --device cuda --batch 1 2 4 8 32 128 --prompt-len 1024 --decode-prompt-len 128 --gen-len 32 \
+      --device cuda --batch 1 8 128 --prompt-len 1024 --decode-prompt-len 128 --gen-len 32 \
       --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/variant-$v.log" 2>&1
     grep -E "prefill|decode" "$LOGS/variant-$v.log" | tee -a "$SUMMARY"
   done

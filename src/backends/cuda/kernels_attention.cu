@@ -140,17 +140,47 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(AttentionShape a,
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int tile = tile0; tile < tile1; ++tile) {
     const int p0 = tile * kBn;
-    for (int i = threadIdx.x; i < kBn * hd; i += blockDim.x) {
-      const int j = i / hd, d = i % hd;
-      const int pos = p0 + j;
-      float kv = 0.0f, vv = 0.0f;
-      if (pos < len) {
-        const int64_t base = kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, kvh);
-        kv = to_f(k_cache[base + d]);
-        vv = to_f(v_cache[base + d]);
+    if (sizeof(T) == 2 && hd % 8 == 0) {
+      // 16-byte loads: 8 elements of one position per thread and step.
+      const int vecs = hd / 8;
+      for (int i = threadIdx.x; i < kBn * vecs; i += blockDim.x) {
+        const int j = i / vecs, d = (i % vecs) * 8;
+        const int pos = p0 + j;
+        float kf[8], vf[8];
+        if (pos < len) {
+          const int64_t base = kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, kvh) + d;
+          const uint4 kraw = *reinterpret_cast<const uint4*>(k_cache + base);
+          const uint4 vraw = *reinterpret_cast<const uint4*>(v_cache + base);
+          const T* kp = reinterpret_cast<const T*>(&kraw);
+          const T* vp = reinterpret_cast<const T*>(&vraw);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            kf[e] = to_f(kp[e]);
+            vf[e] = to_f(vp[e]);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) kf[e] = vf[e] = 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          k_s[j * (hd + 1) + d + e] = kf[e];
+          v_s[j * hd + d + e] = vf[e];
+        }
       }
-      k_s[j * (hd + 1) + d] = kv;
-      v_s[j * hd + d] = vv;
+    } else {
+      for (int i = threadIdx.x; i < kBn * hd; i += blockDim.x) {
+        const int j = i / hd, d = i % hd;
+        const int pos = p0 + j;
+        float kv = 0.0f, vv = 0.0f;
+        if (pos < len) {
+          const int64_t base = kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, kvh);
+          kv = to_f(k_cache[base + d]);
+          vv = to_f(v_cache[base + d]);
+        }
+        k_s[j * (hd + 1) + d] = kv;
+        v_s[j * hd + d] = vv;
+      }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < group * kBn; i += blockDim.x) {

@@ -41,7 +41,8 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionShape a, StepMeta
   float* ls = ms + kBq;
   float* al = ls + kBq;
 
-  const int tile = blockIdx.x;
+  // Heaviest (latest) query tiles first: causal work grows with the tile.
+  const int tile = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y;
   const int group = a.num_heads / a.num_kv_heads;
   const int kvh = h / group;

@@ -318,6 +318,14 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
   return check_launch("gemm_simt");
 }
 
+bool gemv_multi_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("FERRITE_FUSED_NORM");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
                          const GemvSegment* segs, int count, DType act, bool swiglu,
                          const void* norm, DType norm_dt, float eps, bool zero_centred) {

@@ -98,7 +98,7 @@ class CausalPagedAttention final : public Provider {
     if (!n || !q || !k || !v || !attn) return internal_error("attention: workspace too small");
 
     profile_mark(st.stream, "attention.qkv", st.capturing);
-    if (gemv_supported(t, H, act, b[kQProj].dtype, act) && b[kKProj].dtype == act &&
+    if (gemv_multi_enabled() && gemv_supported(t, H, act, b[kQProj].dtype, act) && b[kKProj].dtype == act &&
         b[kVProj].dtype == act && b[kInputNorm].dtype == act) {
       // Decode: norm, Q, K and V in one launch.
       const GemvSegment segs[3] = {
