@@ -2,8 +2,8 @@
 // (bf16 / f16, head_dim 64 or 128). One block per (64-query tile of one
 // sequence, query head); 4 warps own 16 query rows each. Per 64-key tile:
 // S = Q K^T (WMMA, f32), causal online softmax in f32 (P rounded to the
-// activation type), O += P V (WMMA, O kept in f32 shared memory). Key tiles
-// stop at the tile's last query position (causal skip).
+// activation type), O = alpha O + P V (WMMA, O kept in accumulator
+// fragments). Key tiles stop at the tile's last query position (causal skip).
 #include <mma.h>
 
 #include "backends/cuda/cuda_types.cuh"
@@ -66,11 +66,28 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionShape a, StepMeta
                                           static_cast<int64_t>(h) * a.q_stride + c);
     *reinterpret_cast<uint4*>(qs + i * LDT + c) = v;
   }
-  for (int idx = threadIdx.x; idx < kBq * LDO; idx += blockDim.x) os[idx] = 0.0f;
   for (int i = threadIdx.x; i < kBq; i += blockDim.x) {
     ms[i] = -INFINITY;
     ls[i] = 0.0f;
   }
+  // O stays in accumulator fragments across key tiles. The row of each
+  // fragment element is read off a fragment loaded from a matrix whose
+  // entries are their row numbers (no assumption on the fragment layout).
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> o_acc[HD / 16];
+  int rowmap[8];
+  {
+    float* probe = ss + warp * 16 * LDS;
+    for (int idx = lane; idx < 256; idx += 32) probe[(idx / 16) * LDS + idx % 16] = idx / 16;
+    __syncwarp();
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> rows;
+    wmma::load_matrix_sync(rows, probe, LDS, wmma::mem_row_major);
+    static_assert(sizeof(rows.x) / sizeof(rows.x[0]) == 8, "accumulator fragment of 8 floats");
+#pragma unroll
+    for (int i = 0; i < 8; ++i) rowmap[i] = static_cast<int>(rows.x[i]);
+    __syncwarp();
+  }
+#pragma unroll
+  for (int dn = 0; dn < HD / 16; ++dn) wmma::fill_fragment(o_acc[dn], 0.0f);
 
   const int kv_tiles = nvalid > 0 ? qmax / kBk + 1 : 0;
   for (int kt = 0; kt < kv_tiles; ++kt) {
@@ -135,28 +152,29 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionShape a, StepMeta
       }
     }
     __syncwarp();
-    for (int idx = lane; idx < 16 * HD; idx += 32) {
-      const int i = warp * 16 + idx / HD, d = idx % HD;
-      os[i * LDO + d] *= al[i];
-    }
-    __syncwarp();
-    // O += P V.
+    // O = O * alpha (per row) + P V.
+    float alpha[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) alpha[i] = al[warp * 16 + rowmap[i]];
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fp[kBk / 16];
+#pragma unroll
+    for (int kb = 0; kb < kBk / 16; ++kb)
+      wmma::load_matrix_sync(fp[kb], ps + warp * 16 * LDP + kb * 16, LDP);
 #pragma unroll
     for (int dn = 0; dn < HD / 16; ++dn) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      float* o_ptr = os + warp * 16 * LDO + dn * 16;
-      wmma::load_matrix_sync(acc, o_ptr, LDO, wmma::mem_row_major);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o_acc[dn].x[i] *= alpha[i];
 #pragma unroll
       for (int kb = 0; kb < kBk / 16; ++kb) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, ps + warp * 16 * LDP + kb * 16, LDP);
         wmma::load_matrix_sync(fb, vs + kb * 16 * LDT + dn * 16, LDT);
-        wmma::mma_sync(acc, fa, fb, acc);
+        wmma::mma_sync(o_acc[dn], fp[kb], fb, o_acc[dn]);
       }
-      wmma::store_matrix_sync(o_ptr, acc, LDO, wmma::mem_row_major);
     }
   }
+#pragma unroll
+  for (int dn = 0; dn < HD / 16; ++dn)
+    wmma::store_matrix_sync(os + warp * 16 * LDO + dn * 16, o_acc[dn], LDO, wmma::mem_row_major);
   __syncthreads();
   for (int idx = threadIdx.x; idx < kBq * HD; idx += blockDim.x) {
     const int i = idx / HD, d = idx % HD;
