@@ -77,7 +77,12 @@ struct OracleSpec {
   bool exact = false;    // bitwise / integer equality (argmax ids, embeddings)
   double abs_tol = 0;    // per element: |a - b| <= abs_tol + rel_tol * |b|
   double rel_tol = 0;    // applied for f32 activations
-  double low_precision_scale = 16;  // tolerance multiplier for bf16/f16 activations
+  // With bf16/f16 activations: the f32 tolerance times this scale, plus
+  // `low_precision_ulps` units of the activation type's rounding at the
+  // value (outputs and the intermediates a fused provider keeps are rounded
+  // to that type; the f32 reference is not).
+  double low_precision_scale = 16;
+  double low_precision_ulps = 2;
 };
 
 class ContractSchema {
