@@ -222,7 +222,8 @@ TEST_P(CudaGoldenTest, GreedyTokensOneShotChunkedAndBatched) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const char* family : {"llama", "llama3_scaled", "qwen3"})
+  for (const char* family :
+       {"llama", "llama3_scaled", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"})
     for (DType act : {DType::kF32, DType::kBF16}) cases.push_back({family, act});
   return cases;
 }

@@ -18,5 +18,8 @@ std::unique_ptr<Provider> make_causal_paged_attention();
 std::unique_ptr<Provider> make_last_token_dense_linear();
 std::unique_ptr<Provider> make_last_token_masked_argmax();
 std::unique_ptr<Provider> make_last_token_sample();
+std::unique_ptr<Provider> make_gated_delta_recurrent_attention();
+std::unique_ptr<Provider> make_routed_swiglu_moe();
+std::unique_ptr<Provider> make_routed_shared_swiglu_moe();
 
 }  // namespace ferrite::cuda

@@ -102,4 +102,54 @@ Status launch_apply_penalties(cudaStream_t s, const float* logits, float* dst, i
 Status launch_masked_argmax(cudaStream_t s, const float* logits, int64_t rows, int64_t vocab,
                             const uint8_t* mask, uint32_t* tokens);
 
+// --- kernels_hybrid.cu ------------------------------------------------------------
+// gated_delta_recurrent_attention and the MoE contracts. Sequences of the
+// step are packed in order (sequence s: rows seq_last_row[s-1]+1 ..
+// seq_last_row[s]); a state slot < 0 (graph padding) reads zero state and
+// writes none.
+struct GatedDeltaShape {
+  int32_t hk = 0, hv = 0, dk = 0, dv = 0;
+  float eps = 1e-6f;  // the gated norm's
+};
+// x [tokens, conv_dim] f32 in place: causal depthwise conv over each
+// sequence's conv state rows and its tokens, then SiLU; the state keeps the
+// last kernel-1 inputs. conv_state [slots, kernel-1, conv_dim] f32.
+Status launch_causal_conv_silu(cudaStream_t s, const StepMeta& meta, int64_t sequences, float* x,
+                               int64_t conv_dim, const void* w, DType w_dt, int64_t kernel,
+                               float* conv_state);
+// One block per (sequence, value head): the gated delta rule in f32 over the
+// sequence's tokens (recurrent form, state in shared memory), then the gated
+// RMSNorm times silu(z). x: conv output [tokens, conv_dim]; z [tokens, Hv dv];
+// b, a [tokens, Hv] (f32); y [tokens, Hv dv] of act.
+int64_t gated_delta_smem_bytes(const GatedDeltaShape& g);
+Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t sequences,
+                               const GatedDeltaShape& g, const float* x, const float* z,
+                               const float* b, const float* a, const void* a_log, DType a_log_dt,
+                               const void* dt_bias, DType dt_bias_dt, const void* norm,
+                               DType norm_dt, float* delta_state, void* y, DType act);
+constexpr int kMaxTopK = 32;
+// Per token: softmax of logits [tokens, experts] (f32), top-k (ties to the
+// lower id), ids in increasing order, weights optionally renormalised.
+Status launch_moe_route(cudaStream_t s, const float* logits, int64_t tokens, int64_t experts,
+                        int64_t top_k, bool normalize, int32_t* ids, float* weights);
+// Counting sort of the (token, k) pairs by expert: offsets [experts + 1],
+// slot_of[pair] = gathered row, row_pair[row] = pair (pairs of one expert in
+// increasing order).
+Status launch_moe_sort(cudaStream_t s, const int32_t* ids, int64_t pairs, int64_t experts,
+                       int32_t* offsets, int32_t* slot_of, int32_t* row_pair);
+// For every expert e and each of its gathered rows r: out[r, j] =
+// x[row] . w[e, j, :] (w [experts, nout, kdim]), row = row_pair[r] / top_k
+// when by_token, else r. f32 out with row stride ldo.
+Status launch_moe_expert_rows(cudaStream_t s, const void* x, DType x_dt, int64_t ldx,
+                              bool by_token, int64_t top_k, int64_t kdim, const void* w,
+                              DType w_dt, int64_t nout, int64_t experts, const int32_t* offsets,
+                              const int32_t* row_pair, float* out, int64_t ldo);
+// gu [rows, 2I]: gu[r, i] = silu(gu[r, i]) * gu[r, I + i], i < I.
+Status launch_moe_act(cudaStream_t s, float* gu, int64_t rows, int64_t intermediate);
+// hidden[t] += sum_k weights[t,k] ys[slot_of[t,k]] (+ sigmoid(shared_gate[t]) shared_out[t]).
+Status launch_moe_combine(cudaStream_t s, void* hidden, DType act, int64_t tokens,
+                          int64_t hidden_size, int64_t top_k, const int32_t* slot_of,
+                          const float* weights, const float* ys, const float* shared_gate,
+                          const float* shared_out);
+
 }  // namespace ferrite::cuda

@@ -195,6 +195,9 @@ void register_cuda_providers(Registry& r) {
   r.add_provider(cuda::make_last_token_dense_linear());
   r.add_provider(cuda::make_last_token_masked_argmax());
   r.add_provider(cuda::make_last_token_sample());
+  r.add_provider(cuda::make_gated_delta_recurrent_attention());
+  r.add_provider(cuda::make_routed_swiglu_moe());
+  r.add_provider(cuda::make_routed_shared_swiglu_moe());
 }
 
 std::unique_ptr<Registry> make_cuda_registry() {

@@ -1,0 +1,257 @@
+// CUDA providers of the hybrid and MoE contracts:
+//  - gated_delta_recurrent_attention: pre-norm, projections through gemm()
+//    to f32, causal conv + SiLU over the conv state, the gated delta rule in
+//    f32 (recurrent form, one block per (sequence, value head), correct for
+//    prefill and decode alike) with the gated norm, out_proj accumulating
+//    into the residual;
+//  - routed_swiglu_moe / routed_shared_swiglu_moe: pre-norm, router gemm()
+//    to f32 logits, device softmax + top-k, device counting sort of the
+//    (token, k) pairs by expert, grouped per-expert gate/up and down
+//    products (no host loop over experts), per-token combine in increasing
+//    expert id, then the shared expert (sigmoid gate), then the residual.
+// None synchronises or allocates: all are graph-capturable (per-sequence
+// data come from the step binding buffer).
+#include <algorithm>
+
+#include "backends/cuda/cuda_providers.h"
+#include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/profiler.h"
+#include "contracts/gated_delta_recurrent_attention.h"
+#include "contracts/routed_shared_swiglu_moe.h"
+#include "contracts/routed_swiglu_moe.h"
+
+namespace ferrite::cuda {
+namespace {
+
+int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
+
+// The kernels find a sequence's rows from the binding buffer's last rows:
+// sequences must be packed in order.
+Status check_packed(const StepBatch& batch, const char* what) {
+  int32_t next = 0;
+  for (const SequenceSlice& s : batch.sequences) {
+    if (s.token_begin != next || s.token_count < 1)
+      return unsupported(std::string(what) + ": sequences must be packed in order");
+    next += s.token_count;
+  }
+  if (next != batch.num_tokens())
+    return unsupported(std::string(what) + ": sequences must cover the packed tokens");
+  return Status::ok();
+}
+
+class GatedDelta final : public Provider {
+ public:
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+
+  Status supports(const NodeSignature& node) const override {
+    FERRITE_RETURN_IF_ERROR(Provider::supports(node));
+    const auto p = gated_delta_recurrent_attention::Params::from(node.attrs);
+    if (p.conv_kernel < 1 || p.conv_kernel > 8)
+      return unsupported("cuda.gated_delta_recurrent_attention: conv_kernel must be 1..8");
+    if (p.num_k_heads == 0 || p.num_v_heads % p.num_k_heads)
+      return unsupported("cuda.gated_delta_recurrent_attention: value heads must be a multiple "
+                         "of key heads");
+    GatedDeltaShape g;
+    g.dk = static_cast<int32_t>(p.k_head_dim);
+    g.dv = static_cast<int32_t>(p.v_head_dim);
+    if (gated_delta_smem_bytes(g) > 200 * 1024)
+      return unsupported("cuda.gated_delta_recurrent_attention: k_head_dim * v_head_dim too large");
+    return Status::ok();
+  }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    const auto p = gated_delta_recurrent_attention::Params::from(node.attrs);
+    const int64_t e = dtype_bytes(node.activation_dtype, 1);
+    const int64_t t = limits.max_tokens;
+    const int64_t hv = i64(p.num_v_heads), vd = i64(p.value_dim());
+    return Carver::round(t * i64(p.hidden_size) * e) + Carver::round(t * i64(p.conv_dim()) * 4) +
+           Carver::round(t * vd * 4) + 2 * Carver::round(t * hv * 4) + Carver::round(t * vd * e);
+  }
+
+  Status encode(const Invocation& inv) const override {
+    using namespace gated_delta_recurrent_attention;
+    const Params p = Params::from(inv.signature->attrs);
+    const auto& b = inv.bindings;
+    const DType act = b[kHidden].dtype;
+    const int64_t t = inv.batch->num_tokens();
+    const int64_t S = inv.batch->num_sequences();
+    const int64_t H = i64(p.hidden_size), C = i64(p.conv_dim()), VD = i64(p.value_dim());
+    const int64_t hv = i64(p.num_v_heads);
+    const int64_t e = dtype_bytes(act, 1);
+    if (b[kConvState].dtype != DType::kF32 || b[kDeltaState].dtype != DType::kF32)
+      return unsupported("cuda.gated_delta_recurrent_attention: states must be f32");
+    FERRITE_RETURN_IF_ERROR(check_packed(*inv.batch, "cuda.gated_delta_recurrent_attention"));
+    FERRITE_RETURN_IF_ERROR(ensure_prepared(inv));
+    BackendState& st = state(inv);
+
+    Carver ws(inv);
+    void* n = ws.take(t * H * e);
+    auto* x = static_cast<float*>(ws.take(t * C * 4));
+    auto* z = static_cast<float*>(ws.take(t * VD * 4));
+    auto* bb = static_cast<float*>(ws.take(t * hv * 4));
+    auto* aa = static_cast<float*>(ws.take(t * hv * 4));
+    void* y = ws.take(t * VD * e);
+    if (!n || !x || !z || !bb || !aa || !y)
+      return internal_error("gated_delta_recurrent_attention: workspace too small");
+
+    profile_mark(st.stream, "delta.proj", st.capturing);
+    FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act,
+                                            b[kInputNorm].data, b[kInputNorm].dtype, t, H,
+                                            static_cast<float>(p.eps), p.zero_centred));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjQkv].data, b[kInProjQkv].dtype, C, x,
+                                 DType::kF32, false));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjZ].data, b[kInProjZ].dtype, VD, z,
+                                 DType::kF32, false));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjB].data, b[kInProjB].dtype, hv, bb,
+                                 DType::kF32, false));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjA].data, b[kInProjA].dtype, hv, aa,
+                                 DType::kF32, false));
+    profile_mark(st.stream, "delta.conv", st.capturing);
+    FERRITE_RETURN_IF_ERROR(launch_causal_conv_silu(st.stream, st.meta, S, x, C,
+                                                    b[kConvWeight].data, b[kConvWeight].dtype,
+                                                    i64(p.conv_kernel), b[kConvState].as<float>()));
+    profile_mark(st.stream, "delta.rule", st.capturing);
+    GatedDeltaShape g;
+    g.hk = static_cast<int32_t>(p.num_k_heads);
+    g.hv = static_cast<int32_t>(p.num_v_heads);
+    g.dk = static_cast<int32_t>(p.k_head_dim);
+    g.dv = static_cast<int32_t>(p.v_head_dim);
+    g.eps = static_cast<float>(p.eps);
+    FERRITE_RETURN_IF_ERROR(launch_gated_delta_rule(
+        st.stream, st.meta, S, g, x, z, bb, aa, b[kALog].data, b[kALog].dtype, b[kDtBias].data,
+        b[kDtBias].dtype, b[kNorm].data, b[kNorm].dtype, b[kDeltaState].as<float>(), y, act));
+    profile_mark(st.stream, "delta.out_proj", st.capturing);
+    return gemm(st, y, act, t, VD, b[kOutProj].data, b[kOutProj].dtype, H, b[kHidden].data, act,
+                true);
+  }
+
+ private:
+  ProviderDescriptor desc_ = cuda_descriptor(
+      "cuda.gated_delta_recurrent_attention", "gated_delta_recurrent_attention",
+      "GEMM projections, conv + SiLU over the conv state, recurrent gated delta rule in f32 "
+      "(block per sequence and value head), gated norm, out_proj into the residual");
+};
+
+class RoutedMoe final : public Provider {
+ public:
+  explicit RoutedMoe(bool shared)
+      : shared_(shared),
+        desc_(cuda_descriptor(shared ? "cuda.routed_shared_swiglu_moe" : "cuda.routed_swiglu_moe",
+                              shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe",
+                              "router GEMM, device top-k and counting sort by expert, grouped "
+                              "per-expert products, per-token combine in expert order")) {}
+  const ProviderDescriptor& descriptor() const override { return desc_; }
+
+  Status supports(const NodeSignature& node) const override {
+    FERRITE_RETURN_IF_ERROR(Provider::supports(node));
+    const auto p = routed_swiglu_moe::Params::from(node.attrs);
+    if (p.top_k < 1 || p.top_k > static_cast<uint64_t>(kMaxTopK) || p.top_k > p.num_experts)
+      return unsupported("cuda routed MoE: top_k must be 1..32 and <= num_experts");
+    if (p.num_experts > 4096) return unsupported("cuda routed MoE: at most 4096 experts");
+    return Status::ok();
+  }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    const auto p = routed_swiglu_moe::Params::from(node.attrs);
+    const int64_t e = dtype_bytes(node.activation_dtype, 1);
+    const int64_t t = limits.max_tokens;
+    const int64_t H = i64(p.hidden_size), E = i64(p.num_experts), I = i64(p.intermediate_size);
+    const int64_t tk = t * i64(p.top_k);
+    int64_t bytes = Carver::round(t * H * e) + Carver::round(t * E * 4) + 4 * Carver::round(tk * 4) +
+                    Carver::round((E + 1) * 4) + Carver::round(tk * 2 * I * 4) +
+                    Carver::round(tk * H * 4);
+    if (shared_) {
+      const int64_t Is = i64(p.shared_intermediate_size);
+      bytes += Carver::round(t * 4) + 2 * Carver::round(t * Is * e) + Carver::round(t * H * 4);
+    }
+    return bytes;
+  }
+
+  Status encode(const Invocation& inv) const override {
+    using namespace routed_swiglu_moe;
+    const Params p = Params::from(inv.signature->attrs);
+    const auto& b = inv.bindings;
+    const DType act = b[kHidden].dtype;
+    const int64_t t = inv.batch->num_tokens();
+    const int64_t H = i64(p.hidden_size), E = i64(p.num_experts), K = i64(p.top_k);
+    const int64_t I = i64(p.intermediate_size);
+    const int64_t tk = t * K;
+    const int64_t e = dtype_bytes(act, 1);
+    BackendState& st = state(inv);
+
+    Carver ws(inv);
+    void* n = ws.take(t * H * e);
+    auto* logits = static_cast<float*>(ws.take(t * E * 4));
+    auto* ids = static_cast<int32_t*>(ws.take(tk * 4));
+    auto* weights = static_cast<float*>(ws.take(tk * 4));
+    auto* slot_of = static_cast<int32_t*>(ws.take(tk * 4));
+    auto* row_pair = static_cast<int32_t*>(ws.take(tk * 4));
+    auto* offsets = static_cast<int32_t*>(ws.take((E + 1) * 4));
+    auto* gu = static_cast<float*>(ws.take(tk * 2 * I * 4));
+    auto* ys = static_cast<float*>(ws.take(tk * H * 4));
+    if (!n || !logits || !ids || !weights || !slot_of || !row_pair || !offsets || !gu || !ys)
+      return internal_error("routed MoE: workspace too small");
+
+    profile_mark(st.stream, "moe.router", st.capturing);
+    FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act, b[kNorm].data,
+                                            b[kNorm].dtype, t, H, static_cast<float>(p.eps),
+                                            p.zero_centred));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kRouter].data, b[kRouter].dtype, E, logits,
+                                 DType::kF32, false));
+    FERRITE_RETURN_IF_ERROR(
+        launch_moe_route(st.stream, logits, t, E, K, p.normalize_topk, ids, weights));
+    FERRITE_RETURN_IF_ERROR(launch_moe_sort(st.stream, ids, tk, E, offsets, slot_of, row_pair));
+
+    profile_mark(st.stream, "moe.experts", st.capturing);
+    // gate_up [E, 2, I, H] is [E, 2I, H]: rows [0, I) gate, [I, 2I) up.
+    FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, n, act, H, true, K, H,
+                                                   b[kGateUp].data, b[kGateUp].dtype, 2 * I, E,
+                                                   offsets, row_pair, gu, 2 * I));
+    FERRITE_RETURN_IF_ERROR(launch_moe_act(st.stream, gu, tk, I));
+    FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, gu, DType::kF32, 2 * I, false, K, I,
+                                                   b[kDown].data, b[kDown].dtype, H, E, offsets,
+                                                   row_pair, ys, H));
+
+    float* sgate = nullptr;
+    float* sout = nullptr;
+    if (shared_) {
+      using namespace routed_shared_swiglu_moe;
+      const int64_t Is = i64(p.shared_intermediate_size);
+      sgate = static_cast<float*>(ws.take(t * 4));
+      void* sg = ws.take(t * Is * e);
+      void* su = ws.take(t * Is * e);
+      sout = static_cast<float*>(ws.take(t * H * 4));
+      if (!sgate || !sg || !su || !sout) return internal_error("routed MoE: workspace too small");
+      profile_mark(st.stream, "moe.shared", st.capturing);
+      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kSharedExpertGate].data,
+                                   b[kSharedExpertGate].dtype, 1, sgate, DType::kF32, false));
+      FERRITE_RETURN_IF_ERROR(
+          gemm(st, n, act, t, H, b[kSharedGate].data, b[kSharedGate].dtype, Is, sg, act, false));
+      FERRITE_RETURN_IF_ERROR(
+          gemm(st, n, act, t, H, b[kSharedUp].data, b[kSharedUp].dtype, Is, su, act, false));
+      FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, sg, su, sg, act, t * Is));
+      FERRITE_RETURN_IF_ERROR(gemm(st, sg, act, t, Is, b[kSharedDown].data, b[kSharedDown].dtype,
+                                   H, sout, DType::kF32, false));
+    }
+    profile_mark(st.stream, "moe.combine", st.capturing);
+    return launch_moe_combine(st.stream, b[kHidden].data, act, t, H, K, slot_of, weights, ys,
+                              sgate, sout);
+  }
+
+ private:
+  bool shared_;
+  ProviderDescriptor desc_;
+};
+
+}  // namespace
+
+std::unique_ptr<Provider> make_gated_delta_recurrent_attention() {
+  return std::make_unique<GatedDelta>();
+}
+std::unique_ptr<Provider> make_routed_swiglu_moe() { return std::make_unique<RoutedMoe>(false); }
+std::unique_ptr<Provider> make_routed_shared_swiglu_moe() {
+  return std::make_unique<RoutedMoe>(true);
+}
+
+}  // namespace ferrite::cuda
