@@ -127,6 +127,10 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
                                const float* b, const float* a, const void* a_log, DType a_log_dt,
                                const void* dt_bias, DType dt_bias_dt, const void* norm,
                                DType norm_dt, float* delta_state, void* y, DType act);
+// y [rows, width] f32 = rms_norm(x of act) * (w or 1 + w).
+Status launch_rms_norm_to_f32(cudaStream_t s, const void* x, DType act, float* y, const void* w,
+                              DType w_dt, int64_t rows, int64_t width, float eps,
+                              bool zero_centred);
 constexpr int kMaxTopK = 32;
 // Per token: softmax of logits [tokens, experts] (f32), top-k (ties to the
 // lower id), ids in increasing order, weights optionally renormalised.

@@ -269,6 +269,26 @@ __global__ void moe_combine_kernel(T* hidden, int64_t H, int K, const int32_t* s
   }
 }
 
+// y (f32) = rms_norm(x) * (w or 1 + w), one block per row.
+template <typename T>
+__global__ void rms_norm_to_f32_kernel(const T* x, float* y, const void* w, int wdt, int64_t width,
+                                       float eps, bool zero_centred) {
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * width;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float v = to_f(xr[i]);
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  const float inv = rsqrtf(ss / static_cast<float>(width) + eps);
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float wi = load_any(w, wdt, i);
+    y[r * width + i] = to_f(xr[i]) * inv * (zero_centred ? 1.0f + wi : wi);
+  }
+}
+
 int grid_for(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
   return static_cast<int>(b < 8192 ? (b < 1 ? 1 : b) : 8192);
@@ -316,6 +336,22 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
     st = check_launch("gated_delta_kernel");
   });
   if (!ok) return bad_dtype("gated delta activation", act);
+  return st;
+}
+
+Status launch_rms_norm_to_f32(cudaStream_t s, const void* x, DType act, float* y, const void* w,
+                              DType w_dt, int64_t rows, int64_t width, float eps,
+                              bool zero_centred) {
+  if (!small_ok(w_dt)) return bad_dtype("rms_norm_to_f32 weight", w_dt);
+  if (rows == 0) return Status::ok();
+  Status st = Status::ok();
+  const bool ok = dispatch_float(act, [&](auto tag) {
+    using T = decltype(tag);
+    rms_norm_to_f32_kernel<T><<<static_cast<unsigned>(rows), 256, 0, s>>>(
+        static_cast<const T*>(x), y, w, dt_code(w_dt), width, eps, zero_centred);
+    st = check_launch("rms_norm_to_f32_kernel");
+  });
+  if (!ok) return bad_dtype("rms_norm_to_f32 input", act);
   return st;
 }
 

@@ -158,7 +158,7 @@ class RoutedMoe final : public Provider {
     const int64_t t = limits.max_tokens;
     const int64_t H = i64(p.hidden_size), E = i64(p.num_experts), I = i64(p.intermediate_size);
     const int64_t tk = t * i64(p.top_k);
-    int64_t bytes = Carver::round(t * H * e) + Carver::round(t * E * 4) + 4 * Carver::round(tk * 4) +
+    int64_t bytes = Carver::round(t * H * e) + Carver::round(t * H * 4) + Carver::round(t * E * 4) + 4 * Carver::round(tk * 4) +
                     Carver::round((E + 1) * 4) + Carver::round(tk * 2 * I * 4) +
                     Carver::round(tk * H * 4);
     if (shared_) {
@@ -182,6 +182,7 @@ class RoutedMoe final : public Provider {
 
     Carver ws(inv);
     void* n = ws.take(t * H * e);
+    auto* n32 = static_cast<float*>(ws.take(t * H * 4));
     auto* logits = static_cast<float*>(ws.take(t * E * 4));
     auto* ids = static_cast<int32_t*>(ws.take(tk * 4));
     auto* weights = static_cast<float*>(ws.take(tk * 4));
@@ -190,22 +191,25 @@ class RoutedMoe final : public Provider {
     auto* offsets = static_cast<int32_t*>(ws.take((E + 1) * 4));
     auto* gu = static_cast<float*>(ws.take(tk * 2 * I * 4));
     auto* ys = static_cast<float*>(ws.take(tk * H * 4));
-    if (!n || !logits || !ids || !weights || !slot_of || !row_pair || !offsets || !gu || !ys)
+    if (!n || !n32 || !logits || !ids || !weights || !slot_of || !row_pair || !offsets || !gu || !ys)
       return internal_error("routed MoE: workspace too small");
 
     profile_mark(st.stream, "moe.router", st.capturing);
-    FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act, b[kNorm].data,
-                                            b[kNorm].dtype, t, H, static_cast<float>(p.eps),
-                                            p.zero_centred));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kRouter].data, b[kRouter].dtype, E, logits,
-                                 DType::kF32, false));
+    // The router and the routed experts read the normalised rows in f32
+    // (as the reference: no rounding that could flip a routing decision);
+    // the shared expert reads them in the activation type (tensor cores).
+    FERRITE_RETURN_IF_ERROR(launch_rms_norm_to_f32(st.stream, b[kHidden].data, act, n32,
+                                                   b[kNorm].data, b[kNorm].dtype, t, H,
+                                                   static_cast<float>(p.eps), p.zero_centred));
+    FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kRouter].data, b[kRouter].dtype,
+                                 E, logits, DType::kF32, false));
     FERRITE_RETURN_IF_ERROR(
         launch_moe_route(st.stream, logits, t, E, K, p.normalize_topk, ids, weights));
     FERRITE_RETURN_IF_ERROR(launch_moe_sort(st.stream, ids, tk, E, offsets, slot_of, row_pair));
 
     profile_mark(st.stream, "moe.experts", st.capturing);
     // gate_up [E, 2, I, H] is [E, 2I, H]: rows [0, I) gate, [I, 2I) up.
-    FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, n, act, H, true, K, H,
+    FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, n32, DType::kF32, H, true, K, H,
                                                    b[kGateUp].data, b[kGateUp].dtype, 2 * I, E,
                                                    offsets, row_pair, gu, 2 * I));
     FERRITE_RETURN_IF_ERROR(launch_moe_act(st.stream, gu, tk, I));
@@ -224,7 +228,10 @@ class RoutedMoe final : public Provider {
       sout = static_cast<float*>(ws.take(t * H * 4));
       if (!sgate || !sg || !su || !sout) return internal_error("routed MoE: workspace too small");
       profile_mark(st.stream, "moe.shared", st.capturing);
-      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kSharedExpertGate].data,
+      FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act, b[kNorm].data,
+                                              b[kNorm].dtype, t, H, static_cast<float>(p.eps),
+                                              p.zero_centred));
+      FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kSharedExpertGate].data,
                                    b[kSharedExpertGate].dtype, 1, sgate, DType::kF32, false));
       FERRITE_RETURN_IF_ERROR(
           gemm(st, n, act, t, H, b[kSharedGate].data, b[kSharedGate].dtype, Is, sg, act, false));
