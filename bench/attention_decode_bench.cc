@@ -20,8 +20,8 @@ constexpr int kHeads = 16, kKvHeads = 8, kHeadDim = 128, kBlock = 128;
 constexpr int kGroup = kHeads / kKvHeads;
 
 // q [kHeads][kHeadDim], k/v [positions][kKvHeads][kHeadDim], out like q.
-void attention_decode(const float* q, const float* k, const float* v, int64_t positions,
-                      float* out, ThreadPool* pool) {
+void attention_decode(const float* q, const float* k, const float* v, int64_t positions, float* out,
+                      ThreadPool* pool) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
   const int64_t row = kKvHeads * kHeadDim;
   pool->parallel_for(kKvHeads, [&](int64_t g0, int64_t g1) {

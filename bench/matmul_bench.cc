@@ -4,14 +4,13 @@
 //
 // Counters: bytes_per_second (weight bytes), FLOP/s, and bw_frac = weight
 // bytes/s over the measured read bandwidth (the decode roofline).
-#include "backends/cpu/kernels/matmul.h"
-
 #include <benchmark/benchmark.h>
 
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/kernels/matmul.h"
 #include "bench_util.h"
 
 namespace ferrite::bench {
@@ -19,11 +18,11 @@ namespace {
 
 void set_counters(benchmark::State& state, int64_t weight_bytes, int64_t flops) {
   state.SetBytesProcessed(state.iterations() * weight_bytes);
-  state.counters["FLOP/s"] = benchmark::Counter(static_cast<double>(flops),
-                                                benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["bw_frac"] = benchmark::Counter(
-      static_cast<double>(weight_bytes) / read_bandwidth(),
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(static_cast<double>(flops), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_frac"] =
+      benchmark::Counter(static_cast<double>(weight_bytes) / read_bandwidth(),
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Args: out, in, tokens, dtype (0 bf16, 1 f16). Each iteration uses the next
@@ -47,18 +46,14 @@ void BM_Matmul(benchmark::State& state) {
 }
 
 void gemv_args(benchmark::internal::Benchmark* b) {
-  for (auto [out, in] : {std::pair{3072, 1024}, {1024, 3072}, {2048, 1024}, {6144, 1024},
-                         {151936, 1024}}) {
+  for (auto [out, in] :
+       {std::pair{3072, 1024}, {1024, 3072}, {2048, 1024}, {6144, 1024}, {151936, 1024}}) {
     b->Args({out, in, 1, 0});
   }
   b->Args({3072, 1024, 1, 1});  // f16
   b->Args({3072, 1024, 4, 0});  // a few decode sequences
 }
-BENCHMARK(BM_Matmul)
-    ->Apply(gemv_args)
-    ->Name("gemv")
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime();
+BENCHMARK(BM_Matmul)->Apply(gemv_args)->Name("gemv")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void gemm_args(benchmark::internal::Benchmark* b) {
   for (int64_t tokens : {64, 512}) {
@@ -67,11 +62,7 @@ void gemm_args(benchmark::internal::Benchmark* b) {
   b->Args({151936, 1024, 64, 0});
   b->Args({3072, 1024, 64, 1});  // f16
 }
-BENCHMARK(BM_Matmul)
-    ->Apply(gemm_args)
-    ->Name("gemm")
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_Matmul)->Apply(gemm_args)->Name("gemm")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One decode token through every projection of Qwen3-0.6B (28 layers of q,
 // k, v, o, gate_up, down, then the tied LM head), bf16 weights laid out

@@ -27,9 +27,9 @@ struct Voidify {
 
 }  // namespace ferrite::internal
 
-#define FERRITE_CHECK(cond)                  \
-  (cond) ? (void)0                           \
-         : ::ferrite::internal::Voidify() &  \
+#define FERRITE_CHECK(cond)                 \
+  (cond) ? (void)0                          \
+         : ::ferrite::internal::Voidify() & \
                ::ferrite::internal::CheckFailure(__FILE__, __LINE__, #cond)
 
 #define FERRITE_CHECK_EQ(a, b) FERRITE_CHECK((a) == (b)) << (a) << " vs " << (b) << " "

@@ -61,7 +61,7 @@ Status internal_error(std::string message);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     FERRITE_CHECK(!std::get<Status>(v_).is_ok()) << "Result built from an OK status";
   }
@@ -98,9 +98,9 @@ class [[nodiscard]] Result {
 #define FERRITE_CONCAT(a, b) FERRITE_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function if it is not OK.
-#define FERRITE_RETURN_IF_ERROR(expr)              \
-  do {                                             \
-    ::ferrite::Status ferrite_status_ = (expr);    \
+#define FERRITE_RETURN_IF_ERROR(expr)                     \
+  do {                                                    \
+    ::ferrite::Status ferrite_status_ = (expr);           \
     if (!ferrite_status_.is_ok()) return ferrite_status_; \
   } while (0)
 

@@ -84,8 +84,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   // Chunks claimed by workers may still be running: wait for them, yielding
   // the core if a worker seems descheduled (it may be waiting for this core).
   for (int spin = 0; done_chunks_.load(std::memory_order_acquire) != chunks; ++spin) {
-    if (spin < 4096) cpu_relax();
-    else std::this_thread::yield();
+    if (spin < 4096)
+      cpu_relax();
+    else
+      std::this_thread::yield();
   }
 }
 

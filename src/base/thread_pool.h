@@ -35,8 +35,7 @@ class ThreadPool {
 
   // fn(begin, end) over a split of [0, n). `grain` is the smallest range worth
   // a thread; small n runs inline on the caller.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                    int64_t grain = 1);
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
   // The process-wide pool (FERRITE_THREADS overrides the size).
   static ThreadPool& global();
@@ -44,8 +43,8 @@ class ThreadPool {
  private:
   void worker_loop();
   // Claims and runs chunks of job `generation` until none is left.
-  void run_chunks(uint32_t generation, const std::function<void(int64_t, int64_t)>* fn,
-                  int64_t n, int64_t chunks);
+  void run_chunks(uint32_t generation, const std::function<void(int64_t, int64_t)>* fn, int64_t n,
+                  int64_t chunks);
 
   std::vector<std::thread> workers_;
   // The current job, written under mu_ together with generation_.

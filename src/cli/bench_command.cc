@@ -10,15 +10,15 @@
 //           (4 * heads * head_dim * tokens * (tokens + 1) / 2 per layer).
 // Every figure is measured after a warm-up run of the same shape (graph
 // capture, cuBLASLt heuristics and module loads stay out of the numbers).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "backends/cpu/kernels/memory_bandwidth.h"
 #include "base/thread_pool.h"
@@ -72,8 +72,10 @@ double prefill_flops(const ModelRunner& runner, int64_t tokens) {
     const double n = static_cast<double>(w.shape.numel());
     const bool embed = w.name.find("embed_tokens") != std::string::npos;
     const bool head = w.name.find("lm_head") != std::string::npos;
-    if (head || (embed && runner.config().tie_word_embeddings)) once += n;
-    else if (!embed) per_token += n;
+    if (head || (embed && runner.config().tie_word_embeddings))
+      once += n;
+    else if (!embed)
+      per_token += n;
   }
   double flops = 2.0 * per_token * tokens + 2.0 * once;
   for (const ProgramNode& n : p.nodes) {
@@ -110,7 +112,8 @@ double weight_bytes_per_step(const ModelRunner& runner, int64_t tokens) {
       const int b = schema->binding_index(role);
       if (b < 0 || b >= static_cast<int>(node.bindings.size())) continue;
       const WeightDecl* w = program.find_weight(node.bindings[b].name);
-      if (w) bytes -= (1.0 - touched) * static_cast<double>(dtype_bytes(w->dtype, w->shape.numel()));
+      if (w)
+        bytes -= (1.0 - touched) * static_cast<double>(dtype_bytes(w->dtype, w->shape.numel()));
     }
   }
   return bytes;
@@ -128,7 +131,8 @@ int run_bench(const BenchFlags& f) {
   auto options = runner_options(f.model);
   if (!options.is_ok()) return report_error(options.status());
   if (f.prompt_len < 1 || f.gen_len < 2 || f.decode_prompt_len < 1)
-    return report_error(invalid_argument("--prompt-len >= 1, --gen-len >= 2, --decode-prompt-len >= 1"));
+    return report_error(
+        invalid_argument("--prompt-len >= 1, --gen-len >= 2, --decode-prompt-len >= 1"));
   int32_t max_batch = 1;
   for (int32_t b : f.batches) {
     if (b < 1) return report_error(invalid_argument("--batch values must be >= 1"));
@@ -219,10 +223,11 @@ int run_bench(const BenchFlags& f) {
   if (f.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("weights %.1f MB, weight bytes read per decode token (batch 1) %.1f MB, "
-                "memory bandwidth %.1f GB/s (%s)\n",
-                runner.program().weight_bytes() / 1e6, weight_bytes_per_step(runner, 1) / 1e6,
-                bandwidth / 1e9, runner.device().name().c_str());
+    std::printf(
+        "weights %.1f MB, weight bytes read per decode token (batch 1) %.1f MB, "
+        "memory bandwidth %.1f GB/s (%s)\n",
+        runner.program().weight_bytes() / 1e6, weight_bytes_per_step(runner, 1) / 1e6,
+        bandwidth / 1e9, runner.device().name().c_str());
   }
   return 0;
 }

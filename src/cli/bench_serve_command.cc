@@ -8,23 +8,22 @@
 // requests/s, errors. When the server exposes Ferrite's /metrics, also the
 // engine's compute time per generated token and the rest (the server's own
 // overhead per token: HTTP, JSON, detokenization, scheduling, idle).
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
-#include <optional>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <thread>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -110,9 +109,10 @@ class Runner {
     b["temperature"] = 0.0;
     b["stream"] = true;
     b["stream_options"] = {{"include_usage", true}};
-    static const char* words[] = {"the", "of", "and", "a", "to", "in", "is", "you", "that", "it",
-                                  "he", "was", "for", "on", "are", "as", "with", "his", "they",
-                                  "at", "be", "this", "have", "from", "or", "one", "had", "by"};
+    static const char* words[] = {"the",  "of",   "and",  "a",   "to",   "in",  "is",
+                                  "you",  "that", "it",   "he",  "was",  "for", "on",
+                                  "are",  "as",   "with", "his", "they", "at",  "be",
+                                  "this", "have", "from", "or",  "one",  "had", "by"};
     std::string text;
     std::vector<uint32_t> ids;
     if (f_.text_prompts || f_.endpoint == "chat") {
@@ -133,8 +133,8 @@ class Runner {
 
   Outcome one(httplib::Client& cli, int i) const {
     Outcome o;
-    std::string path = t_.base_path + (f_.endpoint == "chat" ? "/v1/chat/completions"
-                                                              : "/v1/completions");
+    std::string path =
+        t_.base_path + (f_.endpoint == "chat" ? "/v1/chat/completions" : "/v1/completions");
     httplib::Request req;
     req.method = "POST";
     req.path = path;
@@ -176,8 +176,10 @@ class Runner {
           piece = c["delta"]["content"];
         if (piece.empty()) continue;
         auto now = Clock::now();
-        if (chunks == 0) o.ttft = std::chrono::duration<double>(now - t0).count();
-        else o.itl.push_back(std::chrono::duration<double>(now - last).count());
+        if (chunks == 0)
+          o.ttft = std::chrono::duration<double>(now - t0).count();
+        else
+          o.itl.push_back(std::chrono::duration<double>(now - last).count());
         last = now;
         ++chunks;
       }
@@ -279,8 +281,7 @@ class Runner {
       std::condition_variable cv;
       int active = 0;
       for (int i = 0; i < f_.num_prompts; ++i) {
-        if (rate > 0 && i > 0)
-          std::this_thread::sleep_for(std::chrono::duration<double>(gap(rng)));
+        if (rate > 0 && i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(gap(rng)));
         if (concurrency > 0) {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait(lock, [&] { return active < concurrency; });
@@ -364,13 +365,14 @@ class Runner {
     }
     if (r.contains("server")) {
       const json& s = r["server"];
-      std::printf("  server: engine compute %.1f us/token, wall %.1f us/token, overhead %.1f "
-                  "us/token (engine busy %.0f%%)\n",
-                  s["engine_compute_us_per_token"].get<double>(),
-                  s["wall_us_per_token"].get<double>(), s["overhead_us_per_token"].get<double>(),
-                  100 * s["engine_busy_fraction"].get<double>());
+      std::printf(
+          "  server: engine compute %.1f us/token, wall %.1f us/token, overhead %.1f "
+          "us/token (engine busy %.0f%%)\n",
+          s["engine_compute_us_per_token"].get<double>(), s["wall_us_per_token"].get<double>(),
+          s["overhead_us_per_token"].get<double>(), 100 * s["engine_busy_fraction"].get<double>());
     }
-    for (const auto& e : r["error_samples"]) std::printf("  error: %s\n", e.get<std::string>().c_str());
+    for (const auto& e : r["error_samples"])
+      std::printf("  error: %s\n", e.get<std::string>().c_str());
     std::fflush(stdout);
   }
 
@@ -409,7 +411,8 @@ int run_bench_serve(const BenchServeFlags& f) {
       } catch (...) {
         rate = -1;
       }
-      if (!(rate > 0)) return report_error(invalid_argument("--request-rate: a positive number or inf"));
+      if (!(rate > 0))
+        return report_error(invalid_argument("--request-rate: a positive number or inf"));
     }
     runs.emplace_back(f.max_concurrency, rate);
     labels.push_back(fmt::format("request rate {}", s));
@@ -424,7 +427,8 @@ int run_bench_serve(const BenchServeFlags& f) {
     Outcome o = runner.one(*c, -1);
     if (!o.ok) return report_error(unavailable("warm-up request failed: " + o.error));
   }
-  json all = {{"url", f.url}, {"model", runner.model()}, {"endpoint", f.endpoint}, {"runs", json::array()}};
+  json all = {
+      {"url", f.url}, {"model", runner.model()}, {"endpoint", f.endpoint}, {"runs", json::array()}};
   if (!f.json_out)
     std::printf("bench-serve %s model %s: %d prompts, input %d, output %d tokens\n", f.url.c_str(),
                 runner.model().c_str(), f.num_prompts, f.input_len, f.output_len);
@@ -460,7 +464,8 @@ void register_bench_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--num-prompts", f->num_prompts, "requests per run");
   cmd->add_option("--concurrency", f->concurrency, "concurrency sweep, e.g. 1 8 32");
   cmd->add_option("--request-rate", f->request_rate, "Poisson request rates per second, or inf");
-  cmd->add_option("--max-concurrency", f->max_concurrency, "cap of requests in flight for rate runs");
+  cmd->add_option("--max-concurrency", f->max_concurrency,
+                  "cap of requests in flight for rate runs");
   cmd->add_option("--id-min", f->id_min, "smallest random prompt token id");
   cmd->add_option("--id-max", f->id_max, "one past the largest random prompt token id");
   cmd->add_flag("--text-prompts", f->text_prompts, "random words instead of token ids");

@@ -1,9 +1,9 @@
 #include "cli/common.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace ferrite::cli {
 
@@ -14,7 +14,8 @@ void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required) {
   if (model_required) m->required();
   app->add_flag("--dummy-weights", f->dummy_weights,
                 "random weights for the config, allocated directly (benchmarks at real sizes)");
-  app->add_option("--dummy-dtype", f->dummy_dtype, "dtype of dummy weights: bfloat16, float16, float32");
+  app->add_option("--dummy-dtype", f->dummy_dtype,
+                  "dtype of dummy weights: bfloat16, float16, float32");
   app->add_option("--device", f->device, "cpu or cuda");
   app->add_option("--dtype", f->dtype, "activation dtype: auto, float32, bfloat16, float16");
   app->add_option("--providers", f->providers, "CPU provider set: fast or reference");
@@ -31,7 +32,8 @@ static Result<DType> parse_dtype(const std::string& s, const char* flag) {
   if (s == "float32" || s == "f32") return DType::kF32;
   if (s == "bfloat16" || s == "bf16") return DType::kBF16;
   if (s == "float16" || s == "f16" || s == "half") return DType::kF16;
-  return invalid_argument(fmt::format("{}: unknown dtype '{}' (float32, bfloat16, float16)", flag, s));
+  return invalid_argument(
+      fmt::format("{}: unknown dtype '{}' (float32, bfloat16, float16)", flag, s));
 }
 
 Result<RunnerOptions> runner_options(const ModelFlags& f) {

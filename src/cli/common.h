@@ -2,9 +2,8 @@
 // run, serve), and their translation into RunnerOptions.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "engine/model_runner.h"
 

@@ -1,15 +1,15 @@
 // ferrite create-model --out DIR: writes a small random-weight model folder
 // (config.json, generation_config.json, model.safetensors in bf16, and a
 // byte-level BPE tokenizer.json + tokenizer_config.json with a ChatML chat
-// template, sized to the vocabulary) that every other command can load. It is the default model of a fresh checkout: no
-// download is ever needed to try Ferrite.
+// template, sized to the vocabulary) that every other command can load. It is the default model of
+// a fresh checkout: no download is ever needed to try Ferrite.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -91,9 +91,8 @@ Status write_tokenizer(const std::filesystem::path& dir, int64_t vocab) {
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
   nlohmann::ordered_json decoder = nlohmann::ordered_json::object();
   for (int i = 0; i < specials; ++i) {
-    nlohmann::ordered_json t = {{"id", id + i},          {"content", names[i]},
-                                {"single_word", false},  {"lstrip", false},
-                                {"rstrip", false},       {"normalized", false},
+    nlohmann::ordered_json t = {{"id", id + i},    {"content", names[i]}, {"single_word", false},
+                                {"lstrip", false}, {"rstrip", false},     {"normalized", false},
                                 {"special", true}};
     added.push_back(t);
     t.erase("id");
@@ -134,13 +133,11 @@ Status write_tokenizer(const std::filesystem::path& dir, int64_t vocab) {
         {"vocab", v},
         {"merges", merges}}}};
   FERRITE_RETURN_IF_ERROR(write_text(dir / "tokenizer.json", tok.dump(1) + "\n"));
-  nlohmann::ordered_json cfg = {{"added_tokens_decoder", decoder},
-                                {"bos_token", nullptr},
-                                {"eos_token", "<|im_end|>"},
-                                {"pad_token", "<|endoftext|>"},
-                                {"model_max_length", 4096},
-                                {"tokenizer_class", "Qwen2Tokenizer"},
-                                {"chat_template", kChatTemplate}};
+  nlohmann::ordered_json cfg = {
+      {"added_tokens_decoder", decoder}, {"bos_token", nullptr},
+      {"eos_token", "<|im_end|>"},       {"pad_token", "<|endoftext|>"},
+      {"model_max_length", 4096},        {"tokenizer_class", "Qwen2Tokenizer"},
+      {"chat_template", kChatTemplate}};
   return write_text(dir / "tokenizer_config.json", cfg.dump(2) + "\n");
 }
 
@@ -149,7 +146,8 @@ Status create_model(const CreateFlags& f) {
     return invalid_argument("--family must be qwen3 or llama");
   for (int64_t v : {f.vocab, f.hidden, f.layers, f.heads, f.kv_heads, f.head_dim, f.intermediate})
     if (v <= 0 || v > (1 << 20)) return invalid_argument("model sizes must be positive");
-  if (f.heads % f.kv_heads != 0) return invalid_argument("--heads must be a multiple of --kv-heads");
+  if (f.heads % f.kv_heads != 0)
+    return invalid_argument("--heads must be a multiple of --kv-heads");
   // A tokenizer needs the 256 byte tokens and 3 specials.
   const bool with_tokenizer = f.vocab >= 259;
   namespace fs = std::filesystem;
@@ -175,7 +173,8 @@ Status create_model(const CreateFlags& f) {
       {"rope_theta", 1000000.0},
       {"tie_word_embeddings", true},
       {"bos_token_id", with_tokenizer ? f.vocab - 3 : 1},
-      {"eos_token_id", with_tokenizer ? nlohmann::json{f.vocab - 1, f.vocab - 3} : nlohmann::json(2)},
+      {"eos_token_id",
+       with_tokenizer ? nlohmann::json{f.vocab - 1, f.vocab - 3} : nlohmann::json(2)},
       {"torch_dtype", "bfloat16"},
   };
   FERRITE_RETURN_IF_ERROR(write_text(dir / "config.json", config.dump(2) + "\n"));

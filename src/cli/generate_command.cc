@@ -3,10 +3,10 @@
 // With --prompt or --chat the model folder's tokenizer encodes the input (and
 // its chat template renders --chat as one user turn with the generation
 // prompt), and the output is printed as text.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <memory>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"

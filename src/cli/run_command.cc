@@ -3,17 +3,16 @@
 //   Without: an interactive chat (conversation history kept; /clear forgets
 //   it, /exit or Ctrl-D quits). Ctrl-C stops the reply being written without
 //   quitting; at the prompt it quits. Same engine as `ferrite serve`.
+#include <pthread.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <random>
-
-#include <pthread.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "cli/commands.h"
 #include "cli/serving_common.h"
@@ -51,8 +50,8 @@ struct RunFlags {
 };
 
 // Generates one reply to `messages`, streaming it to stdout. Returns the text.
-Result<std::string> reply(ServingModel& m, const RunFlags& f, const nlohmann::ordered_json& messages,
-                          const std::string& raw_prompt) {
+Result<std::string> reply(ServingModel& m, const RunFlags& f,
+                          const nlohmann::ordered_json& messages, const std::string& raw_prompt) {
   std::vector<uint32_t> ids;
   if (m.chat && !f.raw) {
     FERRITE_ASSIGN_OR_RETURN(std::string text, m.chat->render(messages, nullptr, true));
@@ -69,8 +68,8 @@ Result<std::string> reply(ServingModel& m, const RunFlags& f, const nlohmann::or
   r.sampling.top_p = f.top_p;
   r.sampling.top_k = f.top_k;
   r.sampling.repetition_penalty = f.repetition_penalty;
-  r.sampling.seed = f.sampling_seed >= 0 ? static_cast<uint64_t>(f.sampling_seed)
-                                         : std::random_device{}();
+  r.sampling.seed =
+      f.sampling_seed >= 0 ? static_cast<uint64_t>(f.sampling_seed) : std::random_device{}();
   if (!f.ignore_eos) {
     r.stop_ids = m.tokenizer->stop_ids();
     for (int64_t id : m.runner->config().eos_token_ids)
@@ -138,8 +137,10 @@ int run_run(const RunFlags& f) {
     if (!r.is_ok()) return report_error(r.status());
     return 0;
   }
-  std::fprintf(stderr, "ferrite run: %s. /clear forgets the conversation, /exit or Ctrl-D quits, "
-                       "Ctrl-C stops a reply.\n", m.name.c_str());
+  std::fprintf(stderr,
+               "ferrite run: %s. /clear forgets the conversation, /exit or Ctrl-D quits, "
+               "Ctrl-C stops a reply.\n",
+               m.name.c_str());
   std::string line;
   for (;;) {
     std::fputs(">>> ", stdout);
@@ -187,9 +188,9 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->callback([f, exit_code] {
     if (f->max_tokens < 1 || f->temperature < 0 || !(f->top_p > 0 && f->top_p <= 1) ||
         f->top_k < 0 || !(f->repetition_penalty > 0)) {
-      *exit_code = report_error(invalid_argument(
-          "--max-tokens >= 1, --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0, "
-          "--repetition-penalty > 0"));
+      *exit_code = report_error(
+          invalid_argument("--max-tokens >= 1, --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0, "
+                           "--repetition-penalty > 0"));
       return;
     }
     *exit_code = run_run(*f);

@@ -1,12 +1,12 @@
 // ferrite serve [--model DIR] [--host H] [--port P] [--api-key KEY] ...
 // An OpenAI-compatible server; without --model it serves the embedded
 // default model (created on first use, no download).
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <memory>
 #include <thread>
-
-#include <pthread.h>
 
 #include "cli/commands.h"
 #include "cli/serving_common.h"
@@ -35,7 +35,8 @@ int run_serve(const ServeFlags& f) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  if (f.port < 0 || f.port > 65535) return report_error(invalid_argument("--port must be in [0, 65535]"));
+  if (f.port < 0 || f.port > 65535)
+    return report_error(invalid_argument("--port must be in [0, 65535]"));
   auto model = open_serving_model(f.serving);
   if (!model.is_ok()) return report_error(model.status());
   ServingModel& m = **model;

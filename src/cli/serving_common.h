@@ -2,10 +2,9 @@
 // default model), its tokenizer and chat template, and one Engine.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/common.h"
 #include "engine/engine.h"

@@ -3,9 +3,8 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tokenizer/tokenizer.h"
 
@@ -132,8 +131,8 @@ void register_tokenize_commands(CLI::App& app) {
   detokenize->add_option("--tokenizer", d->tokenizer, "tokenizer.json or model directory")
       ->required();
   auto* ids = detokenize->add_option("--ids", d->ids, "ids separated by spaces or commas");
-  auto* ids_file = detokenize->add_option("--ids-file", d->ids_file,
-                                          "file with ids (plain list or JSON)");
+  auto* ids_file =
+      detokenize->add_option("--ids-file", d->ids_file, "file with ids (plain list or JSON)");
   ids->excludes(ids_file);
   detokenize->add_flag("--skip-special-tokens", d->skip_special, "drop special tokens");
   detokenize->callback([d]() {

@@ -33,8 +33,19 @@
 namespace ferrite::causal_paged_attention {
 
 enum Binding {
-  kHidden, kInputNorm, kQProj, kKProj, kVProj, kOProj, kQNorm, kKNorm,
-  kQBias, kKBias, kVBias, kKCache, kVCache
+  kHidden,
+  kInputNorm,
+  kQProj,
+  kKProj,
+  kVProj,
+  kOProj,
+  kQNorm,
+  kKNorm,
+  kQBias,
+  kKBias,
+  kVBias,
+  kKCache,
+  kVCache
 };
 
 struct Params {

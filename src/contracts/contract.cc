@@ -19,14 +19,17 @@ const T* get_if_type(const std::map<std::string, AttrValue>& m, const std::strin
 
 std::string attr_value_string(const AttrValue& v) {
   switch (v.index()) {
-    case 0: return std::to_string(std::get<uint64_t>(v));
+    case 0:
+      return std::to_string(std::get<uint64_t>(v));
     case 1: {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%g", std::get<double>(v));
       return buf;
     }
-    case 2: return std::get<bool>(v) ? "true" : "false";
-    default: return std::get<std::string>(v);
+    case 2:
+      return std::get<bool>(v) ? "true" : "false";
+    default:
+      return std::get<std::string>(v);
   }
 }
 
@@ -117,9 +120,15 @@ Status ContractSchema::validate(const Attributes& attrs) const {
     const AttrValue& v = it->second;
     bool ok = false;
     switch (spec.type) {
-      case AttrType::kUnsigned: ok = std::holds_alternative<uint64_t>(v); break;
-      case AttrType::kFloat: ok = std::holds_alternative<double>(v); break;
-      case AttrType::kBool: ok = std::holds_alternative<bool>(v); break;
+      case AttrType::kUnsigned:
+        ok = std::holds_alternative<uint64_t>(v);
+        break;
+      case AttrType::kFloat:
+        ok = std::holds_alternative<double>(v);
+        break;
+      case AttrType::kBool:
+        ok = std::holds_alternative<bool>(v);
+        break;
       case AttrType::kEnum: {
         ok = std::holds_alternative<std::string>(v);
         if (ok) {

@@ -74,9 +74,9 @@ struct BindingSpec {
 
 // How the conformance suite compares a provider with the reference.
 struct OracleSpec {
-  bool exact = false;    // bitwise / integer equality (argmax ids, embeddings)
-  double abs_tol = 0;    // per element: |a - b| <= abs_tol + rel_tol * |b|
-  double rel_tol = 0;    // applied for f32 activations
+  bool exact = false;  // bitwise / integer equality (argmax ids, embeddings)
+  double abs_tol = 0;  // per element: |a - b| <= abs_tol + rel_tol * |b|
+  double rel_tol = 0;  // applied for f32 activations
   // With bf16/f16 activations: the f32 tolerance times this scale, plus
   // `low_precision_ulps` units of the activation type's rounding at the
   // magnitude of the tensor (its largest |value|): a provider rounds its

@@ -34,8 +34,7 @@ inline const ContractSchema& contract() {
        {"gate", BindingKind::kWeight, Access::kRead, {"intermediate_size", "hidden_size"}},
        {"up", BindingKind::kWeight, Access::kRead, {"intermediate_size", "hidden_size"}},
        {"down", BindingKind::kWeight, Access::kRead, {"hidden_size", "intermediate_size"}}},
-      OracleSpec{.abs_tol = 2e-4, .rel_tol = 2e-4},
-      "Pre-norm SwiGLU MLP with residual add.");
+      OracleSpec{.abs_tol = 2e-4, .rel_tol = 2e-4}, "Pre-norm SwiGLU MLP with residual add.");
   return s;
 }
 

@@ -42,8 +42,19 @@
 namespace ferrite::gated_delta_recurrent_attention {
 
 enum Binding {
-  kHidden, kInputNorm, kInProjQkv, kInProjZ, kInProjB, kInProjA, kConvWeight, kALog, kDtBias,
-  kNorm, kOutProj, kConvState, kDeltaState
+  kHidden,
+  kInputNorm,
+  kInProjQkv,
+  kInProjZ,
+  kInProjB,
+  kInProjA,
+  kConvWeight,
+  kALog,
+  kDtBias,
+  kNorm,
+  kOutProj,
+  kConvState,
+  kDeltaState
 };
 
 struct Params {
@@ -84,7 +95,9 @@ inline const ContractSchema& contract() {
        {"norm", K::kWeight, A::kRead, {"v_head_dim"}},
        {"out_proj", K::kWeight, A::kRead, {"hidden_size", "value_dim"}},
        {"conv_state", K::kState, A::kReadWrite, {"slots", "conv_kernel-1", "conv_dim"}},
-       {"delta_state", K::kState, A::kReadWrite,
+       {"delta_state",
+        K::kState,
+        A::kReadWrite,
         {"slots", "num_v_heads", "k_head_dim", "v_head_dim"}}},
       OracleSpec{.abs_tol = 5e-4, .rel_tol = 5e-4},
       "Pre-norm Gated DeltaNet (conv + gated delta rule + gated norm) with residual add.");

@@ -17,7 +17,12 @@
 namespace ferrite::routed_shared_swiglu_moe {
 
 using routed_swiglu_moe::Params;
-enum Binding { kSharedExpertGate = routed_swiglu_moe::kDown + 1, kSharedGate, kSharedUp, kSharedDown };
+enum Binding {
+  kSharedExpertGate = routed_swiglu_moe::kDown + 1,
+  kSharedGate,
+  kSharedUp,
+  kSharedDown
+};
 
 inline const ContractSchema& contract() {
   using K = BindingKind;

@@ -27,9 +27,10 @@ struct Params {
   bool zero_centred;
   uint64_t shared_intermediate_size;  // routed_shared_swiglu_moe only
   static Params from(const Attributes& a) {
-    return {a.u("hidden_size"),   a.u("num_experts"), a.u("top_k"),
-            a.u("intermediate_size"), a.b("normalize_topk"), a.f("eps"),
-            a.b("zero_centred"),  a.u("shared_intermediate_size")};
+    return {a.u("hidden_size"),    a.u("num_experts"),
+            a.u("top_k"),          a.u("intermediate_size"),
+            a.b("normalize_topk"), a.f("eps"),
+            a.b("zero_centred"),   a.u("shared_intermediate_size")};
   }
 };
 
@@ -46,12 +47,12 @@ inline std::vector<AttrSpec> attr_specs() {
 inline std::vector<BindingSpec> binding_specs() {
   using K = BindingKind;
   using A = Access;
-  return {{"hidden", K::kActivation, A::kReadWrite, {"tokens", "hidden_size"}},
-          {"norm", K::kWeight, A::kRead, {"hidden_size"}},
-          {"router", K::kWeight, A::kRead, {"num_experts", "hidden_size"}},
-          {"gate_up", K::kWeight, A::kRead,
-           {"num_experts", "2", "intermediate_size", "hidden_size"}},
-          {"down", K::kWeight, A::kRead, {"num_experts", "hidden_size", "intermediate_size"}}};
+  return {
+      {"hidden", K::kActivation, A::kReadWrite, {"tokens", "hidden_size"}},
+      {"norm", K::kWeight, A::kRead, {"hidden_size"}},
+      {"router", K::kWeight, A::kRead, {"num_experts", "hidden_size"}},
+      {"gate_up", K::kWeight, A::kRead, {"num_experts", "2", "intermediate_size", "hidden_size"}},
+      {"down", K::kWeight, A::kRead, {"num_experts", "hidden_size", "intermediate_size"}}};
 }
 
 inline const ContractSchema& contract() {

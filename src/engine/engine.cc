@@ -1,9 +1,9 @@
 #include "engine/engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace ferrite {
 
@@ -11,10 +11,14 @@ using Clock = std::chrono::steady_clock;
 
 std::string_view engine_finish_name(EngineFinish f) {
   switch (f) {
-    case EngineFinish::kLength: return "length";
-    case EngineFinish::kStop: return "stop";
-    case EngineFinish::kCancelled: return "cancelled";
-    case EngineFinish::kError: return "error";
+    case EngineFinish::kLength:
+      return "length";
+    case EngineFinish::kStop:
+      return "stop";
+    case EngineFinish::kCancelled:
+      return "cancelled";
+    case EngineFinish::kError:
+      return "error";
   }
   return "error";
 }
@@ -31,8 +35,7 @@ void Histogram::observe(double v) {
 
 RequestStream::Update RequestStream::next(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout,
-               [&] { return !pending_.empty() || (finished_ && !finish_taken_); });
+  cv_.wait_for(lock, timeout, [&] { return !pending_.empty() || (finished_ && !finish_taken_); });
   Update u;
   u.tokens.swap(pending_);
   if (finished_ && !finish_taken_) {
@@ -88,8 +91,7 @@ struct Engine::Seq {
   Clock::time_point last_token;
 };
 
-Engine::Engine(ModelRunner& runner, EngineOptions options)
-    : runner_(runner), options_(options) {}
+Engine::Engine(ModelRunner& runner, EngineOptions options) : runner_(runner), options_(options) {}
 
 Result<std::unique_ptr<Engine>> Engine::create(ModelRunner& runner, EngineOptions options) {
   auto e = std::unique_ptr<Engine>(new Engine(runner, options));
@@ -131,7 +133,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(EngineRequest r) {
   if (r.prompt.empty()) return invalid_argument("the prompt is empty");
   for (uint32_t id : r.prompt)
     if (id >= vocab)
-      return invalid_argument(fmt::format("token id {} is outside the vocabulary of {}", id, vocab));
+      return invalid_argument(
+          fmt::format("token id {} is outside the vocabulary of {}", id, vocab));
   if (static_cast<int64_t>(r.prompt.size()) >= ctx)
     return invalid_argument(fmt::format(
         "the prompt has {} tokens; this model's context is {} tokens, with at least one to "
@@ -139,8 +142,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(EngineRequest r) {
         r.prompt.size(), ctx));
   if (plan.has_kv() &&
       plan.pages().pages_for(static_cast<int64_t>(r.prompt.size()) + 1) > plan.pages().num_pages())
-    return invalid_argument(fmt::format("the prompt of {} tokens does not fit in the KV cache",
-                                        r.prompt.size()));
+    return invalid_argument(
+        fmt::format("the prompt of {} tokens does not fit in the KV cache", r.prompt.size()));
   if (r.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
   if (r.logprobs > 20) return invalid_argument("at most 20 top logprobs");
   auto seq = std::make_unique<Seq>();
@@ -319,8 +322,8 @@ bool Engine::step() {
   // 1. Running sequences, oldest first; preempt the newest when pages run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Seq& s = *running_[i];
-    int32_t n = static_cast<int32_t>(std::min<int64_t>(
-        {static_cast<int64_t>(s.tokens.size() - s.computed), budget, chunk}));
+    int32_t n = static_cast<int32_t>(
+        std::min<int64_t>({static_cast<int64_t>(s.tokens.size() - s.computed), budget, chunk}));
     bool ok = ensure_pages(s, static_cast<int64_t>(s.computed) + n);
     while (!ok && running_.size() > i + 1) {
       auto victim = std::move(running_.back());
@@ -355,8 +358,8 @@ bool Engine::step() {
       matched = cache_->match(s.tokens, max_pages, &s.pages, &s.hashes);
       s.computed = static_cast<size_t>(matched) * ps;
     }
-    int32_t n = static_cast<int32_t>(std::min<int64_t>(
-        {static_cast<int64_t>(s.tokens.size() - s.computed), budget, chunk}));
+    int32_t n = static_cast<int32_t>(
+        std::min<int64_t>({static_cast<int64_t>(s.tokens.size() - s.computed), budget, chunk}));
     if (!ensure_pages(s, static_cast<int64_t>(s.computed) + n)) {
       release(s);
       break;
@@ -426,9 +429,8 @@ bool Engine::step() {
       Seq* s = scheduled[k].first;
       if (s->req.logprobs < 0 || s->computed + scheduled[k].second < s->tokens.size()) continue;
       rows[k].resize(vocab);
-      st = plan.device().copy_to_host(rows[k].data(),
-                                      static_cast<const float*>(logits.data) + k * vocab,
-                                      4 * vocab);
+      st = plan.device().copy_to_host(
+          rows[k].data(), static_cast<const float*>(logits.data) + k * vocab, 4 * vocab);
     }
   }
   std::vector<uint32_t> chosen;

@@ -39,8 +39,8 @@ namespace ferrite {
 
 struct EngineOptions {
   bool prefix_cache = false;
-  int32_t max_waiting = 1024;   // queued requests beyond this: resource_exhausted
-  int32_t prefill_chunk = 0;    // prompt tokens per sequence per step (0: the budget)
+  int32_t max_waiting = 1024;  // queued requests beyond this: resource_exhausted
+  int32_t prefill_chunk = 0;   // prompt tokens per sequence per step (0: the budget)
 };
 
 struct EngineRequest {
@@ -61,8 +61,8 @@ struct TokenLogprob {
 
 struct TokenOutput {
   uint32_t token = 0;
-  float logprob = 0;               // valid when the request asked for logprobs
-  std::vector<TokenLogprob> top;   // the top-k alternatives, best first
+  float logprob = 0;              // valid when the request asked for logprobs
+  std::vector<TokenLogprob> top;  // the top-k alternatives, best first
 };
 
 // What a client reads: tokens as they are produced, then one finish.
@@ -120,7 +120,7 @@ struct Histogram {
 struct EngineMetrics {
   uint64_t requests_submitted = 0;
   uint64_t requests_finished[4] = {0, 0, 0, 0};  // by EngineFinish
-  uint64_t requests_rejected = 0;                 // queue full
+  uint64_t requests_rejected = 0;                // queue full
   uint64_t prompt_tokens = 0;
   uint64_t generation_tokens = 0;
   uint64_t preemptions = 0;
@@ -134,8 +134,8 @@ struct EngineMetrics {
   int32_t kv_pages_total = 0;
   int32_t prefix_cache_pages = 0;
   Histogram ttft{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
-  Histogram itl{{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                 0.5, 1, 2.5}};
+  Histogram itl{
+      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram e2e{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
 };
 

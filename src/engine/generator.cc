@@ -1,17 +1,20 @@
 #include "engine/generator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
-
-#include <fmt/format.h>
 
 namespace ferrite {
 
 std::string_view finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kContextFull: return "length";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kContextFull:
+      return "length";
   }
   return "length";
 }
@@ -39,8 +42,8 @@ Result<std::vector<GenerationResult>> generate(ModelRunner& runner,
   const StepLimits& limits = plan.plan().limits;
   const int64_t vocab = plan.program().vocab_size;
   if (static_cast<int64_t>(requests.size()) > limits.max_sequences)
-    return invalid_argument(fmt::format("{} requests exceed --max-num-seqs {}", requests.size(),
-                                        limits.max_sequences));
+    return invalid_argument(
+        fmt::format("{} requests exceed --max-num-seqs {}", requests.size(), limits.max_sequences));
   std::vector<Sequence> seqs(requests.size());
   Status status;
   // Releases every page and slot, whatever happens.
@@ -110,8 +113,8 @@ Result<std::vector<GenerationResult>> generate(ModelRunner& runner,
       Sequence& s = seqs[i];
       if (s.done) continue;
       size_t remaining = s.tokens.size() - s.computed;
-      int32_t n = static_cast<int32_t>(std::min<int64_t>({static_cast<int64_t>(remaining),
-                                                          budget, static_cast<int64_t>(chunk)}));
+      int32_t n = static_cast<int32_t>(std::min<int64_t>(
+          {static_cast<int64_t>(remaining), budget, static_cast<int64_t>(chunk)}));
       if (s.computed < s.prompt_len) has_prompt = true;
       SequenceSlice slice;
       slice.token_begin = batch.num_tokens();
@@ -140,8 +143,7 @@ Result<std::vector<GenerationResult>> generate(ModelRunner& runner,
       s.computed += batch.sequences[k].token_count;
       sampling.params.push_back(s.request->sampling);
       sampling.history.push_back(s.tokens);
-      sampling.generated.push_back(
-          std::span<const uint32_t>(s.tokens).subspan(s.prompt_len));
+      sampling.generated.push_back(std::span<const uint32_t>(s.tokens).subspan(s.prompt_len));
       sampling.step_index.push_back(s.result.tokens.size());
       want_logprobs = want_logprobs || s.request->want_logprobs;
     }

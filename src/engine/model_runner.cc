@@ -55,8 +55,10 @@ Result<PlanReport> make_report(const ModelConfig& config,
   r.weight_bytes = program->weight_bytes();
   for (const StateDecl& s : program->states) {
     int64_t bytes = dtype_bytes(s.dtype, s.shape.numel());
-    if (s.kind == StateKind::kKvPages) r.kv_bytes_per_token += bytes;
-    else r.state_bytes_per_sequence += bytes;
+    if (s.kind == StateKind::kKvPages)
+      r.kv_bytes_per_token += bytes;
+    else
+      r.state_bytes_per_sequence += bytes;
   }
   r.catalog = registry.catalog().to_string();
   return r;
@@ -88,13 +90,13 @@ std::string layer_summary(const ModelProgram& p) {
       pattern += 'L';
     } else if (n.contract_id == "dense_swiglu") {
       ++dense;
-    } else if (n.contract_id == "routed_swiglu_moe" || n.contract_id == "routed_shared_swiglu_moe") {
+    } else if (n.contract_id == "routed_swiglu_moe" ||
+               n.contract_id == "routed_shared_swiglu_moe") {
       ++moe;
       if (moe_desc.empty()) {
-        moe_desc = fmt::format("{} experts, top-{}{}, expert width {}", n.attrs.u("num_experts"),
-                               n.attrs.u("top_k"),
-                               n.attrs.b("normalize_topk") ? " renormalised" : "",
-                               n.attrs.u("intermediate_size"));
+        moe_desc = fmt::format(
+            "{} experts, top-{}{}, expert width {}", n.attrs.u("num_experts"), n.attrs.u("top_k"),
+            n.attrs.b("normalize_topk") ? " renormalised" : "", n.attrs.u("intermediate_size"));
         if (n.attrs.has("shared_intermediate_size"))
           moe_desc += fmt::format(", shared expert {}", n.attrs.u("shared_intermediate_size"));
       }
@@ -116,9 +118,10 @@ std::string layer_summary(const ModelProgram& p) {
 
 std::string PlanReport::to_string() const {
   std::string s;
-  s += fmt::format("model: {} ({} layers, hidden {}, {} heads / {} KV heads, head_dim {}, vocab {})\n",
-                   config.model_type, config.num_layers, config.hidden_size, config.num_heads,
-                   config.num_kv_heads, config.head_dim, config.vocab_size);
+  s += fmt::format(
+      "model: {} ({} layers, hidden {}, {} heads / {} KV heads, head_dim {}, vocab {})\n",
+      config.model_type, config.num_layers, config.hidden_size, config.num_heads,
+      config.num_kv_heads, config.head_dim, config.vocab_size);
   s += fmt::format("backend: {}, activations {}, plan fingerprint {:016x}\n",
                    backend_name(plan.backend), dtype_name(plan.activation_dtype), plan.fingerprint);
   if (config.multimodal)
@@ -126,10 +129,9 @@ std::string PlanReport::to_string() const {
   if (program) s += layer_summary(*program);
   s += "plan (node -> provider):\n" + plan.to_string();
   s += fmt::format("weights: {}\n", human_bytes(weight_bytes));
-  s += fmt::format("KV cache: {} per token ({} for one {}-token sequence)\n",
-                   human_bytes(kv_bytes_per_token),
-                   human_bytes(kv_bytes_per_token * plan.limits.max_context),
-                   plan.limits.max_context);
+  s += fmt::format(
+      "KV cache: {} per token ({} for one {}-token sequence)\n", human_bytes(kv_bytes_per_token),
+      human_bytes(kv_bytes_per_token * plan.limits.max_context), plan.limits.max_context);
   if (state_bytes_per_sequence)
     s += fmt::format("recurrent state: {} per sequence ({} for {} sequences)\n",
                      human_bytes(state_bytes_per_sequence),
@@ -137,12 +139,13 @@ std::string PlanReport::to_string() const {
                      plan.limits.max_sequences);
   s += fmt::format("workspace: {}\n", human_bytes(plan.workspace_bytes));
   const int64_t seqs = plan.limits.max_sequences;
-  s += fmt::format("memory estimate: {} (weights + KV for {} full {}-token sequences + state + "
-                   "workspace)\n",
-                   human_bytes(weight_bytes + seqs * (kv_bytes_per_token * plan.limits.max_context +
-                                                      state_bytes_per_sequence) +
-                               plan.workspace_bytes),
-                   seqs, plan.limits.max_context);
+  s += fmt::format(
+      "memory estimate: {} (weights + KV for {} full {}-token sequences + state + "
+      "workspace)\n",
+      human_bytes(weight_bytes +
+                  seqs * (kv_bytes_per_token * plan.limits.max_context + state_bytes_per_sequence) +
+                  plan.workspace_bytes),
+      seqs, plan.limits.max_context);
   return s;
 }
 

@@ -14,8 +14,8 @@ namespace ferrite {
 
 struct RunnerOptions {
   LoadOptions load;
-  std::string device = "cpu";       // "cpu" | "cuda"
-  std::string providers = "fast";   // CPU provider set: "fast" | "reference"
+  std::string device = "cpu";      // "cpu" | "cuda"
+  std::string providers = "fast";  // CPU provider set: "fast" | "reference"
   DType activation_dtype = DType::kF32;
   bool cuda_graphs = true;  // replay decode steps as CUDA graphs
   StepLimits limits;

@@ -37,8 +37,7 @@ void add_embedding(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
   n.name = "embed";
   n.contract_id = "token_embedding";
   n.attrs.set("vocab_size", u(c.vocab_size)).set("hidden_size", u(c.hidden_size));
-  n.bindings = {BindingRef::value("ids"), BindingRef::weight(embed),
-                BindingRef::value("hidden")};
+  n.bindings = {BindingRef::value("ids"), BindingRef::weight(embed), BindingRef::value("hidden")};
   p.nodes.push_back(std::move(n));
 }
 

@@ -1,8 +1,8 @@
 #include "models/hybrid_blocks.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "contracts/gated_delta_recurrent_attention.h"
 
@@ -38,11 +38,15 @@ Result<std::vector<MixerKind>> hybrid_layer_types(const ModelConfig& c) {
       return invalid_argument(fmt::format("{}: 'layer_types' has {} entries for {} layers",
                                           c.source, types.size(), c.num_layers));
     for (const std::string& t : types) {
-      if (t == "full_attention") kinds.push_back(MixerKind::kFullAttention);
-      else if (t == "linear_attention") kinds.push_back(MixerKind::kLinearAttention);
+      if (t == "full_attention")
+        kinds.push_back(MixerKind::kFullAttention);
+      else if (t == "linear_attention")
+        kinds.push_back(MixerKind::kLinearAttention);
       else
-        return unsupported(fmt::format("{}: layer type '{}' is not supported "
-                                       "(full_attention, linear_attention)", c.source, t));
+        return unsupported(
+            fmt::format("{}: layer type '{}' is not supported "
+                        "(full_attention, linear_attention)",
+                        c.source, t));
     }
     return kinds;
   }
@@ -75,8 +79,7 @@ Result<MoeSpec> read_moe_spec(const ModelConfig& c) {
   const JsonConfig& j = json_of(c);
   MoeSpec s;
   FERRITE_ASSIGN_OR_RETURN(s.num_experts, num_experts(j));
-  if (s.num_experts <= 0)
-    return invalid_argument(c.source + ": 'num_experts' must be positive");
+  if (s.num_experts <= 0) return invalid_argument(c.source + ": 'num_experts' must be positive");
   FERRITE_ASSIGN_OR_RETURN(s.top_k, j.get_positive_int("num_experts_per_tok"));
   FERRITE_ASSIGN_OR_RETURN(s.intermediate_size, j.get_positive_int("moe_intermediate_size"));
   FERRITE_ASSIGN_OR_RETURN(s.shared_intermediate_size,
@@ -153,13 +156,14 @@ Result<DeltaSpec> read_delta_spec(const ModelConfig& c, DeltaLayout layout) {
   if (s.conv_kernel < 1)
     return invalid_argument(c.source + ": 'linear_conv_kernel_dim' must be positive");
   if (s.num_v_heads % s.num_k_heads != 0)
-    return invalid_argument(fmt::format("{}: {} linear value heads are not a multiple of {} key heads",
-                                        c.source, s.num_v_heads, s.num_k_heads));
+    return invalid_argument(
+        fmt::format("{}: {} linear value heads are not a multiple of {} key heads", c.source,
+                    s.num_v_heads, s.num_k_heads));
   return s;
 }
 
-void add_gated_delta(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o,
-                     int64_t layer, const DeltaSpec& s) {
+void add_gated_delta(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o, int64_t layer,
+                     const DeltaSpec& s) {
   const std::string pre = layer_prefix(c, layer);
   const std::string la = pre + "linear_attn.";
   const int64_t H = c.hidden_size, Hk = s.num_k_heads, Hv = s.num_v_heads;
@@ -199,7 +203,9 @@ void add_gated_delta(ModelProgram& p, const ModelConfig& c, const ProgramOptions
 
   const std::string conv_state = fmt::format("layers.{}.conv_state", layer);
   const std::string delta_state = fmt::format("layers.{}.delta_state", layer);
-  p.states.push_back({conv_state, StateKind::kRecurrentSlot, {std::max<int64_t>(K - 1, 1), conv_dim},
+  p.states.push_back({conv_state,
+                      StateKind::kRecurrentSlot,
+                      {std::max<int64_t>(K - 1, 1), conv_dim},
                       DType::kF32});
   p.states.push_back({delta_state, StateKind::kRecurrentSlot, {Hv, dk, dv}, DType::kF32});
 
@@ -242,8 +248,10 @@ Result<ModelProgram> build_hybrid(const ModelConfig& c, const ProgramOptions& o,
   }
   for (int64_t i = 0; i < c.num_layers; ++i)
     if (!sparse[i] && c.intermediate_size <= 0)
-      return invalid_argument(fmt::format("{}: layer {} has a dense MLP but 'intermediate_size' "
-                                          "is not positive", c.source, i));
+      return invalid_argument(
+          fmt::format("{}: layer {} has a dense MLP but 'intermediate_size' "
+                      "is not positive",
+                      c.source, i));
   ModelProgram p;
   p.family = family;
   add_embedding(p, c, o);
@@ -252,8 +260,10 @@ Result<ModelProgram> build_hybrid(const ModelConfig& c, const ProgramOptions& o,
   flavor.output_gate = true;
   flavor.zero_centred = true;
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    if (kinds[i] == MixerKind::kFullAttention) add_attention(p, c, o, i, flavor);
-    else add_gated_delta(p, c, o, i, delta);
+    if (kinds[i] == MixerKind::kFullAttention)
+      add_attention(p, c, o, i, flavor);
+    else
+      add_gated_delta(p, c, o, i, delta);
     if (sparse[i]) {
       MoeSpec s = *moe;
       s.zero_centred = true;

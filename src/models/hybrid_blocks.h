@@ -53,8 +53,8 @@ Result<DeltaSpec> read_delta_spec(const ModelConfig& c, DeltaLayout layout);
 
 // One gated_delta_recurrent_attention node for layer i with its conv and
 // delta states (zero-centred input norm).
-void add_gated_delta(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o,
-                     int64_t layer, const DeltaSpec& spec);
+void add_gated_delta(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o, int64_t layer,
+                     const DeltaSpec& spec);
 
 // The hybrid decoder of Qwen3-Next / Qwen3.5 (-MoE): per layer the mixer of
 // its type, then a MoE MLP (when `moe` and the layer is sparse) or a dense

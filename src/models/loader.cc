@@ -1,11 +1,11 @@
 #include "models/loader.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <optional>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "base/thread_pool.h"
 
@@ -24,14 +24,25 @@ void fill_dummy(void* dst, DType dt, int64_t n, float scale, float fill, uint64_
           s ^= s << 13;
           s ^= s >> 7;
           s ^= s << 17;
-          float v = scale == 0 ? fill
-                               : scale * (static_cast<float>(s >> 40) / 8388608.0f - 1.0f);
+          float v = scale == 0 ? fill : scale * (static_cast<float>(s >> 40) / 8388608.0f - 1.0f);
           switch (dt) {
-            case DType::kF32: static_cast<float*>(dst)[i] = v; break;
-            case DType::kBF16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v); break;
-            case DType::kF16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(v); break;
-            case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32:
-            case DType::kI64: case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K:
+            case DType::kF32:
+              static_cast<float*>(dst)[i] = v;
+              break;
+            case DType::kBF16:
+              static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v);
+              break;
+            case DType::kF16:
+              static_cast<uint16_t*>(dst)[i] = f32_to_f16(v);
+              break;
+            case DType::kF8E4M3:
+            case DType::kU8:
+            case DType::kU32:
+            case DType::kI32:
+            case DType::kI64:
+            case DType::kQ8_0:
+            case DType::kQ4_K:
+            case DType::kQ5_K:
             case DType::kQ6_K:
               FERRITE_CHECK(false) << "dummy weights of " << dtype_name(dt);
           }
@@ -66,8 +77,8 @@ void check_sources(const SafetensorsCheckpoint& ckpt, WeightDecl* w,
       if (count++ < 3) missing += (missing.empty() ? "'" : ", '") + s.tensor + "'";
     }
     if (count > 3) missing += fmt::format(" and {} more", count - 3);
-    problems->push_back(fmt::format("missing tensor {} (for {} {})", missing, w->name,
-                                    w->shape.to_string()));
+    problems->push_back(
+        fmt::format("missing tensor {} (for {} {})", missing, w->name, w->shape.to_string()));
     return;
   }
   std::vector<WeightSlice> alt = w->sources[chosen];
@@ -92,9 +103,9 @@ void check_sources(const SafetensorsCheckpoint& ckpt, WeightDecl* w,
     elems += s.rows * tensor_row_elems(*t);
   }
   if (elems != w->shape.numel()) {
-    problems->push_back(fmt::format("tensors '{}'... give {} elements for {}, config.json implies {} {}",
-                                    alt[0].tensor, elems, w->name, w->shape.to_string(),
-                                    w->shape.numel()));
+    problems->push_back(
+        fmt::format("tensors '{}'... give {} elements for {}, config.json implies {} {}",
+                    alt[0].tensor, elems, w->name, w->shape.to_string(), w->shape.numel()));
     return;
   }
   w->dtype = *dtype;
@@ -143,8 +154,10 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(src.config, load_model_config(options.model_dir));
   FERRITE_ASSIGN_OR_RETURN(src.family, find_family(src.config.model_type));
   ProgramOptions po = options.program;
-  if (options.dummy_weights) po.weight_dtype = options.dummy_dtype;
-  else if (src.config.torch_dtype) po.weight_dtype = *src.config.torch_dtype;
+  if (options.dummy_weights)
+    po.weight_dtype = options.dummy_dtype;
+  else if (src.config.torch_dtype)
+    po.weight_dtype = *src.config.torch_dtype;
   if (po.max_context > src.config.max_position_embeddings)
     po.max_context = src.config.max_position_embeddings;
   FERRITE_ASSIGN_OR_RETURN(src.program, src.family->build(src.config, po));
@@ -160,8 +173,8 @@ Result<ModelSource> open_model(const LoadOptions& options) {
     }
     const SafetensorsTensor* t = src.checkpoint->find(w.name);
     if (!t) {
-      problems.push_back(fmt::format("missing tensor '{}' (expected {})", w.name,
-                                     w.shape.to_string()));
+      problems.push_back(
+          fmt::format("missing tensor '{}' (expected {})", w.name, w.shape.to_string()));
       continue;
     }
     if (t->shape != w.shape) {
@@ -172,9 +185,9 @@ Result<ModelSource> open_model(const LoadOptions& options) {
     w.dtype = t->dtype;
   }
   if (!problems.empty()) {
-    std::string msg = fmt::format("{} does not match {}/config.json ({} problem{}):",
-                                  src.checkpoint->path(), options.model_dir, problems.size(),
-                                  problems.size() == 1 ? "" : "s");
+    std::string msg =
+        fmt::format("{} does not match {}/config.json ({} problem{}):", src.checkpoint->path(),
+                    options.model_dir, problems.size(), problems.size() == 1 ? "" : "s");
     const size_t shown = std::min<size_t>(problems.size(), 20);
     for (size_t i = 0; i < shown; ++i) msg += "\n  - " + problems[i];
     if (shown < problems.size()) msg += fmt::format("\n  ... and {} more", problems.size() - shown);
@@ -214,8 +227,8 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
     const int64_t n = w.shape.numel();
     FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, dtype_bytes(w.dtype, n)));
     const bool matrix = w.shape.rank() >= 2;
-    const float scale = matrix ? 1.0f / std::sqrt(static_cast<float>(w.shape[w.shape.rank() - 1]))
-                               : 0.0f;
+    const float scale =
+        matrix ? 1.0f / std::sqrt(static_cast<float>(w.shape[w.shape.rank() - 1])) : 0.0f;
     const bool is_bias = w.name.size() > 5 && w.name.compare(w.name.size() - 5, 5, ".bias") == 0;
     const float fill = is_bias ? 0.0f : 1.0f;
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;

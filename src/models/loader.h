@@ -26,7 +26,7 @@ struct LoadOptions {
 struct ModelSource {
   ModelConfig config;
   const ModelFamily* family = nullptr;
-  ModelProgram program;  // weight dtypes are the stored ones
+  ModelProgram program;                               // weight dtypes are the stored ones
   std::shared_ptr<SafetensorsCheckpoint> checkpoint;  // null with dummy weights
 };
 

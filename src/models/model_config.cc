@@ -7,7 +7,8 @@ namespace ferrite {
 namespace {
 
 Status check_positive(const ModelConfig& c, const char* name, int64_t v) {
-  if (v <= 0) return invalid_argument(fmt::format("{}: '{}' must be positive, got {}", c.source, name, v));
+  if (v <= 0)
+    return invalid_argument(fmt::format("{}: '{}' must be positive, got {}", c.source, name, v));
   return Status::ok();
 }
 
@@ -103,9 +104,12 @@ Result<ModelConfig> parse_model_config(const JsonConfig& top) {
     const JsonConfig& src = j.has(key) ? j : top;
     if (!src.has(key)) continue;
     FERRITE_ASSIGN_OR_RETURN(std::string name, src.get_string(key));
-    if (name == "bfloat16") c.torch_dtype = DType::kBF16;
-    else if (name == "float16") c.torch_dtype = DType::kF16;
-    else if (name == "float32") c.torch_dtype = DType::kF32;
+    if (name == "bfloat16")
+      c.torch_dtype = DType::kBF16;
+    else if (name == "float16")
+      c.torch_dtype = DType::kF16;
+    else if (name == "float32")
+      c.torch_dtype = DType::kF32;
     break;
   }
   for (const JsonConfig* src : std::initializer_list<const JsonConfig*>{&j, &top}) {

@@ -1,17 +1,19 @@
 #include "runtime/device.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-
-#include <unistd.h>
 
 namespace ferrite {
 
 std::string_view backend_name(BackendKind b) {
   switch (b) {
-    case BackendKind::kCpu: return "cpu";
-    case BackendKind::kCuda: return "cuda";
+    case BackendKind::kCpu:
+      return "cpu";
+    case BackendKind::kCuda:
+      return "cuda";
   }
   return "?";
 }

@@ -1,8 +1,8 @@
 #include "runtime/executor.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 namespace ferrite {
 
@@ -46,8 +46,10 @@ Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const Mode
   // KV pages: every kv state shares page ids.
   for (const StateDecl& s : bp->program_.states) {
     int64_t row = dtype_bytes(s.dtype, s.shape.numel());
-    if (s.kind == StateKind::kKvPages) bp->kv_bytes_per_page_ += row * cache.page_size;
-    else bp->state_bytes_per_slot_ += row;
+    if (s.kind == StateKind::kKvPages)
+      bp->kv_bytes_per_page_ += row * cache.page_size;
+    else
+      bp->state_bytes_per_slot_ += row;
   }
   int32_t num_pages = 0;
   if (bp->kv_bytes_per_page_ > 0) {
@@ -55,9 +57,8 @@ Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const Mode
                     ? cache.num_pages
                     : static_cast<int32_t>(cache.kv_memory_bytes / bp->kv_bytes_per_page_);
     if (num_pages < 1)
-      return resource_exhausted(fmt::format(
-          "KV cache: {} bytes cannot hold one page of {} bytes", cache.kv_memory_bytes,
-          bp->kv_bytes_per_page_));
+      return resource_exhausted(fmt::format("KV cache: {} bytes cannot hold one page of {} bytes",
+                                            cache.kv_memory_bytes, bp->kv_bytes_per_page_));
   }
   bp->pages_.init(num_pages, cache.page_size);
   int32_t num_slots = 0;
@@ -76,7 +77,8 @@ Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const Mode
     bp->state_views_[s.name] = TensorView{buf.data(), s.dtype, shape};
     bp->states_.emplace(s.name, std::move(buf));
   }
-  for (int32_t slot = 0; slot < num_slots; ++slot) FERRITE_RETURN_IF_ERROR(bp->reset_state_slot(slot));
+  for (int32_t slot = 0; slot < num_slots; ++slot)
+    FERRITE_RETURN_IF_ERROR(bp->reset_state_slot(slot));
 
   FERRITE_ASSIGN_OR_RETURN(bp->workspace_,
                            DeviceBuffer::allocate(device, bp->plan_.workspace_bytes));
@@ -115,8 +117,8 @@ Status BoundPlan::validate_batch(const StepBatch& batch) const {
                                         batch.num_sequences(), limits.max_sequences));
   for (uint32_t id : batch.token_ids)
     if (id >= static_cast<uint64_t>(program_.vocab_size))
-      return invalid_argument(fmt::format("token id {} is outside the vocabulary of {}", id,
-                                          program_.vocab_size));
+      return invalid_argument(
+          fmt::format("token id {} is outside the vocabulary of {}", id, program_.vocab_size));
   int32_t next = 0;
   for (const SequenceSlice& s : batch.sequences) {
     if (s.token_begin != next || s.token_count < 1)
@@ -124,8 +126,8 @@ Status BoundPlan::validate_batch(const StepBatch& batch) const {
     next += s.token_count;
     int64_t end = static_cast<int64_t>(s.position_start) + s.token_count;
     if (s.position_start < 0 || end > limits.max_context)
-      return invalid_argument(fmt::format("positions up to {} exceed the context limit {}", end,
-                                          limits.max_context));
+      return invalid_argument(
+          fmt::format("positions up to {} exceed the context limit {}", end, limits.max_context));
     if (has_kv()) {
       if (static_cast<int64_t>(s.block_table.size()) < pages_.pages_for(end))
         return invalid_argument("block table too short for the sequence's positions");
@@ -179,21 +181,25 @@ Status BoundPlan::run_nodes(const StepBatch& batch) {
     for (const BindingRef& ref : node.node->bindings) {
       TensorView v;
       switch (ref.source) {
-        case BindingRef::Source::kNone: break;
+        case BindingRef::Source::kNone:
+          break;
         case BindingRef::Source::kValue: {
           const ValueDecl* decl = program_.find_value(ref.name);
-          int64_t rows = decl->rows == ValueRows::kTokens ? batch.num_tokens()
-                                                          : batch.num_sequences();
+          int64_t rows =
+              decl->rows == ValueRows::kTokens ? batch.num_tokens() : batch.num_sequences();
           v.data = values_.at(ref.name).data();
           v.dtype = decl->activation_dtype ? plan_.activation_dtype : decl->dtype;
-          v.shape = decl->width == 1 && decl->rows == ValueRows::kTokens &&
-                            !decl->activation_dtype
+          v.shape = decl->width == 1 && decl->rows == ValueRows::kTokens && !decl->activation_dtype
                         ? Shape{rows}
                         : Shape{rows, decl->width};
           break;
         }
-        case BindingRef::Source::kWeight: v = *weights_->find(ref.name); break;
-        case BindingRef::Source::kState: v = state_views_.at(ref.name); break;
+        case BindingRef::Source::kWeight:
+          v = *weights_->find(ref.name);
+          break;
+        case BindingRef::Source::kState:
+          v = state_views_.at(ref.name);
+          break;
       }
       bindings.push_back(v);
     }

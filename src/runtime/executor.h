@@ -18,7 +18,7 @@ namespace ferrite {
 
 struct CacheConfig {
   int32_t page_size = 16;
-  int32_t num_pages = 0;      // 0: derive from kv_memory_bytes
+  int32_t num_pages = 0;  // 0: derive from kv_memory_bytes
   int64_t kv_memory_bytes = 256ll << 20;
   int32_t num_state_slots = 0;  // 0: limits.max_sequences
 };

@@ -12,8 +12,8 @@ Status LinearArena::init(Device& device, int64_t bytes) {
 
 void* LinearArena::allocate(int64_t bytes) {
   int64_t start = (used_ + 255) / 256 * 256;
-  FERRITE_CHECK(start + bytes <= capacity()) << "arena overflow: " << start + bytes << " > "
-                                             << capacity();
+  FERRITE_CHECK(start + bytes <= capacity())
+      << "arena overflow: " << start + bytes << " > " << capacity();
   used_ = start + bytes;
   if (used_ > high_water_) high_water_ = used_;
   return static_cast<char*>(buffer_.data()) + start;

@@ -1,8 +1,8 @@
 #include "runtime/planner.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "base/hash.h"
 
@@ -20,8 +20,8 @@ NodeSignature make_signature(const ModelProgram& program, const ProgramNode& nod
   sig.activation_dtype = activation_dtype;
   const auto& specs = schema.bindings();
   if (node.bindings.size() != specs.size()) {
-    errors->push_back(fmt::format("node {} ({}): {} bindings given, the contract has {}",
-                                  node.name, schema.id(), node.bindings.size(), specs.size()));
+    errors->push_back(fmt::format("node {} ({}): {} bindings given, the contract has {}", node.name,
+                                  schema.id(), node.bindings.size(), specs.size()));
     return sig;
   }
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -121,8 +121,8 @@ Result<ResolvedPlan> plan_program(const ModelProgram& program, const Registry& r
   for (const ProgramNode& node : program.nodes) {
     const ContractSchema* schema = registry.contract(node.contract_id);
     if (!schema) {
-      errors.push_back(fmt::format("node {}: contract {} is not known to the {} backend",
-                                   node.name, node.contract_id, backend_name(plan.backend)));
+      errors.push_back(fmt::format("node {}: contract {} is not known to the {} backend", node.name,
+                                   node.contract_id, backend_name(plan.backend)));
       continue;
     }
     Status valid = schema->validate(node.attrs);
@@ -160,9 +160,9 @@ Result<ResolvedPlan> plan_program(const ModelProgram& program, const Registry& r
   }
 
   if (!errors.empty()) {
-    std::string msg = fmt::format("cannot plan {} on the {} backend: {} missing capabilit{}",
-                                  program.family, backend_name(plan.backend), errors.size(),
-                                  errors.size() == 1 ? "y" : "ies");
+    std::string msg =
+        fmt::format("cannot plan {} on the {} backend: {} missing capabilit{}", program.family,
+                    backend_name(plan.backend), errors.size(), errors.size() == 1 ? "y" : "ies");
     for (const std::string& e : errors) msg += "\n  - " + e;
     return unsupported(msg);
   }

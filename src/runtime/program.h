@@ -54,7 +54,7 @@ enum class StateKind {
 struct StateDecl {
   std::string name;  // "layers.0.k_cache"
   StateKind kind = StateKind::kKvPages;
-  Shape shape;       // per page row (kv_heads, head_dim) or per slot
+  Shape shape;  // per page row (kv_heads, head_dim) or per slot
   DType dtype = DType::kF32;
 };
 

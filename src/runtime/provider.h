@@ -26,10 +26,10 @@ class ThreadPool;
 
 // Upper bounds of one step, fixed when a plan is bound.
 struct StepLimits {
-  int64_t max_tokens = 512;     // packed tokens per step
-  int64_t max_sequences = 64;   // sequences per step
-  int64_t max_context = 4096;   // positions per sequence
-  int64_t threads = 0;          // CPU worker threads (0: the global pool)
+  int64_t max_tokens = 512;    // packed tokens per step
+  int64_t max_sequences = 64;  // sequences per step
+  int64_t max_context = 4096;  // positions per sequence
+  int64_t threads = 0;         // CPU worker threads (0: the global pool)
 };
 
 struct ProviderDescriptor {
@@ -39,11 +39,11 @@ struct ProviderDescriptor {
   BackendKind backend = BackendKind::kCpu;
   std::vector<DType> activation_dtypes;  // accepted activation element types
   std::vector<DType> weight_dtypes;      // accepted weight element types
-  bool paged_kv = false;       // binds KV state as pages + block tables
-  bool deterministic = true;   // same inputs -> same bits, whatever the batch
-  bool replay_safe = true;     // may be captured in a graph and replayed
-  int priority = 0;            // the planner prefers the highest
-  std::string summary;         // one line for `ferrite info`
+  bool paged_kv = false;                 // binds KV state as pages + block tables
+  bool deterministic = true;             // same inputs -> same bits, whatever the batch
+  bool replay_safe = true;               // may be captured in a graph and replayed
+  int priority = 0;                      // the planner prefers the highest
+  std::string summary;                   // one line for `ferrite info`
   uint64_t fingerprint() const;
 };
 

@@ -1,8 +1,8 @@
 #include "runtime/registry.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace ferrite {
 
@@ -29,9 +29,9 @@ std::string CapabilityCatalog::to_string() const {
     if (c.paged_kv) flags += "paged ";
     if (c.deterministic) flags += "deterministic ";
     if (c.replay_safe) flags += "replay";
-    s += fmt::format("{:<28} {:<5} {:<36} {:<10} {:<16} {}\n", c.contract_id,
-                     c.contract_version, c.provider, dtype_list(c.activation_dtypes),
-                     dtype_list(c.weight_dtypes), flags);
+    s += fmt::format("{:<28} {:<5} {:<36} {:<10} {:<16} {}\n", c.contract_id, c.contract_version,
+                     c.provider, dtype_list(c.activation_dtypes), dtype_list(c.weight_dtypes),
+                     flags);
   }
   return s;
 }

@@ -1,5 +1,6 @@
 #include "server/openai_server.h"
 
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <chrono>
@@ -7,10 +8,8 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <random>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace ferrite {
 
@@ -46,12 +45,16 @@ int json_depth(const std::string& body, int limit) {
   bool in_string = false, escape = false;
   for (char c : body) {
     if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
+      if (escape)
+        escape = false;
+      else if (c == '\\')
+        escape = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       max_depth = std::max(max_depth, ++depth);
       if (max_depth > limit) return max_depth;
@@ -99,8 +102,7 @@ std::optional<ApiError> get_int(const json& j, const char* key, int64_t lo, int6
                                 int64_t* out, bool* present = nullptr) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer())
-    return bad(fmt::format("'{}' must be an integer", key), key);
+  if (!it->is_number_integer()) return bad(fmt::format("'{}' must be an integer", key), key);
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
     return bad(fmt::format("'{}' is out of range", key), key);
   int64_t v = it->get<int64_t>();
@@ -119,9 +121,9 @@ std::optional<ApiError> get_bool(const json& j, const char* key, bool* out) {
   return std::nullopt;
 }
 
-#define API_TRY(expr)                   \
-  do {                                  \
-    if (auto e_ = (expr)) return *e_;   \
+#define API_TRY(expr)                 \
+  do {                                \
+    if (auto e_ = (expr)) return *e_; \
   } while (0)
 
 // Holds back text that may still turn into a stop string.
@@ -209,7 +211,7 @@ struct OpenAIServer::Impl {
 };
 
 std::optional<ApiError> OpenAIServer::Impl::parse(const httplib::Request& req, bool chat_api,
-                                                   Parsed* p) {
+                                                  Parsed* p) {
   p->chat = chat_api;
   if (json_depth(req.body, options.max_json_depth) > options.max_json_depth)
     return bad(fmt::format("the JSON body nests deeper than {} levels", options.max_json_depth));
@@ -220,8 +222,8 @@ std::optional<ApiError> OpenAIServer::Impl::parse(const httplib::Request& req, b
     if (!it->is_string()) return bad("'model' must be a string", "model");
     std::string m = it->get<std::string>();
     if (m != options.model_name)
-      return ApiError{404, fmt::format("The model '{}' does not exist", m),
-                      "invalid_request_error", "model", "model_not_found"};
+      return ApiError{404, fmt::format("The model '{}' does not exist", m), "invalid_request_error",
+                      "model", "model_not_found"};
   }
   int64_t n = 1;
   API_TRY(get_int(body, "n", 1, 1, &n));
@@ -320,8 +322,8 @@ std::optional<ApiError> OpenAIServer::Impl::parse(const httplib::Request& req, b
   API_TRY(get_float(body, "repetition_penalty", 0.01, 10, &s.repetition_penalty));
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer()) return bad("'seed' must be an integer", "seed");
-    s.seed = it->is_number_unsigned() ? it->get<uint64_t>()
-                                      : static_cast<uint64_t>(it->get<int64_t>());
+    s.seed =
+        it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
   } else {
     s.seed = random_seed();
   }
@@ -340,7 +342,8 @@ std::optional<ApiError> OpenAIServer::Impl::parse(const httplib::Request& req, b
       return bad("'stop' must be a string or an array of at most 16 strings", "stop");
     }
     for (const std::string& st : p->stop)
-      if (st.empty() || st.size() > 1024) return bad("stop strings must be 1 to 1024 bytes", "stop");
+      if (st.empty() || st.size() > 1024)
+        return bad("stop strings must be 1 to 1024 bytes", "stop");
   }
   // Logprobs.
   if (chat_api) {
@@ -389,8 +392,10 @@ class Session {
     if (u.finished && !stopped_) {
       bool hit = false;
       text += stop_.feed(decoder_.finish(), &hit);
-      if (hit) stopped_ = true;
-      else text += stop_.flush();
+      if (hit)
+        stopped_ = true;
+      else
+        text += stop_.flush();
     }
     return text;
   }
@@ -412,9 +417,8 @@ class Session {
     if (chat_) {
       json top = json::array();
       for (const TokenLogprob& a : t.top)
-        top.push_back({{"token", token_text(a.token)},
-                       {"logprob", a.logprob},
-                       {"bytes", bytes_of(a.token)}});
+        top.push_back(
+            {{"token", token_text(a.token)}, {"logprob", a.logprob}, {"bytes", bytes_of(a.token)}});
       return {{"token", token_text(t.token)},
               {"logprob", t.logprob},
               {"bytes", bytes_of(t.token)},
@@ -446,8 +450,8 @@ json completion_logprobs(const json& entries, size_t text_offset_base) {
     offs.push_back(off);
     off += e["token"].get<std::string>().size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops},
-          {"text_offset", offs}};
+  return {
+      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
 std::string finish_name(EngineFinish f, bool stopped) {
@@ -487,8 +491,8 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
   const std::string id = random_id(chat_api ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_time();
   const std::string model = options.model_name;
-  const std::string object = chat_api ? (p->stream ? "chat.completion.chunk" : "chat.completion")
-                                      : "text_completion";
+  const std::string object =
+      chat_api ? (p->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   auto session = std::make_shared<Session>(tokenizer, *p);
   auto usage = [stream, session] {
     return json{{"prompt_tokens", stream->prompt_tokens()},
@@ -510,11 +514,16 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
       };
       auto choice = [&](json delta_or_text, json logprobs, json finish) {
         json c = {{"index", 0}};
-        if (chat_api) c["delta"] = std::move(delta_or_text);
-        else c["text"] = std::move(delta_or_text);
+        if (chat_api)
+          c["delta"] = std::move(delta_or_text);
+        else
+          c["text"] = std::move(delta_or_text);
         c["logprobs"] = std::move(logprobs);
         c["finish_reason"] = std::move(finish);
-        json chunk = {{"id", id}, {"object", object}, {"created", created}, {"model", model},
+        json chunk = {{"id", id},
+                      {"object", object},
+                      {"created", created},
+                      {"model", model},
                       {"choices", json::array({c})}};
         if (p->include_usage) chunk["usage"] = nullptr;
         return chunk;
@@ -540,7 +549,8 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
         }
         idle_since = Clock::now();
         if (u.finished && u.finish == EngineFinish::kError && !session->stopped()) {
-          json err = json::parse(error_body(ApiError{500, u.error.message(), "server_error", {}, {}}));
+          json err =
+              json::parse(error_body(ApiError{500, u.error.message(), "server_error", {}, {}}));
           write(err);
           sink.write("data: [DONE]\n\n", 14);
           sink.done();
@@ -565,7 +575,7 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
           std::string reason = finish_name(u.finish, session->stopped());
           bool ok = write(choice(chat_api ? json::object() : json(""), nullptr, reason));
           if (ok && p->include_usage) {
-            json chunk = {{"id", id}, {"object", object}, {"created", created},
+            json chunk = {{"id", id},       {"object", object},         {"created", created},
                           {"model", model}, {"choices", json::array()}, {"usage", usage()}};
             ok = write(chunk);
           }
@@ -622,8 +632,11 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
       c["logprobs"] = p->logprobs >= 0 ? completion_logprobs(entries, 0) : json(nullptr);
     }
     c["finish_reason"] = finish_name(finish, session->stopped());
-    json out = {{"id", id},           {"object", object}, {"created", created},
-                {"model", model},     {"choices", json::array({c})},
+    json out = {{"id", id},
+                {"object", object},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({c})},
                 {"usage", usage()}};
     std::string s = out.dump();
     if (!sink.write(s.data(), s.size())) return false;
@@ -674,8 +687,7 @@ std::string OpenAIServer::Impl::metrics_text() const {
   counter("ferrite_client_disconnects_total", "Responses abandoned by their client.",
           client_disconnects.load());
   gauge("ferrite_num_requests_running", "Sequences in the running batch.", m.running);
-  gauge("ferrite_num_requests_waiting", "Requests waiting for admission (queue depth).",
-        m.waiting);
+  gauge("ferrite_num_requests_waiting", "Requests waiting for admission (queue depth).", m.waiting);
   gauge("ferrite_kv_pages_used", "KV cache pages in use (sequences and prefix cache).",
         m.kv_pages_used);
   gauge("ferrite_kv_pages_total", "KV cache pages.", m.kv_pages_total);
@@ -710,8 +722,8 @@ Status OpenAIServer::bind() {
   const auto& limits = im->engine.runner().bound().plan().limits;
   int threads = im->options.http_threads;
   if (threads <= 0)
-    threads = static_cast<int>(std::min<int64_t>(4096, limits.max_sequences + 64 +
-                                                           std::min<int64_t>(256, 1024)));
+    threads = static_cast<int>(
+        std::min<int64_t>(4096, limits.max_sequences + 64 + std::min<int64_t>(256, 1024)));
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(im->options.max_body_bytes);
   http.set_read_timeout(30, 0);
@@ -723,8 +735,10 @@ Status OpenAIServer::bind() {
     if (!im->options.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
       std::string auth = req.get_header_value("Authorization");
       if (auth != "Bearer " + im->options.api_key) {
-        im->send_error(res, ApiError{401, "Invalid or missing API key",
-                                     "invalid_request_error", {}, "invalid_api_key"});
+        im->send_error(
+            res,
+            ApiError{
+                401, "Invalid or missing API key", "invalid_request_error", {}, "invalid_api_key"});
         im->count(req.path, 401);
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -738,12 +752,11 @@ Status OpenAIServer::bind() {
       e.message = "Not found: " + req.method + " " + req.path;
       e.code = "not_found";
     } else if (res.status == 413) {
-      e.message = req.get_header_value("Content-Type").find("x-www-form-urlencoded") !=
-                          std::string::npos
-                      ? "form-encoded bodies are limited to 8 KiB; send JSON with "
-                        "Content-Type: application/json"
-                      : fmt::format("the request body exceeds {} bytes",
-                                    im->options.max_body_bytes);
+      e.message =
+          req.get_header_value("Content-Type").find("x-www-form-urlencoded") != std::string::npos
+              ? "form-encoded bodies are limited to 8 KiB; send JSON with "
+                "Content-Type: application/json"
+              : fmt::format("the request body exceeds {} bytes", im->options.max_body_bytes);
     } else if (res.status >= 500) {
       e.type = "server_error";
     }
@@ -783,12 +796,14 @@ Status OpenAIServer::bind() {
   });
   http.Get(R"(/v1/models/(.+))", [im](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1] != im->options.model_name) {
-      im->send_error(res, ApiError{404, "The model '" + std::string(req.matches[1]) +
-                                            "' does not exist",
-                                   "invalid_request_error", "model", "model_not_found"});
+      im->send_error(res,
+                     ApiError{404, "The model '" + std::string(req.matches[1]) + "' does not exist",
+                              "invalid_request_error", "model", "model_not_found"});
       return;
     }
-    json m = {{"id", im->options.model_name}, {"object", "model"}, {"created", unix_time()},
+    json m = {{"id", im->options.model_name},
+              {"object", "model"},
+              {"created", unix_time()},
               {"owned_by", "ferrite"}};
     res.set_content(m.dump(), "application/json");
   });

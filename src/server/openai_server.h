@@ -23,12 +23,12 @@ namespace ferrite {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;             // 0: any free port (see OpenAIServer::port())
-  std::string api_key;         // non-empty: /v1/* needs "Authorization: Bearer KEY"
+  int port = 8000;      // 0: any free port (see OpenAIServer::port())
+  std::string api_key;  // non-empty: /v1/* needs "Authorization: Bearer KEY"
   std::string model_name = "ferrite";
   size_t max_body_bytes = 8u << 20;
   int max_json_depth = 64;
-  int http_threads = 0;        // 0: enough for the engine's queue and sequences
+  int http_threads = 0;  // 0: enough for the engine's queue and sequences
   bool log_requests = false;
 };
 

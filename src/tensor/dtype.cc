@@ -6,26 +6,38 @@ namespace ferrite {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kF8E4M3: return "f8_e4m3";
-    case DType::kU8: return "u8";
-    case DType::kU32: return "u32";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kQ8_0: return "q8_0";
-    case DType::kQ4_K: return "q4_k";
-    case DType::kQ5_K: return "q5_k";
-    case DType::kQ6_K: return "q6_k";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF8E4M3:
+      return "f8_e4m3";
+    case DType::kU8:
+      return "u8";
+    case DType::kU32:
+      return "u32";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "?";
 }
 
 std::optional<DType> dtype_from_name(std::string_view s) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kU8, DType::kU32,
-                  DType::kI32, DType::kI64, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
-                  DType::kQ6_K}) {
+  for (DType t :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kU8, DType::kU32,
+        DType::kI32, DType::kI64, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     if (dtype_name(t) == s) return t;
   }
   return std::nullopt;
@@ -33,29 +45,51 @@ std::optional<DType> dtype_from_name(std::string_view s) {
 
 int64_t dtype_block_elems(DType t) {
   switch (t) {
-    case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kF8E4M3:
-    case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF8E4M3:
+    case DType::kU8:
+    case DType::kU32:
+    case DType::kI32:
+    case DType::kI64:
       return 1;
-    case DType::kQ8_0: return 32;
-    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return 256;
+    case DType::kQ8_0:
+      return 32;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return 256;
   }
   return 1;
 }
 
 int64_t dtype_block_bytes(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kF8E4M3: return 1;
-    case DType::kU8: return 1;
-    case DType::kU32: return 4;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kQ8_0: return 34;   // f16 scale + 32 x i8
-    case DType::kQ4_K: return 144;  // ggml block_q4_K
-    case DType::kQ5_K: return 176;
-    case DType::kQ6_K: return 210;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kF8E4M3:
+      return 1;
+    case DType::kU8:
+      return 1;
+    case DType::kU32:
+      return 4;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kQ8_0:
+      return 34;  // f16 scale + 32 x i8
+    case DType::kQ4_K:
+      return 144;  // ggml block_q4_K
+    case DType::kQ5_K:
+      return 176;
+    case DType::kQ6_K:
+      return 210;
   }
   return 1;
 }

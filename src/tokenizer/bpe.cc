@@ -130,8 +130,7 @@ Status Bpe::encode_word(std::string_view word, bool byte_level, std::vector<uint
     }
     for (unsigned char b : word) {
       if (byte_ids_[b] < 0) {
-        return invalid_argument("byte-level vocab lacks the symbol for byte " +
-                                std::to_string(b));
+        return invalid_argument("byte-level vocab lacks the symbol for byte " + std::to_string(b));
       }
       symbols.push_back(static_cast<uint32_t>(byte_ids_[b]));
     }
@@ -153,8 +152,7 @@ Status Bpe::encode_word(std::string_view word, bool byte_level, std::vector<uint
         last_unk = false;
         continue;
       }
-      if (options_.byte_fallback &&
-          std::all_of(ch.begin(), ch.end(), [&](char b) {
+      if (options_.byte_fallback && std::all_of(ch.begin(), ch.end(), [&](char b) {
             return fallback_ids_[static_cast<unsigned char>(b)] >= 0;
           })) {
         for (unsigned char b : ch) symbols.push_back(static_cast<uint32_t>(fallback_ids_[b]));

@@ -19,7 +19,7 @@ namespace ferrite::tokenizer {
 struct BpeOptions {
   bool byte_fallback = false;
   bool fuse_unk = false;
-  bool ignore_merges = false;   // a word found whole in the vocab is one token
+  bool ignore_merges = false;  // a word found whole in the vocab is one token
   std::optional<uint32_t> unk_id;
 };
 
@@ -56,7 +56,7 @@ class Bpe {
   std::vector<std::string> id_to_token_;  // empty string for holes
   std::vector<bool> has_id_;
   std::unordered_map<uint64_t, Merge> merges_;
-  std::array<int64_t, 256> byte_ids_{};     // byte-level symbol id per byte, -1 if absent
+  std::array<int64_t, 256> byte_ids_{};      // byte-level symbol id per byte, -1 if absent
   std::array<int64_t, 256> fallback_ids_{};  // <0xXX> id per byte, -1 if absent
   BpeOptions options_;
 };

@@ -27,15 +27,19 @@ ordered_json special_tokens_of(const ordered_json& config) {
                           "cls_token", "mask_token"}) {
     if (!config.contains(key)) continue;
     const auto& v = config[key];
-    if (v.is_string()) out[key] = v;
-    else if (v.is_object() && v.contains("content")) out[key] = v["content"];
+    if (v.is_string())
+      out[key] = v;
+    else if (v.is_object() && v.contains("content"))
+      out[key] = v["content"];
   }
   if (config.contains("additional_special_tokens") &&
       config["additional_special_tokens"].is_array()) {
     ordered_json list = ordered_json::array();
     for (const auto& t : config["additional_special_tokens"]) {
-      if (t.is_string()) list.push_back(t);
-      else if (t.is_object() && t.contains("content")) list.push_back(t["content"]);
+      if (t.is_string())
+        list.push_back(t);
+      else if (t.is_object() && t.contains("content"))
+        list.push_back(t["content"]);
     }
     out["additional_special_tokens"] = list;
   }

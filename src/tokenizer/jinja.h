@@ -27,15 +27,39 @@ using NodePtr = std::shared_ptr<Node>;
 struct Node {
   enum class Kind {
     // expressions
-    kLiteral, kName, kList, kDict, kTuple, kAttr, kSubscript, kSlice, kCall, kFilter, kTest,
-    kUnary, kBinary, kAnd, kOr, kNot, kCond,
+    kLiteral,
+    kName,
+    kList,
+    kDict,
+    kTuple,
+    kAttr,
+    kSubscript,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kUnary,
+    kBinary,
+    kAnd,
+    kOr,
+    kNot,
+    kCond,
     // statements
-    kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kBlock,
+    kText,
+    kOutput,
+    kIf,
+    kFor,
+    kSet,
+    kSetBlock,
+    kMacro,
+    kBreak,
+    kContinue,
+    kBlock,
   };
   Kind kind;
   int line = 0;
-  std::string name;  // name, attribute, operator, filter, test, set/macro name
-  Value value;       // literal
+  std::string name;                // name, attribute, operator, filter, test, set/macro name
+  Value value;                     // literal
   std::vector<NodePtr> kids;       // operands / call arguments (positional then keyword)
   std::vector<std::string> names;  // keyword names of the trailing kids; for/set targets;
                                    // macro parameters

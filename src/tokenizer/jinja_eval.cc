@@ -36,8 +36,10 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
   auto cps = code_points(s);
   auto in_set = [&](std::string_view cp) { return strip_set.find(cp) != std::string::npos; };
   size_t b = 0, e = cps.size();
-  if (left) while (b < e && in_set(cps[b])) ++b;
-  if (right) while (e > b && in_set(cps[e - 1])) --e;
+  if (left)
+    while (b < e && in_set(cps[b])) ++b;
+  if (right)
+    while (e > b && in_set(cps[e - 1])) --e;
   std::string out;
   for (size_t i = b; i < e; ++i) out += cps[i];
   return out;
@@ -48,7 +50,9 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit) {
   if (!sep.is_string() || sep.is_none()) {
     // Split on whitespace runs, dropping empties.
     size_t i = 0;
-    auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+    auto ws = [](char c) {
+      return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    };
     while (i < s.size()) {
       while (i < s.size() && ws(s[i])) ++i;
       if (i >= s.size()) break;
@@ -292,16 +296,16 @@ class Interp {
     Frames closure = {frames_.front()};
     if (frames_.size() > 1) closure.push_back(frames_[1]);
     assign(n.name, Value::function([def, closure](Args& args) {
-      Interp sub(closure);
-      sub.frames_.push_back(std::make_shared<Frame>());
-      for (size_t i = 0; i < def->names.size(); ++i) {
-        Value v = args.get(i, def->names[i], Value::undefined(def->names[i]));
-        if (v.is_undefined() && def->kids[i]) v = sub.eval(*def->kids[i]);
-        sub.assign(def->names[i], v);
-      }
-      sub.exec_body(def->body);
-      return Value(std::move(sub.out));
-    }));
+             Interp sub(closure);
+             sub.frames_.push_back(std::make_shared<Frame>());
+             for (size_t i = 0; i < def->names.size(); ++i) {
+               Value v = args.get(i, def->names[i], Value::undefined(def->names[i]));
+               if (v.is_undefined() && def->kids[i]) v = sub.eval(*def->kids[i]);
+               sub.assign(def->names[i], v);
+             }
+             sub.exec_body(def->body);
+             return Value(std::move(sub.out));
+           }));
   }
 
   Value eval(const Node& n) {
@@ -351,11 +355,12 @@ class Interp {
         Value callee = eval(*n.kids[0]);
         Args args = eval_args(n, 1);
         if (!callee.is_function()) {
-          std::string what = n.kids[0]->kind == Node::Kind::kName ? n.kids[0]->name
+          std::string what = n.kids[0]->kind == Node::Kind::kName   ? n.kids[0]->name
                              : n.kids[0]->kind == Node::Kind::kAttr ? n.kids[0]->name
                                                                     : "expression";
           fail(n, "'" + what + "' is " +
-                      (callee.is_undefined() ? "undefined" : "not callable (" + callee.type_name() + ")"));
+                      (callee.is_undefined() ? "undefined"
+                                             : "not callable (" + callee.type_name() + ")"));
         }
         try {
           return callee.fn()(args);
@@ -388,7 +393,8 @@ class Interp {
       }
       case Node::Kind::kUnary: {
         Value v = eval(*n.kids[0]);
-        if (!v.is_number()) fail(n, "bad operand type for unary " + n.name + ": '" + v.type_name() + "'");
+        if (!v.is_number())
+          fail(n, "bad operand type for unary " + n.name + ": '" + v.type_name() + "'");
         if (n.name == "+") return v.is_float() ? Value(v.as_float()) : Value(v.as_int());
         return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
       }
@@ -467,15 +473,19 @@ class Interp {
       }
       if (a.is_list() && b.is_int()) {
         List l;
-        for (int64_t i = 0; i < b.as_int(); ++i) l.insert(l.end(), a.list().begin(), a.list().end());
+        for (int64_t i = 0; i < b.as_int(); ++i)
+          l.insert(l.end(), a.list().begin(), a.list().end());
         return Value(std::move(l));
       }
     }
     if (a.is_number() && b.is_number()) {
       bool fl = a.is_float() || b.is_float();
-      if (op == "+") return fl ? Value(a.as_float() + b.as_float()) : Value(a.as_int() + b.as_int());
-      if (op == "-") return fl ? Value(a.as_float() - b.as_float()) : Value(a.as_int() - b.as_int());
-      if (op == "*") return fl ? Value(a.as_float() * b.as_float()) : Value(a.as_int() * b.as_int());
+      if (op == "+")
+        return fl ? Value(a.as_float() + b.as_float()) : Value(a.as_int() + b.as_int());
+      if (op == "-")
+        return fl ? Value(a.as_float() - b.as_float()) : Value(a.as_int() - b.as_int());
+      if (op == "*")
+        return fl ? Value(a.as_float() * b.as_float()) : Value(a.as_int() * b.as_int());
       if (op == "/") {
         if (b.as_float() == 0) fail(n, "division by zero");
         return Value(a.as_float() / b.as_float());
@@ -572,7 +582,8 @@ class Interp {
           List options = p.is_list() ? p.list() : List{p};
           for (const auto& o : options) {
             if (!o.is_string()) throw JinjaError("startswith/endswith argument must be str");
-            if (starts ? s.starts_with(o.as_string()) : s.ends_with(o.as_string())) return Value(true);
+            if (starts ? s.starts_with(o.as_string()) : s.ends_with(o.as_string()))
+              return Value(true);
           }
           return Value(false);
         });
@@ -595,7 +606,8 @@ class Interp {
           if (name == "count") {
             if (sub.empty()) return Value(static_cast<int64_t>(code_points(s).size() + 1));
             int64_t c = 0;
-            for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++c;
+            for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size()))
+              ++c;
             return Value(c);
           }
           size_t p = s.find(sub);
@@ -709,7 +721,8 @@ class Interp {
     size_t start = 0;
     while (true) {
       size_t dot = path.find('.', start);
-      std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      std::string part =
+          path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
       bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
       cur = numeric ? get_item(n, cur, Value(static_cast<int64_t>(std::stoll(part))))
                     : (cur.is_undefined() ? cur : get_item(n, cur, Value(part)));
@@ -742,7 +755,8 @@ class Interp {
       if (v.is_undefined()) return Value(0);
       fail(n, "object of type '" + v.type_name() + "' has no len()");
     }
-    if (name == "trim") return Value(py_strip(v.str(), a.get(0, "chars", Value::none()), true, true));
+    if (name == "trim")
+      return Value(py_strip(v.str(), a.get(0, "chars", Value::none()), true, true));
     if (name == "upper") return Value(ascii_upper(v.str()));
     if (name == "lower") return Value(ascii_lower(v.str()));
     if (name == "capitalize") return Value(py_title(v.str(), true));
@@ -753,12 +767,23 @@ class Interp {
       std::string out;
       for (char c : v.str()) {
         switch (c) {
-          case '&': out += "&amp;"; break;
-          case '<': out += "&lt;"; break;
-          case '>': out += "&gt;"; break;
-          case '"': out += "&#34;"; break;
-          case '\'': out += "&#39;"; break;
-          default: out += c;
+          case '&':
+            out += "&amp;";
+            break;
+          case '<':
+            out += "&lt;";
+            break;
+          case '>':
+            out += "&gt;";
+            break;
+          case '"':
+            out += "&#34;";
+            break;
+          case '\'':
+            out += "&#39;";
+            break;
+          default:
+            out += c;
         }
       }
       return Value(std::move(out));
@@ -849,7 +874,8 @@ class Interp {
     if (name == "unique") {
       List out;
       for (const auto& x : iterate(n, v)) {
-        if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return values_equal(x, y); })) {
+        if (std::none_of(out.begin(), out.end(),
+                         [&](const Value& y) { return values_equal(x, y); })) {
           out.push_back(x);
         }
       }
@@ -892,7 +918,8 @@ class Interp {
       std::string attr = by_attr ? a.get(idx++, "attribute").str() : "";
       Value test = a.get(idx++, "test", Value::none());
       Args test_args;
-      for (size_t i = idx; i < a.positional.size(); ++i) test_args.positional.push_back(a.positional[i]);
+      for (size_t i = idx; i < a.positional.size(); ++i)
+        test_args.positional.push_back(a.positional[i]);
       List out;
       for (const auto& x : iterate(n, v)) {
         Value subject = by_attr ? attribute_of(n, x, attr) : x;
@@ -926,7 +953,8 @@ class Interp {
     }
     if (name == "indent") {
       Value w = a.get(0, "width", Value(4));
-      std::string pad = w.is_string() ? w.as_string() : std::string(static_cast<size_t>(w.as_int()), ' ');
+      std::string pad =
+          w.is_string() ? w.as_string() : std::string(static_cast<size_t>(w.as_int()), ' ');
       bool first = a.get(1, "first", Value(false)).truthy();
       bool blank = a.get(2, "blank", Value(false)).truthy();
       std::string s = v.str(), out;
@@ -934,7 +962,8 @@ class Interp {
       bool is_first = true;
       while (true) {
         size_t nl = s.find('\n', start);
-        std::string line = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+        std::string line =
+            s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
         bool indent = is_first ? first : (blank || !line.empty());
         if (indent) out += pad;
         out += line;
@@ -945,7 +974,8 @@ class Interp {
       }
       return Value(std::move(out));
     }
-    if (name == "wordcount") return Value(static_cast<int64_t>(py_split(v.str(), Value::none(), -1).size()));
+    if (name == "wordcount")
+      return Value(static_cast<int64_t>(py_split(v.str(), Value::none(), -1).size()));
     fail(n, "unsupported filter '" + name + "'");
   }
 
@@ -1005,11 +1035,10 @@ std::string strftime_now(const std::string& fmt) {
 
 std::string Template::render(const std::vector<std::pair<std::string, Value>>& globals) const {
   auto builtins = std::make_shared<Frame>();
-  (*builtins)["raise_exception"] = Value::function([](Args& a) -> Value {
-    throw TemplateRaised(a.get(0, "message").str());
-  });
-  (*builtins)["strftime_now"] = Value::function(
-      [](Args& a) { return Value(strftime_now(a.get(0, "format").str())); });
+  (*builtins)["raise_exception"] =
+      Value::function([](Args& a) -> Value { throw TemplateRaised(a.get(0, "message").str()); });
+  (*builtins)["strftime_now"] =
+      Value::function([](Args& a) { return Value(strftime_now(a.get(0, "format").str())); });
   (*builtins)["range"] = Value::function([](Args& a) {
     int64_t start = 0, stop, step = 1;
     if (a.positional.size() == 1) {

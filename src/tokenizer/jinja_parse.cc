@@ -32,8 +32,10 @@ size_t find_tag_end(std::string_view s, size_t pos, std::string_view close) {
   for (size_t i = pos; i < s.size(); ++i) {
     char c = s[i];
     if (quote) {
-      if (c == '\\') ++i;
-      else if (c == quote) quote = 0;
+      if (c == '\\')
+        ++i;
+      else if (c == quote)
+        quote = 0;
       continue;
     }
     if (c == '\'' || c == '"') {
@@ -45,18 +47,22 @@ size_t find_tag_end(std::string_view s, size_t pos, std::string_view close) {
   return std::string_view::npos;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::vector<Segment> lex_template(std::string_view src) {
   std::string source(src);
   // keep_trailing_newline=False: one trailing newline is dropped.
-  if (source.ends_with("\r\n")) source.resize(source.size() - 2);
-  else if (source.ends_with('\n')) source.pop_back();
+  if (source.ends_with("\r\n"))
+    source.resize(source.size() - 2);
+  else if (source.ends_with('\n'))
+    source.pop_back();
   std::string_view s = source;
 
   std::vector<Segment> out;
-  bool strip_next = false;      // previous tag ended with '-'
-  bool trim_newline = false;    // previous tag was a block/comment (trim_blocks)
+  bool strip_next = false;    // previous tag ended with '-'
+  bool trim_newline = false;  // previous tag was a block/comment (trim_blocks)
   size_t pos = 0;
   auto push_text = [&](std::string text) {
     if (strip_next) {
@@ -64,16 +70,18 @@ std::vector<Segment> lex_template(std::string_view src) {
       while (b < text.size() && is_space(text[b])) ++b;
       text.erase(0, b);
     } else if (trim_newline) {
-      if (text.starts_with("\r\n")) text.erase(0, 2);
-      else if (text.starts_with('\n')) text.erase(0, 1);
+      if (text.starts_with("\r\n"))
+        text.erase(0, 2);
+      else if (text.starts_with('\n'))
+        text.erase(0, 1);
     }
     strip_next = trim_newline = false;
     return text;
   };
   while (pos <= s.size()) {
     size_t open = s.find('{', pos);
-    while (open != std::string_view::npos && open + 1 < s.size() &&
-           s[open + 1] != '{' && s[open + 1] != '%' && s[open + 1] != '#') {
+    while (open != std::string_view::npos && open + 1 < s.size() && s[open + 1] != '{' &&
+           s[open + 1] != '%' && s[open + 1] != '#') {
       open = s.find('{', open + 1);
     }
     if (open == std::string_view::npos || open + 1 >= s.size()) {
@@ -194,8 +202,10 @@ std::vector<Token> lex_expr(const std::string& s, int line) {
       for (char ch : s.substr(b, i - b)) {
         if (ch != '_') num += ch;
       }
-      if (is_float) out.push_back({Token::Kind::kFloat, num, Value(std::stod(num))});
-      else out.push_back({Token::Kind::kInt, num, Value(static_cast<int64_t>(std::stoll(num)))});
+      if (is_float)
+        out.push_back({Token::Kind::kFloat, num, Value(std::stod(num))});
+      else
+        out.push_back({Token::Kind::kInt, num, Value(static_cast<int64_t>(std::stoll(num)))});
       continue;
     }
     if (c == '\'' || c == '"') {
@@ -212,18 +222,41 @@ std::vector<Token> lex_expr(const std::string& s, int line) {
         if (i >= s.size()) fail(line, "unterminated string literal");
         char e = s[i++];
         switch (e) {
-          case 'n': str += '\n'; break;
-          case 't': str += '\t'; break;
-          case 'r': str += '\r'; break;
-          case 'b': str += '\b'; break;
-          case 'f': str += '\f'; break;
-          case 'v': str += '\v'; break;
-          case 'a': str += '\a'; break;
-          case '0': str += '\0'; break;
-          case '\\': str += '\\'; break;
-          case '\'': str += '\''; break;
-          case '"': str += '"'; break;
-          case '\n': break;
+          case 'n':
+            str += '\n';
+            break;
+          case 't':
+            str += '\t';
+            break;
+          case 'r':
+            str += '\r';
+            break;
+          case 'b':
+            str += '\b';
+            break;
+          case 'f':
+            str += '\f';
+            break;
+          case 'v':
+            str += '\v';
+            break;
+          case 'a':
+            str += '\a';
+            break;
+          case '0':
+            str += '\0';
+            break;
+          case '\\':
+            str += '\\';
+            break;
+          case '\'':
+            str += '\'';
+            break;
+          case '"':
+            str += '"';
+            break;
+          case '\n':
+            break;
           case 'x':
           case 'u':
           case 'U': {
@@ -257,9 +290,9 @@ std::vector<Token> lex_expr(const std::string& s, int line) {
       out.push_back({Token::Kind::kString, "", Value(std::move(str))});
       continue;
     }
-    static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%",
-                                 "~", "<", ">", "(", ")", "[", "]", "{", "}", ".", ",", ":",
-                                 "|", "="};
+    static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*",
+                                 "/",  "%",  "~",  "<",  ">",  "(",  ")", "[", "]",
+                                 "{",  "}",  ".",  ",",  ":",  "|",  "="};
     bool matched = false;
     for (const char* op : kOps) {
       size_t n = std::char_traits<char>::length(op);
@@ -561,9 +594,12 @@ class ExprParser {
     if (t.kind == Token::Kind::kName) {
       std::string name = toks_[pos_++].text;
       auto n = node(Node::Kind::kLiteral);
-      if (name == "true" || name == "True") n->value = Value(true);
-      else if (name == "false" || name == "False") n->value = Value(false);
-      else if (name == "none" || name == "None") n->value = Value::none();
+      if (name == "true" || name == "True")
+        n->value = Value(true);
+      else if (name == "false" || name == "False")
+        n->value = Value(false);
+      else if (name == "none" || name == "None")
+        n->value = Value::none();
       else {
         n->kind = Node::Kind::kName;
         n->name = name;

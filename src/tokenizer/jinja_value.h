@@ -7,13 +7,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ferrite::jinja {
 
@@ -42,12 +41,12 @@ class Value {
     return v;
   }
   static Value none() { return Value(Kind::kNone); }
-  Value(bool b) : kind_(Kind::kBool), int_(b) {}                           // NOLINT
-  Value(int64_t i) : kind_(Kind::kInt), int_(i) {}                         // NOLINT
-  Value(int i) : kind_(Kind::kInt), int_(i) {}                             // NOLINT
-  Value(double d) : kind_(Kind::kFloat), float_(d) {}                      // NOLINT
-  Value(std::string s) : kind_(Kind::kString), str_(std::move(s)) {}      // NOLINT
-  Value(const char* s) : kind_(Kind::kString), str_(s) {}                  // NOLINT
+  Value(bool b) : kind_(Kind::kBool), int_(b) {}                                      // NOLINT
+  Value(int64_t i) : kind_(Kind::kInt), int_(i) {}                                    // NOLINT
+  Value(int i) : kind_(Kind::kInt), int_(i) {}                                        // NOLINT
+  Value(double d) : kind_(Kind::kFloat), float_(d) {}                                 // NOLINT
+  Value(std::string s) : kind_(Kind::kString), str_(std::move(s)) {}                  // NOLINT
+  Value(const char* s) : kind_(Kind::kString), str_(s) {}                             // NOLINT
   Value(List l) : kind_(Kind::kList), list_(std::make_shared<List>(std::move(l))) {}  // NOLINT
   Value(std::shared_ptr<Dict> d) : kind_(Kind::kDict), dict_(std::move(d)) {}         // NOLINT
   static Value function(Function f) {

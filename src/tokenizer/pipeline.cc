@@ -92,8 +92,7 @@ Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view hf_pattern)
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
     return invalid_argument("cannot compile regex '" + std::string(hf_pattern) + "' at offset " +
-                            std::to_string(offset) + ": " +
-                            reinterpret_cast<const char*>(message));
+                            std::to_string(offset) + ": " + reinterpret_cast<const char*>(message));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
   std::shared_ptr<Regex> regex(new Regex());
@@ -151,8 +150,7 @@ std::string normalize(const std::vector<NormalizerStep>& steps, std::string_view
             last = e;
           });
         } else if (!step.text.empty()) {
-          for (size_t p = s.find(step.text); p != std::string::npos;
-               p = s.find(step.text, last)) {
+          for (size_t p = s.find(step.text); p != std::string::npos; p = s.find(step.text, last)) {
             out.append(s, last, p - last);
             out += step.content;
             last = p + step.text.size();
@@ -170,8 +168,10 @@ std::string normalize(const std::vector<NormalizerStep>& steps, std::string_view
       case NormalizerStep::Kind::kStrip: {
         auto is_ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
         size_t b = 0, e = s.size();
-        if (step.strip_left) while (b < e && is_ws(s[b])) ++b;
-        if (step.strip_right) while (e > b && is_ws(s[e - 1])) --e;
+        if (step.strip_left)
+          while (b < e && is_ws(s[b])) ++b;
+        if (step.strip_right)
+          while (e > b && is_ws(s[e - 1])) --e;
         s = s.substr(b, e - b);
         break;
       }
@@ -206,7 +206,8 @@ void split_piece(const Piece& piece, const Regex& regex, SplitBehavior behavior,
       merged = std::move(spans);
       break;
     case SplitBehavior::kRemoved:
-      for (const auto& sp : spans) if (!sp.match) merged.push_back(sp);
+      for (const auto& sp : spans)
+        if (!sp.match) merged.push_back(sp);
       break;
     case SplitBehavior::kMergedWithPrevious:
       for (const auto& sp : spans) {
@@ -264,8 +265,7 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::vector<Piece>
           split_piece(piece, *step.regex, step.behavior, out);
           break;
         case PreTokenizerStep::Kind::kDigits:
-          split_piece(piece, *digits_regex(step.individual_digits), SplitBehavior::kIsolated,
-                      out);
+          split_piece(piece, *digits_regex(step.individual_digits), SplitBehavior::kIsolated, out);
           break;
         case PreTokenizerStep::Kind::kByteLevel: {
           if (step.add_prefix_space && !piece.text.empty() && piece.text[0] != ' ') {
@@ -298,7 +298,8 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::vector<Piece>
           size_t start = 0;
           for (size_t p = s.find(step.replacement, 1); p != std::string::npos;
                p = s.find(step.replacement, p + 1)) {
-            if (p > start) out.push_back({s.substr(start, p - start), piece.at_start && start == 0});
+            if (p > start)
+              out.push_back({s.substr(start, p - start), piece.at_start && start == 0});
             start = p;
           }
           if (start < s.size()) out.push_back({s.substr(start), piece.at_start && start == 0});
@@ -318,9 +319,12 @@ int parse_byte_token(std::string_view t) {
   int v = 0;
   for (char c : t.substr(3, 2)) {
     v *= 16;
-    if (c >= '0' && c <= '9') v += c - '0';
-    else if (c >= 'A' && c <= 'F') v += c - 'A' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      v += c - '0';
+    else if (c >= 'A' && c <= 'F')
+      v += c - 'A' + 10;
+    else
+      return -1;
   }
   return v;
 }
@@ -409,8 +413,8 @@ std::string run_decoders(const std::vector<DecoderStep>& steps, std::vector<std:
           for (size_t i = 0; i < step.start && t.compare(b, ch.size(), ch) == 0; ++i) {
             b += ch.size();
           }
-          for (size_t i = 0; i < step.stop && e >= b + ch.size() &&
-                             t.compare(e - ch.size(), ch.size(), ch) == 0;
+          for (size_t i = 0;
+               i < step.stop && e >= b + ch.size() && t.compare(e - ch.size(), ch.size(), ch) == 0;
                ++i) {
             e -= ch.size();
           }

@@ -49,7 +49,7 @@ class Regex {
 struct NormalizerStep {
   enum class Kind { kNfc, kPrepend, kReplace, kLowercase, kStrip };
   Kind kind{};
-  std::string text{};   // kPrepend: prefix; kReplace: literal pattern (when !regex)
+  std::string text{};     // kPrepend: prefix; kReplace: literal pattern (when !regex)
   std::string content{};  // kReplace: replacement
   std::shared_ptr<const Regex> regex{};  // kReplace with a Regex pattern
   bool strip_left = false, strip_right = false;
@@ -88,10 +88,10 @@ struct DecoderStep {
   enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
   Kind kind{};
   std::string pattern{}, content{};  // kReplace (literal)
-  char32_t strip_char = ' ';     // kStrip
-  size_t start = 0, stop = 0;    // kStrip
-  std::string replacement{};     // kMetaspace
-  bool prepend = true;           // kMetaspace: strip the first token's leading space
+  char32_t strip_char = ' ';         // kStrip
+  size_t start = 0, stop = 0;        // kStrip
+  std::string replacement{};         // kMetaspace
+  bool prepend = true;               // kMetaspace: strip the first token's leading space
 };
 
 // Runs the decoder chain over token strings and joins the result. With `raw`,

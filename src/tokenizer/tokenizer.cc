@@ -53,8 +53,8 @@ const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_
     for (const AddedToken* t : bucket) {
       if (s.compare(i, t->content.size(), t->content) != 0) continue;
       size_t b = i, e = i + t->content.size();
-      if (t->single_word && ((b > 0 && is_ascii_word_char(s[b - 1])) ||
-                             (e < s.size() && is_ascii_word_char(s[e])))) {
+      if (t->single_word &&
+          ((b > 0 && is_ascii_word_char(s[b - 1])) || (e < s.size() && is_ascii_word_char(s[e])))) {
         continue;
       }
       size_t len;
@@ -104,8 +104,8 @@ Result<std::vector<uint32_t>> Tokenizer::encode(std::string_view text,
       const AddedToken* t = im.normalized_matcher.find(normalized, pos, b, e);
       if (t == nullptr) break;
       if (b > pos) {
-        FERRITE_RETURN_IF_ERROR(encode_normalized(
-            std::string_view(normalized).substr(pos, b - pos), at_start && pos == 0));
+        FERRITE_RETURN_IF_ERROR(encode_normalized(std::string_view(normalized).substr(pos, b - pos),
+                                                  at_start && pos == 0));
       }
       ids.push_back(t->id);
       pos = e;
@@ -147,8 +147,9 @@ Result<std::string> Tokenizer::decode_impl(std::span<const uint32_t> ids, bool s
     }
     const std::string* token = im.model->id_to_token(id);
     if (token == nullptr) {
-      return invalid_argument("token id " + std::to_string(id) + " is not in the vocabulary (size " +
-                              std::to_string(im.vocab_size) + ")");
+      return invalid_argument("token id " + std::to_string(id) +
+                              " is not in the vocabulary (size " + std::to_string(im.vocab_size) +
+                              ")");
     }
     tokens.push_back(*token);
   }

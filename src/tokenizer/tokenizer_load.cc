@@ -2,9 +2,8 @@
 // Every JSON exception is caught here and becomes a Status.
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
@@ -28,9 +27,11 @@ Result<std::string> read_file(const std::filesystem::path& path) {
 std::string type_of(const json& j) { return j.value("type", std::string()); }
 
 Result<std::shared_ptr<const tokenizer::Regex>> pattern_regex(const json& pattern) {
-  if (pattern.contains("Regex")) return tokenizer::Regex::compile(pattern["Regex"].get<std::string>());
+  if (pattern.contains("Regex"))
+    return tokenizer::Regex::compile(pattern["Regex"].get<std::string>());
   if (pattern.contains("String")) {
-    return tokenizer::Regex::compile(tokenizer::Regex::escape(pattern["String"].get<std::string>()));
+    return tokenizer::Regex::compile(
+        tokenizer::Regex::escape(pattern["String"].get<std::string>()));
   }
   return invalid_argument("pattern is neither String nor Regex: " + pattern.dump());
 }
@@ -130,7 +131,8 @@ Status parse_decoder(const json& j, std::vector<DecoderStep>& out) {
   } else if (type == "ByteLevel") {
     out.push_back({DecoderStep::Kind::kByteLevel});
   } else if (type == "Replace") {
-    if (!j["pattern"].contains("String")) return unsupported("Replace decoder with a Regex pattern");
+    if (!j["pattern"].contains("String"))
+      return unsupported("Replace decoder with a Regex pattern");
     DecoderStep step{DecoderStep::Kind::kReplace};
     step.pattern = j["pattern"]["String"].get<std::string>();
     step.content = j["content"].get<std::string>();
@@ -239,7 +241,8 @@ Status build(const json& tj, const json& config, const json& gen_config, Tokeniz
   im.model.emplace(std::move(bpe));
   im.vocab_size = im.model->size();
 
-  if (tj.contains("normalizer")) FERRITE_RETURN_IF_ERROR(parse_normalizer(tj["normalizer"], im.normalizers));
+  if (tj.contains("normalizer"))
+    FERRITE_RETURN_IF_ERROR(parse_normalizer(tj["normalizer"], im.normalizers));
   if (tj.contains("pre_tokenizer")) {
     FERRITE_RETURN_IF_ERROR(parse_pre_tokenizer(tj["pre_tokenizer"], im.pre_tokenizers));
   }

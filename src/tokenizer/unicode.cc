@@ -48,11 +48,11 @@ char32_t compose_pair(char32_t a, char32_t b) {
       b < kTBase + kTCount) {
     return a + (b - kTBase);
   }
-  auto it = std::lower_bound(std::begin(kCompose), std::end(kCompose), std::pair{a, b},
-                             [](const ComposeEntry& e, const std::pair<char32_t, char32_t>& k) {
-                               return e.first < k.first ||
-                                      (e.first == k.first && e.second < k.second);
-                             });
+  auto it =
+      std::lower_bound(std::begin(kCompose), std::end(kCompose), std::pair{a, b},
+                       [](const ComposeEntry& e, const std::pair<char32_t, char32_t>& k) {
+                         return e.first < k.first || (e.first == k.first && e.second < k.second);
+                       });
   if (it != std::end(kCompose) && it->first == a && it->second == b) return it->composite;
   return 0;
 }

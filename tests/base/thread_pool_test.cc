@@ -24,7 +24,8 @@ TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
 TEST(ThreadPoolTest, GrainKeepsSmallWorkInline) {
   ThreadPool pool(4);
   std::atomic<int> calls{0};
-  pool.parallel_for(10, [&](int64_t, int64_t) { calls++; }, 100);
+  pool.parallel_for(
+      10, [&](int64_t, int64_t) { calls++; }, 100);
   EXPECT_EQ(calls.load(), 1);
 }
 

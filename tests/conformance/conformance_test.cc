@@ -3,15 +3,14 @@
 // tried with each activation dtype it accepts (f32, bf16, f16): activations
 // and KV state are converted for it, and the reference runs in f32 on the
 // same values rounded through that dtype.
+#include "tests/conformance/conformance.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <set>
-
-#include <fmt/format.h>
-
-#include "tests/conformance/conformance.h"
 
 namespace ferrite::conformance {
 namespace {
@@ -33,8 +32,15 @@ float to_f32(const HostTensor& t, int64_t i) {
       std::memcpy(&h, &t.bytes[2 * i], 2);
       return f16_to_f32(h);
     }
-    case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
-    case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kF8E4M3:
+    case DType::kU8:
+    case DType::kU32:
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
       break;
   }
   FERRITE_CHECK(false) << "to_f32 of " << dtype_name(t.dtype);
@@ -48,7 +54,9 @@ HostTensor convert(const HostTensor& t, DType to) {
   for (int64_t i = 0; i < n; ++i) {
     float v = to_f32(t, i);
     switch (to) {
-      case DType::kF32: std::memcpy(&out.bytes[4 * i], &v, 4); break;
+      case DType::kF32:
+        std::memcpy(&out.bytes[4 * i], &v, 4);
+        break;
       case DType::kBF16: {
         uint16_t h = f32_to_bf16(v);
         std::memcpy(&out.bytes[2 * i], &h, 2);
@@ -59,8 +67,15 @@ HostTensor convert(const HostTensor& t, DType to) {
         std::memcpy(&out.bytes[2 * i], &h, 2);
         break;
       }
-      case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
-      case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      case DType::kF8E4M3:
+      case DType::kU8:
+      case DType::kU32:
+      case DType::kI32:
+      case DType::kI64:
+      case DType::kQ8_0:
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+      case DType::kQ6_K:
         FERRITE_CHECK(false) << "convert to " << dtype_name(to);
     }
   }
@@ -158,7 +173,8 @@ void compare(const Case& c, const std::vector<HostTensor>& want, const std::vect
     // The reference as the provider must store it: rounded to the type.
     const HostTensor want_b = rounded && oracle.exact ? convert(want[b], act) : want[b];
     double magnitude = 0;
-    for (int64_t i = 0; i < n; ++i) magnitude = std::max(magnitude, std::fabs(double(to_f32(want_b, i))));
+    for (int64_t i = 0; i < n; ++i)
+      magnitude = std::max(magnitude, std::fabs(double(to_f32(want_b, i))));
     int64_t bad = 0, first = -1;
     double worst = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -167,9 +183,9 @@ void compare(const Case& c, const std::vector<HostTensor>& want, const std::vect
       // A value the provider stores in the activation type carries its
       // rounding; ids, masks and f32-always outputs do not.
       const double rounding = rounded ? ulps * eps * magnitude : 0.0;
-      const bool ok = oracle.exact ? (w == g || (std::isnan(w) && std::isnan(g)))
-                                   : d <= scale * (oracle.abs_tol + oracle.rel_tol * std::fabs(w)) +
-                                              rounding;
+      const bool ok =
+          oracle.exact ? (w == g || (std::isnan(w) && std::isnan(g)))
+                       : d <= scale * (oracle.abs_tol + oracle.rel_tol * std::fabs(w)) + rounding;
       if (!ok) {
         if (first < 0) first = i;
         ++bad;
@@ -191,8 +207,7 @@ struct ProviderId {
 std::vector<ProviderId> all_providers() {
   std::vector<ProviderId> ids;
   for (const Backend& b : available_backends())
-    for (const auto& p : b.registry->providers())
-      ids.push_back({b.name, p->descriptor().name});
+    for (const auto& p : b.registry->providers()) ids.push_back({b.name, p->descriptor().name});
   return ids;
 }
 
@@ -222,12 +237,13 @@ TEST_P(ConformanceTest, MatchesCpuReference) {
     for (DType act : {DType::kF32, DType::kBF16, DType::kF16}) {
       std::vector<HostTensor> mine = bindings_for(c, act);
       if (!provider->supports(signature_for(c, mine, act)).is_ok()) continue;
-      const std::string what = fmt::format("{} on {} case '{}' ({} activations)",
-                                           provider->descriptor().name, backend->name, c.name,
-                                           dtype_name(act));
+      const std::string what =
+          fmt::format("{} on {} case '{}' ({} activations)", provider->descriptor().name,
+                      backend->name, c.name, dtype_name(act));
       // The reference sees the same values in f32.
       std::vector<HostTensor> ref_in;
-      for (const HostTensor& t : mine) ref_in.push_back(t.follows_activation ? convert(t, DType::kF32) : t);
+      for (const HostTensor& t : mine)
+        ref_in.push_back(t.follows_activation ? convert(t, DType::kF32) : t);
       auto want = run(c, ref_in, DType::kF32, *reference, *cpu);
       ASSERT_TRUE(want.is_ok()) << what << ": reference failed: " << want.status().to_string();
       auto got = run(c, mine, act, *provider, *backend);
@@ -239,14 +255,13 @@ TEST_P(ConformanceTest, MatchesCpuReference) {
   EXPECT_GT(ran, 0) << GetParam().provider << " supports none of the " << contract << " cases";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Providers, ConformanceTest, testing::ValuesIn(all_providers()),
-    [](const testing::TestParamInfo<ProviderId>& info) {
-      std::string s = info.param.backend + "_" + info.param.provider;
-      for (char& ch : s)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-      return s;
-    });
+INSTANTIATE_TEST_SUITE_P(Providers, ConformanceTest, testing::ValuesIn(all_providers()),
+                         [](const testing::TestParamInfo<ProviderId>& info) {
+                           std::string s = info.param.backend + "_" + info.param.provider;
+                           for (char& ch : s)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
 
 TEST(ConformanceSuite, EveryStandardContractHasCases) {
   std::set<std::string> covered;

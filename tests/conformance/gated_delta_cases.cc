@@ -70,9 +70,9 @@ std::vector<Case> gated_delta_recurrent_attention_cases() {
           random_tensor(rng, wt, {s.v_heads, s.hidden}, -2 * sh, 2 * sh, false),
           random_tensor(rng, wt, {s.v_heads, s.hidden}, -2 * sh, 2 * sh, false),
           random_tensor(rng, wt, {conv_dim, s.kernel}, -0.6f, 0.6f, false),
-          random_tensor(rng, wt, {s.v_heads}, 0.0f, 2.7f, false),   // A = 1 .. 15
-          random_tensor(rng, wt, {s.v_heads}, 0.5f, 1.5f, false),   // dt_bias
-          random_tensor(rng, wt, {s.v_dim}, 0.7f, 1.3f, false),     // gated norm
+          random_tensor(rng, wt, {s.v_heads}, 0.0f, 2.7f, false),  // A = 1 .. 15
+          random_tensor(rng, wt, {s.v_heads}, 0.5f, 1.5f, false),  // dt_bias
+          random_tensor(rng, wt, {s.v_dim}, 0.7f, 1.3f, false),    // gated norm
           random_tensor(rng, wt, {s.hidden, vd}, -so, so, false),
           std::move(conv_state),
           std::move(delta_state),

@@ -1,6 +1,6 @@
-#include "tests/conformance/conformance.h"
-
 #include <cstring>
+
+#include "tests/conformance/conformance.h"
 
 namespace ferrite::conformance {
 
@@ -15,7 +15,9 @@ HostTensor random_tensor(CaseRng& rng, DType dtype, Shape shape, float lo, float
   for (int64_t i = 0; i < n; ++i) {
     float v = rng.uniform(lo, hi);
     switch (dtype) {
-      case DType::kF32: std::memcpy(&t.bytes[4 * i], &v, 4); break;
+      case DType::kF32:
+        std::memcpy(&t.bytes[4 * i], &v, 4);
+        break;
       case DType::kBF16: {
         uint16_t h = f32_to_bf16(v);
         std::memcpy(&t.bytes[2 * i], &h, 2);
@@ -26,8 +28,15 @@ HostTensor random_tensor(CaseRng& rng, DType dtype, Shape shape, float lo, float
         std::memcpy(&t.bytes[2 * i], &h, 2);
         break;
       }
-      case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
-      case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      case DType::kF8E4M3:
+      case DType::kU8:
+      case DType::kU32:
+      case DType::kI32:
+      case DType::kI64:
+      case DType::kQ8_0:
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+      case DType::kQ6_K:
         FERRITE_CHECK(false) << "random_tensor of " << dtype_name(dtype);
     }
   }

@@ -25,7 +25,8 @@ std::vector<Case> moe_cases(bool shared) {
         Case c;
         c.name = "e8_top" + std::to_string(top_k) + (normalize ? "_norm_" : "_raw_") +
                  std::string(dtype_name(wt));
-        c.contract = shared ? &routed_shared_swiglu_moe::contract() : &routed_swiglu_moe::contract();
+        c.contract =
+            shared ? &routed_shared_swiglu_moe::contract() : &routed_swiglu_moe::contract();
         c.attrs.set("hidden_size", u(hidden))
             .set("num_experts", u(experts))
             .set("top_k", u(top_k))
@@ -49,8 +50,10 @@ std::vector<Case> moe_cases(bool shared) {
         if (shared) {
           const float ss = 1.0f / std::sqrt(static_cast<float>(shared_inter));
           c.bindings.push_back(random_tensor(rng, wt, {1, hidden}, -2 * sh, 2 * sh, false));
-          c.bindings.push_back(random_tensor(rng, wt, {shared_inter, hidden}, -2 * sh, 2 * sh, false));
-          c.bindings.push_back(random_tensor(rng, wt, {shared_inter, hidden}, -2 * sh, 2 * sh, false));
+          c.bindings.push_back(
+              random_tensor(rng, wt, {shared_inter, hidden}, -2 * sh, 2 * sh, false));
+          c.bindings.push_back(
+              random_tensor(rng, wt, {shared_inter, hidden}, -2 * sh, 2 * sh, false));
           c.bindings.push_back(random_tensor(rng, wt, {hidden, shared_inter}, -ss, ss, false));
         }
         out.push_back(std::move(c));

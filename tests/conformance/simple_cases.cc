@@ -59,9 +59,10 @@ std::vector<Case> rms_norm_cases() {
           c.contract = &rms_norm::contract();
           c.attrs.set("hidden_size", u(hidden)).set("eps", 1e-6).set("zero_centred", zc);
           add_sequence(c, static_cast<int32_t>(tokens), 0);
-          c.bindings = {random_tensor(rng, DType::kF32, {tokens, hidden}, -3, 3, true),
-                        random_tensor(rng, wt, {hidden}, zc ? -0.5f : 0.5f, zc ? 0.5f : 1.5f, false),
-                        zeros(DType::kF32, {tokens, hidden}, true)};
+          c.bindings = {
+              random_tensor(rng, DType::kF32, {tokens, hidden}, -3, 3, true),
+              random_tensor(rng, wt, {hidden}, zc ? -0.5f : 0.5f, zc ? 0.5f : 1.5f, false),
+              zeros(DType::kF32, {tokens, hidden}, true)};
           out.push_back(std::move(c));
         }
       }

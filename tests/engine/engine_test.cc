@@ -1,12 +1,13 @@
 // Engine: continuous batching gives the same greedy tokens as generate();
 // preemption under a tiny KV pool completes every request; the prefix cache
 // reuses pages without changing outputs; cancellation frees pages.
+#include "engine/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <thread>
 
-#include "engine/engine.h"
 #include "engine/generator.h"
 
 namespace ferrite {
@@ -41,7 +42,8 @@ std::vector<uint32_t> tokens_of(const Engine::Completion& c) {
 }
 
 // Serial reference: one request at a time through generate().
-std::vector<uint32_t> reference(ModelRunner& runner, const std::vector<uint32_t>& p, int max_tokens) {
+std::vector<uint32_t> reference(ModelRunner& runner, const std::vector<uint32_t>& p,
+                                int max_tokens) {
   GenerationRequest r;
   r.prompt = p;
   r.max_tokens = max_tokens;

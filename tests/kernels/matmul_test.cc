@@ -72,10 +72,16 @@ TEST(Matmul, BitwiseCanonicalAcrossThreadsAndBatch) {
   struct Shape {
     int64_t tokens, in, out;
   };
-  const Shape shapes[] = {{1, 1000, 37}, {3, 129, 250}, {7, 64, 13},
-                          {8, 1000, 61}, {33, 17, 100}, {300, 257, 45},
+  const Shape shapes[] = {{1, 1000, 37},
+                          {3, 129, 250},
+                          {7, 64, 13},
+                          {8, 1000, 61},
+                          {33, 17, 100},
+                          {300, 257, 45},
                           // Rows long enough to be reduced in blocks.
-                          {20, 1500, 19}, {9, 2049, 7}, {70, 3072, 13}};
+                          {20, 1500, 19},
+                          {9, 2049, 7},
+                          {70, 3072, 13}};
   uint32_t seed = 100;
   for (DType dt : kDtypes) {
     for (const Shape& s : shapes) {
@@ -94,8 +100,8 @@ TEST(Matmul, BitwiseCanonicalAcrossThreadsAndBatch) {
           ASSERT_TRUE(same_bits(y0[k], c) && same_bits(y1[k], c) && same_bits(y2[k], c) &&
                       same_bits(single[o], c))
               << dtype_name(dt) << " tokens=" << s.tokens << " in=" << s.in << " out=" << s.out
-              << " t=" << t << " o=" << o << ": " << y0[k] << " " << y1[k] << " " << y2[k]
-              << " " << single[o] << " vs " << c;
+              << " t=" << t << " o=" << o << ": " << y0[k] << " " << y1[k] << " " << y2[k] << " "
+              << single[o] << " vs " << c;
         }
       }
     }

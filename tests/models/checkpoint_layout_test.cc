@@ -8,9 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <regex>
-
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "engine/generator.h"
 #include "formats/safetensors.h"

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/generator.h"
@@ -65,7 +64,8 @@ class GoldenTest : public testing::TestWithParam<GoldenCase> {
   }
 
   // max|a - b| <= 2e-3 * max(1, max|b|), as tests/models/README.md states.
-  static void expect_close(const float* got, const float* want, int64_t n, const std::string& what) {
+  static void expect_close(const float* got, const float* want, int64_t n,
+                           const std::string& what) {
     double max_abs = 1.0, max_diff = 0;
     for (int64_t i = 0; i < n; ++i) max_abs = std::max(max_abs, std::fabs(double(want[i])));
     int64_t worst = 0;
@@ -73,8 +73,8 @@ class GoldenTest : public testing::TestWithParam<GoldenCase> {
       double d = std::fabs(double(got[i]) - want[i]);
       if (d > max_diff) max_diff = d, worst = i;
     }
-    EXPECT_LE(max_diff, 2e-3 * max_abs) << what << ": worst index " << worst << " got "
-                                        << got[worst] << " want " << want[worst];
+    EXPECT_LE(max_diff, 2e-3 * max_abs)
+        << what << ": worst index " << worst << " got " << got[worst] << " want " << want[worst];
   }
 
   // Runs a forward over `prompts` as sequences of one step; returns logits.
@@ -83,7 +83,8 @@ class GoldenTest : public testing::TestWithParam<GoldenCase> {
     StepBatch batch;
     std::vector<std::vector<int32_t>> pages(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {
-      EXPECT_TRUE(plan.pages().allocate(plan.pages().pages_for(prompts[s].size()), &pages[s]).is_ok());
+      EXPECT_TRUE(
+          plan.pages().allocate(plan.pages().pages_for(prompts[s].size()), &pages[s]).is_ok());
       SequenceSlice slice;
       slice.token_begin = batch.num_tokens();
       slice.token_count = static_cast<int32_t>(prompts[s].size());
@@ -146,7 +147,8 @@ TEST_P(GoldenTest, CachedDecodeLogits) {
     int64_t rows = 0;
     std::vector<float> want = golden_rows(std::string(which) + ".decode_logits", &rows);
     std::vector<int32_t> pages;
-    ASSERT_TRUE(plan.pages().allocate(plan.pages().pages_for(ids.size() + fed.size()), &pages).is_ok());
+    ASSERT_TRUE(
+        plan.pages().allocate(plan.pages().pages_for(ids.size() + fed.size()), &pages).is_ok());
     int32_t slot = -1;
     if (plan.has_recurrent_state()) {
       slot = *plan.slots().allocate();
@@ -188,7 +190,8 @@ TEST_P(GoldenTest, GreedyTokensOneShotChunkedAndBatched) {
   }
   auto batched = generate(*runner_, reqs);
   ASSERT_TRUE(batched.is_ok()) << batched.status().to_string();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ((*batched)[i].tokens, want[i]) << "batched " << i;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ((*batched)[i].tokens, want[i]) << "batched " << i;
   for (int32_t chunk : {1, 7, 64}) {
     if (chunk == 1 && GetParam().providers == "reference") continue;  // slow and redundant
     auto chunked = generate(*runner_, reqs, nullptr, nullptr, chunk);
@@ -241,7 +244,8 @@ TEST_P(GoldenTest, ChunkedPrefillEqualsOneShotAndTokenByToken) {
   for (int32_t chunk : {1, 7, 64}) {
     if (chunk == 1 && GetParam().providers == "reference") continue;  // slow and redundant
     const std::vector<float> got = feed(chunk);
-    expect_close(got.data(), one_shot.data(), vocab, "chunks of " + std::to_string(chunk) + " vs one-shot");
+    expect_close(got.data(), one_shot.data(), vocab,
+                 "chunks of " + std::to_string(chunk) + " vs one-shot");
     expect_close(got.data(), &want[(rows - 1) * vocab], vocab,
                  "chunks of " + std::to_string(chunk) + " vs golden");
   }

@@ -29,12 +29,14 @@ ModelProgram tiny_program(DType norm_dtype) {
   n.name = "norm";
   n.contract_id = "rms_norm";
   n.attrs.set("hidden_size", uint64_t{4}).set("eps", 1e-6);
-  n.bindings = {BindingRef::value("hidden"), BindingRef::weight("norm"), BindingRef::value("normed")};
+  n.bindings = {BindingRef::value("hidden"), BindingRef::weight("norm"),
+                BindingRef::value("normed")};
   ProgramNode h;
   h.name = "head";
   h.contract_id = "last_token_dense_linear";
   h.attrs.set("hidden_size", uint64_t{4}).set("vocab_size", uint64_t{8});
-  h.bindings = {BindingRef::value("normed"), BindingRef::weight("emb"), BindingRef::value("logits")};
+  h.bindings = {BindingRef::value("normed"), BindingRef::weight("emb"),
+                BindingRef::value("logits")};
   p.nodes = {e, n, h};
   return p;
 }

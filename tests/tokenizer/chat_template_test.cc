@@ -59,8 +59,10 @@ TEST(Jinja, ExpressionsAndPythonSemantics) {
             "é olléh [2, 3] c");
   EXPECT_EQ(render("{{ '  x  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'a,b,,c'.split(',') }}"),
             "x|hi|['a', 'b', '', 'c']");
-  EXPECT_EQ(render("{{ 'a b  c'.split() }} {{ 'abc'.startswith('ab') }} {{ 'abc'.endswith(('x', 'c')) }}"),
-            "['a', 'b', 'c'] True True");
+  EXPECT_EQ(
+      render(
+          "{{ 'a b  c'.split() }} {{ 'abc'.startswith('ab') }} {{ 'abc'.endswith(('x', 'c')) }}"),
+      "['a', 'b', 'c'] True True");
   EXPECT_EQ(render("{{ 'Hello'.upper() }} {{ 'Hello'.lower() }} {{ 'a-b'.replace('-', '+') }}"),
             "HELLO hello a+b");
   EXPECT_EQ(render("{{ x.a.b }}", {{"x", {{"a", {{"b", 5}}}}}}), "5");
@@ -71,17 +73,20 @@ TEST(Jinja, ExpressionsAndPythonSemantics) {
 }
 
 TEST(Jinja, FiltersAndTests) {
-  ordered_json vars = {{"tools", ordered_json::array({{{"name", "f"}, {"n", 1.5}, {"u", "é\n\""}}})}};
+  ordered_json vars = {
+      {"tools", ordered_json::array({{{"name", "f"}, {"n", 1.5}, {"u", "é\n\""}}})}};
   EXPECT_EQ(render("{{ tools[0] | tojson }}", vars), R"({"name": "f", "n": 1.5, "u": "é\n\""})");
   EXPECT_EQ(render("{{ tools[0] | tojson(indent=2) }}", vars),
             "{\n  \"name\": \"f\",\n  \"n\": 1.5,\n  \"u\": \"é\\n\\\"\"\n}");
-  EXPECT_EQ(render("{{ {'b': 1, 'a': [1, {}]} | tojson(sort_keys=true) }}"), R"({"a": [1, {}], "b": 1})");
+  EXPECT_EQ(render("{{ {'b': 1, 'a': [1, {}]} | tojson(sort_keys=true) }}"),
+            R"({"a": [1, {}], "b": 1})");
   EXPECT_EQ(render("{{ [3, 1] | length }} {{ 'héllo' | length }} {{ '  x ' | trim }}"), "2 5 x");
   EXPECT_EQ(render("{{ ['a', 'b'] | join(', ') }} {{ [1, 2] | first }} {{ [1, 2] | last }}"),
             "a, b 1 2");
   EXPECT_EQ(render("{{ x | default('d') }} {{ '' | default('d', true) }}"), "d d");
-  EXPECT_EQ(render("{{ [{'r': 'a'}, {'r': 'b'}] | selectattr('r', 'equalto', 'b') | list | length }}"),
-            "1");
+  EXPECT_EQ(
+      render("{{ [{'r': 'a'}, {'r': 'b'}] | selectattr('r', 'equalto', 'b') | list | length }}"),
+      "1");
   EXPECT_EQ(render("{{ [{'r': 'a'}, {'r': 'b'}] | map(attribute='r') | join }}"), "ab");
   EXPECT_EQ(render("{{ x is defined }} {{ none is none }} {{ 1 is number }} {{ 'a' is string }} "
                    "{{ {} is mapping }} {{ [] is iterable }} {{ 3 is odd }} {{ false is false }}"),
@@ -150,7 +155,8 @@ ordered_json weather_tools() {
 TEST_F(NpmTemplateTest, Qwen3HandChecked) {
   ChatTemplate t = load("qwen3");
   ordered_json user = ordered_json::array({{{"role", "user"}, {"content", "Hi"}}});
-  EXPECT_EQ(*t.render(user, nullptr, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*t.render(user, nullptr, true),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(*t.render(user, nullptr, true, {{"enable_thinking", false}}),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
   ordered_json chat = ordered_json::parse(R"([{"role": "system", "content": "S"},
@@ -215,8 +221,8 @@ TEST(ChatTemplateGoldens, MatchTransformers) {
     std::ifstream in(f);
     ordered_json g = ordered_json::parse(in);
     // "template_dir": relative to the repo root; "template_file": an override template.
-    Result<ChatTemplate> t = ChatTemplate::load((testing::source_dir() /
-                                                 g["template_dir"].get<std::string>()).string());
+    Result<ChatTemplate> t =
+        ChatTemplate::load((testing::source_dir() / g["template_dir"].get<std::string>()).string());
     ASSERT_TRUE(t.is_ok()) << t.status().to_string();
     if (g.contains("template_file") && !g["template_file"].is_null()) {
       std::ifstream tf(testing::source_dir() / g["template_file"].get<std::string>());
@@ -224,8 +230,8 @@ TEST(ChatTemplateGoldens, MatchTransformers) {
       t = ChatTemplate::from_source(src, g.value("special_tokens", ordered_json::object()));
       ASSERT_TRUE(t.is_ok()) << t.status().to_string();
     }
-    auto out = t->render(g["messages"], g["tools"], g["add_generation_prompt"].get<bool>(),
-                         g["kwargs"]);
+    auto out =
+        t->render(g["messages"], g["tools"], g["add_generation_prompt"].get<bool>(), g["kwargs"]);
     ASSERT_TRUE(out.is_ok()) << out.status().to_string();
     EXPECT_EQ(*out, g["expected"].get<std::string>());
   }

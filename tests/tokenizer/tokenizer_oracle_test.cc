@@ -30,11 +30,11 @@ TEST_P(OracleTest, IdsAndDecodeMatchHuggingFace) {
   if (!fs::exists(testing::node_modules())) GTEST_SKIP() << testing::kNoNodeModules;
   ASSERT_TRUE(fs::exists(dir / "tokenizer.json")) << dir << " missing: rerun install_npm_deps.sh";
   const fs::path corpus = testing::tokenizer_test_dir() / "data" / "corpus.json";
-  const fs::path out = fs::temp_directory_path() /
-                       ("ferrite_oracle_" + GetParam() + "_" + std::to_string(::getpid()) + ".json");
+  const fs::path out = fs::temp_directory_path() / ("ferrite_oracle_" + GetParam() + "_" +
+                                                    std::to_string(::getpid()) + ".json");
   const std::string cmd = "node \"" + (testing::tokenizer_test_dir() / "oracle.js").string() +
-                          "\" \"" + (dir / "tokenizer.json").string() + "\" \"" +
-                          corpus.string() + "\" \"" + out.string() + "\"";
+                          "\" \"" + (dir / "tokenizer.json").string() + "\" \"" + corpus.string() +
+                          "\" \"" + out.string() + "\"";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "oracle failed: " << cmd;
   const json expected = read_json(out);
   fs::remove(out);

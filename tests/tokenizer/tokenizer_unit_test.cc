@@ -29,10 +29,10 @@ TEST(Unicode, Validation) {
 
 TEST(Unicode, Nfc) {
   EXPECT_EQ(tokenizer::nfc("cafe\xCC\x81"), "caf\xC3\xA9");                 // e + acute
-  EXPECT_EQ(tokenizer::nfc("\xE2\x84\xAB"), "\xC3\x85");                     // Angstrom sign
+  EXPECT_EQ(tokenizer::nfc("\xE2\x84\xAB"), "\xC3\x85");                    // Angstrom sign
   EXPECT_EQ(tokenizer::nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "각");  // Hangul jamo
-  EXPECT_EQ(tokenizer::nfc("o\xCC\x88\xCC\x84"), "\xC8\xAB");               // o + diaeresis + macron
-  EXPECT_EQ(tokenizer::nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");      // reordered marks
+  EXPECT_EQ(tokenizer::nfc("o\xCC\x88\xCC\x84"), "\xC8\xAB");           // o + diaeresis + macron
+  EXPECT_EQ(tokenizer::nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");  // reordered marks
   EXPECT_EQ(tokenizer::nfc("plain ascii"), "plain ascii");
 }
 
@@ -53,8 +53,7 @@ TEST_F(NpmTokenizerTest, InvalidUtf8IsAClearError) {
   auto r = tok->encode("ok \xff bad", false);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("byte offset 3"), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("byte offset 3"), std::string::npos) << r.status().message();
   auto d = tok->decode(std::vector<uint32_t>{1u << 30}, false);
   EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
 }
@@ -105,7 +104,8 @@ TEST_F(NpmTokenizerTest, StreamDecoderByteSplitCharacters) {
     auto tok = load(name);
     // Each emoji / rare CJK character is several byte-level (or byte-fallback) tokens.
     const std::string text =
-        "Hi 😀👨‍👩‍👧‍👦 𠀀𠀁 鿿 naïve ﷽ 🇯🇵 end. " + std::string(300, 'x') + " 😀 <|im_start|> ok";
+        "Hi 😀👨‍👩‍👧‍👦 𠀀𠀁 鿿 naïve ﷽ 🇯🇵 end. " +
+        std::string(300, 'x') + " 😀 <|im_start|> ok";
     auto ids = *tok->encode(text, false);
     expect_stream_matches(*tok, ids, false);
     expect_stream_matches(*tok, ids, true);
@@ -133,8 +133,7 @@ TEST_F(NpmTokenizerTest, StreamDecoderHoldsPartialCharacter) {
 
 TEST_F(NpmTokenizerTest, StreamDecoderSentencePieceLeadingSpace) {
   auto tok = load("llama2");
-  auto ids = *tok->encode("Hello world, this is a long stream of words to slide the window.",
-                          true);
+  auto ids = *tok->encode("Hello world, this is a long stream of words to slide the window.", true);
   expect_stream_matches(*tok, ids, true);
 }
 

@@ -11,6 +11,8 @@
 // parallel; attention runs one (token, head) pair per work item with a
 // softmax over the token's own causal span, each item computed by one thread
 // in a fixed order (so results do not depend on the batch or thread count).
+#include "contracts/causal_paged_attention.h"
+
 #include <cmath>
 #include <vector>
 
@@ -19,7 +21,6 @@
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
-#include "contracts/causal_paged_attention.h"
 #include "contracts/rope.h"
 
 namespace ferrite::cpu {
@@ -27,11 +28,24 @@ namespace {
 
 inline void store_f32(void* data, DType dt, int64_t i, float v) {
   switch (dt) {
-    case DType::kF32: static_cast<float*>(data)[i] = v; return;
-    case DType::kBF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(v); return;
-    case DType::kF16: static_cast<uint16_t*>(data)[i] = f32_to_f16(v); return;
-    case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
-    case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kF32:
+      static_cast<float*>(data)[i] = v;
+      return;
+    case DType::kBF16:
+      static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
+      return;
+    case DType::kF16:
+      static_cast<uint16_t*>(data)[i] = f32_to_f16(v);
+      return;
+    case DType::kF8E4M3:
+    case DType::kU8:
+    case DType::kU32:
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
       break;
   }
   FERRITE_CHECK(false) << "KV cache dtype " << dtype_name(dt);
@@ -103,7 +117,8 @@ class CausalPagedAttentionReference final : public Provider {
             const int64_t page = seq.block_table[pos / page_size];
             const int64_t base = ((page * page_size + pos % page_size) * nkv + kvh) * hd;
             double s = 0;
-            for (int64_t d = 0; d < hd; ++d) s += qh[d] * static_cast<double>(weight_at(kc, base + d));
+            for (int64_t d = 0; d < hd; ++d)
+              s += qh[d] * static_cast<double>(weight_at(kc, base + d));
             scores[pos] = s * scale;
             mx = std::max(mx, scores[pos]);
           }
@@ -129,11 +144,10 @@ class CausalPagedAttentionReference final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.causal_paged_attention",
-                                            "causal_paged_attention", kReferencePriority,
-                                            "scalar, paged KV", /*paged_kv=*/true);
+  ProviderDescriptor desc_ =
+      cpu_descriptor("cpu.reference.causal_paged_attention", "causal_paged_attention",
+                     kReferencePriority, "scalar, paged KV", /*paged_kv=*/true);
 };
-
 
 class CausalPagedAttentionFast final : public Provider {
  public:
@@ -186,8 +200,8 @@ class CausalPagedAttentionFast final : public Provider {
       max_context = std::max<int64_t>(max_context, seq.position_start + seq.token_count);
     // One scores row per part; the workspace was sized for the planned
     // thread count, so never use more parts than it holds.
-    const int64_t parts = std::min<int64_t>({pool ? pool->size() : 1, tokens * nh,
-                                             scratch.remaining_floats() / (max_context + hd)});
+    const int64_t parts = std::min<int64_t>(
+        {pool ? pool->size() : 1, tokens * nh, scratch.remaining_floats() / (max_context + hd)});
     if (parts < 1) return internal_error("attention workspace smaller than one scores row");
     float* per_part = scratch.floats(parts * (max_context + hd));
 
@@ -228,12 +242,14 @@ class CausalPagedAttentionFast final : public Provider {
         const int64_t pos = position_of(t);
         for (int64_t h = 0; h < nh; ++h) {
           float* qh = q + t * q_rows + h * q_stride;
-          if (p.qk_norm) rms_norm_row(qh, b[kQNorm].data, b[kQNorm].dtype, hd, eps, p.zero_centred, qh);
+          if (p.qk_norm)
+            rms_norm_row(qh, b[kQNorm].data, b[kQNorm].dtype, hd, eps, p.zero_centred, qh);
           apply_rope(qh, pos, inv_freq);
         }
         for (int64_t h = 0; h < nkv; ++h) {
           float* kh = k + t * kv_rows + h * hd;
-          if (p.qk_norm) rms_norm_row(kh, b[kKNorm].data, b[kKNorm].dtype, hd, eps, p.zero_centred, kh);
+          if (p.qk_norm)
+            rms_norm_row(kh, b[kKNorm].data, b[kKNorm].dtype, hd, eps, p.zero_centred, kh);
           apply_rope(kh, pos, inv_freq);
         }
         const SequenceSlice& seq = inv.batch->sequences[token_seq[t]];
@@ -241,8 +257,10 @@ class CausalPagedAttentionFast final : public Provider {
         store_row(v + t * kv_rows, vc.dtype, kv_rows, kv_row(vc, seq, pos));
       }
     };
-    if (pool) pool->parallel_for(tokens, per_token, 4);
-    else per_token(0, tokens);
+    if (pool)
+      pool->parallel_for(tokens, per_token, 4);
+    else
+      per_token(0, tokens);
 
     // Attention: one (token, head) per item; items split in `parts` ranges.
     const int64_t items = tokens * nh;
@@ -286,20 +304,33 @@ class CausalPagedAttentionFast final : public Provider {
  private:
   static void store_row(const float* src, DType dt, int64_t n, void* dst) {
     switch (dt) {
-      case DType::kF32: std::copy_n(src, n, static_cast<float*>(dst)); return;
-      case DType::kBF16: f32_to_bf16_row(src, static_cast<uint16_t*>(dst), n); return;
-      case DType::kF16: f32_to_f16_row(src, static_cast<uint16_t*>(dst), n); return;
-      case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
-      case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      case DType::kF32:
+        std::copy_n(src, n, static_cast<float*>(dst));
+        return;
+      case DType::kBF16:
+        f32_to_bf16_row(src, static_cast<uint16_t*>(dst), n);
+        return;
+      case DType::kF16:
+        f32_to_f16_row(src, static_cast<uint16_t*>(dst), n);
+        return;
+      case DType::kF8E4M3:
+      case DType::kU8:
+      case DType::kU32:
+      case DType::kI32:
+      case DType::kI64:
+      case DType::kQ8_0:
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+      case DType::kQ6_K:
         break;
     }
     FERRITE_CHECK(false) << "KV cache dtype " << dtype_name(dt);
   }
 
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.causal_paged_attention",
-                                            "causal_paged_attention", kFastPriority,
-                                            "GEMM projections, per-head SIMD attention, paged KV",
-                                            /*paged_kv=*/true);
+  ProviderDescriptor desc_ =
+      cpu_descriptor("cpu.fast.causal_paged_attention", "causal_paged_attention", kFastPriority,
+                     "GEMM projections, per-head SIMD attention, paged KV",
+                     /*paged_kv=*/true);
 };
 
 }  // namespace

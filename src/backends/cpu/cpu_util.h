@@ -11,11 +11,21 @@ namespace ferrite::cpu {
 
 inline float load_f32(const void* data, DType dt, int64_t i) {
   switch (dt) {
-    case DType::kF32: return static_cast<const float*>(data)[i];
-    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
-    case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kF32:
+      return static_cast<const float*>(data)[i];
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF8E4M3:
+    case DType::kU8:
+    case DType::kU32:
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
       break;
   }
   FERRITE_CHECK(false) << "load_f32 of " << dtype_name(dt);

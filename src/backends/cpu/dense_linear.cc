@@ -1,8 +1,9 @@
 // dense_linear on CPU.
+#include "contracts/dense_linear.h"
+
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/reference_math.h"
-#include "contracts/dense_linear.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -27,7 +28,6 @@ class DenseLinearReference final : public Provider {
       cpu_descriptor("cpu.reference.dense_linear", "dense_linear", kReferencePriority, "scalar");
 };
 
-
 class DenseLinearFast final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
@@ -48,8 +48,8 @@ class DenseLinearFast final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.dense_linear", "dense_linear",
-                                            kFastPriority, "SIMD GEMV/GEMM on stored weights");
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.dense_linear", "dense_linear", kFastPriority,
+                                            "SIMD GEMV/GEMM on stored weights");
 };
 
 }  // namespace
@@ -57,7 +57,6 @@ class DenseLinearFast final : public Provider {
 std::unique_ptr<Provider> make_dense_linear_reference() {
   return std::make_unique<DenseLinearReference>();
 }
-
 
 std::unique_ptr<Provider> make_dense_linear_fast() { return std::make_unique<DenseLinearFast>(); }
 

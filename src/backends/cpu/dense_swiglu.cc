@@ -1,10 +1,11 @@
 // dense_swiglu on CPU: pre-norm, gate/up, SiLU product, down, residual add.
-#include "backends/cpu/cpu_providers.h"
-#include "backends/cpu/kernels/vec.h"
-#include "backends/cpu/kernels/matmul.h"
-#include "backends/cpu/fast_util.h"
-#include "backends/cpu/reference_math.h"
 #include "contracts/dense_swiglu.h"
+
+#include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/fast_util.h"
+#include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/kernels/vec.h"
+#include "backends/cpu/reference_math.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -35,7 +36,6 @@ class DenseSwigluReference final : public Provider {
   ProviderDescriptor desc_ =
       cpu_descriptor("cpu.reference.dense_swiglu", "dense_swiglu", kReferencePriority, "scalar");
 };
-
 
 class DenseSwigluFast final : public Provider {
  public:
@@ -71,8 +71,8 @@ class DenseSwigluFast final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.dense_swiglu", "dense_swiglu",
-                                            kFastPriority, "SIMD GEMM, fused residual");
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.dense_swiglu", "dense_swiglu", kFastPriority,
+                                            "SIMD GEMM, fused residual");
 };
 
 }  // namespace
@@ -80,7 +80,6 @@ class DenseSwigluFast final : public Provider {
 std::unique_ptr<Provider> make_dense_swiglu_reference() {
   return std::make_unique<DenseSwigluReference>();
 }
-
 
 std::unique_ptr<Provider> make_dense_swiglu_fast() { return std::make_unique<DenseSwigluFast>(); }
 

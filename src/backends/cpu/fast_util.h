@@ -24,7 +24,8 @@ class Scratch {
       : base_(static_cast<char*>(inv.workspace)), cap_(inv.workspace_bytes) {}
   float* floats(int64_t n) {
     int64_t start = (used_ + 63) / 64 * 64;
-    FERRITE_CHECK(start + 4 * n <= cap_) << "workspace too small: " << start + 4 * n << " > " << cap_;
+    FERRITE_CHECK(start + 4 * n <= cap_)
+        << "workspace too small: " << start + 4 * n << " > " << cap_;
     used_ = start + 4 * n;
     return reinterpret_cast<float*>(base_ + start);
   }

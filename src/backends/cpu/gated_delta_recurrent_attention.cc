@@ -11,6 +11,8 @@
 // representation of transformers' torch_chunk_gated_delta_rule, as small
 // dense products); single tokens and short spans use the recurrent form.
 // Every output element is computed by one thread in a fixed order.
+#include "contracts/gated_delta_recurrent_attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -20,7 +22,6 @@
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
-#include "contracts/gated_delta_recurrent_attention.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -69,8 +70,7 @@ class GatedDeltaReference final : public Provider {
           acc += static_cast<double>(weight_at(b[kConvWeight], ch * Kc + Kc - 1)) * x[ch];
           c[ch] = ref::silu(static_cast<float>(acc));
         }
-        for (int64_t i = 0; i + 1 < Kc - 1; ++i)
-          std::copy_n(cs + (i + 1) * C, C, cs + i * C);
+        for (int64_t i = 0; i + 1 < Kc - 1; ++i) std::copy_n(cs + (i + 1) * C, C, cs + i * C);
         if (Kc > 1) std::copy_n(x.data(), C, cs + (Kc - 2) * C);
         // The delta rule, per value head.
         for (int64_t h = 0; h < Hv; ++h) {
@@ -118,8 +118,8 @@ class GatedDeltaReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.gated_delta_recurrent_attention",
-                                            "gated_delta_recurrent_attention",
-                                            kReferencePriority, "scalar, recurrent form");
+                                            "gated_delta_recurrent_attention", kReferencePriority,
+                                            "scalar, recurrent form");
 };
 
 // Spans of at least this many tokens use the chunked form.
@@ -137,9 +137,8 @@ class GatedDeltaFast final : public Provider {
     const int64_t dv = static_cast<int64_t>(p.v_head_dim);
     const int64_t Hv = static_cast<int64_t>(p.num_v_heads);
     return Scratch::bytes_for({t * static_cast<int64_t>(p.hidden_size),
-                               t * static_cast<int64_t>(p.conv_dim()), t * Hv * dv, t * Hv,
-                               t * Hv, t * Hv * dv,
-                               planned_threads(limits) * per_item_floats(dk, dv)});
+                               t * static_cast<int64_t>(p.conv_dim()), t * Hv * dv, t * Hv, t * Hv,
+                               t * Hv * dv, planned_threads(limits) * per_item_floats(dk, dv)});
   }
 
   Status encode(const Invocation& inv) const override {
@@ -201,8 +200,10 @@ class GatedDeltaFast final : public Provider {
         }
       }
     };
-    if (pool) pool->parallel_for(C, conv, 64);
-    else conv(0, C);
+    if (pool)
+      pool->parallel_for(C, conv, 64);
+    else
+      conv(0, C);
 
     // The delta rule and the gated norm: one (sequence, value head) per item.
     const int64_t items = S * Hv;
@@ -253,7 +254,9 @@ class GatedDeltaFast final : public Provider {
       const float sp = a > 20.0f ? a : std::log1p(std::exp(a));
       return A * sp;
     }
-    float beta(const float* bb, int64_t t) const { return 1.0f / (1.0f + std::exp(-bb[t * Hv + h])); }
+    float beta(const float* bb, int64_t t) const {
+      return 1.0f / (1.0f + std::exp(-bb[t * Hv + h]));
+    }
     // Normalised q (with 1/sqrt(dk)) and k of token t.
     void qk(const float* x, int64_t t, float* qo, float* ko) const {
       const float* qs = q(x, t);
@@ -303,8 +306,8 @@ class GatedDeltaFast final : public Provider {
   //   (I - A)^-1 applied to vb and to kb * exp(G): W = T vb, Kc = T (kb exp(G));
   //   v' = W - Kc S;  o = (q exp(G)) S + (q k^T * exp(G_i - G_j), lower incl.) v'
   //   S = exp(G_last) S + (k * exp(G_last - G))^T v'.
-  static void run_chunked(const Head& hd, const SequenceSlice& seq, const float* x,
-                          const float* bb, const float* aa, float* S, float* y, float* ws) {
+  static void run_chunked(const Head& hd, const SequenceSlice& seq, const float* x, const float* bb,
+                          const float* aa, float* S, float* y, float* ws) {
     const int64_t dk = hd.dk, dv = hd.dv;
     float* Q = ws;                    // [L, dk] normalised, scaled q
     float* K = Q + kChunk * dk;       // [L, dk]

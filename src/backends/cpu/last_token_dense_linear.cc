@@ -1,9 +1,10 @@
 // last_token_dense_linear on CPU: the LM head on each sequence's last row.
-#include "backends/cpu/cpu_providers.h"
-#include "backends/cpu/kernels/matmul.h"
-#include "backends/cpu/fast_util.h"
-#include "backends/cpu/reference_math.h"
 #include "contracts/last_token_dense_linear.h"
+
+#include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/fast_util.h"
+#include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/reference_math.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -31,7 +32,6 @@ class LastTokenDenseLinearReference final : public Provider {
       cpu_descriptor("cpu.reference.last_token_dense_linear", "last_token_dense_linear",
                      kReferencePriority, "scalar");
 };
-
 
 class LastTokenDenseLinearFast final : public Provider {
  public:
@@ -61,8 +61,8 @@ class LastTokenDenseLinearFast final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.fast.last_token_dense_linear", "last_token_dense_linear",
-                     kFastPriority, "gather last rows + SIMD GEMM");
+      cpu_descriptor("cpu.fast.last_token_dense_linear", "last_token_dense_linear", kFastPriority,
+                     "gather last rows + SIMD GEMM");
 };
 
 }  // namespace
@@ -70,7 +70,6 @@ class LastTokenDenseLinearFast final : public Provider {
 std::unique_ptr<Provider> make_last_token_dense_linear_reference() {
   return std::make_unique<LastTokenDenseLinearReference>();
 }
-
 
 std::unique_ptr<Provider> make_last_token_dense_linear_fast() {
   return std::make_unique<LastTokenDenseLinearFast>();

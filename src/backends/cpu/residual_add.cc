@@ -1,7 +1,8 @@
 // residual_add on CPU (element-wise; the reference is already memory bound).
+#include "contracts/residual_add.h"
+
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/cpu_util.h"
-#include "contracts/residual_add.h"
 
 namespace ferrite::cpu {
 namespace {

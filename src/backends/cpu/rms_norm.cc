@@ -1,9 +1,10 @@
 // rms_norm on CPU: reference (scalar, double sums) and fast (SIMD row kernel,
 // rows split over threads).
+#include "contracts/rms_norm.h"
+
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
-#include "contracts/rms_norm.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -27,7 +28,6 @@ class RmsNormReference final : public Provider {
       cpu_descriptor("cpu.reference.rms_norm", "rms_norm", kReferencePriority, "scalar");
 };
 
-
 class RmsNormFast final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
@@ -49,7 +49,6 @@ class RmsNormFast final : public Provider {
 }  // namespace
 
 std::unique_ptr<Provider> make_rms_norm_reference() { return std::make_unique<RmsNormReference>(); }
-
 
 std::unique_ptr<Provider> make_rms_norm_fast() { return std::make_unique<RmsNormFast>(); }
 

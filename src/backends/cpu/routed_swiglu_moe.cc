@@ -13,6 +13,8 @@
 // transformers' index_add), then the shared expert's, then the residual.
 // Every output element is computed by one thread in a fixed order, so
 // results do not depend on the thread count or on the batch composition.
+#include "contracts/routed_swiglu_moe.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -24,7 +26,6 @@
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
 #include "contracts/routed_shared_swiglu_moe.h"
-#include "contracts/routed_swiglu_moe.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -42,9 +43,8 @@ void top_k(const float* p, int64_t experts, int64_t k, bool normalize, int32_t* 
            float* weights) {
   std::vector<int32_t> order(experts);
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return p[a] > p[b] || (p[a] == p[b] && a < b);
-  });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
   std::sort(order.begin(), order.begin() + k);
   float sum = 0;
   for (int64_t i = 0; i < k; ++i) sum += p[order[i]];
@@ -58,10 +58,10 @@ class RoutedMoeReference final : public Provider {
  public:
   explicit RoutedMoeReference(bool shared)
       : shared_(shared),
-        desc_(cpu_descriptor(shared ? "cpu.reference.routed_shared_swiglu_moe"
-                                    : "cpu.reference.routed_swiglu_moe",
-                             shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe",
-                             kReferencePriority, "scalar, token by token")) {}
+        desc_(cpu_descriptor(
+            shared ? "cpu.reference.routed_shared_swiglu_moe" : "cpu.reference.routed_swiglu_moe",
+            shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe", kReferencePriority,
+            "scalar, token by token")) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
   Status encode(const Invocation& inv) const override {
@@ -124,10 +124,10 @@ class RoutedMoeFast final : public Provider {
  public:
   explicit RoutedMoeFast(bool shared)
       : shared_(shared),
-        desc_(cpu_descriptor(shared ? "cpu.fast.routed_shared_swiglu_moe"
-                                    : "cpu.fast.routed_swiglu_moe",
-                             shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe",
-                             kFastPriority, "router GEMM, tokens grouped by expert, SIMD GEMMs")) {}
+        desc_(cpu_descriptor(
+            shared ? "cpu.fast.routed_shared_swiglu_moe" : "cpu.fast.routed_swiglu_moe",
+            shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe", kFastPriority,
+            "router GEMM, tokens grouped by expert, SIMD GEMMs")) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
@@ -158,15 +158,15 @@ class RoutedMoeFast final : public Provider {
     Scratch scratch(inv);
     float* n = scratch.floats(T * H);
     float* logits = scratch.floats(T * E);
-    float* xs = scratch.floats(TK * H);       // gathered rows, expert-major
-    float* gu = scratch.floats(TK * 2 * I);   // [gate | up] per gathered row
-    float* ys = scratch.floats(TK * H);       // expert outputs per gathered row
+    float* xs = scratch.floats(TK * H);      // gathered rows, expert-major
+    float* gu = scratch.floats(TK * 2 * I);  // [gate | up] per gathered row
+    float* ys = scratch.floats(TK * H);      // expert outputs per gathered row
     float* out = scratch.floats(T * H);
     float* sgu = shared_ ? scratch.floats(T * 2 * Is) : nullptr;
     float* sgate = shared_ ? scratch.floats(T) : nullptr;
 
-    rms_norm(hidden, T, H, b[kNorm].data, b[kNorm].dtype, static_cast<float>(p.eps),
-             p.zero_centred, n, pool);
+    rms_norm(hidden, T, H, b[kNorm].data, b[kNorm].dtype, static_cast<float>(p.eps), p.zero_centred,
+             n, pool);
     matmul(n, T, H, b[kRouter].data, b[kRouter].dtype, E, logits, pool);
 
     // Routing: softmax in f32, top-k, grouping by expert.
@@ -190,8 +190,10 @@ class RoutedMoeFast final : public Provider {
       for (int64_t i = a; i < z; ++i)
         std::copy_n(n + (i / K) * H, H, xs + static_cast<int64_t>(slot_of[i]) * H);
     };
-    if (pool) pool->parallel_for(TK, gather, 8);
-    else gather(0, TK);
+    if (pool)
+      pool->parallel_for(TK, gather, 8);
+    else
+      gather(0, TK);
 
     // Work items: (expert, output row block) over the active experts.
     struct Item {
@@ -217,8 +219,10 @@ class RoutedMoeFast final : public Provider {
       auto body = [&](int64_t a, int64_t z) {
         for (int64_t i = a; i < z; ++i) fn(items[i]);
       };
-      if (pool) pool->parallel_for(static_cast<int64_t>(items.size()), body);
-      else body(0, static_cast<int64_t>(items.size()));
+      if (pool)
+        pool->parallel_for(static_cast<int64_t>(items.size()), body);
+      else
+        body(0, static_cast<int64_t>(items.size()));
     };
     const size_t gu_expert = dtype_bytes(b[kGateUp].dtype, 2 * I * H);
     const size_t down_expert = dtype_bytes(b[kDown].dtype, H * I);
@@ -226,14 +230,17 @@ class RoutedMoeFast final : public Provider {
     run_items(make_items(2 * I), [&](const Item& it) {
       const int64_t r0 = offset[it.expert], rows = offset[it.expert + 1] - r0;
       const char* w = static_cast<const char*>(b[kGateUp].data) + it.expert * gu_expert;
-      matmul_rows(xs + r0 * H, H, rows, H, w, b[kGateUp].dtype, it.r0, it.r1, gu + r0 * 2 * I + it.r0,
-                  2 * I, false, nullptr);
+      matmul_rows(xs + r0 * H, H, rows, H, w, b[kGateUp].dtype, it.r0, it.r1,
+                  gu + r0 * 2 * I + it.r0, 2 * I, false, nullptr);
     });
     auto act = [&](int64_t a, int64_t z) {
-      for (int64_t r = a; r < z; ++r) silu_mul(gu + r * 2 * I, gu + r * 2 * I + I, I, gu + r * 2 * I);
+      for (int64_t r = a; r < z; ++r)
+        silu_mul(gu + r * 2 * I, gu + r * 2 * I + I, I, gu + r * 2 * I);
     };
-    if (pool) pool->parallel_for(TK, act, 4);
-    else act(0, TK);
+    if (pool)
+      pool->parallel_for(TK, act, 4);
+    else
+      act(0, TK);
     run_items(make_items(H), [&](const Item& it) {
       const int64_t r0 = offset[it.expert], rows = offset[it.expert + 1] - r0;
       const char* w = static_cast<const char*>(b[kDown].data) + it.expert * down_expert;
@@ -246,8 +253,8 @@ class RoutedMoeFast final : public Provider {
       matmul(n, T, H, b[kSharedExpertGate].data, b[kSharedExpertGate].dtype, 1, sgate, pool);
       matmul_rows(n, H, T, H, b[kSharedGate].data, b[kSharedGate].dtype, 0, Is, sgu, 2 * Is, false,
                   pool);
-      matmul_rows(n, H, T, H, b[kSharedUp].data, b[kSharedUp].dtype, 0, Is, sgu + Is, 2 * Is,
-                  false, pool);
+      matmul_rows(n, H, T, H, b[kSharedUp].data, b[kSharedUp].dtype, 0, Is, sgu + Is, 2 * Is, false,
+                  pool);
       for (int64_t t = 0; t < T; ++t)
         silu_mul(sgu + t * 2 * Is, sgu + t * 2 * Is + Is, Is, sgu + t * 2 * Is);
       matmul_rows(sgu, 2 * Is, T, Is, b[kSharedDown].data, b[kSharedDown].dtype, 0, H, out, H,
@@ -266,8 +273,10 @@ class RoutedMoeFast final : public Provider {
         add_f32(acc.data(), hidden + t * H, H);
       }
     };
-    if (pool) pool->parallel_for(T, combine, 4);
-    else combine(0, T);
+    if (pool)
+      pool->parallel_for(T, combine, 4);
+    else
+      combine(0, T);
     return Status::ok();
   }
 

@@ -75,9 +75,8 @@ uint32_t sample_row(const std::vector<float>& row, const uint8_t* mask, const Sa
     if (!mask || mask[i]) ids.push_back(i);
   if (ids.empty()) return 0;
   // Sort by logit, descending; ties by id for determinism.
-  std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
-    return row[a] != row[b] ? row[a] > row[b] : a < b;
-  });
+  std::sort(ids.begin(), ids.end(),
+            [&](int64_t a, int64_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
   if (sp.top_k > 0 && static_cast<int64_t>(ids.size()) > sp.top_k) ids.resize(sp.top_k);
   std::vector<double> probs(ids.size());
   const double mx = row[ids[0]] / sp.temperature;
@@ -158,8 +157,8 @@ class SampleReference final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.last_token_sample",
-                                            "last_token_sample", kReferencePriority, "scalar");
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.last_token_sample", "last_token_sample",
+                                            kReferencePriority, "scalar");
 };
 
 }  // namespace

@@ -1,8 +1,9 @@
 // token_embedding on CPU: a row gather converted to f32. The same code serves
 // as reference and fast provider (it is a memory copy; nothing to speed up).
+#include "contracts/token_embedding.h"
+
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/cpu_util.h"
-#include "contracts/token_embedding.h"
 
 namespace ferrite::cpu {
 namespace {

@@ -132,10 +132,14 @@ constexpr auto kTiles = make_tiles<WL, kPrefetch>(std::make_index_sequence<kTile
 // Tiles that stream W of dtype t from memory (with prefetch).
 const TileFn* streaming_tiles(DType t) {
   switch (t) {
-    case DType::kF32: return kTiles<simd::F32, true>.data();
-    case DType::kBF16: return kTiles<simd::BF16, true>.data();
-    case DType::kF16: return kTiles<simd::F16, true>.data();
-    default: return nullptr;
+    case DType::kF32:
+      return kTiles<simd::F32, true>.data();
+    case DType::kBF16:
+      return kTiles<simd::BF16, true>.data();
+    case DType::kF16:
+      return kTiles<simd::F16, true>.data();
+    default:
+      return nullptr;
   }
 }
 // Tiles over an f32 panel already in cache.
@@ -146,8 +150,7 @@ inline TileFn tile(const TileFn* table, int64_t tt, int64_t to) {
 }
 
 template <typename WL>
-void pack_rows_impl(const void* wv, int64_t ldw, int64_t rows, int64_t n, float* dst,
-                    int64_t ldd) {
+void pack_rows_impl(const void* wv, int64_t ldw, int64_t rows, int64_t n, float* dst, int64_t ldd) {
   const auto* w = static_cast<const typename WL::T*>(wv);
   for (int64_t r = 0; r < rows; ++r) {
     const auto* src = w + r * ldw;
@@ -179,9 +182,9 @@ const char* at_row(const void* w, DType t, int64_t row, int64_t in) {
 // Decode / small batches: each row group of kTileO rows is read once from
 // memory and converted in registers; tokens are the inner loop so that the
 // rows stay in L1 for the later token tiles.
-void run_streaming(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w,
-                   DType wt, int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
-                   bool accumulate, ThreadPool* pool) {
+void run_streaming(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w, DType wt,
+                   int64_t o_begin, int64_t o_end, float* y, int64_t ldy, bool accumulate,
+                   ThreadPool* pool) {
   const TileFn* table = streaming_tiles(wt);
   int64_t rows = o_end - o_begin;
   int64_t groups = (rows + kTileO - 1) / kTileO;
@@ -209,9 +212,9 @@ void run_streaming(const float* x, int64_t ldx, int64_t tokens, int64_t in, cons
 // kTileO rows the item converts the panel to f32 once (per-thread scratch,
 // a few KiB to a few tens of KiB) and runs every token tile of its block
 // over it, the block's x rows staying in L2.
-void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w,
-                DType wt, int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
-                bool accumulate, ThreadPool* pool) {
+void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w, DType wt,
+                int64_t o_begin, int64_t o_end, float* y, int64_t ldy, bool accumulate,
+                ThreadPool* pool) {
   const TileFn* table = panel_tiles();
   const bool direct = wt == DType::kF32;
   int64_t rows = o_end - o_begin;
@@ -261,8 +264,8 @@ void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const v
           for (int64_t t0 = tb0; t0 < tb1; t0 += kTileT) {
             int64_t nt = std::min<int64_t>(kTileT, tb1 - t0);
             float* st = state.data() + (t0 - tb0) / kTileT * kStateFloats;
-            tile(table, nt, nr)(x + t0 * ldx + k0, ldx, panel + k0, ldw, k1 - k0,
-                                y + t0 * ldy + r0, ldy, accumulate, st, phase);
+            tile(table, nt, nr)(x + t0 * ldx + k0, ldx, panel + k0, ldw, k1 - k0, y + t0 * ldy + r0,
+                                ldy, accumulate, st, phase);
           }
         }
       }
@@ -299,13 +302,13 @@ void matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, const 
   }
 }
 
-void matmul(const float* x, int64_t tokens, int64_t in, const void* w, DType w_dtype,
-            int64_t out, float* y, ThreadPool* pool) {
+void matmul(const float* x, int64_t tokens, int64_t in, const void* w, DType w_dtype, int64_t out,
+            float* y, ThreadPool* pool) {
   matmul_rows(x, in, tokens, in, w, w_dtype, 0, out, y, out, false, pool);
 }
 
-void matmul_accumulate(const float* x, int64_t tokens, int64_t in, const void* w,
-                       DType w_dtype, int64_t out, float* y, ThreadPool* pool) {
+void matmul_accumulate(const float* x, int64_t tokens, int64_t in, const void* w, DType w_dtype,
+                       int64_t out, float* y, ThreadPool* pool) {
   matmul_rows(x, in, tokens, in, w, w_dtype, 0, out, y, out, true, pool);
 }
 

@@ -25,13 +25,13 @@
 namespace ferrite::cpu {
 
 // Rows of y are `out` apart, rows of x are `in` apart.
-void matmul(const float* x, int64_t tokens, int64_t in, const void* w, DType w_dtype,
-            int64_t out, float* y, ThreadPool* pool);
+void matmul(const float* x, int64_t tokens, int64_t in, const void* w, DType w_dtype, int64_t out,
+            float* y, ThreadPool* pool);
 
 // y[t][o] += sum_i x[t][i] * W[o][i] (e.g. the residual add of an output
 // projection). The sum is formed first, then added: y + dot.
-void matmul_accumulate(const float* x, int64_t tokens, int64_t in, const void* w,
-                       DType w_dtype, int64_t out, float* y, ThreadPool* pool);
+void matmul_accumulate(const float* x, int64_t tokens, int64_t in, const void* w, DType w_dtype,
+                       int64_t out, float* y, ThreadPool* pool);
 
 // The general form over output rows [o_begin, o_end) of W (w points at row 0,
 // rows are `in` elements apart): x row t starts at x + t * ldx, and the

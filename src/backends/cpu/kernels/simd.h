@@ -198,16 +198,16 @@ inline V16 fma(V16 a, V16 b, V16 c) {
   for (int j = 0; j < 16; ++j) r.a[j] = scalar_fma(a.a[j], b.a[j], c.a[j]);
   return r;
 }
-#define FERRITE_V16_BINOP(name, expr)          \
-  inline V16 name(V16 x, V16 y) {              \
-    V16 r;                                     \
-    for (int j = 0; j < 16; ++j) {             \
-      float a = x.a[j], b = y.a[j];            \
-      r.a[j] = (expr);                         \
-    }                                          \
-    return r;                                  \
+#define FERRITE_V16_BINOP(name, expr) \
+  inline V16 name(V16 x, V16 y) {     \
+    V16 r;                            \
+    for (int j = 0; j < 16; ++j) {    \
+      float a = x.a[j], b = y.a[j];   \
+      r.a[j] = (expr);                \
+    }                                 \
+    return r;                         \
   }
-FERRITE_V16_BINOP(mul, a * b)
+FERRITE_V16_BINOP(mul, a* b)
 FERRITE_V16_BINOP(add, a + b)
 FERRITE_V16_BINOP(sub, a - b)
 FERRITE_V16_BINOP(max, a > b ? a : b)

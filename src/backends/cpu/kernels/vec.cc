@@ -16,9 +16,12 @@ using simd::V16;
 template <typename F>
 auto with_loader(DType t, F&& f) {
   switch (t) {
-    case DType::kF32: return f(simd::F32{});
-    case DType::kBF16: return f(simd::BF16{});
-    case DType::kF16: return f(simd::F16{});
+    case DType::kF32:
+      return f(simd::F32{});
+    case DType::kBF16:
+      return f(simd::BF16{});
+    case DType::kF16:
+      return f(simd::F16{});
     default:
       FERRITE_CHECK(false) << "unsupported row dtype " << dtype_name(t);
       __builtin_unreachable();
@@ -62,10 +65,9 @@ void rms_norm_impl(const float* x, const typename WL::T* w, int64_t n, float eps
   }
   if (i < n) {
     int r = static_cast<int>(n - i);
-    simd::store_partial(y + i,
-                        norm_chunk<WL>(simd::F32::load_partial(x + i, r), iv,
-                                       w ? w + i : nullptr, r, add_one),
-                        r);
+    simd::store_partial(
+        y + i,
+        norm_chunk<WL>(simd::F32::load_partial(x + i, r), iv, w ? w + i : nullptr, r, add_one), r);
   }
 }
 
@@ -76,9 +78,7 @@ V16 silu_mul_chunk(V16 g, V16 u) {
 
 }  // namespace
 
-float dot_f32(const float* a, const float* b, int64_t n) {
-  return simd::dot<simd::F32>(a, b, n);
-}
+float dot_f32(const float* a, const float* b, int64_t n) { return simd::dot<simd::F32>(a, b, n); }
 
 float dot_row(const float* a, const void* b, DType b_dtype, int64_t n) {
   return with_loader(b_dtype, [&](auto wl) {
@@ -111,8 +111,8 @@ void add_f32(const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];
 }
 
-void rms_norm_row(const float* x, const void* w, DType w_dtype, int64_t n, float eps,
-                  bool add_one, float* y) {
+void rms_norm_row(const float* x, const void* w, DType w_dtype, int64_t n, float eps, bool add_one,
+                  float* y) {
   if (n <= 0) return;
   with_loader(w == nullptr ? DType::kF32 : w_dtype, [&](auto wl) {
     using WL = decltype(wl);
@@ -144,10 +144,10 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   }
   if (i < n) {
     int r = static_cast<int>(n - i);
-    simd::store_partial(out + i,
-                        silu_mul_chunk(simd::F32::load_partial(gate + i, r),
-                                       simd::F32::load_partial(up + i, r)),
-                        r);
+    simd::store_partial(
+        out + i,
+        silu_mul_chunk(simd::F32::load_partial(gate + i, r), simd::F32::load_partial(up + i, r)),
+        r);
   }
 }
 
@@ -239,8 +239,8 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
 #if defined(FERRITE_KERNELS_AVX512)
   for (; i + 16 <= n; i += 16) {
-    __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256i h =
+        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
   }
 #endif

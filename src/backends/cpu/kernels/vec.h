@@ -30,8 +30,8 @@ void add_f32(const float* x, float* y, int64_t n);
 // y = x * rsqrt(mean(x^2) + eps) * g, with g = w, or 1 + w when add_one
 // (zero-centred norm weights), or 1 when w is null. w in w_dtype (f32, bf16,
 // f16). y may alias x. The mean of squares uses the canonical dot order.
-void rms_norm_row(const float* x, const void* w, DType w_dtype, int64_t n, float eps,
-                  bool add_one, float* y);
+void rms_norm_row(const float* x, const void* w, DType w_dtype, int64_t n, float eps, bool add_one,
+                  float* y);
 // rms_norm_row over `rows` rows of n (x and y rows n apart), parallel over
 // rows when pool is not null.
 void rms_norm(const float* x, int64_t rows, int64_t n, const void* w, DType w_dtype, float eps,
