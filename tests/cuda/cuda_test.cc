@@ -136,6 +136,17 @@ TEST_P(CudaGoldenTest, PrefillLogitsOfLastPositions) {
       batch.sequences.push_back({batch.num_tokens(), n, 0, pages[s], -1});
       batch.token_ids.insert(batch.token_ids.end(), ids.begin(), ids.begin() + n);
     }
+    // Hybrid models: every sequence holds a zeroed recurrent state slot.
+    std::vector<int32_t> slots;
+    if (plan.has_recurrent_state()) {
+      for (SequenceSlice& slice : batch.sequences) {
+        auto slot = plan.slots().allocate();
+        ASSERT_TRUE(slot.is_ok()) << slot.status().to_string();
+        slice.state_slot = *slot;
+        slots.push_back(*slot);
+        ASSERT_TRUE(plan.reset_state_slot(*slot).is_ok());
+      }
+    }
     Status st = plan.forward(batch);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     std::vector<float> got = logits_on_host(*runner_);
@@ -146,6 +157,7 @@ TEST_P(CudaGoldenTest, PrefillLogitsOfLastPositions) {
       expect_close(&got[r * vocab], &want[r * vocab], vocab,
                    std::string(which) + " prefill position " + std::to_string(positions[r]));
     for (auto& pg : pages) plan.pages().release_all(pg);
+    for (int32_t slot : slots) plan.slots().release(slot);
   }
 }
 
@@ -160,13 +172,20 @@ TEST_P(CudaGoldenTest, CachedDecodeLogits) {
     std::vector<float> want = golden_rows(std::string(which) + ".decode_logits", &rows);
     std::vector<int32_t> pages;
     ASSERT_TRUE(plan.pages().allocate(plan.pages().pages_for(ids.size() + fed.size()), &pages).is_ok());
+    int32_t slot = -1;
+    if (plan.has_recurrent_state()) {
+      auto s = plan.slots().allocate();
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      slot = *s;
+      ASSERT_TRUE(plan.reset_state_slot(slot).is_ok());
+    }
     StepBatch batch;
     batch.token_ids = ids;
-    batch.sequences.push_back({0, static_cast<int32_t>(ids.size()), 0, pages, -1});
+    batch.sequences.push_back({0, static_cast<int32_t>(ids.size()), 0, pages, slot});
     ASSERT_TRUE(plan.forward(batch).is_ok());
     for (size_t i = 0; i < fed.size() && static_cast<int64_t>(i) < rows; ++i) {
       batch.token_ids = {fed[i]};
-      batch.sequences[0] = {0, 1, static_cast<int32_t>(ids.size() + i), pages, -1};
+      batch.sequences[0] = {0, 1, static_cast<int32_t>(ids.size() + i), pages, slot};
       Status s = plan.forward(batch);
       ASSERT_TRUE(s.is_ok()) << s.to_string();
       std::vector<float> got = logits_on_host(*runner_);
@@ -174,6 +193,7 @@ TEST_P(CudaGoldenTest, CachedDecodeLogits) {
                    std::string(which) + " decode step " + std::to_string(i));
     }
     plan.pages().release_all(pages);
+    if (slot >= 0) plan.slots().release(slot);
   }
   CudaGraphStats stats = cuda_graph_stats(runner_->exec_context());
   EXPECT_GT(stats.replays, 0) << "decode steps were not replayed from graphs";
