@@ -204,6 +204,8 @@ struct ProviderId {
   std::string provider;
 };
 
+void PrintTo(const ProviderId& id, std::ostream* os) { *os << id.backend << "/" << id.provider; }
+
 std::vector<ProviderId> all_providers() {
   std::vector<ProviderId> ids;
   for (const Backend& b : available_backends())

@@ -25,6 +25,8 @@ struct GoldenCase {
   std::string providers;
 };
 
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.family << "/" << c.providers; }
+
 std::string case_name(const testing::TestParamInfo<GoldenCase>& info) {
   return info.param.family + "_" + info.param.providers;
 }
