@@ -25,27 +25,7 @@ void fill_dummy(void* dst, DType dt, int64_t n, float scale, float fill, uint64_
           s ^= s >> 7;
           s ^= s << 17;
           float v = scale == 0 ? fill : scale * (static_cast<float>(s >> 40) / 8388608.0f - 1.0f);
-          switch (dt) {
-            case DType::kF32:
-              static_cast<float*>(dst)[i] = v;
-              break;
-            case DType::kBF16:
-              static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v);
-              break;
-            case DType::kF16:
-              static_cast<uint16_t*>(dst)[i] = f32_to_f16(v);
-              break;
-            case DType::kF8E4M3:
-            case DType::kU8:
-            case DType::kU32:
-            case DType::kI32:
-            case DType::kI64:
-            case DType::kQ8_0:
-            case DType::kQ4_K:
-            case DType::kQ5_K:
-            case DType::kQ6_K:
-              FERRITE_CHECK(false) << "dummy weights of " << dtype_name(dt);
-          }
+          store_from_f32(dst, dt, i, v);
         }
       },
       1 << 16);

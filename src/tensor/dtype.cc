@@ -156,4 +156,29 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(half);
 }
 
+float load_as_f32(const void* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return static_cast<const float*>(data)[i];
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
+    case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      break;
+  }
+  FERRITE_CHECK(false) << "load_as_f32 of " << dtype_name(dtype);
+  return 0;
+}
+
+void store_from_f32(void* data, DType dtype, int64_t i, float value) {
+  switch (dtype) {
+    case DType::kF32: static_cast<float*>(data)[i] = value; return;
+    case DType::kBF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(value); return;
+    case DType::kF16: static_cast<uint16_t*>(data)[i] = f32_to_f16(value); return;
+    case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
+    case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      break;
+  }
+  FERRITE_CHECK(false) << "store_from_f32 of " << dtype_name(dtype);
+}
+
 }  // namespace ferrite

@@ -50,4 +50,9 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+// Element i of an f32 / bf16 / f16 array as f32, and the store back (rounded
+// to nearest even). Other dtypes are a bug in the caller (checked).
+float load_as_f32(const void* data, DType dtype, int64_t i);
+void store_from_f32(void* data, DType dtype, int64_t i, float value);
+
 }  // namespace ferrite

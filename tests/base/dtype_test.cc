@@ -33,3 +33,19 @@ TEST(DTypeTest, Sizes) {
 
 }  // namespace
 }  // namespace ferrite
+
+namespace ferrite {
+namespace {
+
+TEST(DTypeTest, LoadAndStoreThroughF32) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    uint32_t buf[4] = {};
+    store_from_f32(buf, t, 3, -2.5f);
+    EXPECT_EQ(load_as_f32(buf, t, 3), -2.5f) << dtype_name(t);
+    store_from_f32(buf, t, 1, 1.0f / 3);
+    EXPECT_NEAR(load_as_f32(buf, t, 1), 1.0f / 3, 4e-3) << dtype_name(t);
+  }
+}
+
+}  // namespace
+}  // namespace ferrite

@@ -15,69 +15,14 @@
 namespace ferrite::conformance {
 namespace {
 
-float to_f32(const HostTensor& t, int64_t i) {
-  switch (t.dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, &t.bytes[4 * i], 4);
-      return v;
-    }
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, &t.bytes[2 * i], 2);
-      return bf16_to_f32(h);
-    }
-    case DType::kF16: {
-      uint16_t h;
-      std::memcpy(&h, &t.bytes[2 * i], 2);
-      return f16_to_f32(h);
-    }
-    case DType::kF8E4M3:
-    case DType::kU8:
-    case DType::kU32:
-    case DType::kI32:
-    case DType::kI64:
-    case DType::kQ8_0:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-      break;
-  }
-  FERRITE_CHECK(false) << "to_f32 of " << dtype_name(t.dtype);
-  return 0;
-}
+float to_f32(const HostTensor& t, int64_t i) { return load_as_f32(t.bytes.data(), t.dtype, i); }
 
 HostTensor convert(const HostTensor& t, DType to) {
   if (t.dtype == to || !t.present()) return t;
   HostTensor out = zeros(to, t.shape, t.follows_activation);
   const int64_t n = t.shape.numel();
   for (int64_t i = 0; i < n; ++i) {
-    float v = to_f32(t, i);
-    switch (to) {
-      case DType::kF32:
-        std::memcpy(&out.bytes[4 * i], &v, 4);
-        break;
-      case DType::kBF16: {
-        uint16_t h = f32_to_bf16(v);
-        std::memcpy(&out.bytes[2 * i], &h, 2);
-        break;
-      }
-      case DType::kF16: {
-        uint16_t h = f32_to_f16(v);
-        std::memcpy(&out.bytes[2 * i], &h, 2);
-        break;
-      }
-      case DType::kF8E4M3:
-      case DType::kU8:
-      case DType::kU32:
-      case DType::kI32:
-      case DType::kI64:
-      case DType::kQ8_0:
-      case DType::kQ4_K:
-      case DType::kQ5_K:
-      case DType::kQ6_K:
-        FERRITE_CHECK(false) << "convert to " << dtype_name(to);
-    }
+    store_from_f32(out.bytes.data(), to, i, to_f32(t, i));
   }
   return out;
 }

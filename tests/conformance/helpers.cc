@@ -14,31 +14,7 @@ HostTensor random_tensor(CaseRng& rng, DType dtype, Shape shape, float lo, float
   t.bytes.resize(dtype_bytes(dtype, n));
   for (int64_t i = 0; i < n; ++i) {
     float v = rng.uniform(lo, hi);
-    switch (dtype) {
-      case DType::kF32:
-        std::memcpy(&t.bytes[4 * i], &v, 4);
-        break;
-      case DType::kBF16: {
-        uint16_t h = f32_to_bf16(v);
-        std::memcpy(&t.bytes[2 * i], &h, 2);
-        break;
-      }
-      case DType::kF16: {
-        uint16_t h = f32_to_f16(v);
-        std::memcpy(&t.bytes[2 * i], &h, 2);
-        break;
-      }
-      case DType::kF8E4M3:
-      case DType::kU8:
-      case DType::kU32:
-      case DType::kI32:
-      case DType::kI64:
-      case DType::kQ8_0:
-      case DType::kQ4_K:
-      case DType::kQ5_K:
-      case DType::kQ6_K:
-        FERRITE_CHECK(false) << "random_tensor of " << dtype_name(dtype);
-    }
+    store_from_f32(t.bytes.data(), dtype, i, v);
   }
   return t;
 }

@@ -26,31 +26,6 @@
 namespace ferrite::cpu {
 namespace {
 
-inline void store_f32(void* data, DType dt, int64_t i, float v) {
-  switch (dt) {
-    case DType::kF32:
-      static_cast<float*>(data)[i] = v;
-      return;
-    case DType::kBF16:
-      static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
-      return;
-    case DType::kF16:
-      static_cast<uint16_t*>(data)[i] = f32_to_f16(v);
-      return;
-    case DType::kF8E4M3:
-    case DType::kU8:
-    case DType::kU32:
-    case DType::kI32:
-    case DType::kI64:
-    case DType::kQ8_0:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-      break;
-  }
-  FERRITE_CHECK(false) << "KV cache dtype " << dtype_name(dt);
-}
-
 class CausalPagedAttentionReference final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
@@ -100,8 +75,8 @@ class CausalPagedAttentionReference final : public Provider {
         const int64_t page = seq.block_table[pos / page_size];
         const int64_t base = (page * page_size + pos % page_size) * nkv * hd;
         for (int64_t i = 0; i < nkv * hd; ++i) {
-          store_f32(kc.data, kc.dtype, base + i, k[i]);
-          store_f32(vc.data, vc.dtype, base + i, v[i]);
+          store_from_f32(kc.data, kc.dtype, base + i, k[i]);
+          store_from_f32(vc.data, vc.dtype, base + i, v[i]);
         }
       }
       // 2. Attention over cached positions <= own, gate, output, residual.

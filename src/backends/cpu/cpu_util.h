@@ -9,35 +9,12 @@
 
 namespace ferrite::cpu {
 
-inline float load_f32(const void* data, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kF32:
-      return static_cast<const float*>(data)[i];
-    case DType::kBF16:
-      return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case DType::kF16:
-      return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case DType::kF8E4M3:
-    case DType::kU8:
-    case DType::kU32:
-    case DType::kI32:
-    case DType::kI64:
-    case DType::kQ8_0:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-      break;
-  }
-  FERRITE_CHECK(false) << "load_f32 of " << dtype_name(dt);
-  return 0;
-}
-
 // Element i of a weight view as f32.
-inline float weight_at(const TensorView& w, int64_t i) { return load_f32(w.data, w.dtype, i); }
+inline float weight_at(const TensorView& w, int64_t i) { return load_as_f32(w.data, w.dtype, i); }
 
 // Row r (length n) of a [rows, n] weight as f32.
 inline void weight_row(const TensorView& w, int64_t r, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = load_f32(w.data, w.dtype, r * n + i);
+  for (int64_t i = 0; i < n; ++i) out[i] = load_as_f32(w.data, w.dtype, r * n + i);
 }
 
 inline ProviderDescriptor cpu_descriptor(std::string name, std::string contract, int priority,
