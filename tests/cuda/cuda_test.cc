@@ -19,7 +19,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "engine/generator.h"
-#include "formats/safetensors.h"
+#include "tests/models/golden_harness.h"
 
 namespace ferrite {
 namespace {
@@ -64,25 +64,14 @@ std::unique_ptr<ModelRunner> open_runner(const std::string& dir, DType act, bool
   return r.is_ok() ? std::move(r).value() : nullptr;
 }
 
-std::vector<float> logits_on_host(ModelRunner& runner) {
-  TensorView l = runner.bound().logits();
-  std::vector<float> out(l.numel());
-  Status s = runner.device().copy_to_host(out.data(), l.data, out.size() * 4);
-  EXPECT_TRUE(s.is_ok()) << s.to_string();
-  return out;
-}
+using golden::logits_on_host;
 
 class CudaGoldenTest : public testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     SKIP_WITHOUT_GPU();
     dir_ = kModelsDir + GetParam().family;
-    std::ifstream f(dir_ + "/golden.json");
-    ASSERT_TRUE(f) << "missing " << dir_ << "/golden.json";
-    golden_ = nlohmann::json::parse(f);
-    auto g = SafetensorsCheckpoint::open(dir_ + "/golden.safetensors");
-    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-    logits_ = std::make_unique<SafetensorsCheckpoint>(std::move(g).value());
+    ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(dir_, &golden_));
     runner_ = open_runner(dir_, GetParam().act);
     ASSERT_NE(runner_, nullptr);
   }
@@ -99,25 +88,8 @@ class CudaGoldenTest : public testing::TestWithParam<Case> {
     return GetParam().act == DType::kF32 || !runner_->bound().has_recurrent_state();
   }
 
-  std::vector<float> golden_rows(const std::string& name, int64_t* rows) {
-    const SafetensorsTensor* t = logits_->find(name);
-    EXPECT_NE(t, nullptr) << name;
-    if (!t) return {};
-    *rows = t->shape[0];
-    const float* p = reinterpret_cast<const float*>(t->data);
-    return std::vector<float>(p, p + t->shape.numel());
-  }
-
   void expect_close(const float* got, const float* want, int64_t n, const std::string& what) {
-    double max_abs = 1.0, max_diff = 0;
-    for (int64_t i = 0; i < n; ++i) max_abs = std::max(max_abs, std::fabs(double(want[i])));
-    int64_t worst = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      double d = std::fabs(double(got[i]) - want[i]);
-      if (!(d <= max_diff)) max_diff = d, worst = i;
-    }
-    EXPECT_LE(max_diff, tolerance() * max_abs)
-        << what << ": worst index " << worst << " got " << got[worst] << " want " << want[worst];
+    golden::expect_close(got, want, n, tolerance(), what);
   }
 
   // Greedy tokens that bf16 rounding cannot flip: the prefix before the
@@ -131,8 +103,7 @@ class CudaGoldenTest : public testing::TestWithParam<Case> {
   }
 
   std::string dir_;
-  nlohmann::json golden_;
-  std::unique_ptr<SafetensorsCheckpoint> logits_;
+  golden::Goldens golden_;
   std::unique_ptr<ModelRunner> runner_;
 };
 
@@ -140,41 +111,20 @@ TEST_P(CudaGoldenTest, PrefillLogitsOfLastPositions) {
   if (!logits_comparable())
     GTEST_SKIP() << "bf16 logits of a recurrent-state model: compared in f32 (see logits_comparable)";
   const int64_t vocab = runner_->program().vocab_size;
-  BoundPlan& plan = runner_->bound();
   for (const char* which : {"short", "long"}) {
-    const auto& p = golden_["prompts"][which];
+    const auto& p = golden_.prompt(which);
     std::vector<uint32_t> ids = p["ids"].get<std::vector<uint32_t>>();
     std::vector<int64_t> positions = p["prefill_logits_positions"].get<std::vector<int64_t>>();
-    StepBatch batch;
-    std::vector<std::vector<int32_t>> pages(positions.size());
-    for (size_t s = 0; s < positions.size(); ++s) {
-      const int32_t n = static_cast<int32_t>(positions[s] + 1);
-      ASSERT_TRUE(plan.pages().allocate(plan.pages().pages_for(n), &pages[s]).is_ok());
-      batch.sequences.push_back({batch.num_tokens(), n, 0, pages[s], -1});
-      batch.token_ids.insert(batch.token_ids.end(), ids.begin(), ids.begin() + n);
-    }
-    // Hybrid models: every sequence holds a zeroed recurrent state slot.
-    std::vector<int32_t> slots;
-    if (plan.has_recurrent_state()) {
-      for (SequenceSlice& slice : batch.sequences) {
-        auto slot = plan.slots().allocate();
-        ASSERT_TRUE(slot.is_ok()) << slot.status().to_string();
-        slice.state_slot = *slot;
-        slots.push_back(*slot);
-        ASSERT_TRUE(plan.reset_state_slot(*slot).is_ok());
-      }
-    }
-    Status st = plan.forward(batch);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    std::vector<float> got = logits_on_host(*runner_);
+    std::vector<std::vector<uint32_t>> prompts;
+    for (int64_t pos : positions) prompts.emplace_back(ids.begin(), ids.begin() + pos + 1);
+    std::vector<float> got = golden::forward_prompts(*runner_, prompts);
     int64_t rows = 0;
-    std::vector<float> want = golden_rows(std::string(which) + ".prefill_logits", &rows);
+    std::vector<float> want = golden_.rows(std::string(which) + ".prefill_logits", &rows);
     ASSERT_EQ(rows, static_cast<int64_t>(positions.size()));
+    ASSERT_EQ(got.size(), want.size());
     for (int64_t r = 0; r < rows; ++r)
       expect_close(&got[r * vocab], &want[r * vocab], vocab,
                    std::string(which) + " prefill position " + std::to_string(positions[r]));
-    for (auto& pg : pages) plan.pages().release_all(pg);
-    for (int32_t slot : slots) plan.slots().release(slot);
   }
 }
 
@@ -182,37 +132,17 @@ TEST_P(CudaGoldenTest, CachedDecodeLogits) {
   if (!logits_comparable())
     GTEST_SKIP() << "bf16 logits of a recurrent-state model: compared in f32 (see logits_comparable)";
   const int64_t vocab = runner_->program().vocab_size;
-  BoundPlan& plan = runner_->bound();
   for (const char* which : {"short", "long"}) {
-    const auto& p = golden_["prompts"][which];
-    std::vector<uint32_t> ids = p["ids"].get<std::vector<uint32_t>>();
-    std::vector<uint32_t> fed = p["decode_logits_fed_tokens"].get<std::vector<uint32_t>>();
+    const auto& p = golden_.prompt(which);
     int64_t rows = 0;
-    std::vector<float> want = golden_rows(std::string(which) + ".decode_logits", &rows);
-    std::vector<int32_t> pages;
-    ASSERT_TRUE(plan.pages().allocate(plan.pages().pages_for(ids.size() + fed.size()), &pages).is_ok());
-    int32_t slot = -1;
-    if (plan.has_recurrent_state()) {
-      auto s = plan.slots().allocate();
-      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-      slot = *s;
-      ASSERT_TRUE(plan.reset_state_slot(slot).is_ok());
-    }
-    StepBatch batch;
-    batch.token_ids = ids;
-    batch.sequences.push_back({0, static_cast<int32_t>(ids.size()), 0, pages, slot});
-    ASSERT_TRUE(plan.forward(batch).is_ok());
-    for (size_t i = 0; i < fed.size() && static_cast<int64_t>(i) < rows; ++i) {
-      batch.token_ids = {fed[i]};
-      batch.sequences[0] = {0, 1, static_cast<int32_t>(ids.size() + i), pages, slot};
-      Status s = plan.forward(batch);
-      ASSERT_TRUE(s.is_ok()) << s.to_string();
-      std::vector<float> got = logits_on_host(*runner_);
-      expect_close(got.data(), &want[i * vocab], vocab,
+    std::vector<float> want = golden_.rows(std::string(which) + ".decode_logits", &rows);
+    std::vector<uint32_t> fed = p["decode_logits_fed_tokens"].get<std::vector<uint32_t>>();
+    fed.resize(std::min<size_t>(fed.size(), rows));
+    auto got = golden::cached_decode(*runner_, p["ids"].get<std::vector<uint32_t>>(), fed);
+    ASSERT_EQ(got.size(), fed.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_close(got[i].data(), &want[i * vocab], vocab,
                    std::string(which) + " decode step " + std::to_string(i));
-    }
-    plan.pages().release_all(pages);
-    if (slot >= 0) plan.slots().release(slot);
   }
   CudaGraphStats stats = cuda_graph_stats(runner_->exec_context());
   EXPECT_GT(stats.replays, 0) << "decode steps were not replayed from graphs";
@@ -223,7 +153,7 @@ TEST_P(CudaGoldenTest, GreedyTokensOneShotChunkedAndBatched) {
   std::vector<std::vector<uint32_t>> want;
   std::vector<size_t> trusted;
   for (const char* which : {"short", "long"}) {
-    const auto& p = golden_["prompts"][which];
+    const auto& p = golden_.prompt(which);
     GenerationRequest r;
     r.prompt = p["ids"].get<std::vector<uint32_t>>();
     want.push_back(p["greedy_tokens"].get<std::vector<uint32_t>>());
@@ -343,21 +273,8 @@ TEST(CudaAttentionTest, FlashPrefillMatchesSplitKvPath) {
   for (int i = 0; i < 300; ++i) req.prompt.push_back(static_cast<uint32_t>((i * 37 + 11) % 1024));
   req.max_tokens = 1;
   req.want_logprobs = false;
-  auto logits_after = [&](int32_t chunk) {
-    BoundPlan& plan = runner.bound();
-    std::vector<int32_t> pages;
-    EXPECT_TRUE(plan.pages().allocate(plan.pages().pages_for(req.prompt.size()), &pages).is_ok());
-    for (size_t at = 0; at < req.prompt.size(); at += chunk) {
-      const int32_t n = static_cast<int32_t>(std::min<size_t>(chunk, req.prompt.size() - at));
-      StepBatch batch;
-      batch.token_ids.assign(req.prompt.begin() + at, req.prompt.begin() + at + n);
-      batch.sequences.push_back({0, n, static_cast<int32_t>(at), pages, -1});
-      Status s = plan.forward(batch);
-      EXPECT_TRUE(s.is_ok()) << s.to_string();
-    }
-    std::vector<float> out = logits_on_host(runner);
-    plan.pages().release_all(pages);
-    return out;
+  auto logits_after = [&](size_t chunk) {
+    return golden::feed_in_chunks(runner, req.prompt, chunk);
   };
   std::vector<float> flash = logits_after(300);
   std::vector<float> split = logits_after(8);
