@@ -29,7 +29,7 @@ for a in "$@"; do
     *) MODELS+=("$a") ;;
   esac
 done
-[ ${#MODELS[@]} -eq 0 ] && MODELS=(qwen3-0.6b qwen3-8b llama-3.1-8b)
+[ ${#MODELS[@]} -eq 0 ] && MODELS=(qwen3-0.6b qwen3-8b llama-3.1-8b qwen3-30b-a3b qwen3.5-9b)
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 log() { echo "$*" | tee -a "$SUMMARY"; }
@@ -77,18 +77,20 @@ fi
 if [ $RUN_BENCH -eq 1 ] && [ -x "$BUILD/ferrite" ]; then
   for m in "${MODELS[@]}"; do
     log "== bench $m"
+    TB=$(date +%s)
     timeout 200 "$BUILD/ferrite" bench --model "$ROOT/configs/$m" --dummy-weights --device cuda \
       --batch 1 2 4 8 32 128 --prompt-len 4096 --decode-prompt-len 128 --gen-len 64 \
       --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/bench-$m.log" 2>&1
     rc=$?
     cat "$LOGS/bench-$m.log" | grep -vE "^\s*$" | tail -8 | tee -a "$SUMMARY"
-    [ $rc -ne 0 ] && log "bench $m: rc=$rc"
+    log "bench $m: rc=$rc in $(( $(date +%s) - TB )) s"
   done
 fi
 # Where the GPU time goes (eager, FERRITE_PROFILE=1; FERRITE_PROFILE_RUN=1).
 if [ "${FERRITE_PROFILE_RUN:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
   # model, decode batch, prefill prompt, generated tokens
-  for spec in "qwen3-0.6b 1 16 32" "qwen3-8b 1 16 32" "qwen3-8b 128 16 16" "qwen3-8b 1 4096 2"; do
+  IFS=';' read -r -a SPECS <<< "${FERRITE_PROFILE_SPECS:-qwen3-0.6b 1 16 32;qwen3-8b 1 16 32;qwen3-8b 128 16 16;qwen3-8b 1 4096 2}"
+  for spec in "${SPECS[@]}"; do
     set -- $spec
     log "== profile $1 batch $2 prompt $3 (eager, graphs off)"
     FERRITE_PROFILE=1 FERRITE_CUDA_GRAPHS=0 timeout 120 "$BUILD/ferrite" bench \
