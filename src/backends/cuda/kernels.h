@@ -117,16 +117,22 @@ struct GatedDeltaShape {
 Status launch_causal_conv_silu(cudaStream_t s, const StepMeta& meta, int64_t sequences, float* x,
                                int64_t conv_dim, const void* w, DType w_dt, int64_t kernel,
                                float* conv_state);
-// One block per (sequence, value head): the gated delta rule in f32 over the
-// sequence's tokens (recurrent form, state in shared memory), then the gated
-// RMSNorm times silu(z). x: conv output [tokens, conv_dim]; z [tokens, Hv dv];
-// b, a [tokens, Hv] (f32); y [tokens, Hv dv] of act.
-int64_t gated_delta_smem_bytes(const GatedDeltaShape& g);
+// The gated delta rule in f32, then the gated RMSNorm times silu(z). One
+// block per (sequence, value head, 32-column slice of the dk x dv state):
+// the recurrent form for spans shorter than 16 tokens (decode), the chunked
+// (WY) form over chunks of 64 tokens for longer spans when max_span (the
+// step's longest span) is >= 16 and dk % 4 == 0 (else recurrent for all).
+// x: conv output [tokens, conv_dim], its V section is overwritten with the
+// rule's output o (f32); z [tokens, Hv dv]; b, a [tokens, Hv] (f32);
+// y [tokens, Hv dv] of act. Never synchronises.
+int64_t gated_delta_smem_bytes(const GatedDeltaShape& g);          // recurrent kernel
+int64_t gated_delta_chunked_smem_bytes(const GatedDeltaShape& g);  // -1: no chunked form
 Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t sequences,
-                               const GatedDeltaShape& g, const float* x, const float* z,
-                               const float* b, const float* a, const void* a_log, DType a_log_dt,
-                               const void* dt_bias, DType dt_bias_dt, const void* norm,
-                               DType norm_dt, float* delta_state, void* y, DType act);
+                               int64_t tokens, int64_t max_span, const GatedDeltaShape& g,
+                               float* x, const float* z, const float* b, const float* a,
+                               const void* a_log, DType a_log_dt, const void* dt_bias,
+                               DType dt_bias_dt, const void* norm, DType norm_dt,
+                               float* delta_state, void* y, DType act);
 // y [rows, width] f32 = rms_norm(x of act) * (w or 1 + w).
 Status launch_rms_norm_to_f32(cudaStream_t s, const void* x, DType act, float* y, const void* w,
                               DType w_dt, int64_t rows, int64_t width, float eps,

@@ -1,9 +1,10 @@
 // CUDA providers of the hybrid and MoE contracts:
 //  - gated_delta_recurrent_attention: pre-norm, projections through gemm()
 //    to f32, causal conv + SiLU over the conv state, the gated delta rule in
-//    f32 (recurrent form, one block per (sequence, value head), correct for
-//    prefill and decode alike) with the gated norm, out_proj accumulating
-//    into the residual;
+//    f32 (a block per (sequence, value head, 32 state columns): recurrent
+//    form for decode and short spans, chunked WY form for spans of >= 16
+//    tokens, chosen on the device per sequence), the gated norm, out_proj
+//    accumulating into the residual;
 //  - routed_swiglu_moe / routed_shared_swiglu_moe: pre-norm, router gemm()
 //    to f32 logits, device softmax + top-k, device counting sort of the
 //    (token, k) pairs by expert, grouped per-expert gate/up and down
@@ -56,7 +57,7 @@ class GatedDelta final : public Provider {
     g.dk = static_cast<int32_t>(p.k_head_dim);
     g.dv = static_cast<int32_t>(p.v_head_dim);
     if (gated_delta_smem_bytes(g) > 200 * 1024)
-      return unsupported("cuda.gated_delta_recurrent_attention: k_head_dim * v_head_dim too large");
+      return unsupported("cuda.gated_delta_recurrent_attention: k_head_dim too large");
     return Status::ok();
   }
 
@@ -118,9 +119,13 @@ class GatedDelta final : public Provider {
     g.dk = static_cast<int32_t>(p.k_head_dim);
     g.dv = static_cast<int32_t>(p.v_head_dim);
     g.eps = static_cast<float>(p.eps);
+    int64_t max_span = 0;
+    for (const SequenceSlice& sq : inv.batch->sequences)
+      max_span = std::max<int64_t>(max_span, sq.token_count);
     FERRITE_RETURN_IF_ERROR(launch_gated_delta_rule(
-        st.stream, st.meta, S, g, x, z, bb, aa, b[kALog].data, b[kALog].dtype, b[kDtBias].data,
-        b[kDtBias].dtype, b[kNorm].data, b[kNorm].dtype, b[kDeltaState].as<float>(), y, act));
+        st.stream, st.meta, S, t, max_span, g, x, z, bb, aa, b[kALog].data, b[kALog].dtype,
+        b[kDtBias].data, b[kDtBias].dtype, b[kNorm].data, b[kNorm].dtype,
+        b[kDeltaState].as<float>(), y, act));
     profile_mark(st.stream, "delta.out_proj", st.capturing);
     return gemm(st, y, act, t, VD, b[kOutProj].data, b[kOutProj].dtype, H, b[kHidden].data, act,
                 true);
@@ -129,8 +134,9 @@ class GatedDelta final : public Provider {
  private:
   ProviderDescriptor desc_ = cuda_descriptor(
       "cuda.gated_delta_recurrent_attention", "gated_delta_recurrent_attention",
-      "GEMM projections, conv + SiLU over the conv state, recurrent gated delta rule in f32 "
-      "(block per sequence and value head), gated norm, out_proj into the residual");
+      "GEMM projections, conv + SiLU over the conv state, gated delta rule in f32 (block per "
+      "sequence, value head and 32 state columns; chunked WY form for spans of >= 16 tokens, "
+      "recurrent otherwise), gated norm, out_proj into the residual");
 };
 
 class RoutedMoe final : public Provider {
