@@ -101,6 +101,22 @@ Status launch_apply_penalties(cudaStream_t s, const float* logits, float* dst, i
 // tokens[r] = argmax over valid ids (mask may be null); ties to the lowest id.
 Status launch_masked_argmax(cudaStream_t s, const float* logits, int64_t rows, int64_t vocab,
                             const uint8_t* mask, uint32_t* tokens);
+// Per-row parameters of the device sampler (uploaded by the provider).
+struct SampleRowParams {
+  double u;           // the reference's uniform draw in [0, 1) for this row and step
+  float temperature;  // <= 0: greedy (masked argmax of `logits`)
+  float top_p;        // >= 1: off
+  float min_p;        // <= 0: off
+  int32_t top_k;      // <= 0: off
+  int32_t reserved[2];
+};
+static_assert(sizeof(SampleRowParams) == 32, "SampleRowParams layout");
+// tokens[r]: the CPU reference's last_token_sample draw over row r of
+// `logits` (penalties already applied), one block per row; logprobs[r]
+// (optional): log-softmax of `raw_logits` (unpenalised) at the chosen id.
+Status launch_sample(cudaStream_t s, const float* logits, const float* raw_logits, int64_t rows,
+                     int64_t vocab, const uint8_t* mask, const SampleRowParams* params,
+                     uint32_t* tokens, float* logprobs);
 
 // --- kernels_hybrid.cu ------------------------------------------------------------
 // gated_delta_recurrent_attention and the MoE contracts. Sequences of the

@@ -1,16 +1,25 @@
-// The sampler stage on CUDA.
-//  - last_token_masked_argmax: on the device. Penalties (repetition over the
-//    history, presence / frequency over generated ids) are applied to a copy
-//    of the rows that need them, from (row, id) entries deduplicated on the
-//    host; the logits stay unmodified.
-//  - last_token_sample: greedy rows as above; stochastic rows run the CPU
-//    reference algorithm on a host copy of the logits (same seeded draws on
-//    every backend). A device sampler is future work.
+// The sampler stage on CUDA. Both providers run on the device and never
+// synchronise; the per-step host data (penalty entries, per-row sampling
+// parameters and uniform draws) goes up in one async copy from a pinned
+// staging buffer.
+//  - last_token_masked_argmax: penalties (repetition over the history,
+//    presence / frequency over generated ids) are applied to a copy of the
+//    rows, from (row, id) entries deduplicated on the host; the logits stay
+//    unmodified. Then one block per row takes the masked argmax.
+//  - last_token_sample: all-greedy batches without logprobs take the argmax
+//    path. Otherwise the penalised copy (when a row has penalties) goes to
+//    launch_sample: one block per row applies temperature, top_k, top_p and
+//    min_p in the CPU reference's order and draws with the reference's
+//    uniform number for (seed, step), computed here on the host (see
+//    kernels_sampling.cu for the algorithm and its agreement with the
+//    reference).
 #include <algorithm>
+#include <cstring>
+#include <functional>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
-#include "backends/cpu/cpu_providers.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_providers.h"
 #include "contracts/standard_contracts.h"
@@ -27,94 +36,196 @@ bool has_penalties(const SamplingParams& p) {
          p.frequency_penalty != 0.0f;
 }
 
-// Runs the masked argmax of `rows` rows of `logits` into `tokens` (device).
-Status device_argmax(const Invocation& inv, const float* logits, int64_t rows, int64_t vocab,
-                     const uint8_t* mask, uint32_t* tokens) {
-  BackendState& st = state(inv);
-  profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
-  const SamplingBatch* sb = inv.sampling;
-  bool any = false;
-  if (sb)
-    for (int64_t r = 0; r < rows && r < static_cast<int64_t>(sb->params.size()); ++r)
-      any = any || has_penalties(sb->params[r]);
-  if (!any) return launch_masked_argmax(st.stream, logits, rows, vocab, mask, tokens);
+// The CPU reference's counter-based draw (backends/cpu/sampling.cc,
+// uniform01): must stay bit-identical to it. The draw depends on
+// (seed, step) only.
+double reference_uniform01(uint64_t seed, uint64_t step) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (step + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
 
-  // Entries (row, id, in history, generated count), unique per row.
-  std::vector<int32_t> e_row, e_id, e_rep, e_count;
-  std::vector<float> rep(rows, 1.0f), pres(rows, 0.0f), freq(rows, 0.0f);
+// Pinned host memory for the per-step upload. The buffer is refilled only
+// after the copy recorded from it last has completed (by then long done: the
+// executor reads the chosen tokens back after every sampler call), so the
+// provider never synchronises the stream.
+class Staging {
+ public:
+  Staging() = default;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
+    if (event_) {
+      cudaEventSynchronize(event_);
+      cudaEventDestroy(event_);
+    }
+    if (host_) cudaFreeHost(host_);
+  }
+
+  // Fills `bytes` bytes of the buffer with `fill`, then copies them to `dst`.
+  Status upload(void* dst, size_t bytes, cudaStream_t stream,
+                const std::function<void(char*)>& fill) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!event_) FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    FERRITE_CUDA_RETURN(cudaEventSynchronize(event_));  // the last copy has left host_
+    if (bytes > cap_) {
+      if (host_) cudaFreeHost(host_);
+      host_ = nullptr;
+      cap_ = 0;
+      const size_t want = std::max<size_t>(bytes + bytes / 2, 4096);
+      FERRITE_CUDA_RETURN(cudaHostAlloc(reinterpret_cast<void**>(&host_), want, cudaHostAllocDefault));
+      cap_ = want;
+    }
+    fill(host_);
+    FERRITE_CUDA_RETURN(cudaMemcpyAsync(dst, host_, bytes, cudaMemcpyHostToDevice, stream));
+    FERRITE_CUDA_RETURN(cudaEventRecord(event_, stream));
+    return Status::ok();
+  }
+
+ private:
+  std::mutex mu_;
+  char* host_ = nullptr;
+  size_t cap_ = 0;
+  cudaEvent_t event_ = nullptr;
+};
+
+// Penalty entries (row, id, in history, generated count), unique per row,
+// and per-row penalty parameters.
+struct Penalties {
+  std::vector<int32_t> row, id, rep, count;
+  std::vector<float> rep_penalty, presence, frequency;
+  bool any = false;
+  int64_t entries() const { return static_cast<int64_t>(row.size()); }
+};
+
+Penalties plan_penalties(const SamplingBatch* sb, int64_t rows, int64_t vocab) {
+  Penalties p;
+  if (!sb) return p;
+  for (int64_t r = 0; r < rows && r < static_cast<int64_t>(sb->params.size()); ++r)
+    p.any = p.any || has_penalties(sb->params[r]);
+  if (!p.any) return p;
+  p.rep_penalty.assign(rows, 1.0f);
+  p.presence.assign(rows, 0.0f);
+  p.frequency.assign(rows, 0.0f);
   std::unordered_map<uint32_t, size_t> index;
   for (int64_t r = 0; r < rows; ++r) {
     const SamplingParams& sp = sb->params[r];
-    rep[r] = sp.repetition_penalty;
-    pres[r] = sp.presence_penalty;
-    freq[r] = sp.frequency_penalty;
+    p.rep_penalty[r] = sp.repetition_penalty;
+    p.presence[r] = sp.presence_penalty;
+    p.frequency[r] = sp.frequency_penalty;
     if (!has_penalties(sp)) continue;
     index.clear();
     auto entry = [&](uint32_t id) -> size_t {
-      auto [it, fresh] = index.emplace(id, e_row.size());
+      auto [it, fresh] = index.emplace(id, p.row.size());
       if (fresh) {
-        e_row.push_back(static_cast<int32_t>(r));
-        e_id.push_back(static_cast<int32_t>(id));
-        e_rep.push_back(0);
-        e_count.push_back(0);
+        p.row.push_back(static_cast<int32_t>(r));
+        p.id.push_back(static_cast<int32_t>(id));
+        p.rep.push_back(0);
+        p.count.push_back(0);
       }
       return it->second;
     };
     if (sp.repetition_penalty != 1.0f)
       for (uint32_t id : sb->history[r])
-        if (id < vocab) e_rep[entry(id)] = 1;
+        if (id < vocab) p.rep[entry(id)] = 1;
     if (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f)
       for (uint32_t id : sb->generated[r])
-        if (id < vocab) ++e_count[entry(id)];
+        if (id < vocab) ++p.count[entry(id)];
   }
-  const int64_t n = static_cast<int64_t>(e_row.size());
+  return p;
+}
+
+size_t align8(size_t n) { return (n + 7) / 8 * 8; }
+
+// Layout of the one upload: [SampleRowParams x rows (sampler only)]
+// [penalty floats x 3 rows] [penalty ints x 4 entries].
+struct UploadLayout {
+  size_t params = 0, floats = 0, ints = 0, bytes = 0;
+  UploadLayout(int64_t rows, int64_t entries, bool with_params) {
+    floats = with_params ? align8(static_cast<size_t>(rows) * sizeof(SampleRowParams)) : 0;
+    ints = align8(floats + 12 * static_cast<size_t>(rows));
+    bytes = ints + 16 * static_cast<size_t>(entries);
+  }
+};
+
+int64_t sampler_workspace(const NodeSignature& node, const StepLimits& limits) {
+  const int64_t vocab = static_cast<int64_t>(node.attrs.u("vocab_size"));
+  const UploadLayout most(limits.max_sequences, limits.max_sequences * limits.max_context, true);
+  return Carver::round(limits.max_sequences * vocab * 4) +
+         Carver::round(static_cast<int64_t>(most.bytes) + 64);
+}
+
+// Uploads the penalties (and `row_params` when given), applies penalties to
+// a copy of the logits when a row has any. Sets *rows_in to the logits the
+// selection must read (the copy, or the logits themselves) and *params_dev
+// to the uploaded SampleRowParams.
+Status stage_step(const Invocation& inv, Staging& staging, const float* logits, int64_t rows,
+                  int64_t vocab, const std::vector<SampleRowParams>* row_params,
+                  const float** rows_in, const SampleRowParams** params_dev) {
+  BackendState& st = state(inv);
+  const Penalties pen = plan_penalties(inv.sampling, rows, vocab);
+  const int64_t n = pen.entries();
+  const UploadLayout lay(rows, n, row_params != nullptr);
   Carver ws(inv);
-  auto* copy = static_cast<float*>(ws.take(rows * vocab * 4));
-  auto* ints = static_cast<int32_t*>(ws.take(std::max<int64_t>(n, 1) * 16));
-  auto* params = static_cast<float*>(ws.take(rows * 12));
-  if (!copy || !ints || !params)
-    return resource_exhausted("argmax: penalty history exceeds the sampler workspace");
-  std::vector<int32_t> packed;
-  packed.reserve(4 * n);
-  for (auto* v : {&e_row, &e_id, &e_rep, &e_count}) packed.insert(packed.end(), v->begin(), v->end());
-  std::vector<float> pk;
-  for (auto* v : {&rep, &pres, &freq}) pk.insert(pk.end(), v->begin(), v->end());
-  if (n > 0)
-    FERRITE_CUDA_RETURN(cudaMemcpyAsync(ints, packed.data(), packed.size() * 4,
-                                        cudaMemcpyHostToDevice, st.stream));
-  FERRITE_CUDA_RETURN(
-      cudaMemcpyAsync(params, pk.data(), pk.size() * 4, cudaMemcpyHostToDevice, st.stream));
-  FERRITE_RETURN_IF_ERROR(launch_apply_penalties(st.stream, logits, copy, rows, vocab, ints,
-                                                 ints + n, ints + 2 * n, ints + 3 * n, n, params,
-                                                 params + rows, params + 2 * rows));
-  FERRITE_RETURN_IF_ERROR(launch_masked_argmax(st.stream, copy, rows, vocab, mask, tokens));
-  // The host vectors above must outlive the pageable copies: wait for them.
-  FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
+  auto* up = static_cast<char*>(ws.take(static_cast<int64_t>(lay.bytes) + 64));
+  auto* copy = pen.any ? static_cast<float*>(ws.take(rows * vocab * 4)) : nullptr;
+  if (!up || (pen.any && !copy))
+    return resource_exhausted("sampler: step exceeds the sampler workspace (penalty history too long?)");
+  *rows_in = logits;
+  if (params_dev) *params_dev = reinterpret_cast<const SampleRowParams*>(up + lay.params);
+  if (!pen.any && !row_params) return Status::ok();
+  FERRITE_RETURN_IF_ERROR(staging.upload(up, lay.bytes, st.stream, [&](char* h) {
+    if (row_params)
+      std::memcpy(h + lay.params, row_params->data(), rows * sizeof(SampleRowParams));
+    if (!pen.any) return;
+    float* f = reinterpret_cast<float*>(h + lay.floats);
+    std::copy(pen.rep_penalty.begin(), pen.rep_penalty.end(), f);
+    std::copy(pen.presence.begin(), pen.presence.end(), f + rows);
+    std::copy(pen.frequency.begin(), pen.frequency.end(), f + 2 * rows);
+    int32_t* i = reinterpret_cast<int32_t*>(h + lay.ints);
+    std::copy(pen.row.begin(), pen.row.end(), i);
+    std::copy(pen.id.begin(), pen.id.end(), i + n);
+    std::copy(pen.rep.begin(), pen.rep.end(), i + 2 * n);
+    std::copy(pen.count.begin(), pen.count.end(), i + 3 * n);
+  }));
+  if (!pen.any) return Status::ok();
+  const float* f = reinterpret_cast<const float*>(up + lay.floats);
+  const int32_t* i = reinterpret_cast<const int32_t*>(up + lay.ints);
+  FERRITE_RETURN_IF_ERROR(launch_apply_penalties(st.stream, logits, copy, rows, vocab, i, i + n,
+                                                 i + 2 * n, i + 3 * n, n, f, f + rows,
+                                                 f + 2 * rows));
+  *rows_in = copy;
   return Status::ok();
 }
 
-int64_t argmax_workspace(const NodeSignature& node, const StepLimits& limits) {
-  const int64_t vocab = static_cast<int64_t>(node.attrs.u("vocab_size"));
-  return Carver::round(limits.max_sequences * vocab * 4) +
-         Carver::round(limits.max_sequences * limits.max_context * 16 + 16) +
-         Carver::round(limits.max_sequences * 12);
+// Runs the masked argmax of `rows` rows of `logits` into `tokens` (device).
+Status device_argmax(const Invocation& inv, Staging& staging, const float* logits, int64_t rows,
+                     int64_t vocab, const uint8_t* mask, uint32_t* tokens) {
+  BackendState& st = state(inv);
+  profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
+  const float* in = nullptr;
+  FERRITE_RETURN_IF_ERROR(stage_step(inv, staging, logits, rows, vocab, nullptr, &in, nullptr));
+  return launch_masked_argmax(st.stream, in, rows, vocab, mask, tokens);
 }
 
 class MaskedArgmax final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    return argmax_workspace(node, limits);
+    return sampler_workspace(node, limits);
   }
   Status encode(const Invocation& inv) const override {
     using namespace last_token_masked_argmax;
     const auto& b = inv.bindings;
     const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
-    return device_argmax(inv, b[kLogits].as<float>(), inv.batch->num_sequences(), vocab,
+    return device_argmax(inv, staging_, b[kLogits].as<float>(), inv.batch->num_sequences(), vocab,
                          b[kValidMask].as<uint8_t>(), b[kTokens].as<uint32_t>());
   }
 
  private:
+  mutable Staging staging_;
   ProviderDescriptor desc_ = [] {
     auto d = cuda_descriptor("cuda.last_token_masked_argmax", "last_token_masked_argmax",
                              "device argmax, penalties on a row copy");
@@ -126,50 +237,51 @@ class Sample final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    return argmax_workspace(node, limits);
+    return sampler_workspace(node, limits);
   }
   Status encode(const Invocation& inv) const override {
     using namespace last_token_sample;
     const auto& b = inv.bindings;
     const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
     const int64_t rows = inv.batch->num_sequences();
+    const SamplingBatch* sb = inv.sampling;
+    if (!sb || static_cast<int64_t>(sb->params.size()) != rows ||
+        static_cast<int64_t>(sb->step_index.size()) != rows)
+      return invalid_argument("last_token_sample: sampling batch does not match the step");
     bool all_greedy = true;
-    for (const SamplingParams& p : inv.sampling->params) all_greedy = all_greedy && p.greedy();
+    for (const SamplingParams& p : sb->params) all_greedy = all_greedy && p.greedy();
     if (all_greedy && !b[kLogprobs].data)
-      return device_argmax(inv, b[kLogits].as<float>(), rows, vocab, b[kValidMask].as<uint8_t>(),
-                           b[kTokens].as<uint32_t>());
-    // Host path: the reference algorithm on a copy of the logits.
-    Device& dev = *inv.ctx->device;
-    std::vector<float> logits(rows * vocab);
-    FERRITE_RETURN_IF_ERROR(dev.copy_to_host(logits.data(), b[kLogits].data, logits.size() * 4));
-    std::vector<uint8_t> mask;
-    if (b[kValidMask].data) {
-      mask.resize(vocab);
-      FERRITE_RETURN_IF_ERROR(dev.copy_to_host(mask.data(), b[kValidMask].data, vocab));
+      return device_argmax(inv, staging_, b[kLogits].as<float>(), rows, vocab,
+                           b[kValidMask].as<uint8_t>(), b[kTokens].as<uint32_t>());
+    BackendState& st = state(inv);
+    profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
+    std::vector<SampleRowParams> params(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const SamplingParams& sp = sb->params[r];
+      SampleRowParams& p = params[r];
+      p = SampleRowParams{};
+      p.temperature = sp.greedy() ? 0.0f : sp.temperature;
+      p.top_k = sp.top_k;
+      p.top_p = sp.top_p;
+      p.min_p = sp.min_p;
+      p.u = sp.greedy() ? 0.0 : reference_uniform01(sp.seed, sb->step_index[r]);
     }
-    std::vector<uint32_t> tokens(rows);
-    std::vector<float> logprobs(rows);
-    Invocation host = inv;
-    host.bindings = {TensorView{logits.data(), DType::kF32, b[kLogits].shape},
-                     mask.empty() ? TensorView{} : TensorView{mask.data(), DType::kU8, b[kValidMask].shape},
-                     TensorView{tokens.data(), DType::kU32, b[kTokens].shape},
-                     b[kLogprobs].data ? TensorView{logprobs.data(), DType::kF32, b[kLogprobs].shape}
-                                       : TensorView{}};
-    host.workspace = nullptr;
-    host.workspace_bytes = 0;
-    host.ctx = nullptr;
-    FERRITE_RETURN_IF_ERROR(reference_->encode(host));
-    FERRITE_RETURN_IF_ERROR(dev.copy_to_device(b[kTokens].data, tokens.data(), rows * 4));
-    if (b[kLogprobs].data)
-      FERRITE_RETURN_IF_ERROR(dev.copy_to_device(b[kLogprobs].data, logprobs.data(), rows * 4));
-    return dev.synchronize();
+    const float* in = nullptr;
+    const SampleRowParams* params_dev = nullptr;
+    FERRITE_RETURN_IF_ERROR(
+        stage_step(inv, staging_, b[kLogits].as<float>(), rows, vocab, &params, &in, &params_dev));
+    return launch_sample(st.stream, in, b[kLogits].as<float>(), rows, vocab,
+                         b[kValidMask].as<uint8_t>(), params_dev, b[kTokens].as<uint32_t>(),
+                         b[kLogprobs].as<float>());
   }
 
  private:
-  std::unique_ptr<Provider> reference_ = cpu::make_last_token_sample_reference();
+  mutable Staging staging_;
   ProviderDescriptor desc_ = [] {
     auto d = cuda_descriptor("cuda.last_token_sample", "last_token_sample",
-                             "device argmax when greedy; host reference draw otherwise");
+                             "device top-k / top-p / min-p draw with the reference's seeded uniforms");
+    // Per-step parameters are staged by encode(): the executor runs the
+    // sampler eagerly, after the (possibly replayed) forward step.
     d.replay_safe = false;
     return d;
   }();
