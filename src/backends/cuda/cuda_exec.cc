@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels.h"
 #include "base/hash.h"
 
 namespace ferrite {
@@ -141,7 +142,9 @@ class CudaExec final : public StepPreparer, public StepRunner {
     cap_tokens_ = std::max<int64_t>(tokens, cap_tokens_);
     cap_seqs_ = std::max<int64_t>(seqs, cap_seqs_);
     cap_blocks_ = std::max<int64_t>(blocks, cap_blocks_);
-    const size_t bytes = 4 * static_cast<size_t>(2 * cap_tokens_ + 4 * cap_seqs_ + cap_blocks_ + 64);
+    // tokens: position, sequence and two prefill-tile entries (a tile holds
+    // at least one token); sequences: last row, length, slot, table offset.
+    const size_t bytes = 4 * static_cast<size_t>(4 * cap_tokens_ + 4 * cap_seqs_ + cap_blocks_ + 64);
     if (host_) cudaFreeHost(host_);
     if (dev_) cudaFree(dev_);
     host_ = nullptr;
@@ -189,7 +192,19 @@ class CudaExec final : public StepPreparer, public StepRunner {
         seq_off[i] = off;
       }
     }
-    const size_t used = static_cast<size_t>(tables + off - host_);
+    int32_t* tile_seq = tables + off;
+    int32_t* tile_row = tile_seq + tokens;
+    int32_t tiles = 0, longest = 0;
+    for (int32_t i = 0; i < batch.num_sequences(); ++i) {
+      const SequenceSlice& s = batch.sequences[i];
+      longest = std::max(longest, s.token_count);
+      for (int32_t r = 0; r < s.token_count; r += kPrefillTileQ) {
+        tile_seq[tiles] = i;
+        tile_row[tiles] = s.token_begin + r;
+        ++tiles;
+      }
+    }
+    const size_t used = static_cast<size_t>(tile_row + tiles - host_);
     FERRITE_CUDA_RETURN(cudaMemcpyAsync(dev_, host_, 4 * std::max<size_t>(used, 1),
                                         cudaMemcpyHostToDevice, st_.stream));
     FERRITE_CUDA_RETURN(cudaEventRecord(uploaded_, st_.stream));
@@ -201,6 +216,10 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.meta.seq_state_slot = dev(seq_slot);
     st_.meta.seq_block_off = dev(seq_off);
     st_.meta.block_tables = dev(tables);
+    st_.meta.tile_seq = dev(tile_seq);
+    st_.meta.tile_row = dev(tile_row);
+    st_.meta.num_tiles = tiles;
+    st_.meta.longest_run = longest;
     st_.prepared = &batch;
     st_.prepared_key = batch_key(batch);
     return Status::ok();

@@ -38,6 +38,14 @@ struct StepMeta {
   const int32_t* seq_state_slot = nullptr;  // [sequences]
   const int32_t* seq_block_off = nullptr;   // [sequences] start of its block table
   const int32_t* block_tables = nullptr;    // concatenated block tables (page ids)
+  // Flash prefill query tiles: (sequence, first row) of every kPrefillTileQ
+  // rows of each sequence, built with the rest of the step's metadata so the
+  // attention provider never uploads from pageable memory (which would stall
+  // the host on the stream). `num_tiles` and `longest_run` are host values.
+  const int32_t* tile_seq = nullptr;
+  const int32_t* tile_row = nullptr;
+  int32_t num_tiles = 0;
+  int32_t longest_run = 0;  // most tokens of one sequence in the step
 };
 
 }  // namespace ferrite::cuda

@@ -9,6 +9,8 @@
 #include "backends/cuda/cuda_status.h"
 #include "tensor/dtype.h"
 
+#include <cstdlib>
+
 namespace ferrite::cuda {
 
 __device__ __forceinline__ float to_f(float v) { return v; }
@@ -40,6 +42,58 @@ bool dispatch_float(DType dt, F&& f) {
     case DType::kF16: f(__half{}); return true;
     default: return false;
   }
+}
+
+// --- Programmatic dependent launch (sm_90) --------------------------------
+// A kernel launched with launch_pdl() may start while the previous kernel of
+// the stream is still finishing, so the ~2 us drain / launch gap between
+// two decode kernels (hundreds per step) overlaps with useful work. Rules
+// for such a kernel:
+//  - call pdl_wait() in every thread before touching global memory that an
+//    earlier kernel writes or reads (it returns once the previous grid has
+//    completed and its writes are visible); only read-only data (weights)
+//    may be read before it;
+//  - call it before any early return: a grid that completes without waiting
+//    would let the next kernel run ahead of the one before it;
+//  - pdl_launch_dependents() lets the next kernel be scheduled as soon as
+//    every block of this one has started (it still waits in its pdl_wait).
+// Both are no-ops when the kernel was launched normally. FERRITE_PDL=0
+// launches every kernel normally.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("FERRITE_PDL");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, s>>>(args...), allowed to overlap the previous
+// kernel's tail (see above).
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
 }
 
 inline Status bad_dtype(const char* what, DType dt) {

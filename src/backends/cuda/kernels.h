@@ -51,7 +51,9 @@ struct GemvSegment {
   void* out;
   int64_t n;
 };
-bool gemv_multi_enabled();  // FERRITE_FUSED_NORM=0 turns the fused path off
+// m x k normalised rows fit the kernel's shared memory; FERRITE_FUSED_NORM=0
+// turns the fused path off.
+bool gemv_multi_supported(int64_t m, int64_t k, DType act);
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
                          const GemvSegment* segs, int count, DType act, bool swiglu,
                          const void* norm, DType norm_dt, float eps, bool zero_centred);

@@ -22,6 +22,8 @@ template <typename T, typename TW>
 __global__ void qk_rope_kv_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q, T* k,
                                   T* v, const TW* q_norm, const TW* k_norm, const TW* q_bias,
                                   const TW* k_bias, const TW* v_bias, T* k_cache, T* v_cache) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float vals[256];
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
@@ -104,6 +106,8 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(AttentionShape a,
                                                                const T* k_cache,
                                                                const T* v_cache, T* out,
                                                                int splits, float* partials) {
+  pdl_launch_dependents();
+  pdl_wait();
   extern __shared__ float smem[];
   const int hd = a.head_dim;
   const int group = a.num_heads / a.num_kv_heads;
@@ -245,6 +249,8 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(AttentionShape a,
 template <typename T>
 __global__ void attention_combine_kernel(AttentionShape a, const T* q, T* out, int splits,
                                          const float* partials) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y;
   const int hd = a.head_dim;
@@ -289,7 +295,7 @@ Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta
     using T = decltype(ta);
     dispatch_float(w_dt, [&](auto tw) {
       using TW = decltype(tw);
-      qk_rope_kv_kernel<T, TW><<<grid, 128, 0, s>>>(
+      (void)launch_pdl(qk_rope_kv_kernel<T, TW>, grid, 128, 0, s,
           a, meta, page_size, static_cast<T*>(q), static_cast<T*>(k), static_cast<T*>(v),
           static_cast<const TW*>(q_norm), static_cast<const TW*>(k_norm),
           static_cast<const TW*>(q_bias), static_cast<const TW*>(k_bias),
@@ -316,11 +322,11 @@ Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const St
     auto kern = attention_decode_kernel<T>;
     if (smem > 48 * 1024)
       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-    kern<<<grid, 128, smem, s>>>(a, meta, page_size, static_cast<const T*>(q),
+    (void)launch_pdl(kern, grid, 128, smem, s, a, meta, page_size, static_cast<const T*>(q),
                                  static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
                                  static_cast<T*>(out), splits, partials);
     if (splits > 1)
-      attention_combine_kernel<T><<<dim3(static_cast<unsigned>(tokens), a.num_heads), 128, 0, s>>>(
+      (void)launch_pdl(attention_combine_kernel<T>, dim3(static_cast<unsigned>(tokens), a.num_heads), 128, 0, s,
           a, static_cast<const T*>(q), static_cast<T*>(out), splits, partials);
   });
   if (!ok) return bad_dtype("attention decode", act);

@@ -8,6 +8,8 @@ namespace {
 template <typename TT, typename TO>
 __global__ void embedding_kernel(const uint32_t* ids, const TT* table, int64_t vocab,
                                  int64_t hidden, TO* out) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   uint32_t id = ids[t];
   if (id >= vocab) id = 0;  // padding rows of graph buckets may hold stale ids
@@ -19,6 +21,8 @@ __global__ void embedding_kernel(const uint32_t* ids, const TT* table, int64_t v
 template <typename T, typename TW>
 __global__ void rms_norm_kernel(const T* x, T* y, const TW* w, int64_t width, float eps,
                                 bool zero_centred) {
+  pdl_launch_dependents();
+  pdl_wait();
   extern __shared__ float row[];
   __shared__ float partial[32];
   const int64_t r = blockIdx.x;
@@ -48,6 +52,8 @@ __global__ void rms_norm_kernel(const T* x, T* y, const TW* w, int64_t width, fl
 
 template <typename T>
 __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
@@ -55,6 +61,8 @@ __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
 
 template <typename T>
 __global__ void silu_mul_kernel(const T* gate, const T* up, T* out, int64_t n) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     float g = to_f(gate[i]);
@@ -65,6 +73,8 @@ __global__ void silu_mul_kernel(const T* gate, const T* up, T* out, int64_t n) {
 
 template <typename T>
 __global__ void gather_rows_kernel(const T* src, const int32_t* rows, T* dst, int64_t width) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t s = blockIdx.x;
   const T* row = src + static_cast<int64_t>(rows[s]) * width;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[s * width + i] = row[i];
@@ -84,7 +94,7 @@ Status launch_embedding(cudaStream_t s, const uint32_t* ids, int64_t tokens, con
     using TT = decltype(tt);
     dispatch_float(out_dt, [&](auto to) {
       using TO = decltype(to);
-      embedding_kernel<TT, TO><<<tokens, 256, 0, s>>>(ids, static_cast<const TT*>(table), vocab,
+      (void)launch_pdl(embedding_kernel<TT, TO>, tokens, 256, 0, s, ids, static_cast<const TT*>(table), vocab,
                                                       hidden, static_cast<TO*>(out));
     });
   });
@@ -104,7 +114,7 @@ Status launch_rms_norm(cudaStream_t s, const void* x, void* y, DType act, const 
       auto k = rms_norm_kernel<T, TW>;
       if (smem > 48 * 1024)
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024);
-      k<<<rows, 256, smem, s>>>(static_cast<const T*>(x), static_cast<T*>(y),
+      (void)launch_pdl(k, rows, 256, smem, s, static_cast<const T*>(x), static_cast<T*>(y),
                                 static_cast<const TW*>(w), width, eps, zero_centred);
     });
   });
@@ -116,7 +126,7 @@ Status launch_add(cudaStream_t s, const void* a, const void* b, void* out, DType
   if (n == 0) return Status::ok();
   bool ok = dispatch_float(act, [&](auto ta) {
     using T = decltype(ta);
-    add_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(static_cast<const T*>(a),
+    (void)launch_pdl(add_kernel<T>, grid_for(n, 256), 256, 0, s, static_cast<const T*>(a),
                                                    static_cast<const T*>(b),
                                                    static_cast<T*>(out), n);
   });
@@ -129,7 +139,7 @@ Status launch_silu_mul(cudaStream_t s, const void* gate, const void* up, void* o
   if (n == 0) return Status::ok();
   bool ok = dispatch_float(act, [&](auto ta) {
     using T = decltype(ta);
-    silu_mul_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(
+    (void)launch_pdl(silu_mul_kernel<T>, grid_for(n, 256), 256, 0, s, 
         static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
   });
   if (!ok) return bad_dtype("silu_mul", act);
@@ -141,7 +151,7 @@ Status launch_gather_rows(cudaStream_t s, const void* src, const int32_t* rows, 
   if (count == 0) return Status::ok();
   bool ok = dispatch_float(act, [&](auto ta) {
     using T = decltype(ta);
-    gather_rows_kernel<T><<<count, 256, 0, s>>>(static_cast<const T*>(src), rows,
+    (void)launch_pdl(gather_rows_kernel<T>, count, 256, 0, s, static_cast<const T*>(src), rows,
                                                  static_cast<T*>(dst), width);
   });
   if (!ok) return bad_dtype("gather_rows", act);

@@ -90,11 +90,27 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
+// The first 4 x 16 bytes of a lane's share of one W row, loaded before
+// pdl_wait(): weights do not depend on the previous kernel, so a GEMV
+// launched with launch_pdl() has its first loads in flight while the
+// previous kernel drains.
+struct RowHead {
+  uint4 w[4];
+};
+__device__ __forceinline__ RowHead load_row_head(const uint4* wr, int64_t kv, int lane) {
+  RowHead h;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    h.w[j] = lane + 32 * j < kv ? load_stream(wr + lane + 32 * j) : make_uint4(0, 0, 0, 0);
+  return h;
+}
+
 // Dot products of one W row (16-byte vectors, 4 in flight per lane) with
-// MAXM rows of x; `xload(r, i, xf)` fills the 8 x values of vector i of row r.
+// MAXM rows of x, starting from the prefetched head; `xload(r, i, xf)`
+// fills the 8 x values of vector i of row r.
 template <int MAXM, typename T, typename XLoad>
 __device__ __forceinline__ void row_dots(const uint4* wr, int64_t kv, int lane, int m,
-                                         float* acc, XLoad&& xload) {
+                                         float* acc, const RowHead& head, XLoad&& xload) {
   auto consume = [&](const uint4& wv, int64_t i) {
     float wf[8];
     unpack8(wv, wf, T{});
@@ -108,7 +124,10 @@ __device__ __forceinline__ void row_dots(const uint4* wr, int64_t kv, int lane, 
       }
     }
   };
-  int64_t i = lane;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    if (lane + 32 * j < kv) consume(head.w[j], lane + 32 * j);
+  int64_t i = lane + 128;
   for (; i + 96 < kv; i += 128) {
     const uint4 w0 = load_stream(wr + i), w1 = load_stream(wr + i + 32);
     const uint4 w2 = load_stream(wr + i + 64), w3 = load_stream(wr + i + 96);
@@ -130,13 +149,17 @@ template <int MAXM, typename T, typename TO>
 __global__ void __launch_bounds__(256) gemv_kernel(const T* __restrict__ x, int m, int64_t k,
                                                    const T* __restrict__ w, int64_t n, TO* out,
                                                    bool accumulate) {
+  pdl_launch_dependents();
   const int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (col >= n) return;
   const int lane = threadIdx.x & 31;
+  const uint4* wr = reinterpret_cast<const uint4*>(w + (col < n ? col : 0) * k);
+  const RowHead head = col < n ? load_row_head(wr, k / 8, lane) : RowHead{};
+  pdl_wait();
+  if (col >= n) return;
   float acc[MAXM];
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
-  row_dots<MAXM, T>(reinterpret_cast<const uint4*>(w + col * k), k / 8, lane, m, acc,
+  row_dots<MAXM, T>(wr, k / 8, lane, m, acc, head,
                     [&](int r, int64_t i, float* xf) { load_x8(x, k, r, i, xf); });
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
@@ -169,15 +192,49 @@ struct GemvSegs {
 template <int MAXM, typename T, bool SWIGLU>
 __global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x, int m, int64_t k,
                                                          GemvSegs segs) {
+  // The normalised x rows, rounded to T as the unfused path stores them.
+  extern __shared__ __align__(16) unsigned char xs_raw[];
+  T* xs = reinterpret_cast<T*>(xs_raw);  // [m, k]
   __shared__ float red[8][MAXM];
   __shared__ float inv[MAXM];
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  int seg = 0;
+  bool active;
+  if (!SWIGLU) {
+    if (col >= segs.n[0]) {
+      col -= segs.n[0];
+      seg = 1;
+      if (col >= segs.n[1]) {
+        col -= segs.n[1];
+        seg = 2;
+      }
+    }
+    active = seg < segs.count && col < (seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2]);
+  } else {
+    active = col < segs.n[0];
+  }
+  // Constant indices only: a run-time index would put segs in local memory.
+  const void* wseg = seg == 0 ? segs.w[0] : seg == 1 ? segs.w[1] : segs.w[2];
+  void* oseg = seg == 0 ? segs.out[0] : seg == 1 ? segs.out[1] : segs.out[2];
+  const int64_t nseg = seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2];
+  const int64_t kv = k / 8;
+  const int64_t wcol = active ? col : 0;
+  const uint4* wr = reinterpret_cast<const uint4*>(static_cast<const T*>(wseg) + wcol * k);
+  const uint4* wu = reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[1]) + wcol * k);
+  // Weights first (see RowHead), then wait for x.
+  const RowHead head = active ? load_row_head(wr, kv, lane) : RowHead{};
+  RowHead head_u{};
+  if (SWIGLU && active) head_u = load_row_head(wu, kv, lane);
+  pdl_wait();
+
   // RMS of each x row (every block recomputes it: x is small and in L2).
   {
     float ss[MAXM];
 #pragma unroll
     for (int r = 0; r < MAXM; ++r) ss[r] = 0.0f;
-    for (int64_t i = threadIdx.x; i < k / 8; i += blockDim.x) {
+    for (int64_t i = threadIdx.x; i < kv; i += blockDim.x) {
 #pragma unroll
       for (int r = 0; r < MAXM; ++r) {
         if (r < m) {
@@ -201,50 +258,45 @@ __global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x
     }
     __syncthreads();
   }
-  int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
-  int seg = 0;
-  if (!SWIGLU) {
-    if (col >= segs.n[0]) {
-      col -= segs.n[0];
-      seg = 1;
-      if (col >= segs.n[1]) {
-        col -= segs.n[1];
-        seg = 2;
+  // Normalised rows into shared memory once per block (each warp then reads
+  // them with conflict-free 16-byte loads).
+  {
+    const T* nw = static_cast<const T*>(segs.norm);
+    const bool zc = segs.zero_centred;
+    for (int64_t i = threadIdx.x; i < kv; i += blockDim.x) {
+      float wf[8];
+      unpack8(__ldg(reinterpret_cast<const uint4*>(nw) + i), wf, T{});
+#pragma unroll
+      for (int r = 0; r < MAXM; ++r) {
+        if (r < m) {
+          float xf[8];
+          load_x8(x, k, r, i, xf);
+          uint4 packed;
+          T* pt = reinterpret_cast<T*>(&packed);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            pt[j] = from_f<T>(xf[j] * inv[r] * (zc ? 1.0f + wf[j] : wf[j]));
+          reinterpret_cast<uint4*>(xs + r * k)[i] = packed;
+        }
       }
     }
-    if (seg >= segs.count || col >= (seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2]))
-      return;
-  } else if (col >= segs.n[0]) {
-    return;
+    __syncthreads();
   }
-  // Constant indices only: a run-time index would put segs in local memory.
-  const void* wseg = seg == 0 ? segs.w[0] : seg == 1 ? segs.w[1] : segs.w[2];
-  void* oseg = seg == 0 ? segs.out[0] : seg == 1 ? segs.out[1] : segs.out[2];
-  const int64_t nseg = seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2];
-  const T* nw = static_cast<const T*>(segs.norm);
-  const bool zc = segs.zero_centred;
+  if (!active) return;
   auto xload = [&](int r, int64_t i, float* xf) {
-    float wf[8];
-    load_x8(x, k, r, i, xf);
-    unpack8(__ldg(reinterpret_cast<const uint4*>(nw) + i), wf, T{});
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      xf[j] = to_f(from_f<T>(xf[j] * inv[r] * (zc ? 1.0f + wf[j] : wf[j])));
+    unpack8(reinterpret_cast<const uint4*>(xs + r * k)[i], xf, T{});
   };
-  const int64_t kv = k / 8;
   float acc[MAXM];
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
-  row_dots<MAXM, T>(reinterpret_cast<const uint4*>(static_cast<const T*>(wseg) + col * k), kv,
-                    lane, m, acc, xload);
+  row_dots<MAXM, T>(wr, kv, lane, m, acc, head, xload);
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
   float acc_u[MAXM];
   if (SWIGLU) {
 #pragma unroll
     for (int r = 0; r < MAXM; ++r) acc_u[r] = 0.0f;
-    row_dots<MAXM, T>(reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[1]) + col * k),
-                      kv, lane, m, acc_u, xload);
+    row_dots<MAXM, T>(wu, kv, lane, m, acc_u, head_u, xload);
 #pragma unroll
     for (int r = 0; r < MAXM; ++r) acc_u[r] = warp_sum(acc_u[r]);
   }
@@ -271,13 +323,11 @@ void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w,
                  void* out, DType out_dt, bool accumulate) {
   const int blocks = static_cast<int>((n + 7) / 8);
   if (out_dt == DType::kF32)
-    gemv_kernel<MAXM, T, float><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), m, k,
-                                                       static_cast<const T*>(w), n,
-                                                       static_cast<float*>(out), accumulate);
+    (void)launch_pdl(gemv_kernel<MAXM, T, float>, blocks, 256, 0, s, static_cast<const T*>(x), m,
+                     k, static_cast<const T*>(w), n, static_cast<float*>(out), accumulate);
   else
-    gemv_kernel<MAXM, T, T><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), m, k,
-                                                   static_cast<const T*>(w), n,
-                                                   static_cast<T*>(out), accumulate);
+    (void)launch_pdl(gemv_kernel<MAXM, T, T>, blocks, 256, 0, s, static_cast<const T*>(x), m, k,
+                     static_cast<const T*>(w), n, static_cast<T*>(out), accumulate);
 }
 
 int gemv_max_rows() {
@@ -318,19 +368,21 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
   return check_launch("gemm_simt");
 }
 
-bool gemv_multi_enabled() {
+constexpr int64_t kGemvMultiSmem = 48 * 1024;  // normalised x rows, no opt-in needed
+
+bool gemv_multi_supported(int64_t m, int64_t k, DType act) {
   static const bool on = [] {
     const char* e = std::getenv("FERRITE_FUSED_NORM");
     return !(e && e[0] == '0');
   }();
-  return on;
+  return on && m * k * dtype_bytes(act, 1) <= kGemvMultiSmem;
 }
 
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
                          const GemvSegment* segs, int count, DType act, bool swiglu,
                          const void* norm, DType norm_dt, float eps, bool zero_centred) {
-  if (!gemv_supported(m, k, act, act, act) || count < 1 || count > 3 || (swiglu && count != 2) ||
-      norm_dt != act)
+  if (!gemv_supported(m, k, act, act, act) || !gemv_multi_supported(m, k, act) || count < 1 ||
+      count > 3 || (swiglu && count != 2) || norm_dt != act)
     return unsupported("gemv_multi: shape or dtype");
   GemvSegs g{};
   g.norm = norm;
@@ -351,10 +403,13 @@ Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
     using T = decltype(t);
     auto run = [&](auto maxm) {
       constexpr int M = decltype(maxm)::value;
+      const size_t smem = static_cast<size_t>(mi) * k * sizeof(T);
       if (swiglu)
-        gemv_multi_kernel<M, T, true><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), mi, k, g);
+        (void)launch_pdl(gemv_multi_kernel<M, T, true>, blocks, 256, smem, s,
+                         static_cast<const T*>(x), mi, k, g);
       else
-        gemv_multi_kernel<M, T, false><<<blocks, 256, 0, s>>>(static_cast<const T*>(x), mi, k, g);
+        (void)launch_pdl(gemv_multi_kernel<M, T, false>, blocks, 256, smem, s,
+                         static_cast<const T*>(x), mi, k, g);
     };
     if (mi == 1) run(std::integral_constant<int, 1>{});
     else if (mi == 2) run(std::integral_constant<int, 2>{});

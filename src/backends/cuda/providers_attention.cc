@@ -50,11 +50,9 @@ class CausalPagedAttention final : public Provider {
     const int64_t hd = i64(p.head_dim), nh = i64(p.num_heads), nkv = i64(p.num_kv_heads);
     const int64_t q_rows = nh * hd * (p.output_gate ? 2 : 1);
     const int64_t partial_rows = std::min<int64_t>(t, kSplitBlocks) * kMaxSplits;
-    const int64_t tiles = t / kPrefillTileQ + limits.max_sequences + 1;
     return Carver::round(t * i64(p.hidden_size) * e) + Carver::round(t * q_rows * e) +
            2 * Carver::round(t * nkv * hd * e) + Carver::round(t * nh * hd * e) +
-           Carver::round(std::min<int64_t>(partial_rows, 2 * kSplitBlocks + t) * nh * (hd + 2) * 4) +
-           2 * Carver::round(tiles * 4);
+           Carver::round(std::min<int64_t>(partial_rows, 2 * kSplitBlocks + t) * nh * (hd + 2) * 4);
   }
 
   Status encode(const Invocation& inv) const override {
@@ -98,7 +96,7 @@ class CausalPagedAttention final : public Provider {
     if (!n || !q || !k || !v || !attn) return internal_error("attention: workspace too small");
 
     profile_mark(st.stream, "attention.qkv", st.capturing);
-    if (gemv_multi_enabled() && gemv_supported(t, H, act, b[kQProj].dtype, act) && b[kKProj].dtype == act &&
+    if (gemv_multi_supported(t, H, act) && gemv_supported(t, H, act, b[kQProj].dtype, act) && b[kKProj].dtype == act &&
         b[kVProj].dtype == act && b[kInputNorm].dtype == act) {
       // Decode: norm, Q, K and V in one launch.
       const GemvSegment segs[3] = {
@@ -123,26 +121,11 @@ class CausalPagedAttention final : public Provider {
         b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data));
 
     profile_mark(st.stream, "attention.core", st.capturing);
-    int32_t longest = 0;
-    for (const SequenceSlice& s : inv.batch->sequences) longest = std::max(longest, s.token_count);
-    if (longest >= 16 && attention_prefill_supported(a, act) && !st.capturing) {
-      // Query tiles: (sequence, first row) for every kPrefillTileQ rows.
-      std::vector<int32_t> tile_seq, tile_row;
-      for (int32_t si = 0; si < inv.batch->num_sequences(); ++si) {
-        const SequenceSlice& s = inv.batch->sequences[si];
-        for (int32_t r = 0; r < s.token_count; r += kPrefillTileQ) {
-          tile_seq.push_back(si);
-          tile_row.push_back(s.token_begin + r);
-        }
-      }
-      const int64_t tiles = static_cast<int64_t>(tile_seq.size());
-      auto* d_seq = static_cast<int32_t*>(ws.take(tiles * 4));
-      auto* d_row = static_cast<int32_t*>(ws.take(tiles * 4));
-      if (!d_seq || !d_row) return internal_error("attention: workspace too small for tiles");
-      FERRITE_CUDA_RETURN(cudaMemcpyAsync(d_seq, tile_seq.data(), tiles * 4,
-                                          cudaMemcpyHostToDevice, st.stream));
-      FERRITE_CUDA_RETURN(cudaMemcpyAsync(d_row, tile_row.data(), tiles * 4,
-                                          cudaMemcpyHostToDevice, st.stream));
+    if (st.meta.longest_run >= 16 && attention_prefill_supported(a, act) && !st.capturing) {
+      // Query tiles come with the step's metadata (see StepMeta).
+      const int32_t* d_seq = st.meta.tile_seq;
+      const int32_t* d_row = st.meta.tile_row;
+      const int64_t tiles = st.meta.num_tiles;
       FERRITE_RETURN_IF_ERROR(launch_attention_prefill(st.stream, a, st.meta, page_size, d_seq,
                                                        d_row, tiles, t, q, act, b[kKCache].data,
                                                        b[kVCache].data, attn));

@@ -113,7 +113,7 @@ class DenseSwiglu final : public Provider {
     void* u = ws.take(t * im * e);
     if (!n || !g || !u) return internal_error("dense_swiglu: workspace too small");
     profile_mark(st.stream, "mlp.gate_up", st.capturing);
-    if (gemv_multi_enabled() && gemv_supported(t, h, act, b[kGate].dtype, act) && b[kUp].dtype == act &&
+    if (gemv_multi_supported(t, h, act) && gemv_supported(t, h, act, b[kGate].dtype, act) && b[kUp].dtype == act &&
         b[kNorm].dtype == act) {
       // Decode: norm, gate, up and the SiLU product in one pass over both weights.
       const GemvSegment segs[2] = {{b[kGate].data, g, im}, {b[kUp].data, u, im}};
