@@ -2,7 +2,10 @@
 // single decode token over a long cached context, a prompt chunk in the
 // middle of a sequence) over shuffled pages pre-filled with random KV, for
 // Llama, Qwen3 (q/k norms, bias) and Qwen3-Next (output gate, partial RoPE,
-// zero-centred norms) flavours and Llama-3 rope scaling.
+// zero-centred norms) flavours and Llama-3 rope scaling. The long flavours
+// (head_dim 128 and 256) put a 130-token prompt and a 40-token chunk over a
+// 60-token prefix in the step: the CUDA flash prefill path (runs of >= 16
+// tokens, bf16 / f16) over several query and key tiles.
 #include <algorithm>
 #include <numeric>
 
@@ -19,6 +22,7 @@ struct Flavor {
   double partial;
   bool qk_norm, output_gate, zero_centred, bias;
   const char* scaling;
+  bool long_prefill = false;
 };
 
 uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
@@ -32,6 +36,8 @@ std::vector<Case> causal_paged_attention_cases() {
       {"qwen3_bias", 48, 6, 2, 8, 1.0, true, false, false, true, "none"},
       {"qwen3_next", 64, 4, 2, 32, 0.25, true, true, true, false, "none"},
       {"mha_hd64", 128, 2, 2, 64, 1.0, false, false, false, false, "none"},
+      {"gqa_hd128_long", 64, 4, 2, 128, 1.0, true, false, false, false, "none", true},
+      {"next_hd256_long", 64, 4, 1, 256, 0.25, true, true, true, false, "none", true},
   };
   std::vector<Case> out;
   CaseRng rng(7);
@@ -40,7 +46,7 @@ std::vector<Case> causal_paged_attention_cases() {
       Case c;
       c.name = std::string(f.name) + "_" + std::string(dtype_name(wt));
       c.contract = &causal_paged_attention::contract();
-      const int64_t page_size = 8, pages = 24;
+      const int64_t page_size = 8, pages = f.long_prefill ? 40 : 24;
       const int64_t q_rows = f.heads * f.head_dim * (f.output_gate ? 2 : 1);
       const int64_t kv_rows = f.kv_heads * f.head_dim;
       int64_t rope_dim = static_cast<int64_t>(f.head_dim * f.partial);
@@ -62,13 +68,23 @@ std::vector<Case> causal_paged_attention_cases() {
           .set("eps", 1e-6)
           .set("max_context", u(page_size * pages));
       // Shuffled pages: sequence A (prefill 20 from 0), B (decode 1 at 37),
-      // C (chunk of 5 at 10).
+      // C (chunk of 5 at 10); long: A (prefill 130 from 0), B, C (chunk of
+      // 40 at 60).
       std::vector<int32_t> perm(pages);
       std::iota(perm.begin(), perm.end(), 0);
       std::shuffle(perm.begin(), perm.end(), rng.engine());
-      add_sequence(c, 20, 0, {perm[0], perm[1], perm[2]});
-      add_sequence(c, 1, 37, {perm[3], perm[4], perm[5], perm[6], perm[7]});
-      add_sequence(c, 5, 10, {perm[8], perm[9]});
+      auto pages_from = [&](int first, int count) {
+        return std::vector<int32_t>(perm.begin() + first, perm.begin() + first + count);
+      };
+      if (f.long_prefill) {
+        add_sequence(c, 130, 0, pages_from(0, 17));
+        add_sequence(c, 1, 37, pages_from(17, 5));
+        add_sequence(c, 40, 60, pages_from(22, 13));
+      } else {
+        add_sequence(c, 20, 0, pages_from(0, 3));
+        add_sequence(c, 1, 37, pages_from(3, 5));
+        add_sequence(c, 5, 10, pages_from(8, 2));
+      }
       const int64_t tokens = c.batch.num_tokens();
       const float sh = 1.0f / std::sqrt(static_cast<float>(f.hidden));
       const float so = 1.0f / std::sqrt(static_cast<float>(f.heads * f.head_dim));

@@ -6,18 +6,25 @@
 //    identical up to the first step whose golden top-1/top-2 margin is
 //    below what bf16 rounding can flip;
 //  - graph replay: a decode step replayed from a captured graph gives
-//    logits bitwise equal to the same step run eagerly.
+//    logits bitwise equal to the same step run eagerly;
+//  - the flash prefill kernel (head_dim 64 / 128 / 256, bf16 / f16) against
+//    a host reference and the split-KV kernel, and end to end.
 // Every test is skipped (with the reason) when no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <numeric>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels.h"
 #include "engine/generator.h"
 #include "tests/models/golden_harness.h"
 
@@ -240,53 +247,272 @@ TEST(CudaGraphTest, ReplayIsBitwiseEqualToEager) {
   }
 }
 
-// The tensor-core prefill kernel (head_dim 128, one 300-token step) against
-// the split-KV kernel (the same prompt in chunks of 8 tokens), on random
-// bf16 weights of a small Qwen3-shaped model: last-token logits agree within
-// bf16 rounding.
+// The tensor-core prefill path end to end: a 300-token prompt in one step
+// (flash, tiles not a multiple of 64) and in chunks of 100 (flash over a
+// cached prefix) against chunks of 8 (split-KV kernel), on random weights of
+// small Qwen3-shaped models (head_dim 128 bf16, 256 bf16 and f16): last-token
+// logits agree within the activation type's rounding.
 TEST(CudaAttentionTest, FlashPrefillMatchesSplitKvPath) {
   SKIP_WITHOUT_GPU();
-  const std::string dir = testing::TempDir() + "/ferrite_cuda_hd128";
-  std::filesystem::create_directories(dir);
-  {
-    std::ofstream f(dir + "/config.json");
-    f << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 512,
-            "intermediate_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2,
-            "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 1024, "rms_norm_eps": 1e-6,
-            "rope_theta": 1000000, "max_position_embeddings": 4096, "tie_word_embeddings": true,
-            "attention_bias": false, "torch_dtype": "bfloat16"})";
-  }
-  RunnerOptions o;
-  o.load.model_dir = dir;
-  o.load.dummy_weights = true;
-  o.device = "cuda";
-  o.activation_dtype = DType::kBF16;
-  o.load.program.kv_dtype = DType::kBF16;
-  o.limits.max_tokens = 512;
-  o.limits.max_sequences = 4;
-  o.limits.max_context = 1024;
-  o.load.program.max_context = 1024;
-  auto r = ModelRunner::open(o);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  ModelRunner& runner = **r;
-  GenerationRequest req;
-  for (int i = 0; i < 300; ++i) req.prompt.push_back(static_cast<uint32_t>((i * 37 + 11) % 1024));
-  req.max_tokens = 1;
-  req.want_logprobs = false;
-  auto logits_after = [&](size_t chunk) {
-    return golden::feed_in_chunks(runner, req.prompt, chunk);
+  struct Config {
+    int head_dim;
+    DType act;
   };
-  std::vector<float> flash = logits_after(300);
-  std::vector<float> split = logits_after(8);
-  ASSERT_EQ(flash.size(), split.size());
-  double max_abs = 1e-3, max_diff = 0;
-  for (size_t i = 0; i < flash.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(flash[i])) << i;
-    max_abs = std::max(max_abs, std::fabs(double(split[i])));
-    max_diff = std::max(max_diff, std::fabs(double(flash[i]) - split[i]));
+  for (const Config cfg : {Config{128, DType::kBF16}, Config{256, DType::kBF16}, Config{256, DType::kF16}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(cfg.head_dim) + " " + std::string(dtype_name(cfg.act)));
+    const std::string dir = testing::TempDir() + "/ferrite_cuda_hd" + std::to_string(cfg.head_dim);
+    std::filesystem::create_directories(dir);
+    {
+      std::ofstream f(dir + "/config.json");
+      f << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 512,
+              "intermediate_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2,
+              "head_dim": )" << cfg.head_dim << R"(, "num_hidden_layers": 2, "vocab_size": 1024, "rms_norm_eps": 1e-6,
+              "rope_theta": 1000000, "max_position_embeddings": 4096, "tie_word_embeddings": true,
+              "attention_bias": false, "torch_dtype": "bfloat16"})";
+    }
+    RunnerOptions o;
+    o.load.model_dir = dir;
+    o.load.dummy_weights = true;
+    o.device = "cuda";
+    o.activation_dtype = cfg.act;
+    o.load.program.kv_dtype = cfg.act;
+    o.limits.max_tokens = 512;
+    o.limits.max_sequences = 4;
+    o.limits.max_context = 1024;
+    o.load.program.max_context = 1024;
+    auto r = ModelRunner::open(o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ModelRunner& runner = **r;
+    std::vector<uint32_t> prompt;
+    for (int i = 0; i < 300; ++i) prompt.push_back(static_cast<uint32_t>((i * 37 + 11) % 1024));
+    const std::vector<float> split = golden::feed_in_chunks(runner, prompt, 8);
+    const double tol = 3e-2;
+    for (size_t chunk : {size_t{300}, size_t{100}}) {
+      const std::vector<float> flash = golden::feed_in_chunks(runner, prompt, chunk);
+      ASSERT_EQ(flash.size(), split.size());
+      double max_abs = 1e-3, max_diff = 0;
+      for (size_t i = 0; i < flash.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(flash[i])) << i;
+        max_abs = std::max(max_abs, std::fabs(double(split[i])));
+        max_diff = std::max(max_diff, std::fabs(double(flash[i]) - split[i]));
+      }
+      EXPECT_LE(max_diff, tol * max_abs)
+          << "chunk " << chunk << ": max |flash - split| " << max_diff << " of max " << max_abs;
+    }
   }
-  EXPECT_LE(max_diff, 3e-2 * max_abs) << "max |flash - split| " << max_diff << " of max " << max_abs;
 }
+
+// launch_attention_prefill directly, on random q and a paged K/V cache
+// (shuffled pages of an odd size, slots past each sequence's length NaN so a
+// stray read shows), against a host reference in double and against the
+// split-KV kernel: four sequences in one step (a 300-token prompt, a
+// 150-token chunk after a 200-token prefix, a 17-token prompt, a 64-token
+// chunk starting at 37: tiles not aligned to the key tiles), GQA group 3,
+// with and without the interleaved output gate.
+struct PrefillKernelCase {
+  int head_dim;
+  DType act;
+  bool gate;
+  int page_size;
+};
+
+void PrintTo(const PrefillKernelCase& c, std::ostream* os) {
+  *os << "hd" << c.head_dim << "/" << dtype_name(c.act) << (c.gate ? "/gate" : "") << "/page"
+      << c.page_size;
+}
+
+class CudaPrefillKernelTest : public testing::TestWithParam<PrefillKernelCase> {};
+
+template <typename V>
+V* to_device(const std::vector<V>& host) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, host.size() * sizeof(V))), cudaSuccess);
+  if (p && !host.empty()) {
+    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(V), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  return static_cast<V*>(p);
+}
+
+TEST_P(CudaPrefillKernelTest, MatchesHostReferenceAndSplitKv) {
+  SKIP_WITHOUT_GPU();
+  const PrefillKernelCase pc = GetParam();
+  const int hd = pc.head_dim, nh = 6, nkv = 2, ps = pc.page_size;
+  const int q_stride = pc.gate ? 2 * hd : hd, q_row = nh * q_stride;
+  struct Seq {
+    int count, start;
+  };
+  const std::vector<Seq> seqs = {{300, 0}, {150, 200}, {17, 0}, {64, 37}};
+  std::mt19937 rng(1234 + hd + ps);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+
+  // Step metadata and block tables over shuffled pages.
+  std::vector<int32_t> token_pos, token_seq, seq_last_row, seq_len, seq_slot, seq_block_off, tables;
+  int pages = 0;
+  for (const Seq& sq : seqs) pages += (sq.start + sq.count + ps - 1) / ps;
+  std::vector<int32_t> perm(pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> tile_seq, tile_row;
+  int next_page = 0;
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const Seq& sq = seqs[si];
+    const int row0 = static_cast<int>(token_pos.size());
+    for (int r = 0; r < sq.count; r += cuda::kPrefillTileQ) {
+      tile_seq.push_back(static_cast<int32_t>(si));
+      tile_row.push_back(row0 + r);
+    }
+    for (int i = 0; i < sq.count; ++i) {
+      token_pos.push_back(sq.start + i);
+      token_seq.push_back(static_cast<int32_t>(si));
+    }
+    seq_last_row.push_back(static_cast<int32_t>(token_pos.size()) - 1);
+    seq_len.push_back(sq.start + sq.count);
+    seq_slot.push_back(-1);
+    seq_block_off.push_back(static_cast<int32_t>(tables.size()));
+    for (int p = 0; p < (sq.start + sq.count + ps - 1) / ps; ++p) tables.push_back(perm[next_page++]);
+  }
+  const int64_t tokens = static_cast<int64_t>(token_pos.size());
+
+  // Values rounded to the activation type; host copies in f32.
+  const DType act = pc.act;
+  auto fill = [&](std::vector<uint16_t>& dev, std::vector<float>& host, size_t n, float range) {
+    dev.resize(n);
+    host.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      store_from_f32(dev.data(), act, static_cast<int64_t>(i), range * uni(rng));
+      host[i] = load_as_f32(dev.data(), act, static_cast<int64_t>(i));
+    }
+  };
+  std::vector<uint16_t> q_dev, k_dev, v_dev;
+  std::vector<float> q_h, k_h, v_h;
+  const size_t kv_elems = static_cast<size_t>(pages) * ps * nkv * hd;
+  fill(q_dev, q_h, static_cast<size_t>(tokens) * q_row, 2.0f);
+  fill(k_dev, k_h, kv_elems, 1.0f);
+  fill(v_dev, v_h, kv_elems, 1.0f);
+  auto kv_index = [&](int si, int pos, int kvh, int d) {
+    const int page = tables[seq_block_off[si] + pos / ps];
+    return ((static_cast<size_t>(page) * ps + pos % ps) * nkv + kvh) * hd + d;
+  };
+  // Slots past each sequence's length: NaN.
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const int len = seq_len[si], end = (len + ps - 1) / ps * ps;
+    for (int pos = len; pos < end; ++pos)
+      for (int kvh = 0; kvh < nkv; ++kvh)
+        for (int d = 0; d < hd; ++d) {
+          store_from_f32(k_dev.data(), act, kv_index(static_cast<int>(si), pos, kvh, d), NAN);
+          store_from_f32(v_dev.data(), act, kv_index(static_cast<int>(si), pos, kvh, d), NAN);
+        }
+  }
+
+  cuda::AttentionShape a;
+  a.num_heads = nh;
+  a.num_kv_heads = nkv;
+  a.head_dim = hd;
+  a.rope_dim = hd;
+  a.q_stride = q_stride;
+  a.q_row = q_row;
+  a.output_gate = pc.gate;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ASSERT_TRUE(cuda::attention_prefill_supported(a, act));
+
+  cuda::StepMeta meta;
+  std::vector<void*> allocs;
+  auto dev = [&](const auto& host) {
+    auto* p = to_device(host);
+    allocs.push_back(p);
+    return p;
+  };
+  meta.token_pos = dev(token_pos);
+  meta.token_seq = dev(token_seq);
+  meta.seq_last_row = dev(seq_last_row);
+  meta.seq_len = dev(seq_len);
+  meta.seq_state_slot = dev(seq_slot);
+  meta.seq_block_off = dev(seq_block_off);
+  meta.block_tables = dev(tables);
+  const int32_t* d_tile_seq = dev(tile_seq);
+  const int32_t* d_tile_row = dev(tile_row);
+  const uint16_t* d_q = dev(q_dev);
+  const uint16_t* d_k = dev(k_dev);
+  const uint16_t* d_v = dev(v_dev);
+  const std::vector<uint16_t> zero_out(static_cast<size_t>(tokens) * nh * hd, 0);
+  uint16_t* d_flash = dev(zero_out);
+  uint16_t* d_split = dev(zero_out);
+
+  Status st = cuda::launch_attention_prefill(nullptr, a, meta, ps, d_tile_seq, d_tile_row,
+                                             static_cast<int64_t>(tile_seq.size()), tokens, d_q,
+                                             act, d_k, d_v, d_flash);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  st = cuda::launch_attention_decode(nullptr, a, meta, ps, tokens, d_q, act, d_k, d_v, d_split, 1,
+                                     nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> flash_raw(zero_out.size()), split_raw(zero_out.size());
+  ASSERT_EQ(cudaMemcpy(flash_raw.data(), d_flash, flash_raw.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(split_raw.data(), d_split, split_raw.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (void* p : allocs) cudaFree(p);
+
+  // Host reference in double (P not rounded).
+  std::vector<double> ref(zero_out.size());
+  double max_ref = 0;
+  std::vector<double> sc;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int si = token_seq[t], pos = token_pos[t];
+    for (int h = 0; h < nh; ++h) {
+      const int kvh = h / (nh / nkv);
+      const float* qv = q_h.data() + t * q_row + static_cast<int64_t>(h) * q_stride;
+      sc.assign(pos + 1, 0.0);
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int j = 0; j <= pos; ++j) {
+        double dot = 0;
+        for (int d = 0; d < hd; ++d) dot += double(qv[d]) * k_h[kv_index(si, j, kvh, d)];
+        sc[j] = dot * a.scale;
+        mx = std::max(mx, sc[j]);
+      }
+      double sum = 0;
+      for (double& x : sc) sum += (x = std::exp(x - mx));
+      for (int d = 0; d < hd; ++d) {
+        double acc = 0;
+        for (int j = 0; j <= pos; ++j) acc += sc[j] * v_h[kv_index(si, j, kvh, d)];
+        double val = acc / sum;
+        if (pc.gate) val /= 1.0 + std::exp(-double(qv[hd + d]));
+        ref[(t * nh + h) * hd + d] = val;
+        max_ref = std::max(max_ref, std::fabs(val));
+      }
+    }
+  }
+  // P and the output rounded to the activation type: a few units of its
+  // relative spacing at the output's magnitude.
+  const double eps = act == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+  const double tol = 3 * eps * max_ref;
+  for (const auto& [name, raw] : {std::pair{"flash", &flash_raw}, std::pair{"split-KV", &split_raw}}) {
+    int64_t bad = 0, first = -1;
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double got = load_as_f32(raw->data(), act, static_cast<int64_t>(i));
+      const double d = std::fabs(got - ref[i]);
+      if (!(d <= tol)) {
+        if (first < 0) first = static_cast<int64_t>(i);
+        ++bad;
+      }
+      if (std::isfinite(d)) worst = std::max(worst, d);
+    }
+    EXPECT_EQ(bad, 0) << name << ": " << bad << " of " << ref.size() << " out of tolerance " << tol
+                      << ", first at token " << (first < 0 ? -1 : first / (nh * hd)) << " head "
+                      << (first < 0 ? -1 : first / hd % nh) << " d " << (first < 0 ? -1 : first % hd)
+                      << " (want " << (first < 0 ? 0 : ref[first]) << "), worst " << worst;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeadDims, CudaPrefillKernelTest,
+    testing::Values(PrefillKernelCase{64, DType::kBF16, false, 16}, PrefillKernelCase{64, DType::kF16, true, 7},
+                    PrefillKernelCase{128, DType::kBF16, true, 16}, PrefillKernelCase{128, DType::kF16, false, 5},
+                    PrefillKernelCase{256, DType::kBF16, false, 16}, PrefillKernelCase{256, DType::kF16, true, 3}),
+    [](const testing::TestParamInfo<PrefillKernelCase>& info) {
+      const PrefillKernelCase& c = info.param;
+      return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) +
+             (c.gate ? "_gate" : "") + "_page" + std::to_string(c.page_size);
+    });
 
 }  // namespace
 }  // namespace ferrite

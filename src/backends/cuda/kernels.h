@@ -83,8 +83,9 @@ Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta
 Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
                                int32_t page_size, int64_t tokens, const void* q, DType act, const void* k_cache,
                                const void* v_cache, void* out, int splits, float* partials);
-// Flash-style prefill over paged KV on tensor cores (bf16 / f16, head_dim 64
-// or 128): query tiles of one sequence against its cached keys.
+// Flash-style prefill over paged KV on tensor cores (mma.sync; bf16 / f16,
+// head_dim 64, 128 or 256): query tiles of up to kPrefillTileQ consecutive
+// rows of one sequence (tile_seq / tile_row) against its cached keys.
 bool attention_prefill_supported(const AttentionShape& a, DType act);
 Status launch_attention_prefill(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
                                 int32_t page_size, const int32_t* tile_seq, const int32_t* tile_row, int64_t tiles,
