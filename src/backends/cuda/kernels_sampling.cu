@@ -249,13 +249,17 @@ __device__ Found search(Shared& sh, const Row& row, const Weights& w, u64 lo, u6
       sh.hist_mass[b][tid] = 0;
       sh.hist_count[b][tid] = 0;
     }
+    u64 rmin = ~0ull, rmax = 0;  // the range's extreme keys: the next range is tight
     for_each_key(row, [&](u64 k) {
       if (k < lo || k > hi) return;
+      rmin = k < rmin ? k : rmin;
+      rmax = k > rmax ? k : rmax;
       const int b = static_cast<int>((k - lo) >> shift);
       sh.hist_count[b][tid] += 1;
       if (mass) sh.hist_mass[b][tid] += w.prob(k);
     });
-    __syncthreads();
+    rmin = block_reduce(sh, rmin, MinOp{});
+    rmax = block_reduce(sh, rmax, MaxOp{});  // (synchronises the histogram too)
     for (int b = tid >> 5; b < kBins; b += kWarps) {
       double m = 0;
       int c = 0;
@@ -306,8 +310,9 @@ __device__ Found search(Shared& sh, const Row& row, const Weights& w, u64 lo, u6
         }
         const u64 nlo = lo + (static_cast<u64>(chosen) << shift);
         const u64 wm1 = (1ull << shift) - 1;
-        sh.b_lo = nlo;
-        sh.b_hi = hi - nlo > wm1 ? nlo + wm1 : hi;
+        const u64 nhi = hi - nlo > wm1 ? nlo + wm1 : hi;
+        sh.b_lo = nlo > rmin ? nlo : rmin;
+        sh.b_hi = nhi < rmax ? nhi : rmax;
         sh.b_above = acc;
         state = sh.bin_count[chosen] <= kListCap ? 2 : 1;
       }
@@ -470,7 +475,7 @@ __device__ float log_prob(Shared& sh, const float* raw, int vocab, uint32_t id) 
   return static_cast<float>(static_cast<double>(raw[id] - mx) - log(sum));
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, const float* raw,
+__global__ void __launch_bounds__(kThreads, 1) sample_kernel(const float* logits, const float* raw,
                                                            int vocab, const uint8_t* mask,
                                                            const SampleRowParams* params,
                                                            uint32_t* tokens, float* logprobs) {
