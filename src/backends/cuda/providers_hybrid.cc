@@ -5,11 +5,13 @@
 //    form for decode and short spans, chunked WY form for spans of >= 16
 //    tokens, chosen on the device per sequence), the gated norm, out_proj
 //    accumulating into the residual;
-//  - routed_swiglu_moe / routed_shared_swiglu_moe: pre-norm, router gemm()
-//    to f32 logits, device softmax + top-k, device counting sort of the
-//    (token, k) pairs by expert, grouped per-expert gate/up and down
-//    products (no host loop over experts), per-token combine in increasing
-//    expert id, then the shared expert (sigmoid gate), then the residual.
+//  - routed_swiglu_moe / routed_shared_swiglu_moe: pre-norm, router product
+//    to f32 logits, device softmax + top-k, device stable sort of the
+//    (token, k) pairs by expert into per-expert row tiles, grouped
+//    tensor-core gate/up (fused SiLU product) and down GEMMs over the tile
+//    table (no host loop over experts; SIMT products for f32), per-token
+//    combine in increasing expert id, then the shared expert (sigmoid gate),
+//    then the residual.
 // None synchronises or allocates: all are graph-capturable (per-sequence
 // data come from the step binding buffer).
 #include <algorithm>
@@ -145,8 +147,9 @@ class RoutedMoe final : public Provider {
       : shared_(shared),
         desc_(cuda_descriptor(shared ? "cuda.routed_shared_swiglu_moe" : "cuda.routed_swiglu_moe",
                               shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe",
-                              "router GEMM, device top-k and counting sort by expert, grouped "
-                              "per-expert products, per-token combine in expert order")) {}
+                              "router product in f32, device top-k and stable sort by expert into "
+                              "row tiles, grouped tensor-core expert GEMMs (bf16 / f16; SIMT for "
+                              "f32), per-token combine in expert order")) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
   Status supports(const NodeSignature& node) const override {
@@ -154,7 +157,8 @@ class RoutedMoe final : public Provider {
     const auto p = routed_swiglu_moe::Params::from(node.attrs);
     if (p.top_k < 1 || p.top_k > static_cast<uint64_t>(kMaxTopK) || p.top_k > p.num_experts)
       return unsupported("cuda routed MoE: top_k must be 1..32 and <= num_experts");
-    if (p.num_experts > 4096) return unsupported("cuda routed MoE: at most 4096 experts");
+    if (p.num_experts > static_cast<uint64_t>(kMoeMaxExperts))
+      return unsupported("cuda routed MoE: at most 4096 experts");
     return Status::ok();
   }
 
@@ -164,9 +168,14 @@ class RoutedMoe final : public Provider {
     const int64_t t = limits.max_tokens;
     const int64_t H = i64(p.hidden_size), E = i64(p.num_experts), I = i64(p.intermediate_size);
     const int64_t tk = t * i64(p.top_k);
-    int64_t bytes = Carver::round(t * H * e) + Carver::round(t * H * 4) + Carver::round(t * E * 4) + 4 * Carver::round(tk * 4) +
-                    Carver::round((E + 1) * 4) + Carver::round(tk * 2 * I * 4) +
-                    Carver::round(tk * H * 4);
+    // Carver order of encode(); the tile table is sized for the smaller
+    // row tile (the larger bound), the expert intermediates for the f32 path.
+    int64_t bytes = Carver::round(t * H * e) + Carver::round(t * H * 4) +
+                    Carver::round(t * E * 4) + 4 * Carver::round(tk * 4) +
+                    Carver::round((E + 1) * 4) + Carver::round(moe_max_tiles(tk, E, 16) * 16) +
+                    Carver::round(4) +
+                    Carver::round(std::max<int64_t>(moe_sort_count_ints(tk, E), 1) * 4) +
+                    Carver::round(tk * 2 * I * 4) + Carver::round(tk * H * 4);
     if (shared_) {
       const int64_t Is = i64(p.shared_intermediate_size);
       bytes += Carver::round(t * 4) + 2 * Carver::round(t * Is * e) + Carver::round(t * H * 4);
@@ -184,7 +193,14 @@ class RoutedMoe final : public Provider {
     const int64_t I = i64(p.intermediate_size);
     const int64_t tk = t * K;
     const int64_t e = dtype_bytes(act, 1);
+    if (t == 0) return Status::ok();
     BackendState& st = state(inv);
+    // bf16 / f16 with matching expert weights: tensor-core expert GEMMs on
+    // the normalised rows rounded to the activation type (the dense path's
+    // rounding points); otherwise the SIMT products on f32 rows.
+    const bool tc = moe_mma_supported(act, b[kGateUp].dtype, b[kDown].dtype, H, I);
+    const int row_tile = moe_row_tile(tk, E);
+    const int64_t max_tiles = moe_max_tiles(tk, E, row_tile);
 
     Carver ws(inv);
     void* n = ws.take(t * H * e);
@@ -195,33 +211,54 @@ class RoutedMoe final : public Provider {
     auto* slot_of = static_cast<int32_t*>(ws.take(tk * 4));
     auto* row_pair = static_cast<int32_t*>(ws.take(tk * 4));
     auto* offsets = static_cast<int32_t*>(ws.take((E + 1) * 4));
-    auto* gu = static_cast<float*>(ws.take(tk * 2 * I * 4));
+    auto* tiles = static_cast<int32_t*>(ws.take(moe_max_tiles(tk, E, 16) * 16));
+    auto* tile_count = static_cast<int32_t*>(ws.take(4));
+    const int64_t count_ints = moe_sort_count_ints(tk, E);
+    auto* counts = static_cast<int32_t*>(ws.take(std::max<int64_t>(count_ints, 1) * 4));
+    void* mid = ws.take(tk * 2 * I * 4);  // h [tk, I] of act, or gu [tk, 2I] f32
     auto* ys = static_cast<float*>(ws.take(tk * H * 4));
-    if (!n || !n32 || !logits || !ids || !weights || !slot_of || !row_pair || !offsets || !gu || !ys)
+    if (!n || !n32 || !logits || !ids || !weights || !slot_of || !row_pair || !offsets ||
+        !tiles || !tile_count || !counts || !mid || !ys)
       return internal_error("routed MoE: workspace too small");
 
     profile_mark(st.stream, "moe.router", st.capturing);
-    // The router and the routed experts read the normalised rows in f32
-    // (as the reference: no rounding that could flip a routing decision);
-    // the shared expert reads them in the activation type (tensor cores).
-    FERRITE_RETURN_IF_ERROR(launch_rms_norm_to_f32(st.stream, b[kHidden].data, act, n32,
-                                                   b[kNorm].data, b[kNorm].dtype, t, H,
-                                                   static_cast<float>(p.eps), p.zero_centred));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kRouter].data, b[kRouter].dtype,
-                                 E, logits, DType::kF32, false));
+    // The router reads the normalised rows in f32 (as the reference: no
+    // rounding that could flip a routing decision); the tensor-core experts
+    // and the shared expert read them rounded to the activation type.
+    FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32,
+                                            (tc || shared_) ? n : nullptr, b[kNorm].data,
+                                            b[kNorm].dtype, t, H, static_cast<float>(p.eps),
+                                            p.zero_centred));
+    if (t <= kMoeRouterGemvRows)
+      FERRITE_RETURN_IF_ERROR(launch_moe_router(st.stream, n32, t, H, b[kRouter].data,
+                                                b[kRouter].dtype, E, logits));
+    else
+      FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kRouter].data,
+                                   b[kRouter].dtype, E, logits, DType::kF32, false));
     FERRITE_RETURN_IF_ERROR(
         launch_moe_route(st.stream, logits, t, E, K, p.normalize_topk, ids, weights));
-    FERRITE_RETURN_IF_ERROR(launch_moe_sort(st.stream, ids, tk, E, offsets, slot_of, row_pair));
+    FERRITE_RETURN_IF_ERROR(launch_moe_sort(st.stream, ids, tk, E, row_tile, offsets, slot_of,
+                                            row_pair, tiles, tile_count, counts));
 
     profile_mark(st.stream, "moe.experts", st.capturing);
     // gate_up [E, 2, I, H] is [E, 2I, H]: rows [0, I) gate, [I, 2I) up.
-    FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, n32, DType::kF32, H, true, K, H,
-                                                   b[kGateUp].data, b[kGateUp].dtype, 2 * I, E,
-                                                   offsets, row_pair, gu, 2 * I));
-    FERRITE_RETURN_IF_ERROR(launch_moe_act(st.stream, gu, tk, I));
-    FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, gu, DType::kF32, 2 * I, false, K, I,
-                                                   b[kDown].data, b[kDown].dtype, H, E, offsets,
-                                                   row_pair, ys, H));
+    if (tc) {
+      FERRITE_RETURN_IF_ERROR(launch_moe_expert_mma(st.stream, true, n, H, row_pair, K,
+                                                    b[kGateUp].data, H, I, act, row_tile, tiles,
+                                                    tile_count, max_tiles, mid, I));
+      FERRITE_RETURN_IF_ERROR(launch_moe_expert_mma(st.stream, false, mid, I, row_pair, K,
+                                                    b[kDown].data, I, H, act, row_tile, tiles,
+                                                    tile_count, max_tiles, ys, H));
+    } else {
+      auto* gu = static_cast<float*>(mid);
+      FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, n32, DType::kF32, H, true, K, H,
+                                                     b[kGateUp].data, b[kGateUp].dtype, 2 * I, E,
+                                                     offsets, row_pair, gu, 2 * I));
+      FERRITE_RETURN_IF_ERROR(launch_moe_act(st.stream, gu, tk, I));
+      FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, gu, DType::kF32, 2 * I, false, K,
+                                                     I, b[kDown].data, b[kDown].dtype, H, E,
+                                                     offsets, row_pair, ys, H));
+    }
 
     float* sgate = nullptr;
     float* sout = nullptr;
@@ -234,9 +271,6 @@ class RoutedMoe final : public Provider {
       sout = static_cast<float*>(ws.take(t * H * 4));
       if (!sgate || !sg || !su || !sout) return internal_error("routed MoE: workspace too small");
       profile_mark(st.stream, "moe.shared", st.capturing);
-      FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act, b[kNorm].data,
-                                              b[kNorm].dtype, t, H, static_cast<float>(p.eps),
-                                              p.zero_centred));
       FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kSharedExpertGate].data,
                                    b[kSharedExpertGate].dtype, 1, sgate, DType::kF32, false));
       FERRITE_RETURN_IF_ERROR(

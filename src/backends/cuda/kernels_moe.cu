@@ -1,0 +1,808 @@
+// Kernels of routed_swiglu_moe / routed_shared_swiglu_moe:
+//  - the pre-norm (f32 rows for the router, optionally the same rows rounded
+//    to the activation type for the experts), a decode router product (f32
+//    x, warp per expert), softmax + top-k routing (a warp per token);
+//  - the device-side sort of the (token, k) pairs by expert (stable: pairs
+//    of one expert in increasing order) and the row-tile table: every
+//    expert's rows are cut into tiles of `row_tile` rows, so a tile belongs
+//    to one expert; grids are sized on the host by an upper bound and blocks
+//    past the device-side tile count exit at once (graph-safe);
+//  - the grouped expert GEMM on tensor cores (mma.sync m16n8k16, bf16 / f16,
+//    f32 accumulation, ldmatrix, cp.async multi-stage pipeline): gate/up
+//    fused with silu(g) * u written in the activation type, down written as
+//    f32 rows for the combine;
+//  - the SIMT expert products and f32 SiLU product (f32 activations, odd
+//    shapes);
+//  - the per-token combine (experts in increasing id, then the shared
+//    expert, then the residual).
+#include "backends/cuda/cuda_types.cuh"
+#include "backends/cuda/kernels.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace ferrite::cuda {
+namespace {
+
+// Small weights of any float type: 0 f32, 1 bf16, 2 f16.
+__device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
+  if (dt == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  if (dt == 2) return __half2float(static_cast<const __half*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+int dt_code(DType dt) { return dt == DType::kBF16 ? 1 : dt == DType::kF16 ? 2 : 0; }
+bool small_ok(DType dt) { return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16; }
+
+int grid_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 8192 ? (b < 1 ? 1 : b) : 8192);
+}
+
+// --- norm and router --------------------------------------------------------------
+
+// y32 (f32) = rms_norm(x) * (w or 1 + w), one block per row; y (optional)
+// the same values rounded to T (the experts' input, as the dense path).
+template <typename T>
+__global__ void moe_norm_kernel(const T* x, float* y32, T* y, const void* w, int wdt,
+                                int64_t width, float eps, bool zero_centred) {
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * width;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float v = to_f(xr[i]);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float tot = 0;
+  for (int i = 0; i < static_cast<int>((blockDim.x + 31) >> 5); ++i) tot += red[i];
+  const float inv = rsqrtf(tot / static_cast<float>(width) + eps);
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float wi = load_any(w, wdt, i);
+    const float v = to_f(xr[i]) * inv * (zero_centred ? 1.0f + wi : wi);
+    y32[r * width + i] = v;
+    if (y) y[r * width + i] = from_f<T>(v);
+  }
+}
+
+// logits[r, e] = x[r] . w[e] for rows <= kMoeRouterGemvRows: a warp per
+// expert, x (f32) read through L1, lanes striding the hidden dimension.
+template <typename TW>
+__global__ void router_gemv_kernel(const float* __restrict__ x, int rows, int64_t H,
+                                   const TW* __restrict__ w, int64_t E, float* logits) {
+  const int lane = threadIdx.x & 31;
+  const int64_t e = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (e >= E) return;
+  const TW* we = w + e * H;
+  float acc[kMoeRouterGemvRows];
+#pragma unroll
+  for (int r = 0; r < kMoeRouterGemvRows; ++r) acc[r] = 0;
+#pragma unroll 4
+  for (int64_t i = lane; i < H; i += 32) {
+    const float wv = to_f(we[i]);
+#pragma unroll
+    for (int r = 0; r < kMoeRouterGemvRows; ++r)
+      if (r < rows) acc[r] = fmaf(x[r * H + i], wv, acc[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < kMoeRouterGemvRows; ++r) {
+    if (r >= rows) break;
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) logits[r * E + e] = v;
+  }
+}
+
+// A warp per token: softmax (f32), top-k by probability (ties: lower id),
+// ids in increasing order, optional renormalisation (summed in increasing
+// id, as the reference). Lane k holds the k-th selection.
+constexpr int kRouteWarps = 8;
+__global__ void route_kernel(const float* logits, int64_t tokens, int E, int K, bool normalize,
+                             int32_t* ids, float* weights) {
+  __shared__ float sorted_p[kRouteWarps][32];
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const int64_t t = blockIdx.x * int64_t(kRouteWarps) + wid;
+  if (t >= tokens) return;
+  const float* l = logits + t * E;
+  float mx = -INFINITY;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+  mx = warp_max(mx);
+  float sum = 0;
+  for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
+  sum = warp_sum(sum);
+  float prev_p = INFINITY;
+  int prev_id = -1;
+  int my_id = INT_MAX;
+  float my_p = 0;
+  for (int k = 0; k < K; ++k) {
+    // The best (p, lower id) strictly after the previous selection.
+    float bp = -1.0f;
+    int bi = INT_MAX;
+    for (int e = lane; e < E; e += 32) {
+      float pe = expf(l[e] - mx) / sum;
+      if (!(pe >= 0.0f)) pe = 0.0f;  // NaN logits: never an invalid id
+      const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
+      if (after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (op > bp || (op == bp && oi < bi)) bp = op, bi = oi;
+    }
+    if (lane == k) my_id = bi, my_p = bp;
+    prev_p = bp;
+    prev_id = bi;
+  }
+  // Rank by id (the ids are distinct).
+  int rank = 0;
+  for (int j = 0; j < K; ++j) rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
+  if (lane < K) sorted_p[wid][rank] = my_p;
+  __syncwarp();
+  float tot = 0;
+  for (int j = 0; j < K; ++j) tot += sorted_p[wid][j];
+  if (lane < K) {
+    ids[t * K + rank] = my_id;
+    weights[t * K + rank] = normalize ? my_p / tot : my_p;
+  }
+}
+
+// --- sort by expert and the tile table ------------------------------------------------
+
+// Exclusive scan of two ints over a block of blockDim.x (a multiple of 32,
+// <= 1024) threads; totals to every thread. sm: 64 ints.
+__device__ void block_scan2(int32_t& a, int32_t& b, int32_t* sm, int32_t& tot_a, int32_t& tot_b) {
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int32_t ia = a, ib = b;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t ua = __shfl_up_sync(0xffffffffu, ia, o);
+    const int32_t ub = __shfl_up_sync(0xffffffffu, ib, o);
+    if (lane >= o) ia += ua, ib += ub;
+  }
+  if (lane == 31) sm[wid] = ia, sm[32 + wid] = ib;
+  __syncthreads();
+  int32_t ba = 0, bb = 0;
+  tot_a = 0;
+  tot_b = 0;
+  for (int w = 0; w < nw; ++w) {
+    if (w == wid) ba = tot_a, bb = tot_b;
+    tot_a += sm[w];
+    tot_b += sm[32 + w];
+  }
+  __syncthreads();
+  a = ba + ia - a;
+  b = bb + ib - b;
+}
+
+// From per-expert counts (shared memory): offsets (global and off_s, E+1),
+// the tile table and its count. Thread i owns experts [i*per, (i+1)*per).
+__device__ void plan_block(const int32_t* cnt, int E, int bm, int32_t* off_s, int32_t* offsets,
+                           int4* tiles, int32_t* tile_count, int32_t* scan_sm) {
+  const int per = (E + blockDim.x - 1) / blockDim.x;
+  const int e0 = min(E, static_cast<int>(threadIdx.x) * per), e1 = min(E, e0 + per);
+  int32_t rows = 0, ntiles = 0;
+  for (int e = e0; e < e1; ++e) {
+    rows += cnt[e];
+    ntiles += (cnt[e] + bm - 1) / bm;
+  }
+  int32_t tot_rows, tot_tiles;
+  block_scan2(rows, ntiles, scan_sm, tot_rows, tot_tiles);
+  for (int e = e0; e < e1; ++e) {
+    const int32_t c = cnt[e];
+    off_s[e] = rows;
+    offsets[e] = rows;
+    for (int32_t j = 0; j * bm < c; ++j)
+      tiles[ntiles + j] = make_int4(e, rows + j * bm, min(bm, c - j * bm), 0);
+    rows += c;
+    ntiles += (c + bm - 1) / bm;
+  }
+  if (threadIdx.x == 0) {
+    off_s[E] = tot_rows;
+    offsets[E] = tot_rows;
+    *tile_count = tot_tiles;
+  }
+}
+
+// Stable placement of expert e's pairs among pairs [p0, p1) by a warp:
+// `n` of them, the first going to row `base`.
+__device__ __forceinline__ void scatter_expert(const int32_t* ids, int32_t p0, int32_t p1, int e,
+                                               int32_t base, int32_t n, int32_t* slot_of,
+                                               int32_t* row_pair) {
+  const int lane = threadIdx.x & 31;
+  const unsigned lt = (1u << lane) - 1u;
+  int32_t found = 0;
+  for (int32_t i0 = p0; i0 < p1 && found < n; i0 += 32) {
+    const int32_t i = i0 + lane;
+    const bool hit = i < p1 && ids[i] == e;
+    const unsigned m = __ballot_sync(0xffffffffu, hit);
+    if (hit) {
+      const int32_t pos = base + found + __popc(m & lt);
+      slot_of[i] = pos;
+      row_pair[pos] = i;
+    }
+    found += __popc(m);
+  }
+}
+
+// Few pairs (decode): everything in one block of 1024 threads.
+// Shared memory: cnt [E], off [E+1], scan 64.
+__global__ void __launch_bounds__(1024) moe_sort_small_kernel(const int32_t* ids, int32_t pairs,
+                                                              int E, int bm, int32_t* offsets,
+                                                              int32_t* slot_of,
+                                                              int32_t* row_pair, int4* tiles,
+                                                              int32_t* tile_count) {
+  extern __shared__ int32_t sm[];
+  int32_t* cnt = sm;
+  int32_t* off = sm + E;
+  int32_t* scan = off + E + 1;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
+  __syncthreads();
+  plan_block(cnt, E, bm, off, offsets, tiles, tile_count, scan);
+  __syncthreads();
+  for (int e = threadIdx.x >> 5; e < E; e += blockDim.x >> 5)
+    if (cnt[e] > 0) scatter_expert(ids, 0, pairs, e, off[e], cnt[e], slot_of, row_pair);
+}
+
+// Many pairs: per-chunk counts, one planning block, then a warp per
+// (chunk, expert) places the chunk's pairs of that expert.
+__global__ void moe_count_kernel(const int32_t* ids, int32_t pairs, int E, int32_t* counts) {
+  extern __shared__ int32_t hist[];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+  __syncthreads();
+  const int32_t p0 = blockIdx.x * kMoeSortChunk, p1 = min(pairs, p0 + kMoeSortChunk);
+  for (int32_t i = p0 + threadIdx.x; i < p1; i += blockDim.x) atomicAdd(&hist[ids[i]], 1);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    counts[static_cast<int64_t>(blockIdx.x) * E + e] = hist[e];
+}
+
+// counts [chunks, E] become the first row of each (chunk, expert).
+__global__ void __launch_bounds__(1024) moe_plan_kernel(int32_t* counts, int chunks, int E, int bm,
+                                                        int32_t* offsets, int4* tiles,
+                                                        int32_t* tile_count) {
+  extern __shared__ int32_t sm[];
+  int32_t* cnt = sm;
+  int32_t* off = sm + E;
+  int32_t* scan = off + E + 1;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t run = 0;
+    for (int c = 0; c < chunks; ++c) {
+      const int32_t v = counts[static_cast<int64_t>(c) * E + e];
+      counts[static_cast<int64_t>(c) * E + e] = run;
+      run += v;
+    }
+    cnt[e] = run;
+  }
+  __syncthreads();
+  plan_block(cnt, E, bm, off, offsets, tiles, tile_count, scan);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    for (int c = 0; c < chunks; ++c) counts[static_cast<int64_t>(c) * E + e] += off[e];
+}
+
+constexpr int kScatterWarps = 8;
+__global__ void moe_scatter_kernel(const int32_t* ids, int32_t pairs, int E, int chunks,
+                                   const int32_t* counts, const int32_t* offsets,
+                                   int32_t* slot_of, int32_t* row_pair) {
+  const int e = blockIdx.y * kScatterWarps + (threadIdx.x >> 5);
+  const int c = blockIdx.x;
+  if (e >= E) return;
+  const int32_t base = counts[static_cast<int64_t>(c) * E + e];
+  const int32_t end = c + 1 < chunks ? counts[static_cast<int64_t>(c + 1) * E + e] : offsets[e + 1];
+  if (end == base) return;
+  const int32_t p0 = c * kMoeSortChunk, p1 = min(pairs, p0 + kMoeSortChunk);
+  scatter_expert(ids, p0, p1, e, base, end - base, slot_of, row_pair);
+}
+
+// --- grouped expert GEMM on tensor cores -----------------------------------------------
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  const int n = full ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, const uint32_t* b,
+                                         __nv_bfloat16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, const uint32_t* b, __half) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store2(__half* p, float a, float b) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
+}
+
+// Block tile BM (rows of one expert) x BN (output columns) x BK, warps
+// WARPS_M x WARPS_N over the output tile and WARPS_K over the k16 steps of
+// a stage (their partial sums added in a fixed order at the end).
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int WARPS_K_, int STAGES_>
+struct MmaCfg {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, WARPS_K = WARPS_K_;
+  static constexpr int WMN = WARPS_M * WARPS_N;
+  static constexpr int THREADS = 32 * WMN * WARPS_K;
+  static constexpr int LDS = BK + 8;  // padded smem row (elements): ldmatrix conflict-free
+  static constexpr int TM = BM / WARPS_M, TN = BN / WARPS_N;
+  static constexpr int MT = TM / 16, NT = TN / 8;
+  static constexpr int KSTEPS = BK / 16 / WARPS_K;
+  static constexpr int CPR = BK / 8;  // 16-byte chunks per smem row
+  static constexpr int A_CHUNKS = BM * CPR / THREADS, B_CHUNKS = BN * CPR / THREADS;
+  static constexpr int STAGE_ELEMS = (BM + BN) * LDS;
+  static constexpr int SMEM = STAGES * STAGE_ELEMS * 2;
+  static constexpr int ACC = MT * NT * 4;
+  static_assert(TM % 16 == 0 && TN % 16 == 0 && (TN / 2) % 8 == 0, "warp tile");
+  static_assert(BK % (16 * WARPS_K) == 0, "k split");
+  static_assert(BM * CPR % THREADS == 0 && BN * CPR % THREADS == 0, "chunks");
+  static_assert((WARPS_K - 1) * WMN * ACC * 32 * 4 <= SMEM, "k reduction buffer");
+};
+// Many rows per expert (prefill): 64 x 128 tiles, 4 warps of 32 x 64.
+using CfgLarge = MmaCfg<64, 128, 32, 2, 2, 1, 4>;
+// Few rows per expert (decode): 16 x 32 tiles streaming the weights with
+// deep stages, 4 warps splitting each stage's k.
+using CfgSmall = MmaCfg<16, 32, 128, 1, 1, 4, 4>;
+
+// One block per (output column tile, row tile). Row tile `tile` = (expert,
+// first gathered row, valid rows); blocks past *tile_count exit at once.
+// Gated (gate/up): A row r = x[row_pair[first + r] / top_k] (normalised
+// tokens, row stride ldx), B = the expert's [2 * nout, kdim] gate|up rows,
+// arranged in shared memory so that every warp holds the gate and up
+// columns of the same outputs; out (T) [rows, ldo] = silu(g) * u with g and
+// u rounded to T first (the dense path's rounding points).
+// Down: A row r = x[first + r], B = the expert's [nout, kdim] rows; out
+// (f32) [rows, ldo].
+template <typename T, class C, bool kGated>
+__global__ void __launch_bounds__(C::THREADS)
+    moe_mma_kernel(const T* __restrict__ x, int64_t ldx, const int32_t* __restrict__ row_pair,
+                   int top_k, const T* __restrict__ w, int64_t kdim, int64_t nout,
+                   const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
+                   void* __restrict__ out, int64_t ldo) {
+  if (static_cast<int32_t>(blockIdx.y) >= *tile_count) return;
+  const int4 tile = tiles[blockIdx.y];
+  const int expert = tile.x, first = tile.y, valid = tile.z;
+  extern __shared__ __align__(16) unsigned char moe_smem[];
+  T* smem = reinterpret_cast<T*>(moe_smem);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wk = warp / C::WMN, wmn = warp % C::WMN;
+  const int wm = wmn / C::WARPS_N, wn = wmn % C::WARPS_N;
+
+  // Source rows of this thread's 16-byte chunks (null: zero-filled).
+  const T* a_src[C::A_CHUNKS];
+#pragma unroll
+  for (int j = 0; j < C::A_CHUNKS; ++j) {
+    const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
+    const T* p = nullptr;
+    if (r < valid) {
+      const int64_t row = kGated ? row_pair[first + r] / top_k : static_cast<int64_t>(first + r);
+      p = x + row * ldx + col;
+    }
+    a_src[j] = p;
+  }
+  const T* wexp = w + static_cast<int64_t>(expert) * (kGated ? 2 * nout : nout) * kdim;
+  const T* b_src[C::B_CHUNKS];
+#pragma unroll
+  for (int j = 0; j < C::B_CHUNKS; ++j) {
+    const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
+    int64_t grow;
+    bool ok;
+    if (kGated) {
+      // smem row r: warp column group r / TN; its first TN/2 rows gate, the
+      // next TN/2 up, of the same outputs.
+      constexpr int kHalf = C::TN / 2;
+      const int g = r / C::TN, jj = r % C::TN;
+      const int64_t i = static_cast<int64_t>(blockIdx.x) * (C::BN / 2) + g * kHalf + jj % kHalf;
+      ok = i < nout;
+      grow = (jj / kHalf) * nout + i;
+    } else {
+      grow = static_cast<int64_t>(blockIdx.x) * C::BN + r;
+      ok = grow < nout;
+    }
+    b_src[j] = ok ? wexp + grow * kdim + col : nullptr;
+  }
+
+  auto load_stage = [&](int slot, int kt) {
+    const int64_t k0 = static_cast<int64_t>(kt) * C::BK;
+    T* sa = smem + slot * C::STAGE_ELEMS;
+    T* sb = sa + C::BM * C::LDS;
+#pragma unroll
+    for (int j = 0; j < C::A_CHUNKS; ++j) {
+      const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
+      const bool ok = a_src[j] != nullptr && k0 + col < kdim;
+      cp_async16(sa + r * C::LDS + col, ok ? a_src[j] + k0 : x, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < C::B_CHUNKS; ++j) {
+      const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
+      const bool ok = b_src[j] != nullptr && k0 + col < kdim;
+      cp_async16(sb + r * C::LDS + col, ok ? b_src[j] + k0 : w, ok);
+    }
+  };
+
+  float acc[C::MT][C::NT][4];
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[mt][nt][q] = 0.0f;
+
+  const int ktiles = static_cast<int>((kdim + C::BK - 1) / C::BK);
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<C::STAGES - 2>();
+    __syncthreads();
+    {
+      const int nk = kt + C::STAGES - 1;
+      if (nk < ktiles) load_stage(nk % C::STAGES, nk);
+      cp_async_commit();
+    }
+    const T* sa = smem + (kt % C::STAGES) * C::STAGE_ELEMS;
+    const T* sb = sa + C::BM * C::LDS;
+#pragma unroll
+    for (int ks = 0; ks < C::KSTEPS; ++ks) {
+      const int kk = (ks * C::WARPS_K + wk) * 16;
+      uint32_t af[C::MT][4];
+      uint32_t bf[C::NT][2];
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+        ldsm_x4(af[mt], sa + (wm * C::TM + mt * 16 + (lane & 15)) * C::LDS + kk + (lane >> 4) * 8);
+#pragma unroll
+      for (int np = 0; np < C::NT / 2; ++np) {
+        uint32_t r4[4];
+        ldsm_x4(r4, sb + (wn * C::TN + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * C::LDS + kk +
+                        ((lane >> 3) & 1) * 8);
+        bf[2 * np][0] = r4[0];
+        bf[2 * np][1] = r4[1];
+        bf[2 * np + 1][0] = r4[2];
+        bf[2 * np + 1][1] = r4[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt) mma16816(acc[mt][nt], af[mt], bf[nt], T{});
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  if constexpr (C::WARPS_K > 1) {
+    // Partial sums of warps wk > 0 through shared memory, added in order.
+    float* red = reinterpret_cast<float*>(moe_smem);
+    if (wk > 0) {
+      float* dst = red + ((wk - 1) * C::WMN + wmn) * C::ACC * 32;
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) dst[((mt * C::NT + nt) * 4 + q) * 32 + lane] = acc[mt][nt][q];
+    }
+    __syncthreads();
+    if (wk > 0) return;
+    for (int k2 = 1; k2 < C::WARPS_K; ++k2) {
+      const float* src = red + ((k2 - 1) * C::WMN + wmn) * C::ACC * 32;
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[mt][nt][q] += src[((mt * C::NT + nt) * 4 + q) * 32 + lane];
+    }
+  }
+
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = wm * C::TM + mt * 16 + g + half * 8;
+      if (r >= valid) continue;
+      const int64_t orow = static_cast<int64_t>(first + r) * ldo;
+      if constexpr (kGated) {
+        T* h = static_cast<T*>(out) + orow;
+#pragma unroll
+        for (int nt = 0; nt < C::NT / 2; ++nt) {
+          const int64_t i = static_cast<int64_t>(blockIdx.x) * (C::BN / 2) + wn * (C::TN / 2) +
+                            nt * 8 + 2 * tq;
+          if (i >= nout) continue;
+          float v[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float gt = to_f(from_f<T>(acc[mt][nt][half * 2 + c]));
+            const float up = to_f(from_f<T>(acc[mt][nt + C::NT / 2][half * 2 + c]));
+            v[c] = gt / (1.0f + expf(-gt)) * up;
+          }
+          store2(h + i, v[0], v[1]);
+        }
+      } else {
+        float* y = static_cast<float*>(out) + orow;
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt) {
+          const int64_t col = static_cast<int64_t>(blockIdx.x) * C::BN + wn * C::TN + nt * 8 + 2 * tq;
+          if (col >= nout) continue;
+          *reinterpret_cast<float2*>(y + col) =
+              make_float2(acc[mt][nt][half * 2], acc[mt][nt][half * 2 + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <typename T, class C, bool kGated>
+void launch_mma(cudaStream_t s, const void* x, int64_t ldx, const int32_t* row_pair,
+                  int64_t top_k, const void* w, int64_t kdim, int64_t nout,
+                  const int32_t* tiles, const int32_t* tile_count, int64_t max_tiles, void* out,
+                  int64_t ldo) {
+  const int64_t cols = kGated ? C::BN / 2 : C::BN;
+  const dim3 grid(static_cast<unsigned>((nout + cols - 1) / cols), static_cast<unsigned>(max_tiles));
+  auto k = moe_mma_kernel<T, C, kGated>;
+  (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+  k<<<grid, C::THREADS, C::SMEM, s>>>(static_cast<const T*>(x), ldx, row_pair,
+                                      static_cast<int>(top_k), static_cast<const T*>(w), kdim,
+                                      nout, reinterpret_cast<const int4*>(tiles), tile_count, out,
+                                      ldo);
+}
+
+// --- SIMT expert products (f32 activations, odd shapes) -------------------------------
+
+// out[r, j] = x[row(r)] . w[e][j] for every row r of expert e (blockIdx.y),
+// j in [0, nout); one warp per output column. row(r) = row_pair[r] / K when
+// by_token, else r.
+template <typename TX, typename TW>
+__global__ void expert_rows_kernel(const TX* x, int64_t ldx, bool by_token, int K, int64_t kdim,
+                                   const TW* w, int64_t nout, const int32_t* offsets,
+                                   const int32_t* row_pair, float* out, int64_t ldo) {
+  const int e = blockIdx.y;
+  const int32_t r0 = offsets[e], r1 = offsets[e + 1];
+  if (r0 == r1) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t j = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (j >= nout) return;
+  const TW* wr = w + (static_cast<int64_t>(e) * nout + j) * kdim;
+  for (int32_t r = r0; r < r1; ++r) {
+    const int64_t xrow = by_token ? row_pair[r] / K : r;
+    const TX* xr = x + xrow * ldx;
+    float acc = 0;
+    for (int64_t i = lane; i < kdim; i += 32) acc += to_f(xr[i]) * to_f(wr[i]);
+    acc = warp_sum(acc);
+    if (lane == 0) out[static_cast<int64_t>(r) * ldo + j] = acc;
+  }
+}
+
+// gu[r, i] = silu(gu[r, i]) * gu[r, I + i] for i < I.
+__global__ void moe_act_kernel(float* gu, int64_t rows, int64_t I) {
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < rows * I;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / I, i = idx % I;
+    float* row = gu + r * 2 * I;
+    const float g = row[i];
+    row[i] = g / (1.0f + expf(-g)) * row[I + i];
+  }
+}
+
+// --- combine ----------------------------------------------------------------------------
+
+template <typename T>
+__global__ void moe_combine_kernel(T* hidden, int64_t H, int K, const int32_t* slot_of,
+                                   const float* weights, const float* ys, const float* sgate,
+                                   const float* shared_out) {
+  __shared__ int64_t row[kMaxTopK];
+  __shared__ float wt[kMaxTopK];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x < K) {
+    row[threadIdx.x] = static_cast<int64_t>(slot_of[t * K + threadIdx.x]) * H;
+    wt[threadIdx.x] = weights[t * K + threadIdx.x];
+  }
+  __syncthreads();
+  const float sg = shared_out ? 1.0f / (1.0f + expf(-sgate[t])) : 0.0f;
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+    float acc = 0;
+    for (int k = 0; k < K; ++k) acc += wt[k] * ys[row[k] + j];
+    if (shared_out) acc += sg * shared_out[t * H + j];
+    hidden[t * H + j] = from_f<T>(to_f(hidden[t * H + j]) + acc);
+  }
+}
+
+}  // namespace
+
+// --- launchers ---------------------------------------------------------------------------
+
+Status launch_moe_norm(cudaStream_t s, const void* x, DType act, float* y32, void* y,
+                       const void* w, DType w_dt, int64_t rows, int64_t width, float eps,
+                       bool zero_centred) {
+  if (!small_ok(w_dt)) return bad_dtype("moe norm weight", w_dt);
+  if (rows == 0) return Status::ok();
+  const bool ok = dispatch_float(act, [&](auto tag) {
+    using T = decltype(tag);
+    moe_norm_kernel<T><<<static_cast<unsigned>(rows), 256, 0, s>>>(
+        static_cast<const T*>(x), y32, static_cast<T*>(y), w, dt_code(w_dt), width, eps,
+        zero_centred);
+  });
+  if (!ok) return bad_dtype("moe norm input", act);
+  return check_launch("moe_norm_kernel");
+}
+
+Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t hidden,
+                         const void* w, DType w_dt, int64_t experts, float* logits) {
+  if (rows > kMoeRouterGemvRows) return unsupported("moe router GEMV: too many rows");
+  if (rows == 0 || experts == 0) return Status::ok();
+  constexpr int kWarps = 8;
+  const bool ok = dispatch_float(w_dt, [&](auto tag) {
+    using TW = decltype(tag);
+    router_gemv_kernel<TW><<<static_cast<unsigned>((experts + kWarps - 1) / kWarps), kWarps * 32,
+                             0, s>>>(x, static_cast<int>(rows), hidden,
+                                     static_cast<const TW*>(w), experts, logits);
+  });
+  if (!ok) return bad_dtype("moe router weight", w_dt);
+  return check_launch("router_gemv_kernel");
+}
+
+Status launch_moe_route(cudaStream_t s, const float* logits, int64_t tokens, int64_t experts,
+                        int64_t top_k, bool normalize, int32_t* ids, float* weights) {
+  if (top_k < 1 || top_k > kMaxTopK || top_k > experts)
+    return unsupported("moe routing: top_k must be 1..32 and <= experts");
+  if (tokens == 0) return Status::ok();
+  route_kernel<<<static_cast<unsigned>((tokens + kRouteWarps - 1) / kRouteWarps),
+                 kRouteWarps * 32, 0, s>>>(logits, tokens, static_cast<int>(experts),
+                                           static_cast<int>(top_k), normalize, ids, weights);
+  return check_launch("route_kernel");
+}
+
+int64_t moe_sort_count_ints(int64_t pairs, int64_t experts) {
+  return pairs <= kMoeSortSmallPairs ? 0 : (pairs + kMoeSortChunk - 1) / kMoeSortChunk * experts;
+}
+
+int moe_row_tile(int64_t pairs, int64_t experts) {
+  const int64_t active = std::min(pairs, experts);
+  return active > 0 && pairs >= 32 * active ? 64 : 16;
+}
+
+int64_t moe_max_tiles(int64_t pairs, int64_t experts, int row_tile) {
+  return (pairs + row_tile - 1) / row_tile + std::min(pairs, experts);
+}
+
+Status launch_moe_sort(cudaStream_t s, const int32_t* ids, int64_t pairs, int64_t experts,
+                       int row_tile, int32_t* offsets, int32_t* slot_of, int32_t* row_pair,
+                       int32_t* tiles, int32_t* tile_count, int32_t* counts) {
+  if (experts < 1 || experts > kMoeMaxExperts) return unsupported("moe sort: 1..4096 experts");
+  if (pairs > INT32_MAX / 2) return unsupported("moe sort: too many pairs");
+  const int E = static_cast<int>(experts);
+  const int32_t P = static_cast<int32_t>(pairs);
+  auto* t4 = reinterpret_cast<int4*>(tiles);
+  const size_t plan_smem = static_cast<size_t>(4 * (2 * E + 1 + 64));
+  if (pairs <= kMoeSortSmallPairs) {
+    moe_sort_small_kernel<<<1, 1024, plan_smem, s>>>(ids, P, E, row_tile, offsets, slot_of,
+                                                     row_pair, t4, tile_count);
+    return check_launch("moe_sort_small_kernel");
+  }
+  const int chunks = static_cast<int>((pairs + kMoeSortChunk - 1) / kMoeSortChunk);
+  moe_count_kernel<<<chunks, 256, static_cast<size_t>(4 * E), s>>>(ids, P, E, counts);
+  FERRITE_RETURN_IF_ERROR(check_launch("moe_count_kernel"));
+  moe_plan_kernel<<<1, 1024, plan_smem, s>>>(counts, chunks, E, row_tile, offsets, t4,
+                                             tile_count);
+  FERRITE_RETURN_IF_ERROR(check_launch("moe_plan_kernel"));
+  const dim3 grid(static_cast<unsigned>(chunks),
+                  static_cast<unsigned>((E + kScatterWarps - 1) / kScatterWarps));
+  moe_scatter_kernel<<<grid, kScatterWarps * 32, 0, s>>>(ids, P, E, chunks, counts, offsets,
+                                                         slot_of, row_pair);
+  return check_launch("moe_scatter_kernel");
+}
+
+bool moe_mma_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,
+                       int64_t intermediate) {
+  return (act == DType::kBF16 || act == DType::kF16) && gate_up_dt == act && down_dt == act &&
+         hidden % 8 == 0 && intermediate % 8 == 0 && hidden > 0 && intermediate > 0;
+}
+
+Status launch_moe_expert_mma(cudaStream_t s, bool gated, const void* x, int64_t ldx,
+                             const int32_t* row_pair, int64_t top_k, const void* w, int64_t kdim,
+                             int64_t nout, DType act, int row_tile, const int32_t* tiles,
+                             const int32_t* tile_count, int64_t max_tiles, void* out,
+                             int64_t ldo) {
+  if (nout == 0 || max_tiles == 0) return Status::ok();
+  if (max_tiles > 65535) return unsupported("moe expert GEMM: too many row tiles");
+  if (kdim % 8 != 0 || ldx % 8 != 0 || (reinterpret_cast<uintptr_t>(x) & 15) ||
+      (reinterpret_cast<uintptr_t>(w) & 15))
+    return unsupported("moe expert GEMM: rows must be 16-byte aligned");
+  if (row_tile != 16 && row_tile != 64) return unsupported("moe expert GEMM: row tile 16 or 64");
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (row_tile == 64 && gated)
+      launch_mma<T, CfgLarge, true>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles, tile_count,
+                                    max_tiles, out, ldo);
+    else if (row_tile == 64)
+      launch_mma<T, CfgLarge, false>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles, tile_count,
+                                     max_tiles, out, ldo);
+    else if (gated)
+      launch_mma<T, CfgSmall, true>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles, tile_count,
+                                    max_tiles, out, ldo);
+    else
+      launch_mma<T, CfgSmall, false>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles, tile_count,
+                                     max_tiles, out, ldo);
+  };
+  if (act == DType::kBF16)
+    run(__nv_bfloat16{});
+  else if (act == DType::kF16)
+    run(__half{});
+  else
+    return bad_dtype("moe expert GEMM", act);
+  return check_launch(gated ? "moe_mma_kernel (gate/up)" : "moe_mma_kernel (down)");
+}
+
+Status launch_moe_expert_rows(cudaStream_t s, const void* x, DType x_dt, int64_t ldx,
+                              bool by_token, int64_t top_k, int64_t kdim, const void* w,
+                              DType w_dt, int64_t nout, int64_t experts, const int32_t* offsets,
+                              const int32_t* row_pair, float* out, int64_t ldo) {
+  if (nout == 0 || experts == 0) return Status::ok();
+  constexpr int kWarps = 8;
+  const dim3 grid(static_cast<unsigned>((nout + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(experts));
+  bool inner = true;
+  const bool ok = dispatch_float(x_dt, [&](auto xt) {
+    using TX = decltype(xt);
+    inner = dispatch_float(w_dt, [&](auto wt) {
+      using TW = decltype(wt);
+      expert_rows_kernel<TX, TW><<<grid, kWarps * 32, 0, s>>>(
+          static_cast<const TX*>(x), ldx, by_token, static_cast<int>(top_k), kdim,
+          static_cast<const TW*>(w), nout, offsets, row_pair, out, ldo);
+    });
+  });
+  if (!ok) return bad_dtype("moe expert input", x_dt);
+  if (!inner) return bad_dtype("moe expert weight", w_dt);
+  return check_launch("expert_rows_kernel");
+}
+
+Status launch_moe_act(cudaStream_t s, float* gu, int64_t rows, int64_t intermediate) {
+  if (rows * intermediate == 0) return Status::ok();
+  moe_act_kernel<<<grid_for(rows * intermediate, 256), 256, 0, s>>>(gu, rows, intermediate);
+  return check_launch("moe_act_kernel");
+}
+
+Status launch_moe_combine(cudaStream_t s, void* hidden, DType act, int64_t tokens,
+                          int64_t hidden_size, int64_t top_k, const int32_t* slot_of,
+                          const float* weights, const float* ys, const float* shared_gate,
+                          const float* shared_out) {
+  if (tokens == 0) return Status::ok();
+  if (top_k < 1 || top_k > kMaxTopK) return unsupported("moe combine: top_k must be 1..32");
+  const bool ok = dispatch_float(act, [&](auto tag) {
+    using T = decltype(tag);
+    moe_combine_kernel<T><<<static_cast<unsigned>(tokens), 256, 0, s>>>(
+        static_cast<T*>(hidden), hidden_size, static_cast<int>(top_k), slot_of, weights, ys,
+        shared_gate, shared_out);
+  });
+  if (!ok) return bad_dtype("moe combine activation", act);
+  return check_launch("moe_combine_kernel");
+}
+
+}  // namespace ferrite::cuda
