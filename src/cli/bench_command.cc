@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -62,14 +63,28 @@ double device_copy_bandwidth(Device& device) {
 }
 
 // Matrix FLOPs of a prefill of `tokens` tokens (one sequence): every weight
-// matrix but the embedding gather once per token (the LM head once), plus
-// causal attention.
+// matrix but the embedding gather once per token (the LM head once; of the
+// routed experts only the top_k a token picks), plus causal attention.
 double prefill_flops(const ModelRunner& runner, int64_t tokens) {
   const ModelProgram& p = runner.program();
+  // Expert weights and the share of them one token multiplies (top_k / E).
+  std::map<std::string, double> expert_share;
+  for (const ProgramNode& node : p.nodes) {
+    if (node.contract_id.rfind("routed_", 0) != 0) continue;
+    const double experts = static_cast<double>(node.attrs.u("num_experts"));
+    const ContractSchema* schema = find_contract(node.contract_id);
+    if (experts <= 0 || !schema) continue;
+    for (const char* role : {"gate_up", "down"}) {
+      const int b = schema->binding_index(role);
+      if (b >= 0 && b < static_cast<int>(node.bindings.size()))
+        expert_share[node.bindings[b].name] = static_cast<double>(node.attrs.u("top_k")) / experts;
+    }
+  }
   double per_token = 0, once = 0;
   for (const WeightDecl& w : p.weights) {
     if (w.shape.rank() < 2) continue;
-    const double n = static_cast<double>(w.shape.numel());
+    double n = static_cast<double>(w.shape.numel());
+    if (auto it = expert_share.find(w.name); it != expert_share.end()) n *= it->second;
     const bool embed = w.name.find("embed_tokens") != std::string::npos;
     const bool head = w.name.find("lm_head") != std::string::npos;
     if (head || (embed && runner.config().tie_word_embeddings))

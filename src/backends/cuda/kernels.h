@@ -157,7 +157,9 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
 // bounds, blocks past the device-side counts exit at once (graph-safe).
 constexpr int kMaxTopK = 32;
 constexpr int kMoeMaxExperts = 4096;
-constexpr int kMoeRouterGemvRows = 8;    // launch_moe_router handles up to this many rows
+constexpr int kMoeRouterGemvRows = 8;    // rows per warp of launch_moe_router
+constexpr int kMoeRouterMaxRows = 512;   // launch_moe_router handles up to this many rows
+constexpr int kMoePairGemvMaxPairs = 64; // (token, k) pairs up to which experts run as GEMVs
 constexpr int kMoeSortSmallPairs = 256;  // up to this many pairs: one-block sort
 constexpr int kMoeSortChunk = 1024;      // pairs per chunk of the multi-block sort
 // y32 [rows, width] f32 = rms_norm(x of act) * (w or 1 + w); y (optional,
@@ -166,7 +168,8 @@ Status launch_moe_norm(cudaStream_t s, const void* x, DType act, float* y32, voi
                        const void* w, DType w_dt, int64_t rows, int64_t width, float eps,
                        bool zero_centred);
 // logits [rows, experts] f32 = x [rows, hidden] (f32) . w[e] for rows <=
-// kMoeRouterGemvRows (a warp per expert); more rows go through gemm().
+// kMoeRouterMaxRows (a warp per expert and group of kMoeRouterGemvRows
+// rows); more rows go through gemm().
 Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t hidden,
                          const void* w, DType w_dt, int64_t experts, float* logits);
 // Per token (a warp each): softmax of logits [tokens, experts] (f32), top-k
@@ -206,6 +209,13 @@ Status launch_moe_expert_mma(cudaStream_t s, bool gated, const void* x, int64_t 
                              int64_t nout, DType act, int row_tile, const int32_t* tiles,
                              const int32_t* tile_count, int64_t max_tiles, void* out,
                              int64_t ldo);
+// Decode-sized alternative to launch_moe_expert_mma (same inputs and
+// outputs, bf16 / f16; for up to kMoePairGemvMaxPairs pairs): a warp per
+// (gathered row, output column); the expert of row r is ids[row_pair[r]].
+Status launch_moe_pair_gemv(cudaStream_t s, bool gated, const void* x, int64_t ldx,
+                            const int32_t* row_pair, const int32_t* ids, int64_t top_k,
+                            int64_t pairs, const void* w, int64_t kdim, int64_t nout, DType act,
+                            void* out, int64_t ldo);
 // SIMT fallback (f32 activations, mixed types, odd shapes): for every
 // expert e and each of its gathered rows r: out[r, j] = x[row] . w[e, j, :]
 // (w [experts, nout, kdim]), row = row_pair[r] / top_k when by_token, else
