@@ -101,14 +101,17 @@ if [ "${FERRITE_PROFILE_RUN:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
   done
 fi
 
-# Variants of the GEMM routing, against the default run above (FERRITE_AB=1).
+# Variants (environment switches) against the default run above
+# (FERRITE_AB=1; FERRITE_AB_VARIANTS, FERRITE_AB_MODELS).
 if [ $RUN_BENCH -eq 1 ] && [ "${FERRITE_AB:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
-  for v in ${FERRITE_AB_VARIANTS:-FERRITE_GEMV_MAX_M=2 FERRITE_LT_PICK=first FERRITE_FUSED_NORM=0}; do
-    log "== variant $v (qwen3-8b)"
-    env "$v" timeout 120 "$BUILD/ferrite" bench --model "$ROOT/configs/qwen3-8b" --dummy-weights \
-      --device cuda --batch 1 8 128 --prompt-len 1024 --decode-prompt-len 128 --gen-len 32 \
-      --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/variant-$v.log" 2>&1
-    grep -E "prefill|decode" "$LOGS/variant-$v.log" | tee -a "$SUMMARY"
+  for am in ${FERRITE_AB_MODELS:-qwen3-8b}; do
+    for v in ${FERRITE_AB_VARIANTS:-FERRITE_GEMV_MAX_M=2 FERRITE_LT_PICK=first FERRITE_FUSED_NORM=0}; do
+      log "== variant $v ($am)"
+      env "$v" timeout 120 "$BUILD/ferrite" bench --model "$ROOT/configs/$am" --dummy-weights \
+        --device cuda --batch 1 8 128 --prompt-len 1024 --decode-prompt-len 128 --gen-len 32 \
+        --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/variant-$v-$am.log" 2>&1
+      grep -E "prefill|decode" "$LOGS/variant-$v-$am.log" | tee -a "$SUMMARY"
+    done
   done
 fi
 cp "$SUMMARY" "$LOGS/" && tar czf "$OUT/logs.tgz" -C "$LOGS" .

@@ -46,6 +46,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     if (host_) cudaFreeHost(host_);
     if (dev_) cudaFree(dev_);
     if (uploaded_) cudaEventDestroy(uploaded_);
+    if (st_.split_counters) cudaFree(st_.split_counters);
     gemm_shutdown(st_);
   }
 
@@ -55,6 +56,9 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.exec = this;
     FERRITE_RETURN_IF_ERROR(gemm_init(st_));
     FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+    FERRITE_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&st_.split_counters),
+                                   sizeof(int32_t) * kSplitCounters));
+    FERRITE_CUDA_RETURN(cudaMemset(st_.split_counters, 0, sizeof(int32_t) * kSplitCounters));
     const int64_t blocks = (options_.max_context + options_.page_size - 1) / options_.page_size + 1;
     return reserve(options_.max_tokens, options_.max_sequences,
                    options_.max_sequences * blocks);

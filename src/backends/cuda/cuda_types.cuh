@@ -10,6 +10,7 @@
 #include "tensor/dtype.h"
 
 #include <cstdlib>
+#include <utility>
 
 namespace ferrite::cuda {
 
@@ -57,8 +58,11 @@ bool dispatch_float(DType dt, F&& f) {
 //    would let the next kernel run ahead of the one before it;
 //  - pdl_launch_dependents() lets the next kernel be scheduled as soon as
 //    every block of this one has started (it still waits in its pdl_wait).
-// Both are no-ops when the kernel was launched normally. FERRITE_PDL=0
-// launches every kernel normally.
+// Both are no-ops when the kernel was launched normally.
+//
+// FERRITE_PDL: 0 launches every kernel normally; "weights" only the
+// weight-streaming GEMVs (launch_pdl_weights); anything else (default) every
+// kernel launched through launch_pdl / launch_pdl_weights.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -70,22 +74,22 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-inline bool pdl_enabled() {
-  static const bool on = [] {
+inline int pdl_mode() {  // 0 off, 1 all, 2 weight-streaming kernels only
+  static const int mode = [] {
     const char* e = std::getenv("FERRITE_PDL");
-    return !(e && e[0] == '0');
+    if (e && e[0] == '0') return 0;
+    if (e && e[0] == 'w') return 2;
+    return 1;
   }();
-  return on;
+  return mode;
 }
 
-// kernel<<<grid, block, smem, s>>>(args...), allowed to overlap the previous
-// kernel's tail (see above).
 template <typename... KArgs, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                       cudaStream_t s, Args&&... args) {
+cudaError_t launch_maybe_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                             size_t smem, cudaStream_t s, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -94,6 +98,22 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+
+// kernel<<<grid, block, smem, s>>>(args...), allowed to overlap the previous
+// kernel's tail (see above).
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t s, Args&&... args) {
+  return launch_maybe_pdl(pdl_mode() == 1, kernel, grid, block, smem, s,
+                          std::forward<Args>(args)...);
+}
+// The same for kernels that stream weights before their pdl_wait().
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl_weights(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t s, Args&&... args) {
+  return launch_maybe_pdl(pdl_mode() != 0, kernel, grid, block, smem, s,
+                          std::forward<Args>(args)...);
 }
 
 inline Status bad_dtype(const char* what, DType dt) {

@@ -77,12 +77,16 @@ Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta
                          const void* k_bias, const void* v_bias, DType bias_dt, void* k_cache,
                          void* v_cache);
 // Attention of every token over its sequence's cached positions <= its own,
-// split over `splits` KV ranges (combined through `partials`, f32,
-// tokens * num_heads * splits * (head_dim + 2) floats when splits > 1).
+// split over `splits` KV ranges (through `partials`, f32, tokens *
+// num_heads * splits * (head_dim + 2) floats when splits > 1; the last split
+// block of each (token, KV head) merges them, counting arrivals in
+// `counters`: kSplitCounters ints, zero before the launch and left zero).
 // out [tokens, num_heads * head_dim] of act.
+constexpr int64_t kSplitCounters = 256;
 Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
-                               int32_t page_size, int64_t tokens, const void* q, DType act, const void* k_cache,
-                               const void* v_cache, void* out, int splits, float* partials);
+                               int32_t page_size, int64_t tokens, const void* q, DType act,
+                               const void* k_cache, const void* v_cache, void* out, int splits,
+                               float* partials, int32_t* counters);
 // Flash-style prefill over paged KV on tensor cores (mma.sync; bf16 / f16,
 // head_dim 64, 128 or 256): query tiles of up to kPrefillTileQ consecutive
 // rows of one sequence (tile_seq / tile_row) against its cached keys.

@@ -323,10 +323,10 @@ void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w,
                  void* out, DType out_dt, bool accumulate) {
   const int blocks = static_cast<int>((n + 7) / 8);
   if (out_dt == DType::kF32)
-    (void)launch_pdl(gemv_kernel<MAXM, T, float>, blocks, 256, 0, s, static_cast<const T*>(x), m,
+    (void)launch_pdl_weights(gemv_kernel<MAXM, T, float>, blocks, 256, 0, s, static_cast<const T*>(x), m,
                      k, static_cast<const T*>(w), n, static_cast<float*>(out), accumulate);
   else
-    (void)launch_pdl(gemv_kernel<MAXM, T, T>, blocks, 256, 0, s, static_cast<const T*>(x), m, k,
+    (void)launch_pdl_weights(gemv_kernel<MAXM, T, T>, blocks, 256, 0, s, static_cast<const T*>(x), m, k,
                      static_cast<const T*>(w), n, static_cast<T*>(out), accumulate);
 }
 
@@ -405,10 +405,10 @@ Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
       constexpr int M = decltype(maxm)::value;
       const size_t smem = static_cast<size_t>(mi) * k * sizeof(T);
       if (swiglu)
-        (void)launch_pdl(gemv_multi_kernel<M, T, true>, blocks, 256, smem, s,
+        (void)launch_pdl_weights(gemv_multi_kernel<M, T, true>, blocks, 256, smem, s,
                          static_cast<const T*>(x), mi, k, g);
       else
-        (void)launch_pdl(gemv_multi_kernel<M, T, false>, blocks, 256, smem, s,
+        (void)launch_pdl_weights(gemv_multi_kernel<M, T, false>, blocks, 256, smem, s,
                          static_cast<const T*>(x), mi, k, g);
     };
     if (mi == 1) run(std::integral_constant<int, 1>{});

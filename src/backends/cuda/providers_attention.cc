@@ -138,7 +138,8 @@ class CausalPagedAttention final : public Provider {
       }
       FERRITE_RETURN_IF_ERROR(launch_attention_decode(st.stream, a, st.meta, page_size, t, q,
                                                       act, b[kKCache].data, b[kVCache].data,
-                                                      attn, splits, partials));
+                                                      attn, splits, partials,
+                                                      st.split_counters));
     }
     profile_mark(st.stream, "attention.o_proj", st.capturing);
     return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
