@@ -443,7 +443,7 @@ TEST_P(CudaPrefillKernelTest, MatchesHostReferenceAndSplitKv) {
                                              act, d_k, d_v, d_flash);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   st = cuda::launch_attention_decode(nullptr, a, meta, ps, tokens, d_q, act, d_k, d_v, d_split, 1,
-                                     nullptr, nullptr);
+                                     nullptr);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint16_t> flash_raw(zero_out.size()), split_raw(zero_out.size());

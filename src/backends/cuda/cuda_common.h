@@ -24,8 +24,6 @@ struct BackendState {
   size_t lt_workspace_bytes = 0;
   int num_sms = 132;
   CudaExec* exec = nullptr;
-  // kSplitCounters zeroed ints for the split-KV decode kernel (kernels.h).
-  int32_t* split_counters = nullptr;
   // Metadata of the step being recorded (padded to the bucket when replayed).
   StepMeta meta;
   const StepBatch* prepared = nullptr;  // the batch `meta` describes

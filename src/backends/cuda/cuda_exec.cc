@@ -46,7 +46,6 @@ class CudaExec final : public StepPreparer, public StepRunner {
     if (host_) cudaFreeHost(host_);
     if (dev_) cudaFree(dev_);
     if (uploaded_) cudaEventDestroy(uploaded_);
-    if (st_.split_counters) cudaFree(st_.split_counters);
     gemm_shutdown(st_);
   }
 
@@ -56,9 +55,6 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.exec = this;
     FERRITE_RETURN_IF_ERROR(gemm_init(st_));
     FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
-    FERRITE_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&st_.split_counters),
-                                   sizeof(int32_t) * kSplitCounters));
-    FERRITE_CUDA_RETURN(cudaMemset(st_.split_counters, 0, sizeof(int32_t) * kSplitCounters));
     const int64_t blocks = (options_.max_context + options_.page_size - 1) / options_.page_size + 1;
     return reserve(options_.max_tokens, options_.max_sequences,
                    options_.max_sequences * blocks);
@@ -91,7 +87,9 @@ class CudaExec final : public StepPreparer, public StepRunner {
       ++stats_.eager_steps;
       return encode_nodes(padded_);
     }
-    auto it = graphs_by_bucket_.find(bucket);
+    // A graph per (bucket, KV length class): providers size work by both.
+    const int64_t key = static_cast<int64_t>(bucket) << 32 | st_.meta.kv_len_bound;
+    auto it = graphs_by_bucket_.find(key);
     if (it == graphs_by_bucket_.end()) {
       cudaGraph_t graph = nullptr;
       FERRITE_CUDA_RETURN(cudaStreamBeginCapture(st_.stream, cudaStreamCaptureModeThreadLocal));
@@ -108,7 +106,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
       e = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
       if (e != cudaSuccess) return cuda_error(e, "cudaGraphInstantiate");
-      it = graphs_by_bucket_.emplace(bucket, exec).first;
+      it = graphs_by_bucket_.emplace(key, exec).first;
       ++stats_.captures;
     } else {
       ++stats_.replays;
@@ -198,10 +196,11 @@ class CudaExec final : public StepPreparer, public StepRunner {
     }
     int32_t* tile_seq = tables + off;
     int32_t* tile_row = tile_seq + tokens;
-    int32_t tiles = 0, longest = 0;
+    int32_t tiles = 0, longest = 0, kv_bound = 256;
     for (int32_t i = 0; i < batch.num_sequences(); ++i) {
       const SequenceSlice& s = batch.sequences[i];
       longest = std::max(longest, s.token_count);
+      while (kv_bound < s.position_start + s.token_count && kv_bound < (1 << 30)) kv_bound *= 2;
       for (int32_t r = 0; r < s.token_count; r += kPrefillTileQ) {
         tile_seq[tiles] = i;
         tile_row[tiles] = s.token_begin + r;
@@ -224,6 +223,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.meta.tile_row = dev(tile_row);
     st_.meta.num_tiles = tiles;
     st_.meta.longest_run = longest;
+    st_.meta.kv_len_bound = kv_bound;
     st_.prepared = &batch;
     st_.prepared_key = batch_key(batch);
     return Status::ok();
@@ -238,7 +238,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_blocks_ = 0;
   cudaEvent_t uploaded_ = nullptr;
   StepBatch padded_;
-  std::map<int32_t, cudaGraphExec_t> graphs_by_bucket_;
+  std::map<int64_t, cudaGraphExec_t> graphs_by_bucket_;  // (bucket << 32 | kv_len_bound)
   CudaGraphStats stats_;
 };
 

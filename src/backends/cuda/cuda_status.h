@@ -46,6 +46,12 @@ struct StepMeta {
   const int32_t* tile_row = nullptr;
   int32_t num_tiles = 0;
   int32_t longest_run = 0;  // most tokens of one sequence in the step
+  // Host value: a power of two >= every sequence's length after the step
+  // (at least 256). The split-KV decode sizes its splits by it rather than
+  // by the model's maximum context, and decode graphs are captured per
+  // (batch bucket, kv_len_bound): a short context gets a few splits that
+  // all hold keys instead of dozens of empty ones and a 32-way combine.
+  int32_t kv_len_bound = 256;
 };
 
 }  // namespace ferrite::cuda

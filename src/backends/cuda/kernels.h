@@ -77,16 +77,12 @@ Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta
                          const void* k_bias, const void* v_bias, DType bias_dt, void* k_cache,
                          void* v_cache);
 // Attention of every token over its sequence's cached positions <= its own,
-// split over `splits` KV ranges (through `partials`, f32, tokens *
-// num_heads * splits * (head_dim + 2) floats when splits > 1; the last split
-// block of each (token, KV head) merges them, counting arrivals in
-// `counters`: kSplitCounters ints, zero before the launch and left zero).
+// split over `splits` KV ranges (combined through `partials`, f32,
+// tokens * num_heads * splits * (head_dim + 2) floats when splits > 1).
 // out [tokens, num_heads * head_dim] of act.
-constexpr int64_t kSplitCounters = 256;
 Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
-                               int32_t page_size, int64_t tokens, const void* q, DType act,
-                               const void* k_cache, const void* v_cache, void* out, int splits,
-                               float* partials, int32_t* counters);
+                               int32_t page_size, int64_t tokens, const void* q, DType act, const void* k_cache,
+                               const void* v_cache, void* out, int splits, float* partials);
 // Flash-style prefill over paged KV on tensor cores (mma.sync; bf16 / f16,
 // head_dim 64, 128 or 256): query tiles of up to kPrefillTileQ consecutive
 // rows of one sequence (tile_seq / tile_row) against its cached keys.
@@ -163,7 +159,6 @@ constexpr int kMaxTopK = 32;
 constexpr int kMoeMaxExperts = 4096;
 constexpr int kMoeRouterGemvRows = 8;    // rows per warp of launch_moe_router
 constexpr int kMoeRouterMaxRows = 512;   // launch_moe_router handles up to this many rows
-constexpr int kMoePairGemvMaxPairs = 64; // (token, k) pairs up to which experts run as GEMVs
 constexpr int kMoeSortSmallPairs = 256;  // up to this many pairs: one-block sort
 constexpr int kMoeSortChunk = 1024;      // pairs per chunk of the multi-block sort
 // y32 [rows, width] f32 = rms_norm(x of act) * (w or 1 + w); y (optional,
@@ -213,13 +208,6 @@ Status launch_moe_expert_mma(cudaStream_t s, bool gated, const void* x, int64_t 
                              int64_t nout, DType act, int row_tile, const int32_t* tiles,
                              const int32_t* tile_count, int64_t max_tiles, void* out,
                              int64_t ldo);
-// Decode-sized alternative to launch_moe_expert_mma (same inputs and
-// outputs, bf16 / f16; for up to kMoePairGemvMaxPairs pairs): a warp per
-// (gathered row, output column); the expert of row r is ids[row_pair[r]].
-Status launch_moe_pair_gemv(cudaStream_t s, bool gated, const void* x, int64_t ldx,
-                            const int32_t* row_pair, const int32_t* ids, int64_t top_k,
-                            int64_t pairs, const void* w, int64_t kdim, int64_t nout, DType act,
-                            void* out, int64_t ldo);
 // SIMT fallback (f32 activations, mixed types, odd shapes): for every
 // expert e and each of its gathered rows r: out[r, j] = x[row] . w[e, j, :]
 // (w [experts, nout, kdim]), row = row_pair[r] / top_k when by_token, else

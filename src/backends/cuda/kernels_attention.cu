@@ -2,13 +2,11 @@
 //  - qk_rope_kv: bias, q/k RMS norm, RoPE (partial), K/V written to pages;
 //  - decode: one block per (token, KV head, split); the query heads of the
 //    KV head's group share each K/V tile (GQA); online softmax; splits are
-//    merged by the last split block to finish (flash-decoding). It is exact for any token
+//    merged by a combine kernel (flash-decoding). It is exact for any token
 //    (prefill too), the reference path of every batch shape;
 //  - prefill (kernels_attention_prefill.cu): tensor-core flash attention.
 #include "backends/cuda/cuda_types.cuh"
 #include "backends/cuda/kernels.h"
-
-#include <string>
 
 namespace ferrite::cuda {
 namespace {
@@ -107,8 +105,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(AttentionShape a,
                                                                int32_t page_size, const T* q,
                                                                const T* k_cache,
                                                                const T* v_cache, T* out,
-                                                               int splits, float* partials,
-                                                               int32_t* counters) {
+                                                               int splits, float* partials) {
   pdl_launch_dependents();
   pdl_wait();
   extern __shared__ float smem[];
@@ -247,37 +244,29 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(AttentionShape a,
       }
     }
   }
-  if (splits == 1) return;
-  // The last split block of (token, KV head) to finish merges the splits
-  // (flash-decoding without a second kernel): partials are published with
-  // a fence before the arrival count, and the last arrival resets the count
-  // for the next launch.
-  __shared__ int is_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t* c = counters + t * a.num_kv_heads + kvh;
-    is_last = atomicAdd(c, 1) == splits - 1;
-    if (is_last) *c = 0;
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
-    const int g = i / hd, d = i % hd;
-    const int h = kvh * group + g;
-    const float* base = partials + (t * a.num_heads + h) * splits * (hd + 2);
-    float mx = -INFINITY;
-    for (int sp = 0; sp < splits; ++sp) mx = fmaxf(mx, __ldcg(base + sp * (hd + 2) + hd));
+}
+
+template <typename T>
+__global__ void attention_combine_kernel(AttentionShape a, const T* q, T* out, int splits,
+                                         const float* partials) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int hd = a.head_dim;
+  const float* base = partials + (t * a.num_heads + h) * splits * (hd + 2);
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, base[s * (hd + 2) + hd]);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float num = 0.0f, den = 0.0f;
     if (mx != -INFINITY) {
-      for (int sp = 0; sp < splits; ++sp) {
-        const float* part = base + sp * (hd + 2);
-        const float m = __ldcg(part + hd);
+      for (int s = 0; s < splits; ++s) {
+        const float* part = base + s * (hd + 2);
+        const float m = part[hd];
         if (m == -INFINITY) continue;
         const float w = expf(m - mx);
-        num += w * __ldcg(part + d);
-        den += w * __ldcg(part + hd + 1);
+        num += w * part[d];
+        den += w * part[hd + 1];
       }
     }
     float val = den > 0.0f ? num / den : 0.0f;
@@ -320,11 +309,8 @@ Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta
 Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
                                int32_t page_size, int64_t tokens, const void* q, DType act,
                                const void* k_cache, const void* v_cache, void* out, int splits,
-                               float* partials, int32_t* counters) {
+                               float* partials) {
   if (tokens == 0) return Status::ok();
-  if (splits > 1 && (!partials || !counters || tokens * a.num_kv_heads > kSplitCounters))
-    return invalid_argument("attention decode: splits need partials and tokens x KV heads <= " +
-                            std::to_string(kSplitCounters) + " counters");
   const int group = a.num_heads / a.num_kv_heads;
   const int hd = a.head_dim;
   const size_t smem = sizeof(float) * (group * hd * 2 + kBn * (hd + 1) + kBn * hd +
@@ -337,8 +323,11 @@ Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const St
     if (smem > 48 * 1024)
       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     (void)launch_pdl(kern, grid, 128, smem, s, a, meta, page_size, static_cast<const T*>(q),
-                     static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
-                     static_cast<T*>(out), splits, partials, counters);
+                                 static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
+                                 static_cast<T*>(out), splits, partials);
+    if (splits > 1)
+      (void)launch_pdl(attention_combine_kernel<T>, dim3(static_cast<unsigned>(tokens), a.num_heads), 128, 0, s,
+          a, static_cast<const T*>(q), static_cast<T*>(out), splits, partials);
   });
   if (!ok) return bad_dtype("attention decode", act);
   return check_launch("attention_decode");

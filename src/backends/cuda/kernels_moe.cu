@@ -103,95 +103,6 @@ __global__ void router_gemv_kernel(const float* __restrict__ x, int64_t rows_tot
   }
 }
 
-// Decode-sized expert products (few (token, k) pairs): a warp per (gathered
-// row, output column) streams the expert's weight row with 16-byte loads,
-// as the dense GEMV does: every weight row of an active expert is read once
-// per row that uses it, with no tile padding (the tensor-core tiles read
-// 16-row tiles for 1-row experts and reach about a quarter of HBM
-// bandwidth at batch 1).
-// Gated: row r reads token row_pair[r] / K of x (normalised, act) and the
-// gate and up rows j of expert ids[row_pair[r]]; out (act) = silu(g) * u
-// with g, u rounded to act first (the tensor-core path's rounding points).
-// Not gated: row r reads x row r (act) and down row j; out f32.
-__device__ __forceinline__ void unpack8f(const uint4& v, float* f, __nv_bfloat16) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 q = __bfloat1622float2(h[i]);
-    f[2 * i] = q.x;
-    f[2 * i + 1] = q.y;
-  }
-}
-__device__ __forceinline__ void unpack8f(const uint4& v, float* f, __half) {
-  const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 q = __half22float2(h[i]);
-    f[2 * i] = q.x;
-    f[2 * i + 1] = q.y;
-  }
-}
-
-// Warp-wide dot product of kv 16-byte vectors (two weight loads in flight
-// per lane); every lane returns the sum.
-template <typename T>
-__device__ __forceinline__ float pair_dot(const uint4* __restrict__ xv,
-                                          const uint4* __restrict__ wv, int64_t kv, int lane) {
-  float acc = 0.0f;
-  int64_t i = lane;
-  for (; i + 32 < kv; i += 64) {
-    const uint4 w0 = __ldcs(wv + i), w1 = __ldcs(wv + i + 32);
-    const uint4 x0 = __ldg(xv + i), x1 = __ldg(xv + i + 32);
-    float wf[8], xf[8];
-    unpack8f(w0, wf, T{});
-    unpack8f(x0, xf, T{});
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc = fmaf(wf[j], xf[j], acc);
-    unpack8f(w1, wf, T{});
-    unpack8f(x1, xf, T{});
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc = fmaf(wf[j], xf[j], acc);
-  }
-  for (; i < kv; i += 32) {
-    float wf[8], xf[8];
-    unpack8f(__ldcs(wv + i), wf, T{});
-    unpack8f(__ldg(xv + i), xf, T{});
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc = fmaf(wf[j], xf[j], acc);
-  }
-  return warp_sum(acc);
-}
-
-template <typename T, bool kGated>
-__global__ void __launch_bounds__(256) moe_pair_gemv_kernel(
-    const T* __restrict__ x, int64_t ldx, const int32_t* __restrict__ row_pair,
-    const int32_t* __restrict__ ids, int K, const T* __restrict__ w, int64_t kdim, int64_t nout,
-    void* out, int64_t ldo) {
-  const int lane = threadIdx.x & 31;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (j >= nout) return;
-  const int64_t r = blockIdx.y;
-  const int32_t pair = row_pair[r];
-  const int64_t e = ids[pair];
-  const int64_t xrow = kGated ? pair / K : r;
-  const int64_t kv = kdim / 8;
-  const uint4* xv = reinterpret_cast<const uint4*>(x + xrow * ldx);
-  if (kGated) {
-    const T* base = w + e * 2 * nout * kdim;
-    const float g = pair_dot<T>(xv, reinterpret_cast<const uint4*>(base + j * kdim), kv, lane);
-    const float u =
-        pair_dot<T>(xv, reinterpret_cast<const uint4*>(base + (nout + j) * kdim), kv, lane);
-    if (lane == 0) {
-      const float gr = to_f(from_f<T>(g)), ur = to_f(from_f<T>(u));
-      static_cast<T*>(out)[r * ldo + j] = from_f<T>(gr / (1.0f + expf(-gr)) * ur);
-    }
-  } else {
-    const float d =
-        pair_dot<T>(xv, reinterpret_cast<const uint4*>(w + (e * nout + j) * kdim), kv, lane);
-    if (lane == 0) static_cast<float*>(out)[r * ldo + j] = d;
-  }
-}
-
 // A warp per token: softmax (f32), top-k by probability (ties: lower id),
 // ids in increasing order, optional renormalisation (summed in increasing
 // id, as the reference). Lane k holds the k-th selection.
@@ -764,32 +675,6 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
   });
   if (!ok) return bad_dtype("moe router weight", w_dt);
   return check_launch("router_gemv_kernel");
-}
-
-Status launch_moe_pair_gemv(cudaStream_t s, bool gated, const void* x, int64_t ldx,
-                            const int32_t* row_pair, const int32_t* ids, int64_t top_k,
-                            int64_t pairs, const void* w, int64_t kdim, int64_t nout, DType act,
-                            void* out, int64_t ldo) {
-  if (pairs == 0 || nout == 0) return Status::ok();
-  if (kdim % 8 != 0 || ldx % 8 != 0 || pairs > 65535)
-    return unsupported("moe pair GEMV: kdim and ldx must be multiples of 8, pairs <= 65535");
-  constexpr int kWarps = 8;
-  const dim3 grid(static_cast<unsigned>((nout + kWarps - 1) / kWarps), static_cast<unsigned>(pairs));
-  auto go = [&](auto tag) {
-    using T = decltype(tag);
-    if (gated)
-      moe_pair_gemv_kernel<T, true><<<grid, kWarps * 32, 0, s>>>(
-          static_cast<const T*>(x), ldx, row_pair, ids, static_cast<int>(top_k),
-          static_cast<const T*>(w), kdim, nout, out, ldo);
-    else
-      moe_pair_gemv_kernel<T, false><<<grid, kWarps * 32, 0, s>>>(
-          static_cast<const T*>(x), ldx, row_pair, ids, static_cast<int>(top_k),
-          static_cast<const T*>(w), kdim, nout, out, ldo);
-  };
-  if (act == DType::kBF16) go(__nv_bfloat16{});
-  else if (act == DType::kF16) go(__half{});
-  else return bad_dtype("moe pair GEMV", act);
-  return check_launch("moe_pair_gemv_kernel");
 }
 
 Status launch_moe_route(cudaStream_t s, const float* logits, int64_t tokens, int64_t experts,

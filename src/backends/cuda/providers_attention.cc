@@ -130,7 +130,8 @@ class CausalPagedAttention final : public Provider {
                                                        d_row, tiles, t, q, act, b[kKCache].data,
                                                        b[kVCache].data, attn));
     } else {
-      const int splits = splits_for(t, nkv, i64(p.max_context));
+      const int splits =
+          splits_for(t, nkv, std::min<int64_t>(i64(p.max_context), st.meta.kv_len_bound));
       float* partials = nullptr;
       if (splits > 1) {
         partials = static_cast<float*>(ws.take(t * splits * nh * (hd + 2) * 4));
@@ -138,8 +139,7 @@ class CausalPagedAttention final : public Provider {
       }
       FERRITE_RETURN_IF_ERROR(launch_attention_decode(st.stream, a, st.meta, page_size, t, q,
                                                       act, b[kKCache].data, b[kVCache].data,
-                                                      attn, splits, partials,
-                                                      st.split_counters));
+                                                      attn, splits, partials));
     }
     profile_mark(st.stream, "attention.o_proj", st.capturing);
     return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,

@@ -242,13 +242,7 @@ class RoutedMoe final : public Provider {
 
     profile_mark(st.stream, "moe.experts", st.capturing);
     // gate_up [E, 2, I, H] is [E, 2I, H]: rows [0, I) gate, [I, 2I) up.
-    if (tc && tk <= kMoePairGemvMaxPairs) {
-      // Decode: weight-streaming GEMVs per (row, column), no tile padding.
-      FERRITE_RETURN_IF_ERROR(launch_moe_pair_gemv(st.stream, true, n, H, row_pair, ids, K, tk,
-                                                   b[kGateUp].data, H, I, act, mid, I));
-      FERRITE_RETURN_IF_ERROR(launch_moe_pair_gemv(st.stream, false, mid, I, row_pair, ids, K,
-                                                   tk, b[kDown].data, I, H, act, ys, H));
-    } else if (tc) {
+    if (tc) {
       FERRITE_RETURN_IF_ERROR(launch_moe_expert_mma(st.stream, true, n, H, row_pair, K,
                                                     b[kGateUp].data, H, I, act, row_tile, tiles,
                                                     tile_count, max_tiles, mid, I));
