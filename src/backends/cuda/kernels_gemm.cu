@@ -82,6 +82,19 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f, __half) {
   }
 }
 
+// 8 floats rounded to T and packed into 16 bytes (bit operations only: no
+// local array whose address is taken, which would live on the stack).
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint32_t bits_of(__half v) { return __half_as_ushort(v); }
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float* f) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = bits_of(from_f<T>(f[2 * i])) | (bits_of(from_f<T>(f[2 * i + 1])) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -139,6 +152,46 @@ __device__ __forceinline__ void row_dots(const uint4* wr, int64_t kv, int lane, 
   for (; i < kv; i += 32) consume(load_stream(wr + i), i);
 }
 
+// row_dots over two W rows at once (gate and up): eight 16-byte loads in
+// flight per lane instead of four, and one pass over x. Each accumulator
+// sees the same sequence of FMAs as row_dots gives it (bitwise equal).
+template <int MAXM, typename T, typename XLoad>
+__device__ __forceinline__ void row_dots2(const uint4* wa, const uint4* wb, int64_t kv, int lane,
+                                          int m, float* acc_a, float* acc_b, const RowHead& ha,
+                                          const RowHead& hb, XLoad&& xload) {
+  auto consume2 = [&](const uint4& va, const uint4& vb, int64_t i) {
+    float fa[8], fb[8];
+    unpack8(va, fa, T{});
+    unpack8(vb, fb, T{});
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) {
+      if (r < m) {
+        float xf[8];
+        xload(r, i, xf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc_a[r] = fmaf(fa[j], xf[j], acc_a[r]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc_b[r] = fmaf(fb[j], xf[j], acc_b[r]);
+      }
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    if (lane + 32 * j < kv) consume2(ha.w[j], hb.w[j], lane + 32 * j);
+  int64_t i = lane + 128;
+  for (; i + 96 < kv; i += 128) {
+    const uint4 a0 = load_stream(wa + i), a1 = load_stream(wa + i + 32);
+    const uint4 a2 = load_stream(wa + i + 64), a3 = load_stream(wa + i + 96);
+    const uint4 b0 = load_stream(wb + i), b1 = load_stream(wb + i + 32);
+    const uint4 b2 = load_stream(wb + i + 64), b3 = load_stream(wb + i + 96);
+    consume2(a0, b0, i);
+    consume2(a1, b1, i + 32);
+    consume2(a2, b2, i + 64);
+    consume2(a3, b3, i + 96);
+  }
+  for (; i < kv; i += 32) consume2(load_stream(wa + i), load_stream(wb + i), i);
+}
+
 template <typename T>
 __device__ __forceinline__ void load_x8(const T* x, int64_t k, int r, int64_t i, float* xf) {
   unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * k) + i), xf, T{});
@@ -190,7 +243,7 @@ struct GemvSegs {
 };
 
 template <int MAXM, typename T, bool SWIGLU>
-__global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x, int m, int64_t k,
+__global__ void __launch_bounds__(256, 1) gemv_multi_kernel(const T* __restrict__ x, int m, int64_t k,
                                                          GemvSegs segs) {
   // The normalised x rows, rounded to T as the unfused path stores them.
   extern __shared__ __align__(16) unsigned char xs_raw[];
@@ -229,7 +282,10 @@ __global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x
   if (SWIGLU && active) head_u = load_row_head(wu, kv, lane);
   pdl_wait();
 
-  // RMS of each x row (every block recomputes it: x is small and in L2).
+  // x rows into shared memory and their sums of squares in one pass over
+  // x (every block recomputes them: x is small and in L2), then normalised
+  // in place, rounded to T as the unfused path stores them; each warp then
+  // reads them with conflict-free 16-byte loads.
   {
     float ss[MAXM];
 #pragma unroll
@@ -238,8 +294,10 @@ __global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x
 #pragma unroll
       for (int r = 0; r < MAXM; ++r) {
         if (r < m) {
+          const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x + r * k) + i);
+          reinterpret_cast<uint4*>(xs + r * k)[i] = raw;
           float xf[8];
-          load_x8(x, k, r, i, xf);
+          unpack8(raw, xf, T{});
 #pragma unroll
           for (int j = 0; j < 8; ++j) ss[r] = fmaf(xf[j], xf[j], ss[r]);
         }
@@ -257,26 +315,22 @@ __global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x
       inv[threadIdx.x] = rsqrtf(tot / static_cast<float>(k) + segs.eps);
     }
     __syncthreads();
-  }
-  // Normalised rows into shared memory once per block (each warp then reads
-  // them with conflict-free 16-byte loads).
-  {
     const T* nw = static_cast<const T*>(segs.norm);
     const bool zc = segs.zero_centred;
+    // Each thread normalises the vectors it stored: no barrier needed
+    // between the two passes beyond the one for `inv`.
     for (int64_t i = threadIdx.x; i < kv; i += blockDim.x) {
       float wf[8];
       unpack8(__ldg(reinterpret_cast<const uint4*>(nw) + i), wf, T{});
 #pragma unroll
       for (int r = 0; r < MAXM; ++r) {
         if (r < m) {
+          uint4* slot = reinterpret_cast<uint4*>(xs + r * k) + i;
           float xf[8];
-          load_x8(x, k, r, i, xf);
-          uint4 packed;
-          T* pt = reinterpret_cast<T*>(&packed);
+          unpack8(*slot, xf, T{});
 #pragma unroll
-          for (int j = 0; j < 8; ++j)
-            pt[j] = from_f<T>(xf[j] * inv[r] * (zc ? 1.0f + wf[j] : wf[j]));
-          reinterpret_cast<uint4*>(xs + r * k)[i] = packed;
+          for (int j = 0; j < 8; ++j) xf[j] = xf[j] * inv[r] * (zc ? 1.0f + wf[j] : wf[j]);
+          *slot = pack8<T>(xf);
         }
       }
     }
@@ -286,17 +340,16 @@ __global__ void __launch_bounds__(256) gemv_multi_kernel(const T* __restrict__ x
   auto xload = [&](int r, int64_t i, float* xf) {
     unpack8(reinterpret_cast<const uint4*>(xs + r * k)[i], xf, T{});
   };
-  float acc[MAXM];
+  float acc[MAXM], acc_u[MAXM];
 #pragma unroll
-  for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
-  row_dots<MAXM, T>(wr, kv, lane, m, acc, head, xload);
+  for (int r = 0; r < MAXM; ++r) acc[r] = acc_u[r] = 0.0f;
+  if (SWIGLU)
+    row_dots2<MAXM, T>(wr, wu, kv, lane, m, acc, acc_u, head, head_u, xload);
+  else
+    row_dots<MAXM, T>(wr, kv, lane, m, acc, head, xload);
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
-  float acc_u[MAXM];
   if (SWIGLU) {
-#pragma unroll
-    for (int r = 0; r < MAXM; ++r) acc_u[r] = 0.0f;
-    row_dots<MAXM, T>(wu, kv, lane, m, acc_u, head_u, xload);
 #pragma unroll
     for (int r = 0; r < MAXM; ++r) acc_u[r] = warp_sum(acc_u[r]);
   }
