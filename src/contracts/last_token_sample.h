@@ -21,6 +21,18 @@ struct Params {
   static Params from(const Attributes& a) { return {a.u("vocab_size")}; }
 };
 
+// The draw of a sequence at a step: a counter-based RNG (splitmix64 of
+// seed + golden-ratio step counter) mapped to [0, 1) with 53 bits. Every
+// backend uses this function, so seeded sampling is reproducible across
+// devices.
+inline double uniform01(uint64_t seed, uint64_t step) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (step + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
 inline const ContractSchema& contract() {
   static const ContractSchema s(
       "last_token_sample", 1, 0, {{"vocab_size", AttrType::kUnsigned}},

@@ -240,15 +240,6 @@ Status run_draws(const Case& c, const Provider& provider, Backend& backend,
   return dev.copy_to_host(logprobs->data(), inv.bindings[3].data, rows * 4);
 }
 
-// The reference's counter-based uniform (backends/cpu/sampling.cc).
-double uniform01(uint64_t seed, uint64_t step) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (step + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
-}
-
 // How close row r's reference draw is to a decision boundary: the smallest
 // relative distance of u * kept mass to a cumulative boundary of the kept
 // set, of top_p to a cumulative boundary, or of a probability to the min_p
@@ -310,7 +301,7 @@ double borderline_margin(const Case& c, int64_t r) {
     keep = k;
   }
   const double total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
-  const double target = uniform01(sp.seed, c.sampling.step_index[r]) * total;
+  const double target = last_token_sample::uniform01(sp.seed, c.sampling.step_index[r]) * total;
   acc = 0;
   for (size_t i = 0; i < keep; ++i) {
     acc += probs[i];

@@ -57,15 +57,6 @@ float log_softmax_at(const float* logits, int64_t vocab, uint32_t id) {
   return static_cast<float>(logits[id] - mx - std::log(sum));
 }
 
-// Counter-based RNG: the draw depends on (seed, step) only.
-double uniform01(uint64_t seed, uint64_t step) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (step + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
-}
-
 uint32_t sample_row(const std::vector<float>& row, const uint8_t* mask, const SamplingParams& sp,
                     double u) {
   const int64_t vocab = static_cast<int64_t>(row.size());
@@ -150,7 +141,8 @@ class SampleReference final : public Provider {
       const SamplingParams& sp = sb.params[s];
       penalised_row(logits + s * vocab, vocab, sp, sb.history[s], sb.generated[s], &row);
       tokens[s] = sp.greedy() ? masked_argmax(row, mask)
-                              : sample_row(row, mask, sp, uniform01(sp.seed, sb.step_index[s]));
+                              : sample_row(row, mask, sp,
+                                           last_token_sample::uniform01(sp.seed, sb.step_index[s]));
       if (logprobs) logprobs[s] = log_softmax_at(logits + s * vocab, vocab, tokens[s]);
     }
     return Status::ok();

@@ -36,17 +36,6 @@ bool has_penalties(const SamplingParams& p) {
          p.frequency_penalty != 0.0f;
 }
 
-// The CPU reference's counter-based draw (backends/cpu/sampling.cc,
-// uniform01): must stay bit-identical to it. The draw depends on
-// (seed, step) only.
-double reference_uniform01(uint64_t seed, uint64_t step) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (step + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
-}
-
 // Pinned host memory for the per-step upload. The buffer is refilled only
 // after the copy recorded from it last has completed (by then long done: the
 // executor reads the chosen tokens back after every sampler call), so the
@@ -264,7 +253,7 @@ class Sample final : public Provider {
       p.top_k = sp.top_k;
       p.top_p = sp.top_p;
       p.min_p = sp.min_p;
-      p.u = sp.greedy() ? 0.0 : reference_uniform01(sp.seed, sb->step_index[r]);
+      p.u = sp.greedy() ? 0.0 : last_token_sample::uniform01(sp.seed, sb->step_index[r]);
     }
     const float* in = nullptr;
     const SampleRowParams* params_dev = nullptr;
