@@ -74,6 +74,15 @@ std::vector<Backend> available_backends();
 // Backends compiled in but not usable here, with the reason (e.g. no GPU).
 std::vector<std::string> skipped_backends();
 
+// The node signature of case `c` with these bindings and activation dtype.
+NodeSignature signature_for(const Case& c, const std::vector<HostTensor>& bindings, DType act);
+// Runs one provider of `backend` on case `c` with these bindings (the
+// case's, converted for activation dtype `act`); returns every binding
+// after the call.
+Result<std::vector<HostTensor>> run_provider(const Case& c, std::vector<HostTensor> bindings,
+                                             DType act, const Provider& provider,
+                                             Backend& backend);
+
 // --- helpers for case generators -----------------------------------------
 
 class CaseRng {

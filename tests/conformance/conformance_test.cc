@@ -27,69 +27,11 @@ HostTensor convert(const HostTensor& t, DType to) {
   return out;
 }
 
-bool has_activation_bindings(const Case& c) {
-  for (const HostTensor& t : c.bindings)
-    if (t.follows_activation) return true;
-  return false;
-}
-
 // The case as the provider sees it with activation dtype `act`.
 std::vector<HostTensor> bindings_for(const Case& c, DType act) {
   std::vector<HostTensor> out;
   for (const HostTensor& t : c.bindings) out.push_back(t.follows_activation ? convert(t, act) : t);
   return out;
-}
-
-NodeSignature signature_for(const Case& c, const std::vector<HostTensor>& bindings, DType act) {
-  NodeSignature sig;
-  sig.contract = c.contract;
-  sig.attrs = c.attrs;
-  sig.activation_dtype = has_activation_bindings(c) ? act : DType::kF32;
-  for (const HostTensor& t : bindings)
-    sig.binding_dtypes.push_back(t.present() ? std::optional<DType>(t.dtype) : std::nullopt);
-  return sig;
-}
-
-// Runs one provider on one backend; returns every binding after the call.
-Result<std::vector<HostTensor>> run(const Case& c, std::vector<HostTensor> bindings, DType act,
-                                    const Provider& provider, Backend& backend) {
-  NodeSignature sig = signature_for(c, bindings, act);
-  StepLimits limits;
-  limits.max_tokens = c.batch.num_tokens();
-  limits.max_sequences = c.batch.num_sequences();
-  limits.max_context = 1;
-  for (const SequenceSlice& s : c.batch.sequences)
-    limits.max_context = std::max<int64_t>(limits.max_context, s.position_start + s.token_count);
-  Device& dev = *backend.device;
-  std::vector<DeviceBuffer> buffers;
-  Invocation inv;
-  inv.signature = &sig;
-  for (const HostTensor& t : bindings) {
-    TensorView v;
-    if (t.present()) {
-      FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(dev, t.bytes.size()));
-      FERRITE_RETURN_IF_ERROR(dev.copy_to_device(buf.data(), t.bytes.data(), t.bytes.size()));
-      v = TensorView{buf.data(), t.dtype, t.shape};
-      buffers.push_back(std::move(buf));
-    }
-    inv.bindings.push_back(v);
-  }
-  const int64_t ws = provider.workspace_bytes(sig, limits);
-  FERRITE_ASSIGN_OR_RETURN(auto workspace, DeviceBuffer::allocate(dev, std::max<int64_t>(ws, 1)));
-  inv.workspace = workspace.data();
-  inv.workspace_bytes = ws;
-  inv.batch = &c.batch;
-  inv.sampling = &c.sampling;
-  inv.ctx = &backend.ctx;
-  if (backend.ctx.preparer) FERRITE_RETURN_IF_ERROR(backend.ctx.preparer->prepare(c.batch));
-  FERRITE_RETURN_IF_ERROR(provider.encode(inv));
-  FERRITE_RETURN_IF_ERROR(dev.synchronize());
-  for (size_t i = 0; i < bindings.size(); ++i) {
-    if (!bindings[i].present()) continue;
-    FERRITE_RETURN_IF_ERROR(
-        dev.copy_to_host(bindings[i].bytes.data(), inv.bindings[i].data, bindings[i].bytes.size()));
-  }
-  return bindings;
 }
 
 const Provider* reference_for(const Registry& cpu, const std::string& contract) {
@@ -191,9 +133,9 @@ TEST_P(ConformanceTest, MatchesCpuReference) {
       std::vector<HostTensor> ref_in;
       for (const HostTensor& t : mine)
         ref_in.push_back(t.follows_activation ? convert(t, DType::kF32) : t);
-      auto want = run(c, ref_in, DType::kF32, *reference, *cpu);
+      auto want = run_provider(c, ref_in, DType::kF32, *reference, *cpu);
       ASSERT_TRUE(want.is_ok()) << what << ": reference failed: " << want.status().to_string();
-      auto got = run(c, mine, act, *provider, *backend);
+      auto got = run_provider(c, mine, act, *provider, *backend);
       ASSERT_TRUE(got.is_ok()) << what << ": " << got.status().to_string();
       compare(c, *want, *got, act, what);
       ++ran;

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "tests/conformance/conformance.h"
 
@@ -49,6 +51,68 @@ void add_sequence(Case& c, int32_t token_count, int32_t position_start,
   s.state_slot = state_slot;
   c.batch.sequences.push_back(s);
   c.batch.token_ids.resize(c.batch.token_ids.size() + token_count, 0);
+}
+
+namespace {
+
+bool has_activation_bindings(const Case& c) {
+  for (const HostTensor& t : c.bindings)
+    if (t.follows_activation) return true;
+  return false;
+}
+
+}  // namespace
+
+NodeSignature signature_for(const Case& c, const std::vector<HostTensor>& bindings, DType act) {
+  NodeSignature sig;
+  sig.contract = c.contract;
+  sig.attrs = c.attrs;
+  sig.activation_dtype = has_activation_bindings(c) ? act : DType::kF32;
+  for (const HostTensor& t : bindings)
+    sig.binding_dtypes.push_back(t.present() ? std::optional<DType>(t.dtype) : std::nullopt);
+  return sig;
+}
+
+Result<std::vector<HostTensor>> run_provider(const Case& c, std::vector<HostTensor> bindings,
+                                             DType act, const Provider& provider,
+                                             Backend& backend) {
+  NodeSignature sig = signature_for(c, bindings, act);
+  StepLimits limits;
+  limits.max_tokens = c.batch.num_tokens();
+  limits.max_sequences = c.batch.num_sequences();
+  limits.max_context = 1;
+  for (const SequenceSlice& s : c.batch.sequences)
+    limits.max_context = std::max<int64_t>(limits.max_context, s.position_start + s.token_count);
+  Device& dev = *backend.device;
+  std::vector<DeviceBuffer> buffers;
+  Invocation inv;
+  inv.signature = &sig;
+  for (const HostTensor& t : bindings) {
+    TensorView v;
+    if (t.present()) {
+      FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(dev, t.bytes.size()));
+      FERRITE_RETURN_IF_ERROR(dev.copy_to_device(buf.data(), t.bytes.data(), t.bytes.size()));
+      v = TensorView{buf.data(), t.dtype, t.shape};
+      buffers.push_back(std::move(buf));
+    }
+    inv.bindings.push_back(v);
+  }
+  const int64_t ws = provider.workspace_bytes(sig, limits);
+  FERRITE_ASSIGN_OR_RETURN(auto workspace, DeviceBuffer::allocate(dev, std::max<int64_t>(ws, 1)));
+  inv.workspace = workspace.data();
+  inv.workspace_bytes = ws;
+  inv.batch = &c.batch;
+  inv.sampling = &c.sampling;
+  inv.ctx = &backend.ctx;
+  if (backend.ctx.preparer) FERRITE_RETURN_IF_ERROR(backend.ctx.preparer->prepare(c.batch));
+  FERRITE_RETURN_IF_ERROR(provider.encode(inv));
+  FERRITE_RETURN_IF_ERROR(dev.synchronize());
+  for (size_t i = 0; i < bindings.size(); ++i) {
+    if (!bindings[i].present()) continue;
+    FERRITE_RETURN_IF_ERROR(
+        dev.copy_to_host(bindings[i].bytes.data(), inv.bindings[i].data, bindings[i].bytes.size()));
+  }
+  return bindings;
 }
 
 }  // namespace ferrite::conformance

@@ -200,44 +200,14 @@ std::string fmt_name(int64_t vocab, int round) {
 // Runs `provider` of `backend` on case `c`; tokens and logprobs out.
 Status run_draws(const Case& c, const Provider& provider, Backend& backend,
                  std::vector<uint32_t>* tokens, std::vector<float>* logprobs) {
-  NodeSignature sig;
-  sig.contract = c.contract;
-  sig.attrs = c.attrs;
-  for (const HostTensor& t : c.bindings)
-    sig.binding_dtypes.push_back(t.present() ? std::optional<DType>(t.dtype) : std::nullopt);
-  StepLimits limits;
-  limits.max_tokens = c.batch.num_tokens();
-  limits.max_sequences = c.batch.num_sequences();
-  limits.max_context = 65;
-  Device& dev = *backend.device;
-  std::vector<DeviceBuffer> buffers;
-  Invocation inv;
-  inv.signature = &sig;
-  for (const HostTensor& t : c.bindings) {
-    TensorView v;
-    if (t.present()) {
-      FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(dev, t.bytes.size()));
-      FERRITE_RETURN_IF_ERROR(dev.copy_to_device(buf.data(), t.bytes.data(), t.bytes.size()));
-      v = TensorView{buf.data(), t.dtype, t.shape};
-      buffers.push_back(std::move(buf));
-    }
-    inv.bindings.push_back(v);
-  }
-  const int64_t ws = provider.workspace_bytes(sig, limits);
-  FERRITE_ASSIGN_OR_RETURN(auto workspace, DeviceBuffer::allocate(dev, std::max<int64_t>(ws, 1)));
-  inv.workspace = workspace.data();
-  inv.workspace_bytes = ws;
-  inv.batch = &c.batch;
-  inv.sampling = &c.sampling;
-  inv.ctx = &backend.ctx;
-  if (backend.ctx.preparer) FERRITE_RETURN_IF_ERROR(backend.ctx.preparer->prepare(c.batch));
-  FERRITE_RETURN_IF_ERROR(provider.encode(inv));
-  FERRITE_RETURN_IF_ERROR(dev.synchronize());
-  const int64_t rows = c.batch.num_sequences();
+  FERRITE_ASSIGN_OR_RETURN(auto out,
+                           run_provider(c, c.bindings, DType::kF32, provider, backend));
+  const size_t rows = static_cast<size_t>(c.batch.num_sequences());
   tokens->resize(rows);
   logprobs->resize(rows);
-  FERRITE_RETURN_IF_ERROR(dev.copy_to_host(tokens->data(), inv.bindings[2].data, rows * 4));
-  return dev.copy_to_host(logprobs->data(), inv.bindings[3].data, rows * 4);
+  std::memcpy(tokens->data(), out[last_token_sample::kTokens].bytes.data(), rows * 4);
+  std::memcpy(logprobs->data(), out[last_token_sample::kLogprobs].bytes.data(), rows * 4);
+  return Status::ok();
 }
 
 // How close row r's reference draw is to a decision boundary: the smallest
