@@ -12,6 +12,8 @@
 //    that is not a multiple of 4 (the CUDA provider's recurrent fallback).
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "contracts/gated_delta_recurrent_attention.h"
 #include "tests/conformance/conformance.h"
@@ -27,6 +29,61 @@ struct Shape5 {
 
 uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
 
+struct Seq {
+  int32_t tokens, pos, slot;
+};
+
+// One step of `seqs` over `slots` state slots, random conv and delta states
+// except the `fresh` slots (zeroed); A_log and dt_bias drawn from the given
+// ranges (they set how fast the state decays).
+Case make_case(std::string name, const Shape5& s, DType wt, const std::vector<Seq>& seqs,
+               int64_t slots, const std::vector<int64_t>& fresh, float a_lo, float a_hi,
+               float dt_lo, float dt_hi, CaseRng& rng) {
+  Case c;
+  c.name = std::move(name);
+  c.contract = &gated_delta_recurrent_attention::contract();
+  c.attrs.set("hidden_size", u(s.hidden))
+      .set("num_k_heads", u(s.k_heads))
+      .set("num_v_heads", u(s.v_heads))
+      .set("k_head_dim", u(s.k_dim))
+      .set("v_head_dim", u(s.v_dim))
+      .set("conv_kernel", u(s.kernel))
+      .set("eps", 1e-6)
+      .set("zero_centred", true);
+  const int64_t conv_dim = 2 * s.k_heads * s.k_dim + s.v_heads * s.v_dim;
+  const int64_t vd = s.v_heads * s.v_dim;
+  for (const Seq& q : seqs) add_sequence(c, q.tokens, q.pos, {}, q.slot);
+  const int64_t tokens = c.batch.num_tokens();
+  const float sh = 1.0f / std::sqrt(static_cast<float>(s.hidden));
+  const float so = 1.0f / std::sqrt(static_cast<float>(vd));
+  HostTensor conv_state =
+      random_tensor(rng, DType::kF32, {slots, s.kernel - 1, conv_dim}, -1, 1, false);
+  HostTensor delta_state =
+      random_tensor(rng, DType::kF32, {slots, s.v_heads, s.k_dim, s.v_dim}, -0.5f, 0.5f, false);
+  for (int64_t slot : fresh) {
+    for (HostTensor* t : {&conv_state, &delta_state}) {
+      const int64_t per = static_cast<int64_t>(t->bytes.size()) / t->shape[0];
+      std::fill(t->bytes.begin() + slot * per, t->bytes.begin() + (slot + 1) * per, 0);
+    }
+  }
+  c.bindings = {
+      random_tensor(rng, DType::kF32, {tokens, s.hidden}, -1, 1, true),
+      random_tensor(rng, wt, {s.hidden}, -0.3f, 0.3f, false),
+      random_tensor(rng, wt, {conv_dim, s.hidden}, -2 * sh, 2 * sh, false),
+      random_tensor(rng, wt, {vd, s.hidden}, -2 * sh, 2 * sh, false),
+      random_tensor(rng, wt, {s.v_heads, s.hidden}, -2 * sh, 2 * sh, false),
+      random_tensor(rng, wt, {s.v_heads, s.hidden}, -2 * sh, 2 * sh, false),
+      random_tensor(rng, wt, {conv_dim, s.kernel}, -0.6f, 0.6f, false),
+      random_tensor(rng, wt, {s.v_heads}, a_lo, a_hi, false),    // A_log
+      random_tensor(rng, wt, {s.v_heads}, dt_lo, dt_hi, false),  // dt_bias
+      random_tensor(rng, wt, {s.v_dim}, 0.7f, 1.3f, false),      // gated norm
+      random_tensor(rng, wt, {s.hidden, vd}, -so, so, false),
+      std::move(conv_state),
+      std::move(delta_state),
+  };
+  return c;
+}
+
 }  // namespace
 
 std::vector<Case> gated_delta_recurrent_attention_cases() {
@@ -38,54 +95,11 @@ std::vector<Case> gated_delta_recurrent_attention_cases() {
   CaseRng rng(11);
   for (const Shape5& s : shapes) {
     for (DType wt : {DType::kBF16, DType::kF32}) {
-      Case c;
-      c.name = std::string(s.name) + "_" + std::string(dtype_name(wt));
-      c.contract = &gated_delta_recurrent_attention::contract();
-      c.attrs.set("hidden_size", u(s.hidden))
-          .set("num_k_heads", u(s.k_heads))
-          .set("num_v_heads", u(s.v_heads))
-          .set("k_head_dim", u(s.k_dim))
-          .set("v_head_dim", u(s.v_dim))
-          .set("conv_kernel", u(s.kernel))
-          .set("eps", 1e-6)
-          .set("zero_centred", true);
-      const int64_t conv_dim = 2 * s.k_heads * s.k_dim + s.v_heads * s.v_dim;
-      const int64_t vd = s.v_heads * s.v_dim;
-      const int64_t slots = 4;
-      // A: prefill of 70 from 0 in slot 2 (zeroed below); B: decode at 37 in
-      // slot 0; C: 5 tokens at 10 in slot 3. Slot 1 is unused.
-      add_sequence(c, 70, 0, {}, 2);
-      add_sequence(c, 1, 37, {}, 0);
-      add_sequence(c, 5, 10, {}, 3);
-      const int64_t tokens = c.batch.num_tokens();
-      const float sh = 1.0f / std::sqrt(static_cast<float>(s.hidden));
-      const float so = 1.0f / std::sqrt(static_cast<float>(vd));
-      HostTensor conv_state =
-          random_tensor(rng, DType::kF32, {slots, s.kernel - 1, conv_dim}, -1, 1, false);
-      HostTensor delta_state =
-          random_tensor(rng, DType::kF32, {slots, s.v_heads, s.k_dim, s.v_dim}, -0.5f, 0.5f, false);
-      auto zero_slot = [](HostTensor& t, int64_t slot) {
-        const int64_t per = t.bytes.size() / t.shape[0];
-        std::fill(t.bytes.begin() + slot * per, t.bytes.begin() + (slot + 1) * per, 0);
-      };
-      zero_slot(conv_state, 2);
-      zero_slot(delta_state, 2);
-      c.bindings = {
-          random_tensor(rng, DType::kF32, {tokens, s.hidden}, -1, 1, true),
-          random_tensor(rng, wt, {s.hidden}, -0.3f, 0.3f, false),
-          random_tensor(rng, wt, {conv_dim, s.hidden}, -2 * sh, 2 * sh, false),
-          random_tensor(rng, wt, {vd, s.hidden}, -2 * sh, 2 * sh, false),
-          random_tensor(rng, wt, {s.v_heads, s.hidden}, -2 * sh, 2 * sh, false),
-          random_tensor(rng, wt, {s.v_heads, s.hidden}, -2 * sh, 2 * sh, false),
-          random_tensor(rng, wt, {conv_dim, s.kernel}, -0.6f, 0.6f, false),
-          random_tensor(rng, wt, {s.v_heads}, 0.0f, 2.7f, false),  // A = 1 .. 15
-          random_tensor(rng, wt, {s.v_heads}, 0.5f, 1.5f, false),  // dt_bias
-          random_tensor(rng, wt, {s.v_dim}, 0.7f, 1.3f, false),    // gated norm
-          random_tensor(rng, wt, {s.hidden, vd}, -so, so, false),
-          std::move(conv_state),
-          std::move(delta_state),
-      };
-      out.push_back(std::move(c));
+      // A: prefill of 70 from 0 in slot 2 (fresh); B: decode at 37 in slot
+      // 0; C: 5 tokens at 10 in slot 3. Slot 1 is unused. A = 1 .. 15.
+      out.push_back(make_case(std::string(s.name) + "_" + std::string(dtype_name(wt)), s, wt,
+                              {{70, 0, 2}, {1, 37, 0}, {5, 10, 3}}, 4, {2}, 0.0f, 2.7f, 0.5f,
+                              1.5f, rng));
     }
   }
   // Chunked-form cases (f32 weights; activations as the suite converts them).
@@ -96,62 +110,13 @@ std::vector<Case> gated_delta_recurrent_attention_cases() {
   };
   CaseRng crng(23);
   for (const Shape5& s : chunk_shapes) {
-    Case c;
-    c.name = s.name;
-    c.contract = &gated_delta_recurrent_attention::contract();
-    c.attrs.set("hidden_size", u(s.hidden))
-        .set("num_k_heads", u(s.k_heads))
-        .set("num_v_heads", u(s.v_heads))
-        .set("k_head_dim", u(s.k_dim))
-        .set("v_head_dim", u(s.v_dim))
-        .set("conv_kernel", u(s.kernel))
-        .set("eps", 1e-6)
-        .set("zero_centred", true);
-    const int64_t conv_dim = 2 * s.k_heads * s.k_dim + s.v_heads * s.v_dim;
-    const int64_t vd = s.v_heads * s.v_dim;
-    // (tokens, position, slot): slots 0, 2, 4, 6 fresh (zeroed below), the
-    // others continue from a random state.
-    struct Seq {
-      int32_t tokens, pos, slot;
-    };
-    const Seq seqs[] = {{200, 0, 0}, {1, 90, 1}, {65, 300, 3}, {15, 0, 2},
-                        {64, 12, 5}, {16, 0, 4}, {63, 7, 7},  {64, 0, 6}};
-    const int64_t slots = 8;
-    for (const Seq& q : seqs) add_sequence(c, q.tokens, q.pos, {}, q.slot);
-    const int64_t tokens = c.batch.num_tokens();
-    const float sh = 1.0f / std::sqrt(static_cast<float>(s.hidden));
-    const float so = 1.0f / std::sqrt(static_cast<float>(vd));
-    HostTensor conv_state =
-        random_tensor(crng, DType::kF32, {slots, s.kernel - 1, conv_dim}, -1, 1, false);
-    HostTensor delta_state =
-        random_tensor(crng, DType::kF32, {slots, s.v_heads, s.k_dim, s.v_dim}, -0.5f, 0.5f, false);
-    auto zero_slot = [](HostTensor& t, int64_t slot) {
-      const int64_t per = t.bytes.size() / t.shape[0];
-      std::fill(t.bytes.begin() + slot * per, t.bytes.begin() + (slot + 1) * per, 0);
-    };
-    for (int64_t slot : {0, 2, 4, 6}) {
-      zero_slot(conv_state, slot);
-      zero_slot(delta_state, slot);
-    }
-    const DType wt = DType::kF32;
-    c.bindings = {
-        random_tensor(crng, DType::kF32, {tokens, s.hidden}, -1, 1, true),
-        random_tensor(crng, wt, {s.hidden}, -0.3f, 0.3f, false),
-        random_tensor(crng, wt, {conv_dim, s.hidden}, -2 * sh, 2 * sh, false),
-        random_tensor(crng, wt, {vd, s.hidden}, -2 * sh, 2 * sh, false),
-        random_tensor(crng, wt, {s.v_heads, s.hidden}, -2 * sh, 2 * sh, false),
-        random_tensor(crng, wt, {s.v_heads, s.hidden}, -2 * sh, 2 * sh, false),
-        random_tensor(crng, wt, {conv_dim, s.kernel}, -0.6f, 0.6f, false),
-        // A = exp(A_log) in 0.05 .. 2: decays slow enough that the state
-        // carries across whole 64-token chunks.
-        random_tensor(crng, wt, {s.v_heads}, -3.0f, 0.7f, false),
-        random_tensor(crng, wt, {s.v_heads}, -2.0f, 0.5f, false),  // dt_bias
-        random_tensor(crng, wt, {s.v_dim}, 0.7f, 1.3f, false),     // gated norm
-        random_tensor(crng, wt, {s.hidden, vd}, -so, so, false),
-        std::move(conv_state),
-        std::move(delta_state),
-    };
-    out.push_back(std::move(c));
+    // Slots 0, 2, 4, 6 fresh, the others continue from a random state.
+    // A = exp(A_log) in 0.05 .. 2: decays slow enough that the state
+    // carries across whole 64-token chunks.
+    out.push_back(make_case(s.name, s, DType::kF32,
+                            {{200, 0, 0}, {1, 90, 1}, {65, 300, 3}, {15, 0, 2}, {64, 12, 5},
+                             {16, 0, 4}, {63, 7, 7}, {64, 0, 6}},
+                            8, {0, 2, 4, 6}, -3.0f, 0.7f, -2.0f, 0.5f, crng));
   }
   return out;
 }
