@@ -95,10 +95,6 @@ class CudaGoldenTest : public testing::TestWithParam<Case> {
     return GetParam().act == DType::kF32 || !runner_->bound().has_recurrent_state();
   }
 
-  void expect_close(const float* got, const float* want, int64_t n, const std::string& what) {
-    golden::expect_close(got, want, n, tolerance(), what);
-  }
-
   // Greedy tokens that bf16 rounding cannot flip: the prefix before the
   // first golden margin below 1.0 (all of them in f32).
   size_t trusted_prefix(const nlohmann::json& prompt) const {
@@ -117,40 +113,13 @@ class CudaGoldenTest : public testing::TestWithParam<Case> {
 TEST_P(CudaGoldenTest, PrefillLogitsOfLastPositions) {
   if (!logits_comparable())
     GTEST_SKIP() << "bf16 logits of a recurrent-state model: compared in f32 (see logits_comparable)";
-  const int64_t vocab = runner_->program().vocab_size;
-  for (const char* which : {"short", "long"}) {
-    const auto& p = golden_.prompt(which);
-    std::vector<uint32_t> ids = p["ids"].get<std::vector<uint32_t>>();
-    std::vector<int64_t> positions = p["prefill_logits_positions"].get<std::vector<int64_t>>();
-    std::vector<std::vector<uint32_t>> prompts;
-    for (int64_t pos : positions) prompts.emplace_back(ids.begin(), ids.begin() + pos + 1);
-    std::vector<float> got = golden::forward_prompts(*runner_, prompts);
-    int64_t rows = 0;
-    std::vector<float> want = golden_.rows(std::string(which) + ".prefill_logits", &rows);
-    ASSERT_EQ(rows, static_cast<int64_t>(positions.size()));
-    ASSERT_EQ(got.size(), want.size());
-    for (int64_t r = 0; r < rows; ++r)
-      expect_close(&got[r * vocab], &want[r * vocab], vocab,
-                   std::string(which) + " prefill position " + std::to_string(positions[r]));
-  }
+  golden::check_prefill_logits(*runner_, golden_, tolerance());
 }
 
 TEST_P(CudaGoldenTest, CachedDecodeLogits) {
   if (!logits_comparable())
     GTEST_SKIP() << "bf16 logits of a recurrent-state model: compared in f32 (see logits_comparable)";
-  const int64_t vocab = runner_->program().vocab_size;
-  for (const char* which : {"short", "long"}) {
-    const auto& p = golden_.prompt(which);
-    int64_t rows = 0;
-    std::vector<float> want = golden_.rows(std::string(which) + ".decode_logits", &rows);
-    std::vector<uint32_t> fed = p["decode_logits_fed_tokens"].get<std::vector<uint32_t>>();
-    fed.resize(std::min<size_t>(fed.size(), rows));
-    auto got = golden::cached_decode(*runner_, p["ids"].get<std::vector<uint32_t>>(), fed);
-    ASSERT_EQ(got.size(), fed.size());
-    for (size_t i = 0; i < got.size(); ++i)
-      expect_close(got[i].data(), &want[i * vocab], vocab,
-                   std::string(which) + " decode step " + std::to_string(i));
-  }
+  golden::check_cached_decode_logits(*runner_, golden_, tolerance());
   CudaGraphStats stats = cuda_graph_stats(runner_->exec_context());
   EXPECT_GT(stats.replays, 0) << "decode steps were not replayed from graphs";
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -162,6 +163,46 @@ inline std::vector<float> feed_in_chunks(ModelRunner& runner, const std::vector<
     if (!s.is_ok()) return {};
   }
   return logits_on_host(runner);
+}
+
+// The goldens' prefill logits of both prompts: every listed position's
+// truncated prompt run as one sequence of ONE step, rows within `tolerance`.
+inline void check_prefill_logits(ModelRunner& runner, const Goldens& golden, double tolerance) {
+  const int64_t vocab = runner.program().vocab_size;
+  for (const char* which : {"short", "long"}) {
+    const auto& p = golden.prompt(which);
+    std::vector<uint32_t> ids = p["ids"].get<std::vector<uint32_t>>();
+    std::vector<int64_t> positions = p["prefill_logits_positions"].get<std::vector<int64_t>>();
+    std::vector<std::vector<uint32_t>> prompts;
+    for (int64_t pos : positions) prompts.emplace_back(ids.begin(), ids.begin() + pos + 1);
+    std::vector<float> got = forward_prompts(runner, prompts);
+    int64_t rows = 0;
+    std::vector<float> want = golden.rows(std::string(which) + ".prefill_logits", &rows);
+    ASSERT_EQ(rows, static_cast<int64_t>(positions.size()));
+    ASSERT_EQ(got.size(), want.size());
+    for (int64_t r = 0; r < rows; ++r)
+      expect_close(&got[r * vocab], &want[r * vocab], vocab, tolerance,
+                   std::string(which) + " prefill position " + std::to_string(positions[r]));
+  }
+}
+
+// The goldens' cached-decode logits of both prompts: the prompt prefilled,
+// then the golden tokens fed one per step, rows within `tolerance`.
+inline void check_cached_decode_logits(ModelRunner& runner, const Goldens& golden,
+                                       double tolerance) {
+  const int64_t vocab = runner.program().vocab_size;
+  for (const char* which : {"short", "long"}) {
+    const auto& p = golden.prompt(which);
+    int64_t rows = 0;
+    std::vector<float> want = golden.rows(std::string(which) + ".decode_logits", &rows);
+    std::vector<uint32_t> fed = p["decode_logits_fed_tokens"].get<std::vector<uint32_t>>();
+    fed.resize(std::min<size_t>(fed.size(), rows));
+    auto got = cached_decode(runner, p["ids"].get<std::vector<uint32_t>>(), fed);
+    ASSERT_EQ(got.size(), fed.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_close(got[i].data(), &want[i * vocab], vocab, tolerance,
+                   std::string(which) + " decode step " + std::to_string(i));
+  }
 }
 
 }  // namespace ferrite::golden
