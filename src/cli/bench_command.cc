@@ -62,14 +62,11 @@ double device_copy_bandwidth(Device& device) {
   return rates[rates.size() / 2];
 }
 
-// Matrix FLOPs of a prefill of `tokens` tokens (one sequence): every weight
-// matrix but the embedding gather once per token (the LM head once; of the
-// routed experts only the top_k a token picks), plus causal attention.
-double prefill_flops(const ModelRunner& runner, int64_t tokens) {
-  const ModelProgram& p = runner.program();
-  // Expert weights and the share of them one token multiplies (top_k / E).
-  std::map<std::string, double> expert_share;
-  for (const ProgramNode& node : p.nodes) {
+// Routed expert weights (gate_up and down of every routed MoE node) and
+// the share of experts one token picks (top_k / num_experts).
+std::map<std::string, double> routed_expert_shares(const ModelProgram& program) {
+  std::map<std::string, double> share;
+  for (const ProgramNode& node : program.nodes) {
     if (node.contract_id.rfind("routed_", 0) != 0) continue;
     const double experts = static_cast<double>(node.attrs.u("num_experts"));
     const ContractSchema* schema = find_contract(node.contract_id);
@@ -77,9 +74,18 @@ double prefill_flops(const ModelRunner& runner, int64_t tokens) {
     for (const char* role : {"gate_up", "down"}) {
       const int b = schema->binding_index(role);
       if (b >= 0 && b < static_cast<int>(node.bindings.size()))
-        expert_share[node.bindings[b].name] = static_cast<double>(node.attrs.u("top_k")) / experts;
+        share[node.bindings[b].name] = static_cast<double>(node.attrs.u("top_k")) / experts;
     }
   }
+  return share;
+}
+
+// Matrix FLOPs of a prefill of `tokens` tokens (one sequence): every weight
+// matrix but the embedding gather once per token (the LM head once; of the
+// routed experts only the top_k a token picks), plus causal attention.
+double prefill_flops(const ModelRunner& runner, int64_t tokens) {
+  const ModelProgram& p = runner.program();
+  const std::map<std::string, double> expert_share = routed_expert_shares(p);
   double per_token = 0, once = 0;
   for (const WeightDecl& w : p.weights) {
     if (w.shape.rank() < 2) continue;
@@ -115,21 +121,11 @@ double weight_bytes_per_step(const ModelRunner& runner, int64_t tokens) {
     const WeightDecl* e = program.find_weight("model.embed_tokens.weight");
     if (e) bytes -= static_cast<double>(dtype_bytes(e->dtype, e->shape.numel()));
   }
-  for (const ProgramNode& node : program.nodes) {
-    if (node.contract_id.rfind("routed_", 0) != 0) continue;
-    const double experts = static_cast<double>(node.attrs.u("num_experts"));
-    const double k = static_cast<double>(node.attrs.u("top_k"));
-    if (experts <= 0) continue;
-    const double touched = 1.0 - std::pow(1.0 - k / experts, static_cast<double>(tokens));
-    const ContractSchema* schema = find_contract(node.contract_id);
-    if (!schema) continue;
-    for (const char* role : {"gate_up", "down"}) {
-      const int b = schema->binding_index(role);
-      if (b < 0 || b >= static_cast<int>(node.bindings.size())) continue;
-      const WeightDecl* w = program.find_weight(node.bindings[b].name);
-      if (w)
-        bytes -= (1.0 - touched) * static_cast<double>(dtype_bytes(w->dtype, w->shape.numel()));
-    }
+  for (const auto& [name, share] : routed_expert_shares(program)) {
+    const WeightDecl* w = program.find_weight(name);
+    if (!w) continue;
+    const double touched = 1.0 - std::pow(1.0 - share, static_cast<double>(tokens));
+    bytes -= (1.0 - touched) * static_cast<double>(dtype_bytes(w->dtype, w->shape.numel()));
   }
   return bytes;
 }
