@@ -34,6 +34,24 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Small weights (norms, biases, gates) of any float type, passed to
+// kernels as a type code: 0 f32, 1 bf16, 2 f16.
+__device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
+  if (dt == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  if (dt == 2) return __half2float(static_cast<const __half*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+inline int dt_code(DType dt) { return dt == DType::kBF16 ? 1 : dt == DType::kF16 ? 2 : 0; }
+inline bool small_ok(DType dt) {
+  return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16;
+}
+
+// Blocks of `threads` for a grid-stride loop over n elements (1 .. 8192).
+inline int grid_for(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 8192 ? (b < 1 ? 1 : b) : 8192);
+}
+
 // Calls f(T{}) with T the C++ type of dt; false for other dtypes.
 template <typename F>
 bool dispatch_float(DType dt, F&& f) {

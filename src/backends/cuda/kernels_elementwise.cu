@@ -80,11 +80,6 @@ __global__ void gather_rows_kernel(const T* src, const int32_t* rows, T* dst, in
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[s * width + i] = row[i];
 }
 
-int grid_for(int64_t n, int threads) {
-  int64_t b = (n + threads - 1) / threads;
-  return static_cast<int>(b < 8192 ? (b < 1 ? 1 : b) : 8192);
-}
-
 }  // namespace
 
 Status launch_embedding(cudaStream_t s, const uint32_t* ids, int64_t tokens, const void* table,

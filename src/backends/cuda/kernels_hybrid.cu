@@ -15,16 +15,6 @@ namespace {
 
 constexpr int kMaxConv = 8;
 
-// Small weights of any float type: 0 f32, 1 bf16, 2 f16.
-__device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
-  if (dt == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  if (dt == 2) return __half2float(static_cast<const __half*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
-
-int dt_code(DType dt) { return dt == DType::kBF16 ? 1 : dt == DType::kF16 ? 2 : 0; }
-bool small_ok(DType dt) { return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16; }
-
 __device__ __forceinline__ int seq_first(const StepMeta& m, int s) {
   return s == 0 ? 0 : m.seq_last_row[s - 1] + 1;
 }

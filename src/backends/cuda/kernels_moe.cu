@@ -24,21 +24,6 @@
 namespace ferrite::cuda {
 namespace {
 
-// Small weights of any float type: 0 f32, 1 bf16, 2 f16.
-__device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
-  if (dt == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  if (dt == 2) return __half2float(static_cast<const __half*>(p)[i]);
-  return static_cast<const float*>(p)[i];
-}
-
-int dt_code(DType dt) { return dt == DType::kBF16 ? 1 : dt == DType::kF16 ? 2 : 0; }
-bool small_ok(DType dt) { return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16; }
-
-int grid_for(int64_t n, int threads) {
-  int64_t b = (n + threads - 1) / threads;
-  return static_cast<int>(b < 8192 ? (b < 1 ? 1 : b) : 8192);
-}
-
 // --- norm and router --------------------------------------------------------------
 
 // y32 (f32) = rms_norm(x) * (w or 1 + w), one block per row; y (optional)
