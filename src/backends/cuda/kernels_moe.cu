@@ -17,6 +17,7 @@
 //    expert, then the residual).
 #include "backends/cuda/cuda_types.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/mma.cuh"
 
 #include <algorithm>
 #include <climits>
@@ -292,40 +293,6 @@ __global__ void moe_scatter_kernel(const int32_t* ids, int32_t pairs, int E, int
 
 // --- grouped expert GEMM on tensor cores -----------------------------------------------
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  const int n = full ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, const uint32_t* b,
-                                         __nv_bfloat16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, const uint32_t* b, __half) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
 }
@@ -469,12 +436,14 @@ __global__ void __launch_bounds__(C::THREADS)
       uint32_t bf[C::NT][2];
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt)
-        ldsm_x4(af[mt], sa + (wm * C::TM + mt * 16 + (lane & 15)) * C::LDS + kk + (lane >> 4) * 8);
+        ldmatrix_x4(af[mt], smem_addr(sa + (wm * C::TM + mt * 16 + (lane & 15)) * C::LDS + kk +
+                                       (lane >> 4) * 8));
 #pragma unroll
       for (int np = 0; np < C::NT / 2; ++np) {
         uint32_t r4[4];
-        ldsm_x4(r4, sb + (wn * C::TN + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * C::LDS + kk +
-                        ((lane >> 3) & 1) * 8);
+        ldmatrix_x4(r4, smem_addr(sb + (wn * C::TN + np * 16 + (lane & 7) + ((lane >> 4) << 3)) *
+                                           C::LDS +
+                                       kk + ((lane >> 3) & 1) * 8));
         bf[2 * np][0] = r4[0];
         bf[2 * np][1] = r4[1];
         bf[2 * np + 1][0] = r4[2];
@@ -483,7 +452,7 @@ __global__ void __launch_bounds__(C::THREADS)
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < C::NT; ++nt) mma16816(acc[mt][nt], af[mt], bf[nt], T{});
+        for (int nt = 0; nt < C::NT; ++nt) mma16816<T>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
     }
   }
   cp_async_wait<0>();
