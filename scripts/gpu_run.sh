@@ -101,6 +101,28 @@ if [ "${FERRITE_PROFILE_RUN:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
   done
 fi
 
+# Per-kernel GPU times of one replayed decode step under ncu (FERRITE_NCU=1;
+# FERRITE_NCU_SPECS="model batch;..."): the 10th graph replay runs inside a
+# profiler range (FERRITE_NCU_DECODE_STEP), kernels are serialised by ncu.
+if [ "${FERRITE_NCU:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
+  NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+  IFS=';' read -r -a SPECS <<< "${FERRITE_NCU_SPECS:-qwen3-8b 1;qwen3-0.6b 1}"
+  for spec in "${SPECS[@]}"; do
+    set -- $spec
+    log "== ncu $1 batch $2 (one replayed decode step)"
+    FERRITE_NCU_DECODE_STEP=10 timeout 240 "$NCU" --profile-from-start off --csv --print-units base --log-file "$LOGS/ncu-$1-$2.csv" \
+      --cache-control none --clock-control none \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+      "$BUILD/ferrite" bench --model "$ROOT/configs/$1" --dummy-weights --device cuda \
+      --batch "$2" --prompt-len 16 --decode-prompt-len 128 --gen-len 16 --max-num-seqs 128 \
+      --kv-cache-gib 24 > "$LOGS/ncu-$1-$2.out" 2> "$LOGS/ncu-$1-$2.err"
+    log "ncu rc=$?"
+    python3 "$ROOT/scripts/ncu_summary.py" "$LOGS/ncu-$1-$2.csv" 2>&1 | head -40 | tee -a "$SUMMARY"
+    grep -E "decode" "$LOGS/ncu-$1-$2.out" | head -3 | tee -a "$SUMMARY"
+    tail -3 "$LOGS/ncu-$1-$2.err" | tee -a "$SUMMARY"
+  done
+fi
+
 # Variants (environment switches) against the default run above
 # (FERRITE_AB=1; FERRITE_AB_VARIANTS, FERRITE_AB_MODELS).
 if [ $RUN_BENCH -eq 1 ] && [ "${FERRITE_AB:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then

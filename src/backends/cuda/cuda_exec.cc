@@ -12,6 +12,7 @@
 #include <map>
 #include <vector>
 
+#include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_backend.h"
@@ -111,7 +112,17 @@ class CudaExec final : public StepPreparer, public StepRunner {
     } else {
       ++stats_.replays;
     }
+    // FERRITE_NCU_DECODE_STEP=K: only the K-th replayed decode step runs
+    // inside a profiler range, for `ncu --profile-from-start off`
+    // (scripts/gpu_run.sh, FERRITE_NCU=1): per-kernel times of a real
+    // replayed step without counting launches.
+    const bool profile = ncu_step_ > 0 && stats_.replays == ncu_step_;
+    if (profile) FERRITE_CUDA_RETURN(cudaProfilerStart());
     FERRITE_CUDA_RETURN(cudaGraphLaunch(it->second, st_.stream));
+    if (profile) {
+      FERRITE_CUDA_RETURN(cudaStreamSynchronize(st_.stream));
+      FERRITE_CUDA_RETURN(cudaProfilerStop());
+    }
     return Status::ok();
   }
 
@@ -233,6 +244,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
   CudaExecOptions options_;
   BackendState st_;
   bool graphs_ = true;
+  int64_t ncu_step_ = std::getenv("FERRITE_NCU_DECODE_STEP") ? std::atoll(std::getenv("FERRITE_NCU_DECODE_STEP")) : 0;
   int32_t* host_ = nullptr;
   int32_t* dev_ = nullptr;
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_blocks_ = 0;
