@@ -6,6 +6,10 @@
 // (head_dim 128 and 256) put a 130-token prompt and a 40-token chunk over a
 // 60-token prefix in the step: the CUDA flash prefill path (runs of >= 16
 // tokens, bf16 / f16) over several query and key tiles.
+//
+// Each flavour also has a decode step (`_decode`): four sequences of one
+// token each at positions 0, 37, 130 and 600, the CUDA fused decode kernel
+// (head_dim 64 / 128 / 256), whose KV splits start above 512 positions.
 #include <algorithm>
 #include <numeric>
 
@@ -38,76 +42,85 @@ std::vector<Case> causal_paged_attention_cases() {
       {"mha_hd64", 128, 2, 2, 64, 1.0, false, false, false, false, "none"},
       {"gqa_hd128_long", 64, 4, 2, 128, 1.0, true, false, false, false, "none", true},
       {"next_hd256_long", 64, 4, 1, 256, 0.25, true, true, true, false, "none", true},
+      {"bias_gate_hd64", 96, 6, 2, 64, 0.5, true, true, false, true, "none"},
   };
   std::vector<Case> out;
   CaseRng rng(7);
   for (const Flavor& f : flavors) {
     for (DType wt : {DType::kBF16, DType::kF32}) {
-      Case c;
-      c.name = std::string(f.name) + "_" + std::string(dtype_name(wt));
-      c.contract = &causal_paged_attention::contract();
-      const int64_t page_size = 8, pages = f.long_prefill ? 40 : 24;
-      const int64_t q_rows = f.heads * f.head_dim * (f.output_gate ? 2 : 1);
-      const int64_t kv_rows = f.kv_heads * f.head_dim;
-      int64_t rope_dim = static_cast<int64_t>(f.head_dim * f.partial);
-      c.attrs.set("hidden_size", u(f.hidden))
-          .set("num_heads", u(f.heads))
-          .set("num_kv_heads", u(f.kv_heads))
-          .set("head_dim", u(f.head_dim))
-          .set("rope_dim", u(rope_dim))
-          .set("rope_theta", 10000.0)
-          .set("rope_scaling", std::string(f.scaling))
-          .set("rope_factor", 8.0)
-          .set("rope_low_freq_factor", 1.0)
-          .set("rope_high_freq_factor", 4.0)
-          .set("rope_original_max_positions", u(64))
-          .set("qk_norm", f.qk_norm)
-          .set("output_gate", f.output_gate)
-          .set("zero_centred", f.zero_centred)
-          .set("attention_bias", f.bias)
-          .set("eps", 1e-6)
-          .set("max_context", u(page_size * pages));
-      // Shuffled pages: sequence A (prefill 20 from 0), B (decode 1 at 37),
-      // C (chunk of 5 at 10); long: A (prefill 130 from 0), B, C (chunk of
-      // 40 at 60).
-      std::vector<int32_t> perm(pages);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng.engine());
-      auto pages_from = [&](int first, int count) {
-        return std::vector<int32_t>(perm.begin() + first, perm.begin() + first + count);
-      };
-      if (f.long_prefill) {
-        add_sequence(c, 130, 0, pages_from(0, 17));
-        add_sequence(c, 1, 37, pages_from(17, 5));
-        add_sequence(c, 40, 60, pages_from(22, 13));
-      } else {
-        add_sequence(c, 20, 0, pages_from(0, 3));
-        add_sequence(c, 1, 37, pages_from(3, 5));
-        add_sequence(c, 5, 10, pages_from(8, 2));
+      for (bool decode : {false, true}) {
+        Case c;
+        c.name = std::string(f.name) + (decode ? "_decode_" : "_") + std::string(dtype_name(wt));
+        c.contract = &causal_paged_attention::contract();
+        const int64_t page_size = 8, pages = decode ? 100 : f.long_prefill ? 40 : 24;
+        const int64_t q_rows = f.heads * f.head_dim * (f.output_gate ? 2 : 1);
+        const int64_t kv_rows = f.kv_heads * f.head_dim;
+        int64_t rope_dim = static_cast<int64_t>(f.head_dim * f.partial);
+        c.attrs.set("hidden_size", u(f.hidden))
+            .set("num_heads", u(f.heads))
+            .set("num_kv_heads", u(f.kv_heads))
+            .set("head_dim", u(f.head_dim))
+            .set("rope_dim", u(rope_dim))
+            .set("rope_theta", 10000.0)
+            .set("rope_scaling", std::string(f.scaling))
+            .set("rope_factor", 8.0)
+            .set("rope_low_freq_factor", 1.0)
+            .set("rope_high_freq_factor", 4.0)
+            .set("rope_original_max_positions", u(64))
+            .set("qk_norm", f.qk_norm)
+            .set("output_gate", f.output_gate)
+            .set("zero_centred", f.zero_centred)
+            .set("attention_bias", f.bias)
+            .set("eps", 1e-6)
+            .set("max_context", u(page_size * pages));
+        // Shuffled pages: sequence A (prefill 20 from 0), B (decode 1 at 37),
+        // C (chunk of 5 at 10); long: A (prefill 130 from 0), B, C (chunk of
+        // 40 at 60).
+        std::vector<int32_t> perm(pages);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng.engine());
+        auto pages_from = [&](int first, int count) {
+          return std::vector<int32_t>(perm.begin() + first, perm.begin() + first + count);
+        };
+        if (decode) {
+          add_sequence(c, 1, 0, pages_from(0, 1));
+          add_sequence(c, 1, 37, pages_from(1, 5));
+          add_sequence(c, 1, 130, pages_from(6, 17));
+          add_sequence(c, 1, 600, pages_from(23, 76));
+        } else if (f.long_prefill) {
+          add_sequence(c, 130, 0, pages_from(0, 17));
+          add_sequence(c, 1, 37, pages_from(17, 5));
+          add_sequence(c, 40, 60, pages_from(22, 13));
+        } else {
+          add_sequence(c, 20, 0, pages_from(0, 3));
+          add_sequence(c, 1, 37, pages_from(3, 5));
+          add_sequence(c, 5, 10, pages_from(8, 2));
+        }
+        const int64_t tokens = c.batch.num_tokens();
+        const Shape kv_shape{pages, page_size, f.kv_heads, f.head_dim};
+        const float sh = 1.0f / std::sqrt(static_cast<float>(f.hidden));
+        const float so = 1.0f / std::sqrt(static_cast<float>(f.heads * f.head_dim));
+        auto norm_w = [&](Shape s) {
+          return random_tensor(rng, wt, s, f.zero_centred ? -0.3f : 0.7f,
+                               f.zero_centred ? 0.3f : 1.3f, false);
+        };
+        c.bindings = {
+            random_tensor(rng, DType::kF32, {tokens, f.hidden}, -1, 1, true),
+            norm_w({f.hidden}),
+            random_tensor(rng, wt, {q_rows, f.hidden}, -2 * sh, 2 * sh, false),
+            random_tensor(rng, wt, {kv_rows, f.hidden}, -2 * sh, 2 * sh, false),
+            random_tensor(rng, wt, {kv_rows, f.hidden}, -2 * sh, 2 * sh, false),
+            random_tensor(rng, wt, {f.hidden, f.heads * f.head_dim}, -so, so, false),
+            f.qk_norm ? norm_w({f.head_dim}) : HostTensor{},
+            f.qk_norm ? norm_w({f.head_dim}) : HostTensor{},
+            f.bias ? random_tensor(rng, wt, {q_rows}, -0.2f, 0.2f, false) : HostTensor{},
+            f.bias ? random_tensor(rng, wt, {kv_rows}, -0.2f, 0.2f, false) : HostTensor{},
+            f.bias ? random_tensor(rng, wt, {kv_rows}, -0.2f, 0.2f, false) : HostTensor{},
+            random_tensor(rng, DType::kF32, kv_shape, -1, 1, true),
+            random_tensor(rng, DType::kF32, kv_shape, -1, 1, true),
+        };
+        out.push_back(std::move(c));
       }
-      const int64_t tokens = c.batch.num_tokens();
-      const float sh = 1.0f / std::sqrt(static_cast<float>(f.hidden));
-      const float so = 1.0f / std::sqrt(static_cast<float>(f.heads * f.head_dim));
-      auto norm_w = [&](Shape s) {
-        return random_tensor(rng, wt, s, f.zero_centred ? -0.3f : 0.7f,
-                             f.zero_centred ? 0.3f : 1.3f, false);
-      };
-      c.bindings = {
-          random_tensor(rng, DType::kF32, {tokens, f.hidden}, -1, 1, true),
-          norm_w({f.hidden}),
-          random_tensor(rng, wt, {q_rows, f.hidden}, -2 * sh, 2 * sh, false),
-          random_tensor(rng, wt, {kv_rows, f.hidden}, -2 * sh, 2 * sh, false),
-          random_tensor(rng, wt, {kv_rows, f.hidden}, -2 * sh, 2 * sh, false),
-          random_tensor(rng, wt, {f.hidden, f.heads * f.head_dim}, -so, so, false),
-          f.qk_norm ? norm_w({f.head_dim}) : HostTensor{},
-          f.qk_norm ? norm_w({f.head_dim}) : HostTensor{},
-          f.bias ? random_tensor(rng, wt, {q_rows}, -0.2f, 0.2f, false) : HostTensor{},
-          f.bias ? random_tensor(rng, wt, {kv_rows}, -0.2f, 0.2f, false) : HostTensor{},
-          f.bias ? random_tensor(rng, wt, {kv_rows}, -0.2f, 0.2f, false) : HostTensor{},
-          random_tensor(rng, DType::kF32, {pages, page_size, f.kv_heads, f.head_dim}, -1, 1, true),
-          random_tensor(rng, DType::kF32, {pages, page_size, f.kv_heads, f.head_dim}, -1, 1, true),
-      };
-      out.push_back(std::move(c));
     }
   }
   return out;

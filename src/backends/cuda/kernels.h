@@ -83,6 +83,26 @@ Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta
 Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
                                int32_t page_size, int64_t tokens, const void* q, DType act, const void* k_cache,
                                const void* v_cache, void* out, int splits, float* partials);
+// Merges the split-KV partials of launch_attention_decode(_fused) into out
+// (and applies the output gate, read from q).
+Status launch_attention_combine(cudaStream_t s, const AttentionShape& a, int64_t tokens,
+                                const void* q, DType act, void* out, int splits,
+                                const float* partials);
+// kernels_attention_decode.cu. A decode step (every token its sequence's
+// newest position) in one kernel: what launch_qk_rope_kv does for the
+// token (bias, q/k norm, RoPE, the K/V write; q is not updated in place),
+// then attention over its cached positions split over `splits` ranges
+// (partials as in launch_attention_decode). bf16 / f16, head_dim 64, 128
+// or 256, at most 8 query heads per KV head. `pdl`: launched as a
+// programmatic dependent (it reads the page table and cached K/V first).
+bool attention_decode_fused_supported(const AttentionShape& a, DType act);
+Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
+                                     const StepMeta& meta, int32_t page_size, int64_t tokens,
+                                     void* q, const void* k, const void* v, DType act,
+                                     const void* q_norm, const void* k_norm, DType norm_dt,
+                                     const void* q_bias, const void* k_bias, const void* v_bias,
+                                     DType bias_dt, void* k_cache, void* v_cache, void* out,
+                                     int splits, float* partials, bool pdl);
 // Flash-style prefill over paged KV on tensor cores (mma.sync; bf16 / f16,
 // head_dim 64, 128 or 256): query tiles of up to kPrefillTileQ consecutive
 // rows of one sequence (tile_seq / tile_row) against its cached keys.

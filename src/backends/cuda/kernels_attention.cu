@@ -325,12 +325,24 @@ Status launch_attention_decode(cudaStream_t s, const AttentionShape& a, const St
     (void)launch_pdl(kern, grid, 128, smem, s, a, meta, page_size, static_cast<const T*>(q),
                                  static_cast<const T*>(k_cache), static_cast<const T*>(v_cache),
                                  static_cast<T*>(out), splits, partials);
-    if (splits > 1)
-      (void)launch_pdl(attention_combine_kernel<T>, dim3(static_cast<unsigned>(tokens), a.num_heads), 128, 0, s,
-          a, static_cast<const T*>(q), static_cast<T*>(out), splits, partials);
   });
   if (!ok) return bad_dtype("attention decode", act);
-  return check_launch("attention_decode");
+  FERRITE_RETURN_IF_ERROR(check_launch("attention_decode"));
+  return splits > 1 ? launch_attention_combine(s, a, tokens, q, act, out, splits, partials)
+                    : Status::ok();
+}
+
+Status launch_attention_combine(cudaStream_t s, const AttentionShape& a, int64_t tokens,
+                                const void* q, DType act, void* out, int splits,
+                                const float* partials) {
+  if (tokens == 0) return Status::ok();
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    (void)launch_pdl(attention_combine_kernel<T>, dim3(static_cast<unsigned>(tokens), a.num_heads),
+                     128, 0, s, a, static_cast<const T*>(q), static_cast<T*>(out), splits, partials);
+  });
+  if (!ok) return bad_dtype("attention combine", act);
+  return check_launch("attention_combine");
 }
 
 }  // namespace ferrite::cuda

@@ -4,8 +4,12 @@
 #include "backends/cuda/cuda_types.cuh"
 #include "backends/cuda/kernels.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 namespace ferrite::cuda {
 namespace {
@@ -252,34 +256,48 @@ __global__ void __launch_bounds__(256, 1) gemv_multi_kernel(const T* __restrict_
   __shared__ float inv[MAXM];
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
-  int seg = 0;
-  bool active;
-  if (!SWIGLU) {
-    if (col >= segs.n[0]) {
-      col -= segs.n[0];
-      seg = 1;
-      if (col >= segs.n[1]) {
-        col -= segs.n[1];
-        seg = 2;
-      }
-    }
-    active = seg < segs.count && col < (seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2]);
-  } else {
-    active = col < segs.n[0];
-  }
-  // Constant indices only: a run-time index would put segs in local memory.
-  const void* wseg = seg == 0 ? segs.w[0] : seg == 1 ? segs.w[1] : segs.w[2];
-  void* oseg = seg == 0 ? segs.out[0] : seg == 1 ? segs.out[1] : segs.out[2];
-  const int64_t nseg = seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2];
   const int64_t kv = k / 8;
-  const int64_t wcol = active ? col : 0;
-  const uint4* wr = reinterpret_cast<const uint4*>(static_cast<const T*>(wseg) + wcol * k);
-  const uint4* wu = reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[1]) + wcol * k);
-  // Weights first (see RowHead), then wait for x.
-  const RowHead head = active ? load_row_head(wr, kv, lane) : RowHead{};
+  // Output column of this warp in column group `cg` (8 columns per group):
+  // its segment, weight rows (W, and W1 for swiglu) and output.
+  struct Col {
+    const uint4* wr;
+    const uint4* wu;
+    T* out;
+    int64_t n, col;
+    bool active;
+  };
+  auto resolve = [&](int64_t cg) {
+    Col c;
+    int64_t col = cg * (blockDim.x / 32) + warp;
+    int seg = 0;
+    if (!SWIGLU) {
+      if (col >= segs.n[0]) {
+        col -= segs.n[0];
+        seg = 1;
+        if (col >= segs.n[1]) {
+          col -= segs.n[1];
+          seg = 2;
+        }
+      }
+      c.active = seg < segs.count && col < (seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2]);
+    } else {
+      c.active = col < segs.n[0];
+    }
+    // Constant indices only: a run-time index would put segs in local memory.
+    const void* wseg = seg == 0 ? segs.w[0] : seg == 1 ? segs.w[1] : segs.w[2];
+    c.out = static_cast<T*>(seg == 0 ? segs.out[0] : seg == 1 ? segs.out[1] : segs.out[2]);
+    c.n = seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2];
+    c.col = col;
+    const int64_t wcol = c.active ? col : 0;
+    c.wr = reinterpret_cast<const uint4*>(static_cast<const T*>(wseg) + wcol * k);
+    c.wu = reinterpret_cast<const uint4*>(static_cast<const T*>(segs.w[1]) + wcol * k);
+    return c;
+  };
+  // The block's first columns: weights first (see RowHead), then wait for x.
+  const Col first = resolve(blockIdx.x);
+  const RowHead head = first.active ? load_row_head(first.wr, kv, lane) : RowHead{};
   RowHead head_u{};
-  if (SWIGLU && active) head_u = load_row_head(wu, kv, lane);
+  if (SWIGLU && first.active) head_u = load_row_head(first.wu, kv, lane);
   pdl_wait();
 
   // x rows into shared memory and their sums of squares in one pass over
@@ -336,36 +354,48 @@ __global__ void __launch_bounds__(256, 1) gemv_multi_kernel(const T* __restrict_
     }
     __syncthreads();
   }
-  if (!active) return;
   auto xload = [&](int r, int64_t i, float* xf) {
     unpack8(reinterpret_cast<const uint4*>(xs + r * k)[i], xf, T{});
   };
-  float acc[MAXM], acc_u[MAXM];
+  // Column groups blockIdx.x, + gridDim.x, ...: the grid is at most what
+  // fits on the GPU at once, so the x prologue above runs once per block
+  // rather than once per 8 columns (it was half of a QKV block's time).
+  const int64_t total = SWIGLU ? segs.n[0] : segs.n[0] + segs.n[1] + segs.n[2];
+  const int64_t groups = (total + (blockDim.x / 32) - 1) / (blockDim.x / 32);
+  for (int64_t cg = blockIdx.x; cg < groups; cg += gridDim.x) {
+    const bool is_first = cg == static_cast<int64_t>(blockIdx.x);
+    const Col c = is_first ? first : resolve(cg);
+    if (!c.active) continue;
+    RowHead h = head, hu = head_u;
+    if (!is_first) {
+      h = load_row_head(c.wr, kv, lane);
+      if (SWIGLU) hu = load_row_head(c.wu, kv, lane);
+    }
+    float acc[MAXM], acc_u[MAXM];
 #pragma unroll
-  for (int r = 0; r < MAXM; ++r) acc[r] = acc_u[r] = 0.0f;
-  if (SWIGLU)
-    row_dots2<MAXM, T>(wr, wu, kv, lane, m, acc, acc_u, head, head_u, xload);
-  else
-    row_dots<MAXM, T>(wr, kv, lane, m, acc, head, xload);
+    for (int r = 0; r < MAXM; ++r) acc[r] = acc_u[r] = 0.0f;
+    if (SWIGLU)
+      row_dots2<MAXM, T>(c.wr, c.wu, kv, lane, m, acc, acc_u, h, hu, xload);
+    else
+      row_dots<MAXM, T>(c.wr, kv, lane, m, acc, h, xload);
 #pragma unroll
-  for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
-  if (SWIGLU) {
+    for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
+    if (SWIGLU) {
 #pragma unroll
-    for (int r = 0; r < MAXM; ++r) acc_u[r] = warp_sum(acc_u[r]);
-  }
-  if (lane == 0) {
-    T* out = static_cast<T*>(oseg);
-    const int64_t n = nseg;
+      for (int r = 0; r < MAXM; ++r) acc_u[r] = warp_sum(acc_u[r]);
+    }
+    if (lane == 0) {
 #pragma unroll
-    for (int r = 0; r < MAXM; ++r) {
-      if (r < m) {
-        float v = acc[r];
-        if (SWIGLU) {
-          // Round the two products to T as the unfused path does.
-          const float g = to_f(from_f<T>(v)), u = to_f(from_f<T>(acc_u[r]));
-          v = g / (1.0f + expf(-g)) * u;
+      for (int r = 0; r < MAXM; ++r) {
+        if (r < m) {
+          float v = acc[r];
+          if (SWIGLU) {
+            // Round the two products to T as the unfused path does.
+            const float g = to_f(from_f<T>(v)), u = to_f(from_f<T>(acc_u[r]));
+            v = g / (1.0f + expf(-g)) * u;
+          }
+          c.out[r * c.n + c.col] = from_f<T>(v);
         }
-        out[r * n + col] = from_f<T>(v);
       }
     }
   }
@@ -381,6 +411,34 @@ void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w,
   else
     (void)launch_pdl_weights(gemv_kernel<MAXM, T, T>, blocks, 256, 0, s, static_cast<const T*>(x), m, k,
                      static_cast<const T*>(w), n, static_cast<T*>(out), accumulate);
+}
+
+// Blocks of `kernel` (256 threads, `smem` bytes) that are resident on the
+// GPU at once, capped at `groups`; FERRITE_GEMV_PERSISTENT=0: one block per
+// group (the pre-persistent launch, for A/B runs).
+template <typename K>
+int resident_grid(K kernel, int groups, size_t smem) {
+  static const bool persistent = [] {
+    const char* e = std::getenv("FERRITE_GEMV_PERSISTENT");
+    return !(e && e[0] == '0');
+  }();
+  if (!persistent) return groups;
+  // Occupancy queries cost microseconds: one per (kernel, smem, device).
+  static std::mutex mu;
+  static std::map<std::pair<const void*, std::pair<size_t, int>>, int> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return groups;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), std::make_pair(smem, dev));
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    int per_sm = 0, sms = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return groups;
+    it = cache.emplace(key, std::max(1, per_sm) * sms).first;
+  }
+  return std::min(groups, it->second);
 }
 
 int gemv_max_rows() {
@@ -450,19 +508,16 @@ Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
   }
   g.count = count;
   if (swiglu) total = segs[0].n;
-  const int blocks = static_cast<int>((total + 7) / 8);
+  const int groups = static_cast<int>((total + 7) / 8);
   const int mi = static_cast<int>(m);
   auto go = [&](auto t) {
     using T = decltype(t);
     auto run = [&](auto maxm) {
       constexpr int M = decltype(maxm)::value;
       const size_t smem = static_cast<size_t>(mi) * k * sizeof(T);
-      if (swiglu)
-        (void)launch_pdl_weights(gemv_multi_kernel<M, T, true>, blocks, 256, smem, s,
-                         static_cast<const T*>(x), mi, k, g);
-      else
-        (void)launch_pdl_weights(gemv_multi_kernel<M, T, false>, blocks, 256, smem, s,
-                         static_cast<const T*>(x), mi, k, g);
+      auto kern = swiglu ? gemv_multi_kernel<M, T, true> : gemv_multi_kernel<M, T, false>;
+      (void)launch_pdl_weights(kern, resident_grid(kern, groups, smem), 256, smem, s,
+                               static_cast<const T*>(x), mi, k, g);
     };
     if (mi == 1) run(std::integral_constant<int, 1>{});
     else if (mi == 2) run(std::integral_constant<int, 2>{});

@@ -4,6 +4,7 @@
 // output gate, and the output GEMM accumulating into the residual.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "backends/cuda/cuda_providers.h"
@@ -27,6 +28,27 @@ int splits_for(int64_t tokens, int64_t kv_heads, int64_t max_context) {
   int64_t s = (kSplitBlocks + blocks - 1) / blocks;
   s = std::min<int64_t>({s, kMaxSplits, std::max<int64_t>(1, max_context / 32)});
   return static_cast<int>(std::max<int64_t>(s, 1));
+}
+
+// Splits of the fused decode kernel: a split per 256 positions of the
+// step's length bound (8 warps x 8 positions x 4 rounds), while the grid
+// has fewer than two blocks per SM; within the workspace's partial rows.
+int fused_splits(int64_t tokens, int64_t kv_heads, int64_t kv_len_bound, int num_sms) {
+  const int64_t blocks = tokens * kv_heads;
+  int64_t s = std::max<int64_t>(1, kv_len_bound / 256);
+  s = std::min<int64_t>({s, kMaxSplits, std::max<int64_t>(1, (2 * num_sms + blocks - 1) / blocks),
+                         std::max<int64_t>(1, (2 * kSplitBlocks + tokens) / tokens)});
+  return static_cast<int>(s);
+}
+
+// FERRITE_FUSED_ATTENTION=0 keeps decode steps on the three-kernel path
+// (qk_rope_kv, attention_decode, combine), for A/B runs.
+bool fused_decode_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("FERRITE_FUSED_ATTENTION");
+    return !(e && e[0] == '0');
+  }();
+  return on;
 }
 
 class CausalPagedAttention final : public Provider {
@@ -114,6 +136,24 @@ class CausalPagedAttention final : public Provider {
     }
     const DType norm_dt = b[kQNorm].data ? b[kQNorm].dtype : b[kInputNorm].dtype;
     const DType bias_dt = b[kQBias].data ? b[kQBias].dtype : norm_dt;
+    if (st.meta.longest_run == 1 && fused_decode_enabled() && attention_decode_fused_supported(a, act)) {
+      // Decode step: norm / RoPE / K/V write and attention in one kernel.
+      profile_mark(st.stream, "attention.core", st.capturing);
+      const int splits = fused_splits(t, nkv, st.meta.kv_len_bound, st.num_sms);
+      float* partials = nullptr;
+      if (splits > 1) {
+        partials = static_cast<float*>(ws.take(t * splits * nh * (hd + 2) * 4));
+        if (!partials) return internal_error("attention: workspace too small for splits");
+      }
+      FERRITE_RETURN_IF_ERROR(launch_attention_decode_fused(
+          st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
+          p.qk_norm ? b[kKNorm].data : nullptr, norm_dt, b[kQBias].data, b[kKBias].data,
+          b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data, attn, splits, partials,
+          /*pdl=*/t <= 8));
+      profile_mark(st.stream, "attention.o_proj", st.capturing);
+      return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
+                  act, true);
+    }
     profile_mark(st.stream, "attention.rope_kv", st.capturing);
     FERRITE_RETURN_IF_ERROR(launch_qk_rope_kv(
         st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,

@@ -1,0 +1,419 @@
+// Fused decode attention: for a step in which every token is its sequence's
+// newest position, one kernel does what qk_rope_kv + attention_decode (+
+// the combine when the KV is not split) do in three: bias, q/k RMS norm and
+// RoPE of the token's q heads and its new K/V, the K/V write into the paged
+// cache, and the attention over the cached positions.
+//
+// Why: at batch 1 a decode step of an 8B model spends ~15 us per layer in
+// those three small kernels (ncu, H200), most of it launch and dependent-
+// load latency, against ~100 us of weight streaming; the 0.6B model spends
+// a third of its step there.
+//
+// Layout: one block of 8 warps per (token, KV head, split). Each warp takes
+// kU consecutive positions per round; a lane holds HD/32 contiguous dims of
+// q, K, V, so a K row is one coalesced 2*HD-byte read per warp. Scores of
+// the kU positions and the group's heads are reduced with independent
+// butterflies (ILP), then an online-softmax update per head. The page table
+// and the first round of K/V (positions written by earlier steps, which no
+// kernel of this step touches) are loaded before pdl_wait(). The warps'
+// (max, sum, acc) are merged in shared memory; with one split the block
+// writes the output (and the output gate), otherwise the (acc, max, sum)
+// partials that attention_combine merges.
+//
+// Numerics follow qk_rope_kv + attention_decode: f32 throughout, q and the
+// new K/V rounded to the activation dtype after RoPE, scores scaled q.K.
+#include "backends/cuda/cuda_types.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace ferrite::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+__device__ __forceinline__ float bits_to_f(uint32_t h, __nv_bfloat16) {
+  return __uint_as_float(h << 16);
+}
+__device__ __forceinline__ float bits_to_f(uint32_t h, __half) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+// D contiguous elements (D = 2, 4 or 8 of a 2-byte type) as D/2 words.
+template <int D>
+__device__ __forceinline__ void load_words(const void* p, uint32_t* w) {
+  if constexpr (D == 2) {
+    w[0] = *static_cast<const uint32_t*>(p);
+  } else if constexpr (D == 4) {
+    const uint2 v = *static_cast<const uint2*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+  } else {
+    const uint4 v = *static_cast<const uint4*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  }
+}
+template <typename T, int D>
+__device__ __forceinline__ void unpack_words(const uint32_t* w, float* f) {
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) {
+    f[2 * i] = bits_to_f(w[i] & 0xffffu, T{});
+    f[2 * i + 1] = bits_to_f(w[i] >> 16, T{});
+  }
+}
+
+__device__ __forceinline__ int64_t page_base(const StepMeta& meta, int32_t seq, int32_t pos,
+                                             int32_t page_size, int32_t nkv, int32_t hd,
+                                             int32_t kvh) {
+  const int32_t page = meta.block_tables[meta.seq_block_off[seq] + pos / page_size];
+  return ((static_cast<int64_t>(page) * page_size + pos % page_size) * nkv + kvh) * hd;
+}
+
+struct FusedWeights {
+  const void* q_norm;
+  const void* k_norm;
+  int norm_dt;
+  const void* q_bias;
+  const void* k_bias;
+  const void* v_bias;
+  int bias_dt;
+};
+
+// Shared memory floats of the kernel for (HD, MAXG).
+template <int HD, int MAXG>
+constexpr int fused_smem_floats() {
+  return MAXG * HD + 2 * HD + 2 * kWarps * MAXG + kWarps * MAXG * HD;
+}
+
+template <typename T, int HD, int MAXG>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_decode_fused_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
+                                  const T* k, const T* v, FusedWeights wts, T* k_cache,
+                                  T* v_cache, T* out, int splits, float* partials) {
+  constexpr int D = HD / 32;                  // dims per lane
+  constexpr int kU = MAXG * D <= 16 ? 8 : 4;  // positions per warp and round
+  extern __shared__ float smem[];
+  float* q_s = smem;                       // [MAXG, HD] roped, rounded, scaled
+  float* kv_s = q_s + MAXG * HD;           // [2, HD] the new K and V, rounded
+  float* m_w = kv_s + 2 * HD;              // [kWarps, MAXG]
+  float* l_w = m_w + kWarps * MAXG;        // [kWarps, MAXG]
+  float* o_w = l_w + kWarps * MAXG;        // [kWarps, MAXG, HD]
+
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int nkv = a.num_kv_heads;
+
+  // Step metadata and the cached K/V are not written by this step's earlier
+  // kernels: read them before waiting for the Q/K/V projection.
+  const int32_t seq = meta.token_seq[t];
+  const int32_t pos = meta.token_pos[t];
+  const bool real = meta.seq_len[seq] > 0;
+  const int len = real ? pos + 1 : 0;
+  const int per_split = (len + splits - 1) / splits;
+  const int p0 = min(len, split * per_split), p1 = min(len, p0 + per_split);
+  constexpr int kRound = kWarps * kU;
+  const int rounds = (p1 - p0 + kRound - 1) / kRound;
+
+  uint32_t kw[kU][D / 2], vw[kU][D / 2];
+  auto load_round = [&](int r) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int p = p0 + (r * kWarps + warp) * kU + u;
+      if (p < p1 && p != pos) {
+        const int64_t base = page_base(meta, seq, p, page_size, nkv, HD, kvh) + lane * D;
+        load_words<D>(k_cache + base, kw[u]);
+        load_words<D>(v_cache + base, vw[u]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) kw[u][i] = vw[u][i] = 0u;
+      }
+    }
+  };
+  if (rounds > 0) load_round(0);
+  pdl_launch_dependents();
+  pdl_wait();
+
+  // --- the token's q heads of this group, its new K and V --------------------
+  // Row i < group: q head kvh*group+i; row group: K; row group+1: V. A warp
+  // per row: bias, RMS norm (q, k), then RoPE through shared memory (the
+  // pair of dim d is d +- rope_dim/2, in another lane).
+  const int half = a.rope_dim / 2;
+  for (int row = warp; row < group + 2; row += kWarps) {
+    const int kind = row < group ? 0 : row - group + 1;  // 0 q, 1 k, 2 v
+    const T* src;
+    const void* bias;
+    int64_t bias_off;
+    float* dst = kind == 0 ? q_s + row * HD : kv_s + (kind - 1) * HD;
+    if (kind == 0) {
+      const int h = kvh * group + row;
+      src = q + t * a.q_row + static_cast<int64_t>(h) * a.q_stride;
+      bias = wts.q_bias;
+      bias_off = static_cast<int64_t>(h) * a.q_stride;
+    } else {
+      src = (kind == 1 ? k : v) + (t * nkv + kvh) * HD;
+      bias = kind == 1 ? wts.k_bias : wts.v_bias;
+      bias_off = static_cast<int64_t>(kvh) * HD;
+    }
+    float x[D];
+    uint32_t raw[D / 2];
+    load_words<D>(src + lane * D, raw);
+    unpack_words<T, D>(raw, x);
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < D; ++e) {
+      if (bias) x[e] += load_any(bias, wts.bias_dt, bias_off + lane * D + e);
+      ss = fmaf(x[e], x[e], ss);
+    }
+    if (kind < 2 && a.qk_norm) {
+      const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(HD) + a.eps);
+      const void* nw = kind == 0 ? wts.q_norm : wts.k_norm;
+#pragma unroll
+      for (int e = 0; e < D; ++e) {
+        const float wi = load_any(nw, wts.norm_dt, lane * D + e);
+        x[e] = x[e] * inv * (a.zero_centred ? 1.0f + wi : wi);
+      }
+    }
+    if (kind < 2 && half > 0) {
+#pragma unroll
+      for (int e = 0; e < D; ++e) dst[lane * D + e] = x[e];
+      __syncwarp();
+      float y[D];
+#pragma unroll
+      for (int e = 0; e < D; ++e) {
+        const int d = lane * D + e;
+        if (d < half) {
+          const float angle = static_cast<float>(pos) * a.inv_freq[d];
+          y[e] = x[e] * cosf(angle) - dst[d + half] * sinf(angle);
+        } else if (d < 2 * half) {
+          const float angle = static_cast<float>(pos) * a.inv_freq[d - half];
+          y[e] = x[e] * cosf(angle) + dst[d - half] * sinf(angle);
+        } else {
+          y[e] = x[e];
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int e = 0; e < D; ++e) x[e] = y[e];
+    }
+    // Round as the cache (and the unfused q buffer) store them.
+#pragma unroll
+    for (int e = 0; e < D; ++e) {
+      const T r = from_f<T>(x[e]);
+      dst[lane * D + e] = kind == 0 ? to_f(r) * a.scale : to_f(r);
+      if (kind > 0 && real && pos >= p0 && pos < p1) {
+        const int64_t base = page_base(meta, seq, pos, page_size, nkv, HD, kvh);
+        (kind == 1 ? k_cache : v_cache)[base + lane * D + e] = r;
+      }
+    }
+    // With splits the combine kernel applies the output gate from q: it
+    // must see the biased gate, as qk_rope_kv leaves it in place.
+    if (kind == 0 && a.output_gate && wts.q_bias && splits > 1 && split == 0) {
+      T* g = q + t * a.q_row + static_cast<int64_t>(kvh * group + row) * a.q_stride + HD;
+#pragma unroll
+      for (int e = 0; e < D; ++e) {
+        const int d = lane * D + e;
+        g[d] = from_f<T>(to_f(g[d]) + load_any(wts.q_bias, wts.bias_dt, bias_off + HD + d));
+      }
+    }
+  }
+  __syncthreads();
+
+  // --- attention over [p0, p1) ------------------------------------------------
+  float qf[MAXG][D], o[MAXG][D], m[MAXG], l[MAXG];
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < D; ++e) {
+      qf[g][e] = g < group ? q_s[g * HD + lane * D + e] : 0.0f;
+      o[g][e] = 0.0f;
+    }
+  }
+  for (int r = 0; r < rounds; ++r) {
+    if (r > 0) load_round(r);
+    float s[kU][MAXG];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int p = p0 + (r * kWarps + warp) * kU + u;
+      float kf[D];
+      if (p == pos) {
+#pragma unroll
+        for (int e = 0; e < D; ++e) kf[e] = kv_s[lane * D + e];
+      } else {
+        unpack_words<T, D>(kw[u], kf);
+      }
+#pragma unroll
+      for (int g = 0; g < MAXG; ++g) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int e = 0; e < D; ++e) acc = fmaf(qf[g][e], kf[e], acc);
+        s[u][g] = acc;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+#pragma unroll
+        for (int g = 0; g < MAXG; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int p = p0 + (r * kWarps + warp) * kU + u;
+        if (p >= p1) s[u][g] = -INFINITY;
+        mx = fmaxf(mx, s[u][g]);
+      }
+      if (mx == -INFINITY) continue;  // no position of this warp in the round
+      const float m_new = fmaxf(m[g], mx);
+      const float alpha = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_new);
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < D; ++e) o[g][e] *= alpha;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const float pr = s[u][g] == -INFINITY ? 0.0f : expf(s[u][g] - m_new);
+        sum += pr;
+        const int p = p0 + (r * kWarps + warp) * kU + u;
+        float vf[D];
+        if (p == pos) {
+#pragma unroll
+          for (int e = 0; e < D; ++e) vf[e] = kv_s[HD + lane * D + e];
+        } else {
+          unpack_words<T, D>(vw[u], vf);
+        }
+#pragma unroll
+        for (int e = 0; e < D; ++e) o[g][e] = fmaf(pr, vf[e], o[g][e]);
+      }
+      l[g] = l[g] * alpha + sum;
+      m[g] = m_new;
+    }
+  }
+
+  // --- merge the warps ----------------------------------------------------------
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (lane == 0) {
+      m_w[warp * MAXG + g] = m[g];
+      l_w[warp * MAXG + g] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < D; ++e) o_w[(warp * MAXG + g) * HD + lane * D + e] = o[g][e];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    const int h = kvh * group + g;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_w[w * MAXG + g]);
+    float num = 0.0f, den = 0.0f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = m_w[w * MAXG + g];
+        if (mw == -INFINITY) continue;
+        const float f = expf(mw - mx);
+        num = fmaf(f, o_w[(w * MAXG + g) * HD + d], num);
+        den = fmaf(f, l_w[w * MAXG + g], den);
+      }
+    }
+    if (splits == 1) {
+      float val = den > 0.0f ? num / den : 0.0f;
+      if (a.output_gate) {
+        const int64_t gi = t * a.q_row + static_cast<int64_t>(h) * a.q_stride + HD + d;
+        float gate = to_f(q[gi]);
+        if (wts.q_bias)
+          gate = to_f(from_f<T>(gate + load_any(wts.q_bias, wts.bias_dt,
+                                                static_cast<int64_t>(h) * a.q_stride + HD + d)));
+        val *= 1.0f / (1.0f + expf(-gate));
+      }
+      out[(t * a.num_heads + h) * HD + d] = from_f<T>(val);
+    } else {
+      float* part = partials + ((t * a.num_heads + h) * splits + split) * (HD + 2);
+      part[d] = num;
+      if (d == 0) {
+        part[HD] = mx;
+        part[HD + 1] = den;
+      }
+    }
+  }
+}
+
+template <typename T, int HD, int MAXG>
+cudaError_t launch_fused(dim3 grid, cudaStream_t s, bool pdl, const AttentionShape& a,
+                         const StepMeta& meta, int32_t page_size, void* q, const void* k,
+                         const void* v, const FusedWeights& w, void* k_cache, void* v_cache,
+                         void* out, int splits, float* partials) {
+  auto kern = attention_decode_fused_kernel<T, HD, MAXG>;
+  const size_t smem = sizeof(float) * fused_smem_floats<HD, MAXG>();
+  if (smem > 48 * 1024) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  return launch_maybe_pdl(pdl, kern, grid, kWarps * 32, smem, s, a, meta, page_size,
+                          static_cast<T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), w,
+                          static_cast<T*>(k_cache), static_cast<T*>(v_cache), static_cast<T*>(out),
+                          splits, partials);
+}
+
+template <typename T, int HD>
+cudaError_t launch_fused_group(int group, dim3 grid, cudaStream_t s, bool pdl,
+                               const AttentionShape& a, const StepMeta& meta, int32_t page_size,
+                               void* q, const void* k, const void* v, const FusedWeights& w,
+                               void* k_cache, void* v_cache, void* out, int splits,
+                               float* partials) {
+  if (group <= 2)
+    return launch_fused<T, HD, 2>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+  if (group <= 4)
+    return launch_fused<T, HD, 4>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+  return launch_fused<T, HD, 8>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+}
+
+}  // namespace
+
+bool attention_decode_fused_supported(const AttentionShape& a, DType act) {
+  const int group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 0;
+  return (act == DType::kBF16 || act == DType::kF16) &&
+         (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256) && group >= 1 &&
+         group <= 8 && a.rope_dim <= a.head_dim;
+}
+
+Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
+                                     const StepMeta& meta, int32_t page_size, int64_t tokens,
+                                     void* q, const void* k, const void* v, DType act,
+                                     const void* q_norm, const void* k_norm, DType norm_dt,
+                                     const void* q_bias, const void* k_bias, const void* v_bias,
+                                     DType bias_dt, void* k_cache, void* v_cache, void* out,
+                                     int splits, float* partials, bool pdl) {
+  if (tokens == 0) return Status::ok();
+  if (!attention_decode_fused_supported(a, act))
+    return unsupported("fused decode attention: bf16 / f16, head_dim 64 / 128 / 256, group <= 8");
+  if (splits > 1 && !partials) return internal_error("fused decode attention: no partials");
+  const FusedWeights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt)};
+  const int group = a.num_heads / a.num_kv_heads;
+  const dim3 grid(static_cast<unsigned>(tokens), a.num_kv_heads, splits);
+  cudaError_t e = cudaSuccess;
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (a.head_dim == 64)
+        e = launch_fused_group<T, 64>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+      else if (a.head_dim == 128)
+        e = launch_fused_group<T, 128>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+      else
+        e = launch_fused_group<T, 256>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+    }
+  });
+  if (!ok) return bad_dtype("fused decode attention", act);
+  if (e != cudaSuccess) return cuda_error(e, "fused decode attention launch");
+  FERRITE_RETURN_IF_ERROR(check_launch("attention_decode_fused"));
+  if (splits > 1) return launch_attention_combine(s, a, tokens, q, act, out, splits, partials);
+  return Status::ok();
+}
+
+}  // namespace ferrite::cuda
