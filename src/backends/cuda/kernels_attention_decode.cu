@@ -86,13 +86,15 @@ constexpr int fused_smem_floats() {
   return MAXG * HD + 2 * HD + 2 * kWarps * MAXG + kWarps * MAXG * HD;
 }
 
+// Two blocks per SM where the registers allow it without spilling (large
+// batches fill the GPU with blocks; head groups up to 4 x 128 dims).
 template <typename T, int HD, int MAXG>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     attention_decode_fused_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                   const T* k, const T* v, FusedWeights wts, T* k_cache,
                                   T* v_cache, T* out, int splits, float* partials) {
   constexpr int D = HD / 32;                  // dims per lane
-  constexpr int kU = MAXG * D <= 16 ? 8 : 4;  // positions per warp and round
+  constexpr int kU = MAXG * D <= 8 ? 8 : 4;  // positions per warp and round
   extern __shared__ float smem[];
   float* q_s = smem;                       // [MAXG, HD] roped, rounded, scaled
   float* kv_s = q_s + MAXG * HD;           // [2, HD] the new K and V, rounded

@@ -30,12 +30,19 @@ int splits_for(int64_t tokens, int64_t kv_heads, int64_t max_context) {
   return static_cast<int>(std::max<int64_t>(s, 1));
 }
 
-// Splits of the fused decode kernel: a split per 256 positions of the
-// step's length bound (8 warps x 8 positions x 4 rounds), while the grid
-// has fewer than two blocks per SM; within the workspace's partial rows.
+// Splits of the fused decode kernel: a split per 64 positions of the
+// step's length bound (one or two rounds of 8 warps x 8 or 4 positions;
+// the first is loaded before the kernel waits for Q/K/V), while the grid has fewer than two blocks
+// per SM; within the workspace's partial rows. FERRITE_FUSED_SPLIT sets
+// the positions per split (A/B runs).
 int fused_splits(int64_t tokens, int64_t kv_heads, int64_t kv_len_bound, int num_sms) {
+  static const int64_t per_split = [] {
+    const char* e = std::getenv("FERRITE_FUSED_SPLIT");
+    const int64_t v = e ? std::atoll(e) : 64;
+    return v < 16 ? int64_t{16} : v;
+  }();
   const int64_t blocks = tokens * kv_heads;
-  int64_t s = std::max<int64_t>(1, kv_len_bound / 256);
+  int64_t s = std::max<int64_t>(1, kv_len_bound / per_split);
   s = std::min<int64_t>({s, kMaxSplits, std::max<int64_t>(1, (2 * num_sms + blocks - 1) / blocks),
                          std::max<int64_t>(1, (2 * kSplitBlocks + tokens) / tokens)});
   return static_cast<int>(s);
