@@ -45,7 +45,7 @@ bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt);
 // out_i = rms_norm(x, norm) W_i^T for up to 3 segments (Q/K/V), or with
 // `swiglu` (2 segments, gate then up, equal n) out_0 = silu(n Wg^T) * (n Wu^T).
 // Weights, norm and outputs of `act`. Rows up to FERRITE_GEMV_MAX_M (default
-// 1) take the GEMV path; more go to cuBLASLt.
+// 2) take the GEMV path; more go to cuBLASLt.
 struct GemvSegment {
   const void* w;
   void* out;
