@@ -29,7 +29,11 @@ struct BackendState {
   const StepBatch* prepared = nullptr;  // the batch `meta` describes
   uint64_t prepared_key = 0;            // and its fingerprint
   bool capturing = false;
+  // Zeroed arrival counters of the fused decode attention's split merge
+  // (kSplitCounters ints; each merging block sets its counter back to 0).
+  int32_t* split_counters = nullptr;
 };
+constexpr int64_t kSplitCounters = 1 << 16;
 
 BackendState& state(const Invocation& inv);
 // Makes sure `meta` describes inv.batch (the executor normally prepared it;

@@ -47,6 +47,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     if (host_) cudaFreeHost(host_);
     if (dev_) cudaFree(dev_);
     if (uploaded_) cudaEventDestroy(uploaded_);
+    if (st_.split_counters) cudaFree(st_.split_counters);
     gemm_shutdown(st_);
   }
 
@@ -56,6 +57,8 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.exec = this;
     FERRITE_RETURN_IF_ERROR(gemm_init(st_));
     FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+    FERRITE_CUDA_RETURN(cudaMalloc(&st_.split_counters, kSplitCounters * sizeof(int32_t)));
+    FERRITE_CUDA_RETURN(cudaMemset(st_.split_counters, 0, kSplitCounters * sizeof(int32_t)));
     const int64_t blocks = (options_.max_context + options_.page_size - 1) / options_.page_size + 1;
     return reserve(options_.max_tokens, options_.max_sequences,
                    options_.max_sequences * blocks);

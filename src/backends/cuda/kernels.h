@@ -93,8 +93,11 @@ Status launch_attention_combine(cudaStream_t s, const AttentionShape& a, int64_t
 // token (bias, q/k norm, RoPE, the K/V write; q is not updated in place),
 // then attention over its cached positions split over `splits` ranges
 // (partials as in launch_attention_decode). bf16 / f16, head_dim 64, 128
-// or 256, at most 8 query heads per KV head. `pdl`: launched as a
-// programmatic dependent (it reads the page table and cached K/V first).
+// or 256, at most 8 query heads per KV head. With split_counters
+// (num_counters >= tokens * num_kv_heads zeroed ints, left zeroed) the
+// splits are merged in the kernel, else by launch_attention_combine.
+// `pdl`: launched as a programmatic dependent (it reads the page table and
+// cached K/V first).
 bool attention_decode_fused_supported(const AttentionShape& a, DType act);
 Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      const StepMeta& meta, int32_t page_size, int64_t tokens,
@@ -102,7 +105,8 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      const void* q_norm, const void* k_norm, DType norm_dt,
                                      const void* q_bias, const void* k_bias, const void* v_bias,
                                      DType bias_dt, void* k_cache, void* v_cache, void* out,
-                                     int splits, float* partials, bool pdl);
+                                     int splits, float* partials, int32_t* split_counters,
+                                     int64_t num_counters, bool pdl);
 // Flash-style prefill over paged KV on tensor cores (mma.sync; bf16 / f16,
 // head_dim 64, 128 or 256): query tiles of up to kPrefillTileQ consecutive
 // rows of one sequence (tile_seq / tile_row) against its cached keys.

@@ -18,7 +18,9 @@
 // kernel of this step touches) are loaded before pdl_wait(). The warps'
 // (max, sum, acc) are merged in shared memory; with one split the block
 // writes the output (and the output gate), otherwise the (acc, max, sum)
-// partials that attention_combine merges.
+// partials. With `counters` the last block of a (token, KV head) to finish
+// merges the splits' partials itself (in split order: deterministic) and
+// resets its counter; without, attention_combine merges them (a launch).
 //
 // Numerics follow qk_rope_kv + attention_decode: f32 throughout, q and the
 // new K/V rounded to the activation dtype after RoPE, scores scaled q.K.
@@ -92,7 +94,8 @@ template <typename T, int HD, int MAXG>
 __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     attention_decode_fused_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                   const T* k, const T* v, FusedWeights wts, T* k_cache,
-                                  T* v_cache, T* out, int splits, float* partials) {
+                                  T* v_cache, T* out, int splits, float* partials,
+                                  int32_t* counters) {
   constexpr int D = HD / 32;                  // dims per lane
   constexpr int kU = MAXG * D <= 8 ? 8 : 4;  // positions per warp and round
   extern __shared__ float smem[];
@@ -210,9 +213,9 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
         (kind == 1 ? k_cache : v_cache)[base + lane * D + e] = r;
       }
     }
-    // With splits the combine kernel applies the output gate from q: it
-    // must see the biased gate, as qk_rope_kv leaves it in place.
-    if (kind == 0 && a.output_gate && wts.q_bias && splits > 1 && split == 0) {
+    // The combine kernel applies the output gate from q: it must see the
+    // biased gate, as qk_rope_kv leaves it in place.
+    if (kind == 0 && a.output_gate && wts.q_bias && splits > 1 && !counters && split == 0) {
       T* g = q + t * a.q_row + static_cast<int64_t>(kvh * group + row) * a.q_stride + HD;
 #pragma unroll
       for (int e = 0; e < D; ++e) {
@@ -310,6 +313,19 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     for (int e = 0; e < D; ++e) o_w[(warp * MAXG + g) * HD + lane * D + e] = o[g][e];
   }
   __syncthreads();
+  // The output of head h, dim d from its merged (num, max, sum).
+  auto finish = [&](int h, int d, float num, float den) {
+    float val = den > 0.0f ? num / den : 0.0f;
+    if (a.output_gate) {
+      const int64_t gi = t * a.q_row + static_cast<int64_t>(h) * a.q_stride + HD + d;
+      float gate = to_f(q[gi]);
+      if (wts.q_bias)
+        gate = to_f(from_f<T>(gate + load_any(wts.q_bias, wts.bias_dt,
+                                              static_cast<int64_t>(h) * a.q_stride + HD + d)));
+      val *= 1.0f / (1.0f + expf(-gate));
+    }
+    out[(t * a.num_heads + h) * HD + d] = from_f<T>(val);
+  };
   for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
     const int g = i / HD, d = i % HD;
     const int h = kvh * group + g;
@@ -328,16 +344,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
       }
     }
     if (splits == 1) {
-      float val = den > 0.0f ? num / den : 0.0f;
-      if (a.output_gate) {
-        const int64_t gi = t * a.q_row + static_cast<int64_t>(h) * a.q_stride + HD + d;
-        float gate = to_f(q[gi]);
-        if (wts.q_bias)
-          gate = to_f(from_f<T>(gate + load_any(wts.q_bias, wts.bias_dt,
-                                                static_cast<int64_t>(h) * a.q_stride + HD + d)));
-        val *= 1.0f / (1.0f + expf(-gate));
-      }
-      out[(t * a.num_heads + h) * HD + d] = from_f<T>(val);
+      finish(h, d, num, den);
     } else {
       float* part = partials + ((t * a.num_heads + h) * splits + split) * (HD + 2);
       part[d] = num;
@@ -347,20 +354,53 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
       }
     }
   }
+  if (splits == 1 || !counters) return;
+
+  // --- the last block of (token, KV head) merges the splits ------------------
+  __shared__ int is_last;
+  __threadfence();  // this block's partials before its arrival
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* c = counters + t * nkv + kvh;
+    is_last = atomicAdd(c, 1) == splits - 1;
+    if (is_last) *c = 0;  // ready for the next layer / step
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    const int h = kvh * group + g;
+    const float* base = partials + (t * a.num_heads + h) * splits * (HD + 2);
+    float mx = -INFINITY;
+    for (int sp = 0; sp < splits; ++sp) mx = fmaxf(mx, __ldcg(base + sp * (HD + 2) + HD));
+    float num = 0.0f, den = 0.0f;
+    if (mx != -INFINITY) {
+      for (int sp = 0; sp < splits; ++sp) {
+        const float* part = base + sp * (HD + 2);
+        const float m = __ldcg(part + HD);
+        if (m == -INFINITY) continue;
+        const float f = expf(m - mx);
+        num += f * __ldcg(part + d);
+        den += f * __ldcg(part + HD + 1);
+      }
+    }
+    finish(h, d, num, den);
+  }
 }
 
 template <typename T, int HD, int MAXG>
 cudaError_t launch_fused(dim3 grid, cudaStream_t s, bool pdl, const AttentionShape& a,
                          const StepMeta& meta, int32_t page_size, void* q, const void* k,
                          const void* v, const FusedWeights& w, void* k_cache, void* v_cache,
-                         void* out, int splits, float* partials) {
+                         void* out, int splits, float* partials, int32_t* counters) {
   auto kern = attention_decode_fused_kernel<T, HD, MAXG>;
   const size_t smem = sizeof(float) * fused_smem_floats<HD, MAXG>();
   if (smem > 48 * 1024) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   return launch_maybe_pdl(pdl, kern, grid, kWarps * 32, smem, s, a, meta, page_size,
                           static_cast<T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), w,
                           static_cast<T*>(k_cache), static_cast<T*>(v_cache), static_cast<T*>(out),
-                          splits, partials);
+                          splits, partials, counters);
 }
 
 template <typename T, int HD>
@@ -368,12 +408,12 @@ cudaError_t launch_fused_group(int group, dim3 grid, cudaStream_t s, bool pdl,
                                const AttentionShape& a, const StepMeta& meta, int32_t page_size,
                                void* q, const void* k, const void* v, const FusedWeights& w,
                                void* k_cache, void* v_cache, void* out, int splits,
-                               float* partials) {
+                               float* partials, int32_t* counters) {
   if (group <= 2)
-    return launch_fused<T, HD, 2>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+    return launch_fused<T, HD, 2>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
   if (group <= 4)
-    return launch_fused<T, HD, 4>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
-  return launch_fused<T, HD, 8>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+    return launch_fused<T, HD, 4>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
+  return launch_fused<T, HD, 8>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
 }
 
 }  // namespace
@@ -391,7 +431,8 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      const void* q_norm, const void* k_norm, DType norm_dt,
                                      const void* q_bias, const void* k_bias, const void* v_bias,
                                      DType bias_dt, void* k_cache, void* v_cache, void* out,
-                                     int splits, float* partials, bool pdl) {
+                                     int splits, float* partials, int32_t* split_counters,
+                                     int64_t num_counters, bool pdl) {
   if (tokens == 0) return Status::ok();
   if (!attention_decode_fused_supported(a, act))
     return unsupported("fused decode attention: bf16 / f16, head_dim 64 / 128 / 256, group <= 8");
@@ -399,22 +440,25 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
   const FusedWeights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt)};
   const int group = a.num_heads / a.num_kv_heads;
   const dim3 grid(static_cast<unsigned>(tokens), a.num_kv_heads, splits);
+  int32_t* counters =
+      split_counters && tokens * a.num_kv_heads <= num_counters ? split_counters : nullptr;
   cudaError_t e = cudaSuccess;
   bool ok = dispatch_float(act, [&](auto ta) {
     using T = decltype(ta);
     if constexpr (!std::is_same_v<T, float>) {
       if (a.head_dim == 64)
-        e = launch_fused_group<T, 64>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+        e = launch_fused_group<T, 64>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
       else if (a.head_dim == 128)
-        e = launch_fused_group<T, 128>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+        e = launch_fused_group<T, 128>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
       else
-        e = launch_fused_group<T, 256>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials);
+        e = launch_fused_group<T, 256>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
     }
   });
   if (!ok) return bad_dtype("fused decode attention", act);
   if (e != cudaSuccess) return cuda_error(e, "fused decode attention launch");
   FERRITE_RETURN_IF_ERROR(check_launch("attention_decode_fused"));
-  if (splits > 1) return launch_attention_combine(s, a, tokens, q, act, out, splits, partials);
+  if (splits > 1 && !counters)
+    return launch_attention_combine(s, a, tokens, q, act, out, splits, partials);
   return Status::ok();
 }
 

@@ -58,6 +58,16 @@ bool fused_decode_enabled() {
   return on;
 }
 
+// FERRITE_FUSED_MERGE=0: the splits of the fused kernel are merged by the
+// combine kernel instead of the last block of each (token, KV head).
+bool fused_merge_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("FERRITE_FUSED_MERGE");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 class CausalPagedAttention final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
@@ -156,7 +166,7 @@ class CausalPagedAttention final : public Provider {
           st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
           p.qk_norm ? b[kKNorm].data : nullptr, norm_dt, b[kQBias].data, b[kKBias].data,
           b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data, attn, splits, partials,
-          /*pdl=*/t <= 8));
+          fused_merge_enabled() ? st.split_counters : nullptr, kSplitCounters, /*pdl=*/t <= 8));
       profile_mark(st.stream, "attention.o_proj", st.capturing);
       return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
                   act, true);
