@@ -9,7 +9,8 @@
 //
 // Each flavour also has a decode step (`_decode`): four sequences of one
 // token each at positions 0, 37, 130 and 600, the CUDA fused decode kernel
-// (head_dim 64 / 128 / 256), whose KV splits start above 512 positions.
+// (head_dim 64 / 128 / 256; 8 query heads per KV head: two blocks per KV
+// head), whose KV splits start above 512 positions.
 #include <algorithm>
 #include <numeric>
 
@@ -43,6 +44,7 @@ std::vector<Case> causal_paged_attention_cases() {
       {"gqa_hd128_long", 64, 4, 2, 128, 1.0, true, false, false, false, "none", true},
       {"next_hd256_long", 64, 4, 1, 256, 0.25, true, true, true, false, "none", true},
       {"bias_gate_hd64", 96, 6, 2, 64, 0.5, true, true, false, true, "none"},
+      {"gqa8_hd128", 64, 8, 1, 128, 1.0, true, false, false, false, "none"},
   };
   std::vector<Case> out;
   CaseRng rng(7);

@@ -93,12 +93,14 @@ Status launch_attention_combine(cudaStream_t s, const AttentionShape& a, int64_t
 // token (bias, q/k norm, RoPE, the K/V write; q is not updated in place),
 // then attention over its cached positions split over `splits` ranges
 // (partials as in launch_attention_decode). bf16 / f16, head_dim 64, 128
-// or 256, at most 8 query heads per KV head. With split_counters
-// (num_counters >= tokens * num_kv_heads zeroed ints, left zeroed) the
+// or 256; a block takes up to 4 query heads of a KV head's group
+// (fused_decode_parts(group) blocks per KV head). With split_counters
+// (zeroed ints, one per (token, KV head, part), left zeroed) the
 // splits are merged in the kernel, else by launch_attention_combine.
 // `pdl`: launched as a programmatic dependent (it reads the page table and
 // cached K/V first).
 bool attention_decode_fused_supported(const AttentionShape& a, DType act);
+int fused_decode_parts(int group);
 Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      const StepMeta& meta, int32_t page_size, int64_t tokens,
                                      void* q, const void* k, const void* v, DType act,

@@ -9,7 +9,10 @@
 // load latency, against ~100 us of weight streaming; the 0.6B model spends
 // a third of its step there.
 //
-// Layout: one block of 8 warps per (token, KV head, split). Each warp takes
+// Layout: one block of 8 warps per (token, KV head, part, split); a part is
+// up to 4 query heads of the KV head's group (groups of 5-8 heads take two
+// blocks, reading the same K/V from L2: registers and shuffles grow with
+// the heads a block holds). Each warp takes
 // kU consecutive positions per round; a lane holds HD/32 contiguous dims of
 // q, K, V, so a K row is one coalesced 2*HD-byte read per warp. Scores of
 // the kU positions and the group's heads are reduced with independent
@@ -89,7 +92,7 @@ constexpr int fused_smem_floats() {
 }
 
 // Two blocks per SM where the registers allow it without spilling (large
-// batches fill the GPU with blocks; head groups up to 4 x 128 dims).
+// batches fill the GPU with blocks; up to 4 heads x 128 dims).
 template <typename T, int HD, int MAXG>
 __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     attention_decode_fused_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
@@ -106,9 +109,14 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   float* o_w = l_w + kWarps * MAXG;        // [kWarps, MAXG, HD]
 
   const int64_t t = blockIdx.x;
-  const int kvh = blockIdx.y, split = blockIdx.z;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = a.num_heads / a.num_kv_heads;
+  const int parts = (group + 3) / 4;            // fused_decode_parts(group)
+  const int gsub = (group + parts - 1) / parts;  // <= MAXG
+  const int kvh = blockIdx.y / parts, part = blockIdx.y % parts, split = blockIdx.z;
+  const int g0 = part * gsub;               // the block's first head in the group
+  const int ng = min(gsub, group - g0);     // and its number of heads
+  const int h0 = kvh * group + g0;          // first query head of the block
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nkv = a.num_kv_heads;
 
   // Step metadata and the cached K/V are not written by this step's earlier
@@ -141,19 +149,19 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   pdl_launch_dependents();
   pdl_wait();
 
-  // --- the token's q heads of this group, its new K and V --------------------
-  // Row i < group: q head kvh*group+i; row group: K; row group+1: V. A warp
+  // --- the block's q heads, the token's new K and V ------------------------------
+  // Row i < ng: q head h0+i; row ng: K; row ng+1: V. A warp
   // per row: bias, RMS norm (q, k), then RoPE through shared memory (the
   // pair of dim d is d +- rope_dim/2, in another lane).
   const int half = a.rope_dim / 2;
-  for (int row = warp; row < group + 2; row += kWarps) {
-    const int kind = row < group ? 0 : row - group + 1;  // 0 q, 1 k, 2 v
+  for (int row = warp; row < ng + 2; row += kWarps) {
+    const int kind = row < ng ? 0 : row - ng + 1;  // 0 q, 1 k, 2 v
     const T* src;
     const void* bias;
     int64_t bias_off;
     float* dst = kind == 0 ? q_s + row * HD : kv_s + (kind - 1) * HD;
     if (kind == 0) {
-      const int h = kvh * group + row;
+      const int h = h0 + row;
       src = q + t * a.q_row + static_cast<int64_t>(h) * a.q_stride;
       bias = wts.q_bias;
       bias_off = static_cast<int64_t>(h) * a.q_stride;
@@ -208,7 +216,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     for (int e = 0; e < D; ++e) {
       const T r = from_f<T>(x[e]);
       dst[lane * D + e] = kind == 0 ? to_f(r) * a.scale : to_f(r);
-      if (kind > 0 && real && pos >= p0 && pos < p1) {
+      if (kind > 0 && real && part == 0 && pos >= p0 && pos < p1) {
         const int64_t base = page_base(meta, seq, pos, page_size, nkv, HD, kvh);
         (kind == 1 ? k_cache : v_cache)[base + lane * D + e] = r;
       }
@@ -216,7 +224,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     // The combine kernel applies the output gate from q: it must see the
     // biased gate, as qk_rope_kv leaves it in place.
     if (kind == 0 && a.output_gate && wts.q_bias && splits > 1 && !counters && split == 0) {
-      T* g = q + t * a.q_row + static_cast<int64_t>(kvh * group + row) * a.q_stride + HD;
+      T* g = q + t * a.q_row + static_cast<int64_t>(h0 + row) * a.q_stride + HD;
 #pragma unroll
       for (int e = 0; e < D; ++e) {
         const int d = lane * D + e;
@@ -234,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     l[g] = 0.0f;
 #pragma unroll
     for (int e = 0; e < D; ++e) {
-      qf[g][e] = g < group ? q_s[g * HD + lane * D + e] : 0.0f;
+      qf[g][e] = g < ng ? q_s[g * HD + lane * D + e] : 0.0f;
       o[g][e] = 0.0f;
     }
   }
@@ -326,9 +334,9 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     }
     out[(t * a.num_heads + h) * HD + d] = from_f<T>(val);
   };
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
     const int g = i / HD, d = i % HD;
-    const int h = kvh * group + g;
+    const int h = h0 + g;
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_w[w * MAXG + g]);
@@ -361,16 +369,16 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   __threadfence();  // this block's partials before its arrival
   __syncthreads();
   if (threadIdx.x == 0) {
-    int32_t* c = counters + t * nkv + kvh;
+    int32_t* c = counters + t * gridDim.y + blockIdx.y;
     is_last = atomicAdd(c, 1) == splits - 1;
     if (is_last) *c = 0;  // ready for the next layer / step
   }
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
     const int g = i / HD, d = i % HD;
-    const int h = kvh * group + g;
+    const int h = h0 + g;
     const float* base = partials + (t * a.num_heads + h) * splits * (HD + 2);
     float mx = -INFINITY;
     for (int sp = 0; sp < splits; ++sp) mx = fmaxf(mx, __ldcg(base + sp * (HD + 2) + HD));
@@ -409,20 +417,21 @@ cudaError_t launch_fused_group(int group, dim3 grid, cudaStream_t s, bool pdl,
                                void* q, const void* k, const void* v, const FusedWeights& w,
                                void* k_cache, void* v_cache, void* out, int splits,
                                float* partials, int32_t* counters) {
-  if (group <= 2)
+  const int parts = fused_decode_parts(group);
+  if ((group + parts - 1) / parts <= 2)
     return launch_fused<T, HD, 2>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
-  if (group <= 4)
-    return launch_fused<T, HD, 4>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
-  return launch_fused<T, HD, 8>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
+  return launch_fused<T, HD, 4>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
 }
 
 }  // namespace
+
+int fused_decode_parts(int group) { return (group + 3) / 4; }
 
 bool attention_decode_fused_supported(const AttentionShape& a, DType act) {
   const int group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 0;
   return (act == DType::kBF16 || act == DType::kF16) &&
          (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256) && group >= 1 &&
-         group <= 8 && a.rope_dim <= a.head_dim;
+         a.rope_dim <= a.head_dim;
 }
 
 Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
@@ -435,13 +444,14 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      int64_t num_counters, bool pdl) {
   if (tokens == 0) return Status::ok();
   if (!attention_decode_fused_supported(a, act))
-    return unsupported("fused decode attention: bf16 / f16, head_dim 64 / 128 / 256, group <= 8");
+    return unsupported("fused decode attention: bf16 / f16, head_dim 64 / 128 / 256");
   if (splits > 1 && !partials) return internal_error("fused decode attention: no partials");
   const FusedWeights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt)};
   const int group = a.num_heads / a.num_kv_heads;
-  const dim3 grid(static_cast<unsigned>(tokens), a.num_kv_heads, splits);
+  const int64_t blocks_y = static_cast<int64_t>(a.num_kv_heads) * fused_decode_parts(group);
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(blocks_y), splits);
   int32_t* counters =
-      split_counters && tokens * a.num_kv_heads <= num_counters ? split_counters : nullptr;
+      split_counters && tokens * blocks_y <= num_counters ? split_counters : nullptr;
   cudaError_t e = cudaSuccess;
   bool ok = dispatch_float(act, [&](auto ta) {
     using T = decltype(ta);

@@ -156,7 +156,8 @@ class CausalPagedAttention final : public Provider {
     if (st.meta.longest_run == 1 && fused_decode_enabled() && attention_decode_fused_supported(a, act)) {
       // Decode step: norm / RoPE / K/V write and attention in one kernel.
       profile_mark(st.stream, "attention.core", st.capturing);
-      const int splits = fused_splits(t, nkv, st.meta.kv_len_bound, st.num_sms);
+      const int splits = fused_splits(t, nkv * fused_decode_parts(static_cast<int>(nh / nkv)),
+                                      st.meta.kv_len_bound, st.num_sms);
       float* partials = nullptr;
       if (splits > 1) {
         partials = static_cast<float*>(ws.take(t * splits * nh * (hd + 2) * 4));
