@@ -8,7 +8,6 @@
 // and eager runs use the same padded shapes: eager and replay are bitwise
 // equal. The graph of a bucket is captured on its first decode step.
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -247,7 +246,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
   CudaExecOptions options_;
   BackendState st_;
   bool graphs_ = true;
-  int64_t ncu_step_ = std::getenv("FERRITE_NCU_DECODE_STEP") ? std::atoll(std::getenv("FERRITE_NCU_DECODE_STEP")) : 0;
+  int64_t ncu_step_ = env_int("FERRITE_NCU_DECODE_STEP", 0);
   int32_t* host_ = nullptr;
   int32_t* dev_ = nullptr;
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_blocks_ = 0;
@@ -289,8 +288,7 @@ Result<std::shared_ptr<void>> make_cuda_exec_context(Device& device, const CudaE
   if (!d) return invalid_argument("make_cuda_exec_context: not a CUDA device");
   auto exec = std::make_shared<cuda::CudaExec>(*d, options);
   FERRITE_RETURN_IF_ERROR(exec->init());
-  const char* g = std::getenv("FERRITE_CUDA_GRAPHS");
-  exec->set_graphs(options.graphs && !(g && g[0] == '0'));
+  exec->set_graphs(options.graphs && cuda::env_switch_on("FERRITE_CUDA_GRAPHS"));
   ctx->device = &device;
   ctx->stream = exec->state().stream;
   ctx->preparer = exec.get();

@@ -46,6 +46,15 @@ inline bool small_ok(DType dt) {
   return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16;
 }
 
+// Element offset of (position pos, KV head kvh) of sequence seq in a paged
+// K or V cache [pages, page_size, nkv, hd], through the step's block tables.
+__device__ __forceinline__ int64_t paged_kv_offset(const StepMeta& meta, int32_t seq, int32_t pos,
+                                                   int32_t page_size, int32_t nkv, int32_t hd,
+                                                   int32_t kvh) {
+  const int32_t page = meta.block_tables[meta.seq_block_off[seq] + pos / page_size];
+  return ((static_cast<int64_t>(page) * page_size + pos % page_size) * nkv + kvh) * hd;
+}
+
 // Blocks of `threads` for a grid-stride loop over n elements (1 .. 8192).
 inline int grid_for(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;

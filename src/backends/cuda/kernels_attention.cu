@@ -11,13 +11,6 @@
 namespace ferrite::cuda {
 namespace {
 
-__device__ __forceinline__ int64_t kv_offset(const StepMeta& meta, int32_t seq, int32_t pos,
-                                             int32_t page_size, int32_t nkv, int32_t hd,
-                                             int32_t kvh) {
-  const int32_t page = meta.block_tables[meta.seq_block_off[seq] + pos / page_size];
-  return ((static_cast<int64_t>(page) * page_size + pos % page_size) * nkv + kvh) * hd;
-}
-
 template <typename T, typename TW>
 __global__ void qk_rope_kv_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q, T* k,
                                   T* v, const TW* q_norm, const TW* k_norm, const TW* q_bias,
@@ -93,7 +86,7 @@ __global__ void qk_rope_kv_kernel(AttentionShape a, StepMeta meta, int32_t page_
     for (int d = threadIdx.x; d < hd; d += blockDim.x) ptr[d] = from_f<T>(vals[d]);
   } else if (real) {
     T* cache = kind == 1 ? k_cache : v_cache;
-    const int64_t base = kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, head);
+    const int64_t base = paged_kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, head);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) cache[base + d] = from_f<T>(vals[d]);
   }
 }
@@ -152,7 +145,8 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(AttentionShape a,
         const int pos = p0 + j;
         float kf[8], vf[8];
         if (pos < len) {
-          const int64_t base = kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, kvh) + d;
+          const int64_t base =
+              paged_kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, kvh) + d;
           const uint4 kraw = *reinterpret_cast<const uint4*>(k_cache + base);
           const uint4 vraw = *reinterpret_cast<const uint4*>(v_cache + base);
           const T* kp = reinterpret_cast<const T*>(&kraw);
@@ -178,7 +172,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(AttentionShape a,
         const int pos = p0 + j;
         float kv = 0.0f, vv = 0.0f;
         if (pos < len) {
-          const int64_t base = kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, kvh);
+          const int64_t base = paged_kv_offset(meta, seq, pos, page_size, a.num_kv_heads, hd, kvh);
           kv = to_f(k_cache[base + d]);
           vv = to_f(v_cache[base + d]);
         }

@@ -68,13 +68,6 @@ __device__ __forceinline__ void unpack_words(const uint32_t* w, float* f) {
   }
 }
 
-__device__ __forceinline__ int64_t page_base(const StepMeta& meta, int32_t seq, int32_t pos,
-                                             int32_t page_size, int32_t nkv, int32_t hd,
-                                             int32_t kvh) {
-  const int32_t page = meta.block_tables[meta.seq_block_off[seq] + pos / page_size];
-  return ((static_cast<int64_t>(page) * page_size + pos % page_size) * nkv + kvh) * hd;
-}
-
 struct FusedWeights {
   const void* q_norm;
   const void* k_norm;
@@ -110,7 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
 
   const int64_t t = blockIdx.x;
   const int group = a.num_heads / a.num_kv_heads;
-  const int parts = (group + 3) / 4;            // fused_decode_parts(group)
+  const int parts = gridDim.y / a.num_kv_heads;  // fused_decode_parts(group)
   const int gsub = (group + parts - 1) / parts;  // <= MAXG
   const int kvh = blockIdx.y / parts, part = blockIdx.y % parts, split = blockIdx.z;
   const int g0 = part * gsub;               // the block's first head in the group
@@ -136,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     for (int u = 0; u < kU; ++u) {
       const int p = p0 + (r * kWarps + warp) * kU + u;
       if (p < p1 && p != pos) {
-        const int64_t base = page_base(meta, seq, p, page_size, nkv, HD, kvh) + lane * D;
+        const int64_t base = paged_kv_offset(meta, seq, p, page_size, nkv, HD, kvh) + lane * D;
         load_words<D>(k_cache + base, kw[u]);
         load_words<D>(v_cache + base, vw[u]);
       } else {
@@ -211,15 +204,17 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
 #pragma unroll
       for (int e = 0; e < D; ++e) x[e] = y[e];
     }
-    // Round as the cache (and the unfused q buffer) store them.
+    // Round as the cache (and the unfused q buffer) store them; part 0 of
+    // the split holding the newest position writes K / V to the cache.
+    T* slot = nullptr;
+    if (kind > 0 && real && part == 0 && pos >= p0 && pos < p1)
+      slot = (kind == 1 ? k_cache : v_cache) +
+             paged_kv_offset(meta, seq, pos, page_size, nkv, HD, kvh) + lane * D;
 #pragma unroll
     for (int e = 0; e < D; ++e) {
       const T r = from_f<T>(x[e]);
       dst[lane * D + e] = kind == 0 ? to_f(r) * a.scale : to_f(r);
-      if (kind > 0 && real && part == 0 && pos >= p0 && pos < p1) {
-        const int64_t base = page_base(meta, seq, pos, page_size, nkv, HD, kvh);
-        (kind == 1 ? k_cache : v_cache)[base + lane * D + e] = r;
-      }
+      if (slot) slot[e] = r;
     }
     // The combine kernel applies the output gate from q: it must see the
     // biased gate, as qk_rope_kv leaves it in place.

@@ -5,7 +5,6 @@
 #include "backends/cuda/kernels.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <type_traits>
@@ -418,10 +417,7 @@ void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w,
 // group (the pre-persistent launch, for A/B runs).
 template <typename K>
 int resident_grid(K kernel, int groups, size_t smem) {
-  static const bool persistent = [] {
-    const char* e = std::getenv("FERRITE_GEMV_PERSISTENT");
-    return !(e && e[0] == '0');
-  }();
+  static const bool persistent = env_switch_on("FERRITE_GEMV_PERSISTENT");
   if (!persistent) return groups;
   // Occupancy queries cost microseconds: one per (kernel, smem, device).
   static std::mutex mu;
@@ -446,11 +442,8 @@ int resident_grid(K kernel, int groups, size_t smem) {
 // 1,601 tok/s; Qwen3-8B: 322 -> 367); at 4 it is worse for 8B (642 ->
 // 615) and at 8 worse for both.
 int gemv_max_rows() {
-  static const int v = [] {
-    const char* e = std::getenv("FERRITE_GEMV_MAX_M");
-    int r = e ? std::atoi(e) : 2;
-    return r < 0 ? 0 : (r > 8 ? 8 : r);
-  }();
+  static const int v =
+      static_cast<int>(std::clamp<int64_t>(env_int("FERRITE_GEMV_MAX_M", 2), 0, 8));
   return v;
 }
 
@@ -486,10 +479,7 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
 constexpr int64_t kGemvMultiSmem = 48 * 1024;  // normalised x rows, no opt-in needed
 
 bool gemv_multi_supported(int64_t m, int64_t k, DType act) {
-  static const bool on = [] {
-    const char* e = std::getenv("FERRITE_FUSED_NORM");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = env_switch_on("FERRITE_FUSED_NORM");
   return on && m * k * dtype_bytes(act, 1) <= kGemvMultiSmem;
 }
 

@@ -4,7 +4,6 @@
 // output gate, and the output GEMM accumulating into the residual.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <vector>
 
 #include "backends/cuda/cuda_providers.h"
@@ -36,11 +35,7 @@ int splits_for(int64_t tokens, int64_t kv_heads, int64_t max_context) {
 // per SM; within the workspace's partial rows. FERRITE_FUSED_SPLIT sets
 // the positions per split (A/B runs).
 int fused_splits(int64_t tokens, int64_t kv_heads, int64_t kv_len_bound, int num_sms) {
-  static const int64_t per_split = [] {
-    const char* e = std::getenv("FERRITE_FUSED_SPLIT");
-    const int64_t v = e ? std::atoll(e) : 64;
-    return v < 16 ? int64_t{16} : v;
-  }();
+  static const int64_t per_split = std::max<int64_t>(16, env_int("FERRITE_FUSED_SPLIT", 64));
   const int64_t blocks = tokens * kv_heads;
   int64_t s = std::max<int64_t>(1, kv_len_bound / per_split);
   s = std::min<int64_t>({s, kMaxSplits, std::max<int64_t>(1, (2 * num_sms + blocks - 1) / blocks),
@@ -51,20 +46,14 @@ int fused_splits(int64_t tokens, int64_t kv_heads, int64_t kv_len_bound, int num
 // FERRITE_FUSED_ATTENTION=0 keeps decode steps on the three-kernel path
 // (qk_rope_kv, attention_decode, combine), for A/B runs.
 bool fused_decode_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("FERRITE_FUSED_ATTENTION");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = env_switch_on("FERRITE_FUSED_ATTENTION");
   return on;
 }
 
 // FERRITE_FUSED_MERGE=0: the splits of the fused kernel are merged by the
 // combine kernel instead of the last block of each (token, KV head).
 bool fused_merge_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("FERRITE_FUSED_MERGE");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = env_switch_on("FERRITE_FUSED_MERGE");
   return on;
 }
 
