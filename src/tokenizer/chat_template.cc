@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "tokenizer/jinja.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ferrite {
 namespace {
@@ -23,13 +24,14 @@ Result<std::string> read_file(const std::filesystem::path& path) {
 // objects of AddedToken are reduced to their content).
 ordered_json special_tokens_of(const ordered_json& config) {
   ordered_json out = ordered_json::object();
+  if (!config.is_object()) return out;
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                           "cls_token", "mask_token"}) {
     if (!config.contains(key)) continue;
     const auto& v = config[key];
     if (v.is_string())
       out[key] = v;
-    else if (v.is_object() && v.contains("content"))
+    else if (v.is_object() && v.contains("content") && v["content"].is_string())
       out[key] = v["content"];
   }
   if (config.contains("additional_special_tokens") &&
@@ -38,7 +40,7 @@ ordered_json special_tokens_of(const ordered_json& config) {
     for (const auto& t : config["additional_special_tokens"]) {
       if (t.is_string())
         list.push_back(t);
-      else if (t.is_object() && t.contains("content"))
+      else if (t.is_object() && t.contains("content") && t["content"].is_string())
         list.push_back(t["content"]);
     }
     out["additional_special_tokens"] = list;
@@ -57,6 +59,12 @@ Result<ChatTemplate> ChatTemplate::from_source(const std::string& source,
     t.template_ = std::make_shared<const jinja::Template>(jinja::Template::parse(source));
   } catch (const jinja::JinjaError& e) {
     return unsupported(std::string("chat template: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("chat template: out of memory while parsing");
+  } catch (const std::exception& e) {
+    // Last resort: every known failure is a JinjaError above.
+    return internal_error(std::string("chat template: unexpected error while parsing: ") +
+                          e.what());
   }
   return t;
 }
@@ -79,16 +87,27 @@ Result<ChatTemplate> ChatTemplate::load(const std::string& path) {
   std::string source;
   if (fs::exists(dir / "chat_template.jinja", ec)) {
     FERRITE_ASSIGN_OR_RETURN(source, read_file(dir / "chat_template.jinja"));
-  } else if (config.contains("chat_template")) {
+  } else if (config.is_object() && config.contains("chat_template")) {
     const auto& ct = config["chat_template"];
     if (ct.is_string()) {
       source = ct.get<std::string>();
     } else if (ct.is_array()) {
       // Named templates: [{"name": "default", "template": ...}, ...].
       for (const auto& e : ct) {
-        if (e.value("name", "") == "default") source = e.value("template", "");
+        if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
+            e["name"].get<std::string>() != "default") {
+          continue;
+        }
+        if (!e.contains("template") || !e["template"].is_string()) {
+          return invalid_argument(config_path.string() +
+                                  ": the 'default' chat template is not a string");
+        }
+        source = e["template"].get<std::string>();
       }
       if (source.empty()) return not_found(config_path.string() + ": no 'default' chat template");
+    } else if (!ct.is_null()) {
+      return invalid_argument(config_path.string() +
+                              ": chat_template is neither a string nor a list of named templates");
     }
   }
   if (source.empty()) return not_found("no chat template in " + path);
@@ -97,22 +116,36 @@ Result<ChatTemplate> ChatTemplate::load(const std::string& path) {
   return t;
 }
 
-Result<std::string> ChatTemplate::render(const ordered_json& messages, const ordered_json& tools,
-                                         bool add_generation_prompt,
-                                         const ordered_json& extra_kwargs) const {
+// Forgery defence of render_tokens, by provenance tracking (rather than
+// substituting placeholders for special-token text in the data before
+// rendering): every string of the messages, tools and kwargs enters the
+// interpreter marked as data, the marks follow the bytes through the
+// template's string operations (jinja_value.h, Spans), and the tokenizer
+// parses a special token only where none of its bytes is data. The rendered
+// text is exactly render()'s, so templates that inspect the content
+// (startswith, split on '</think>', length, tojson) behave the same as
+// without the defence, and benign input gives encode(render(...)) ids.
+Result<jinja::Rendered> ChatTemplate::render_marked(const ordered_json& messages,
+                                                     const ordered_json& tools,
+                                                     bool add_generation_prompt,
+                                                     const ordered_json& extra_kwargs) const {
   if (!messages.is_array()) return invalid_argument("chat messages must be a JSON array");
+  if (!extra_kwargs.is_null() && !extra_kwargs.is_object()) {
+    return invalid_argument("chat template kwargs must be a JSON object");
+  }
   try {
     std::vector<std::pair<std::string, jinja::Value>> globals;
+    // The special tokens are the model's own (tokenizer_config.json): not data.
     for (const auto& [k, v] : special_tokens_.items()) {
       globals.emplace_back(k, jinja::Value::from_json(v));
     }
-    globals.emplace_back("messages", jinja::Value::from_json(messages));
-    globals.emplace_back("tools", jinja::Value::from_json(tools));
+    globals.emplace_back("messages", jinja::Value::from_json(messages, /*data=*/true));
+    globals.emplace_back("tools", jinja::Value::from_json(tools, /*data=*/true));
     globals.emplace_back("documents", jinja::Value::none());
     globals.emplace_back("add_generation_prompt", jinja::Value(add_generation_prompt));
     if (extra_kwargs.is_object()) {
       for (const auto& [k, v] : extra_kwargs.items()) {
-        globals.emplace_back(k, jinja::Value::from_json(v));
+        globals.emplace_back(k, jinja::Value::from_json(v, /*data=*/true));
       }
     }
     return template_->render(globals);
@@ -120,7 +153,30 @@ Result<std::string> ChatTemplate::render(const ordered_json& messages, const ord
     return invalid_argument(std::string("chat template rejected the request: ") + e.what());
   } catch (const jinja::JinjaError& e) {
     return invalid_argument(std::string("chat template error: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("chat template: out of memory while rendering");
+  } catch (const std::exception& e) {
+    // Last resort: every known failure is a JinjaError above.
+    return internal_error(std::string("chat template: unexpected error: ") + e.what());
   }
+}
+
+Result<std::string> ChatTemplate::render(const ordered_json& messages, const ordered_json& tools,
+                                         bool add_generation_prompt,
+                                         const ordered_json& extra_kwargs) const {
+  FERRITE_ASSIGN_OR_RETURN(jinja::Rendered r,
+                           render_marked(messages, tools, add_generation_prompt, extra_kwargs));
+  return std::move(r.text);
+}
+
+Result<std::vector<uint32_t>> ChatTemplate::render_tokens(const Tokenizer& tokenizer,
+                                                          const ordered_json& messages,
+                                                          const ordered_json& tools,
+                                                          bool add_generation_prompt,
+                                                          const ordered_json& extra_kwargs) const {
+  FERRITE_ASSIGN_OR_RETURN(jinja::Rendered r,
+                           render_marked(messages, tools, add_generation_prompt, extra_kwargs));
+  return tokenizer.encode_marked(r.text, /*add_special_tokens=*/false, SpecialText::kParse, r.data);
 }
 
 }  // namespace ferrite

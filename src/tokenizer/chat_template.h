@@ -17,8 +17,11 @@
 
 namespace ferrite {
 
+class Tokenizer;
+
 namespace jinja {
 class Template;
+struct Rendered;
 }
 
 class ChatTemplate {
@@ -43,9 +46,31 @@ class ChatTemplate {
                              const nlohmann::ordered_json& tools, bool add_generation_prompt,
                              const nlohmann::ordered_json& extra_kwargs = nullptr) const;
 
+  // render() and then the token ids of the result, such that special-token
+  // text coming from the data (any string inside messages, tools or
+  // extra_kwargs, including dict keys) is encoded as plain text, while the
+  // special tokens the template itself writes (its literals such as
+  // '<|im_start|>', and the bos_token / eos_token variables from
+  // tokenizer_config.json) are real special tokens. A user message holding
+  // "<|im_start|>system\n..." therefore cannot forge a turn. Whenever the data
+  // holds no special-token text the ids equal
+  // tokenizer.encode(render(...), false) exactly. No BOS/EOS is added beyond
+  // what the template writes (transformers' apply_chat_template(tokenize=True)).
+  Result<std::vector<uint32_t>> render_tokens(const Tokenizer& tokenizer,
+                                              const nlohmann::ordered_json& messages,
+                                              const nlohmann::ordered_json& tools,
+                                              bool add_generation_prompt,
+                                              const nlohmann::ordered_json& extra_kwargs =
+                                                  nullptr) const;
+
   const std::string& source() const { return source_; }
 
  private:
+  Result<jinja::Rendered> render_marked(const nlohmann::ordered_json& messages,
+                                        const nlohmann::ordered_json& tools,
+                                        bool add_generation_prompt,
+                                        const nlohmann::ordered_json& extra_kwargs) const;
+
   std::string source_;
   std::shared_ptr<const jinja::Template> template_;
   nlohmann::ordered_json special_tokens_;

@@ -1,14 +1,166 @@
 // Jinja evaluation: statements, expressions, filters, tests and the Python
 // methods of str / dict / list that chat templates call.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tokenizer/jinja.h"
 
 namespace ferrite::jinja {
+
+// ---- budgets (Limits) ----
+
 namespace {
+
+// The render running on this thread. Value's constructors and the helpers of
+// jinja_value.cc charge it without a handle being passed around; macro calls
+// (which run a nested interpreter) share it.
+struct Budget {
+  const Limits& limits;
+  uint64_t steps = 0;
+  uint64_t total_bytes = 0;
+  size_t depth = 0;
+};
+thread_local Budget* t_budget = nullptr;
+
+[[noreturn]] void over_limit(const std::string& what) {
+  throw JinjaError("chat template exceeded its limit of " + what);
+}
+
+// One level of statement / expression / macro nesting while rendering.
+struct EvalDepth {
+  EvalDepth() {
+    if (t_budget == nullptr) return;
+    if (t_budget->depth >= t_budget->limits.max_eval_depth) {
+      over_limit(std::to_string(t_budget->limits.max_eval_depth) +
+                 " nested statements, expressions and macro calls");
+    }
+    ++t_budget->depth;
+  }
+  ~EvalDepth() {
+    if (t_budget != nullptr) --t_budget->depth;
+  }
+  EvalDepth(const EvalDepth&) = delete;
+  EvalDepth& operator=(const EvalDepth&) = delete;
+};
+
+}  // namespace
+
+void charge_steps(uint64_t n) {
+  if (t_budget == nullptr) return;
+  t_budget->steps += n;
+  if (t_budget->steps > t_budget->limits.max_steps) {
+    over_limit(std::to_string(t_budget->limits.max_steps) + " evaluation steps");
+  }
+}
+
+void check_string_size(size_t bytes) {
+  if (t_budget != nullptr && bytes > t_budget->limits.max_string_bytes) {
+    over_limit(std::to_string(t_budget->limits.max_string_bytes) + " bytes for one string");
+  }
+}
+
+void charge_string(size_t bytes) {
+  if (t_budget == nullptr) return;
+  check_string_size(bytes);
+  t_budget->total_bytes += bytes;
+  if (t_budget->total_bytes > t_budget->limits.max_total_bytes) {
+    over_limit(std::to_string(t_budget->limits.max_total_bytes) + " bytes of strings built");
+  }
+}
+
+void charge_scan(size_t bytes) { charge_steps(1 + bytes / 256); }
+
+void charge_items(size_t items) {
+  if (t_budget == nullptr) return;
+  if (items > t_budget->limits.max_items) {
+    over_limit(std::to_string(t_budget->limits.max_items) + " items in one list or dict");
+  }
+  charge_steps(items);
+}
+
+void check_value_depth(size_t depth) {
+  size_t max = t_budget != nullptr ? t_budget->limits.max_value_depth : kDefaultMaxValueDepth;
+  if (depth > max) over_limit(std::to_string(max) + " levels of nested lists and dicts");
+}
+
+namespace {
+
+// Text under construction with its data ranges (the render output, set
+// blocks, macro output, join, replace, ...). `cap`: the size limit.
+class TextBuilder {
+ public:
+  explicit TextBuilder(bool top_level = false) : top_level_(top_level) {}
+  void append(const Value& v) {  // v: a string
+    const std::string& t = v.as_string();
+    grow(t.size());
+    size_t at = text_.size();
+    text_ += t;
+    append_spans(data_, at, v.spans());
+  }
+  void append_text(std::string_view t) {
+    grow(t.size());
+    text_ += t;
+  }
+  // bytes [b, e) of string `v`
+  void append_part(const Value& v, size_t b, size_t e) {
+    grow(e - b);
+    size_t at = text_.size();
+    text_.append(v.as_string(), b, e - b);
+    append_spans(data_, at, slice_spans(v.spans(), b, e));
+  }
+  size_t size() const { return text_.size(); }
+  Value take() { return Value(std::move(text_), std::move(data_)); }
+  Rendered take_rendered() { return Rendered{std::move(text_), std::move(data_)}; }
+
+ private:
+  void grow(size_t n) {
+    size_t total = text_.size() + n;
+    if (top_level_ && t_budget != nullptr) {
+      if (total > t_budget->limits.max_output_bytes) {
+        over_limit(std::to_string(t_budget->limits.max_output_bytes) + " bytes of rendered text");
+      }
+    } else {
+      check_string_size(total);
+    }
+    charge_scan(n);
+  }
+  bool top_level_;
+  std::string text_;
+  Spans data_;
+};
+
+// Bytes [b, e) of string `v`, keeping provenance.
+Value substr(const Value& v, size_t b, size_t e) {
+  return Value(v.as_string().substr(b, e - b), slice_spans(v.spans(), b, e));
+}
+
+Value concat(const Value& a, const Value& b) {
+  check_string_size(a.as_string().size() + b.as_string().size());
+  Spans data = a.spans();
+  append_spans(data, a.as_string().size(), b.spans());
+  return Value(a.as_string() + b.as_string(), std::move(data));
+}
+
+// Checked int64 arithmetic: Python ints are unbounded, ours end in an error.
+int64_t checked_add(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_add_overflow(x, y, &r)) throw JinjaError("integer overflow in +");
+  return r;
+}
+int64_t checked_sub(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_sub_overflow(x, y, &r)) throw JinjaError("integer overflow in -");
+  return r;
+}
+int64_t checked_mul(int64_t x, int64_t y, const char* op = "*") {
+  int64_t r;
+  if (__builtin_mul_overflow(x, y, &r)) throw JinjaError(std::string("integer overflow in ") + op);
+  return r;
+}
 
 using Frame = std::unordered_map<std::string, Value>;
 using Frames = std::vector<std::shared_ptr<Frame>>;
@@ -30,22 +182,29 @@ std::string ascii_upper(std::string s) {
   return s;
 }
 
-// Python str.strip family; `chars` empty means whitespace.
-std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {
-  auto strip_set = chars.is_string() ? chars.as_string() : std::string(" \t\n\r\v\f");
+// Python str.strip family on string `v`; `chars` not a string means
+// whitespace. The result keeps v's provenance.
+Value py_strip(const Value& v, const Value& chars, bool left, bool right) {
+  const std::string& s = v.as_string();
+  std::unordered_set<std::string_view> strip_set;
+  std::string ws = " \t\n\r\v\f";
+  for (auto cp : code_points(chars.is_string() ? chars.as_string() : ws)) strip_set.insert(cp);
   auto cps = code_points(s);
-  auto in_set = [&](std::string_view cp) { return strip_set.find(cp) != std::string::npos; };
+  auto in_set = [&](std::string_view cp) { return strip_set.count(cp) != 0; };
   size_t b = 0, e = cps.size();
   if (left)
     while (b < e && in_set(cps[b])) ++b;
   if (right)
     while (e > b && in_set(cps[e - 1])) --e;
-  std::string out;
-  for (size_t i = b; i < e; ++i) out += cps[i];
-  return out;
+  if (b == e) return Value("");
+  size_t byte_b = static_cast<size_t>(cps[b].data() - s.data());
+  size_t byte_e = static_cast<size_t>(cps[e - 1].data() + cps[e - 1].size() - s.data());
+  return substr(v, byte_b, byte_e);
 }
 
-List py_split(const std::string& s, const Value& sep, int64_t maxsplit) {
+List py_split(const Value& sv, const Value& sep, int64_t maxsplit) {
+  const std::string& s = sv.as_string();
+  charge_scan(s.size());
   List out;
   if (!sep.is_string() || sep.is_none()) {
     // Split on whitespace runs, dropping empties.
@@ -59,12 +218,12 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit) {
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
         size_t e = s.size();
         while (e > i && ws(s[e - 1])) --e;
-        out.push_back(Value(s.substr(i, e - i)));
+        out.push_back(substr(sv, i, e));
         break;
       }
       size_t b = i;
       while (i < s.size() && !ws(s[i])) ++i;
-      out.push_back(Value(s.substr(b, i - b)));
+      out.push_back(substr(sv, b, i));
     }
     return out;
   }
@@ -73,18 +232,21 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit) {
   size_t last = 0;
   while (true) {
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) break;
-    size_t p = s.find(d, last);
+    size_t p = str_find(s, d, last);
     if (p == std::string::npos) break;
-    out.push_back(Value(s.substr(last, p - last)));
+    out.push_back(substr(sv, last, p));
     last = p + d.size();
   }
-  out.push_back(Value(s.substr(last)));
+  out.push_back(substr(sv, last, s.size()));
   return out;
 }
 
-std::string py_replace(const std::string& s, const std::string& from, const std::string& to,
-                       int64_t count) {
-  std::string out;
+// Python str.replace on string `sv`; the copied parts of sv and of `to` keep
+// their provenance.
+Value py_replace(const Value& sv, const Value& from_v, const Value& to, int64_t count) {
+  const std::string& s = sv.as_string();
+  const std::string from = from_v.str();
+  TextBuilder out;
   size_t last = 0;
   int64_t n = 0;
   if (from.empty()) {
@@ -92,21 +254,24 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
     auto cps = code_points(s);
     for (auto cp : cps) {
       if (count < 0 || n < count) {
-        out += to;
+        out.append(to);
         ++n;
       }
-      out += cp;
+      size_t b = static_cast<size_t>(cp.data() - s.data());
+      out.append_part(sv, b, b + cp.size());
     }
-    if (count < 0 || n < count) out += to;
-    return out;
+    if (count < 0 || n < count) out.append(to);
+    return out.take();
   }
-  for (size_t p = s.find(from); p != std::string::npos && (count < 0 || n < count);
-       p = s.find(from, last)) {
-    out += s.substr(last, p - last) + to;
+  for (size_t p = str_find(s, from); p != std::string::npos && (count < 0 || n < count);
+       p = str_find(s, from, last)) {
+    out.append_part(sv, last, p);
+    out.append(to);
     last = p + from.size();
     ++n;
   }
-  return out + s.substr(last);
+  out.append_part(sv, last, s.size());
+  return out.take();
 }
 
 std::string py_title(const std::string& s, bool capitalize_only) {
@@ -143,15 +308,20 @@ std::vector<size_t> slice_indices(size_t size, const Value& start, const Value& 
   int64_t b = clamp(start, step > 0 ? 0 : n - 1);
   int64_t e = clamp(stop, step > 0 ? n : -1);
   std::vector<size_t> out;
-  for (int64_t i = b; step > 0 ? i < e : i > e; i += step) out.push_back(static_cast<size_t>(i));
+  for (int64_t i = b; step > 0 ? i < e : i > e;) {
+    out.push_back(static_cast<size_t>(i));
+    if (__builtin_add_overflow(i, step, &i)) break;  // past either end
+  }
+  charge_steps(out.size());
   return out;
 }
 
 class Interp {
  public:
-  explicit Interp(Frames frames) : frames_(std::move(frames)) {}
+  explicit Interp(Frames frames, bool top_level = false)
+      : out(top_level), frames_(std::move(frames)) {}
 
-  std::string out;
+  TextBuilder out;
 
   Flow exec_body(const std::vector<NodePtr>& body) {
     for (const auto& n : body) {
@@ -171,12 +341,14 @@ class Interp {
   void assign(const std::string& name, Value v) { (*frames_.back())[name] = std::move(v); }
 
   Flow exec(const Node& n) {
+    EvalDepth depth;
+    charge_steps(1);
     switch (n.kind) {
       case Node::Kind::kText:
-        out += n.name;
+        out.append_text(n.name);
         return Flow::kNormal;
       case Node::Kind::kOutput:
-        out += eval(*n.kids[0]).str();
+        out.append(eval(*n.kids[0]).to_str());
         return Flow::kNormal;
       case Node::Kind::kIf:
         return exec_body(eval(*n.kids[0]).truthy() ? n.body : n.else_body);
@@ -189,6 +361,9 @@ class Interp {
           if (!ns.is_dict() || !ns.dict().is_namespace) {
             fail(n, "cannot assign attribute on non-namespace object '" + n.names[0] + "'");
           }
+          // Keeps values acyclic (and their depth bounded): see Dict.
+          if (v.has_namespace()) fail(n, "a namespace attribute cannot hold a namespace");
+          check_value_depth(v.depth() + 1);
           ns.dict().set(n.name, std::move(v));
         } else {
           assign_targets(n, n.names, std::move(v));
@@ -196,11 +371,11 @@ class Interp {
         return Flow::kNormal;
       }
       case Node::Kind::kSetBlock: {
-        std::string saved;
+        TextBuilder saved;
         std::swap(saved, out);
         exec_body(n.body);
         std::swap(saved, out);
-        assign(n.name, Value(std::move(saved)));
+        assign(n.name, saved.take());
         return Flow::kNormal;
       }
       case Node::Kind::kMacro:
@@ -231,15 +406,25 @@ class Interp {
   }
 
   List iterate(const Node& n, const Value& v) {
-    if (v.is_list()) return v.list();
+    if (v.is_list()) {
+      charge_steps(v.list().size());
+      return v.list();
+    }
     if (v.is_dict()) {
+      charge_items(v.dict().items.size());
       List keys;
-      for (const auto& [k, _] : v.dict().items) keys.push_back(Value(k));
+      for (const auto& [k, _] : v.dict().items) keys.push_back(v.dict().key(k));
       return keys;
     }
     if (v.is_string()) {
+      const std::string& s = v.as_string();
+      auto cps = code_points(s);
+      charge_items(cps.size());
       List chars;
-      for (auto cp : code_points(v.as_string())) chars.push_back(Value(std::string(cp)));
+      for (auto cp : cps) {
+        size_t b = static_cast<size_t>(cp.data() - s.data());
+        chars.push_back(substr(v, b, b + cp.size()));
+      }
       return chars;
     }
     if (v.is_undefined()) return {};  // Jinja iterates an undefined as empty
@@ -296,6 +481,7 @@ class Interp {
     Frames closure = {frames_.front()};
     if (frames_.size() > 1) closure.push_back(frames_[1]);
     assign(n.name, Value::function([def, closure](Args& args) {
+             EvalDepth depth;
              Interp sub(closure);
              sub.frames_.push_back(std::make_shared<Frame>());
              for (size_t i = 0; i < def->names.size(); ++i) {
@@ -304,11 +490,13 @@ class Interp {
                sub.assign(def->names[i], v);
              }
              sub.exec_body(def->body);
-             return Value(std::move(sub.out));
+             return sub.out.take();
            }));
   }
 
   Value eval(const Node& n) {
+    EvalDepth depth;
+    charge_steps(1);
     switch (n.kind) {
       case Node::Kind::kLiteral:
         return n.value;
@@ -325,6 +513,7 @@ class Interp {
         for (size_t i = 0; i + 1 < n.kids.size(); i += 2) {
           Value k = eval(*n.kids[i]);
           if (!k.is_string()) fail(n, "only string dict keys are supported");
+          d->data_keys = d->data_keys || k.has_data();
           d->set(k.as_string(), eval(*n.kids[i + 1]));
         }
         return Value(d);
@@ -344,10 +533,14 @@ class Interp {
           return Value(std::move(l));
         }
         if (obj.is_string()) {
-          auto cps = code_points(obj.as_string());
-          std::string s;
-          for (size_t i : slice_indices(cps.size(), a, b, c)) s += cps[i];
-          return Value(std::move(s));
+          const std::string& str = obj.as_string();
+          auto cps = code_points(str);
+          TextBuilder s;
+          for (size_t i : slice_indices(cps.size(), a, b, c)) {
+            size_t at = static_cast<size_t>(cps[i].data() - str.data());
+            s.append_part(obj, at, at + cps[i].size());
+          }
+          return s.take();
         }
         fail(n, "cannot slice a '" + obj.type_name() + "'");
       }
@@ -396,7 +589,9 @@ class Interp {
         if (!v.is_number())
           fail(n, "bad operand type for unary " + n.name + ": '" + v.type_name() + "'");
         if (n.name == "+") return v.is_float() ? Value(v.as_float()) : Value(v.as_int());
-        return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
+        if (v.is_float()) return Value(-v.as_float());
+        if (v.as_int() == INT64_MIN) fail(n, "integer overflow in unary -");
+        return Value(-v.as_int());
       }
       case Node::Kind::kNot:
         return Value(!eval(*n.kids[0]).truthy());
@@ -432,7 +627,7 @@ class Interp {
   static bool contains(const Node& n, const Value& container, const Value& item) {
     if (container.is_string()) {
       if (!item.is_string()) fail(n, "'in <string>' requires string as left operand");
-      return container.as_string().find(item.as_string()) != std::string::npos;
+      return str_find(container.as_string(), item.as_string()) != std::string::npos;
     }
     if (container.is_list()) {
       return std::any_of(container.list().begin(), container.list().end(),
@@ -448,7 +643,7 @@ class Interp {
     if (op == "!=") return Value(!values_equal(a, b));
     if (op == "in") return Value(contains(n, b, a));
     if (op == "not in") return Value(!contains(n, b, a));
-    if (op == "~") return Value(a.str() + b.str());
+    if (op == "~") return concat(a.to_str(), b.to_str());
     try {
       if (op == "<") return Value(value_less(a, b));
       if (op == ">") return Value(value_less(b, a));
@@ -458,56 +653,46 @@ class Interp {
       fail(n, e.what());
     }
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+      if (a.is_string() && b.is_string()) return concat(a, b);
       if (a.is_list() && b.is_list()) {
+        charge_items(a.list().size() + b.list().size());
         List l = a.list();
         l.insert(l.end(), b.list().begin(), b.list().end());
         return Value(std::move(l));
       }
     }
     if (op == "*") {
-      if (a.is_string() && b.is_int()) {
-        std::string s;
-        for (int64_t i = 0; i < b.as_int(); ++i) s += a.as_string();
-        return Value(std::move(s));
-      }
-      if (a.is_list() && b.is_int()) {
+      // Python: a sequence times an int (either order); <= 0 gives empty.
+      const Value* seq = a.is_string() || a.is_list() ? &a : &b;
+      const Value* times = seq == &a ? &b : &a;
+      if ((seq->is_string() || seq->is_list()) && times->is_int()) {
+        int64_t k = std::max<int64_t>(times->as_int(), 0);
+        size_t unit = seq->is_string() ? seq->as_string().size() : seq->list().size();
+        unsigned __int128 total = static_cast<unsigned __int128>(unit) * static_cast<uint64_t>(k);
+        if (seq->is_string()) {
+          if (total > SIZE_MAX) check_string_size(SIZE_MAX);
+          check_string_size(static_cast<size_t>(total));
+          TextBuilder s;
+          for (int64_t i = 0; i < k && unit > 0; ++i) s.append(*seq);
+          return s.take();
+        }
+        if (total > SIZE_MAX) charge_items(SIZE_MAX);
+        charge_items(static_cast<size_t>(total));
         List l;
-        for (int64_t i = 0; i < b.as_int(); ++i)
-          l.insert(l.end(), a.list().begin(), a.list().end());
+        l.reserve(static_cast<size_t>(total));
+        for (int64_t i = 0; i < k && unit > 0; ++i)
+          l.insert(l.end(), seq->list().begin(), seq->list().end());
         return Value(std::move(l));
       }
     }
     if (a.is_number() && b.is_number()) {
       bool fl = a.is_float() || b.is_float();
-      if (op == "+")
-        return fl ? Value(a.as_float() + b.as_float()) : Value(a.as_int() + b.as_int());
-      if (op == "-")
-        return fl ? Value(a.as_float() - b.as_float()) : Value(a.as_int() - b.as_int());
-      if (op == "*")
-        return fl ? Value(a.as_float() * b.as_float()) : Value(a.as_int() * b.as_int());
-      if (op == "/") {
-        if (b.as_float() == 0) fail(n, "division by zero");
-        return Value(a.as_float() / b.as_float());
-      }
-      if (op == "//" || op == "%") {
-        if (b.as_float() == 0) fail(n, "integer division or modulo by zero");
-        if (fl) {
-          double q = std::floor(a.as_float() / b.as_float());
-          return op == "//" ? Value(q) : Value(a.as_float() - q * b.as_float());
-        }
-        int64_t x = a.as_int(), y = b.as_int();
-        int64_t q = x / y;
-        if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
-        return op == "//" ? Value(q) : Value(x - q * y);
-      }
-      if (op == "**") {
-        if (!fl && b.as_int() >= 0) {
-          int64_t r = 1;
-          for (int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
-          return Value(r);
-        }
-        return Value(std::pow(a.as_float(), b.as_float()));
+      try {
+        return arithmetic(n, op, a, b, fl);
+      } catch (const JinjaError& e) {
+        std::string msg = e.what();
+        if (msg.starts_with("template line")) throw;
+        fail(n, msg);
       }
     }
     if (a.is_undefined() || b.is_undefined()) {
@@ -515,6 +700,57 @@ class Interp {
     }
     fail(n, "unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
                 b.type_name() + "'");
+  }
+
+  // Python arithmetic on numbers (bools count as ints); int64 overflow,
+  // division and modulo by zero are errors.
+  static Value arithmetic(const Node& n, const std::string& op, const Value& a, const Value& b,
+                          bool fl) {
+    if (op == "/") {
+      if (b.as_float() == 0) fail(n, "division by zero");
+      return Value(a.as_float() / b.as_float());
+    }
+    if (fl) {
+      double x = a.as_float(), y = b.as_float();
+      if (op == "+") return Value(x + y);
+      if (op == "-") return Value(x - y);
+      if (op == "*") return Value(x * y);
+      if (op == "//" || op == "%") {
+        if (y == 0) fail(n, "float division or modulo by zero");
+        double q = std::floor(x / y);
+        return op == "//" ? Value(q) : Value(x - q * y);
+      }
+      if (op == "**") return Value(std::pow(x, y));
+    } else {
+      int64_t x = a.as_int(), y = b.as_int();
+      if (op == "+") return Value(checked_add(x, y));
+      if (op == "-") return Value(checked_sub(x, y));
+      if (op == "*") return Value(checked_mul(x, y));
+      if (op == "//" || op == "%") {
+        if (y == 0) fail(n, "integer division or modulo by zero");
+        if (y == -1) {  // INT64_MIN / -1 traps; x % -1 is 0
+          if (op == "%") return Value(int64_t{0});
+          if (x == INT64_MIN) throw JinjaError("integer overflow in //");
+          return Value(-x);
+        }
+        int64_t q = x / y;
+        if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
+        return op == "//" ? Value(q) : Value(x - q * y);
+      }
+      if (op == "**") {
+        if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
+        // Square-and-multiply: at most 63 rounds whatever the exponent. The
+        // base is squared only while a higher exponent bit remains, so an
+        // overflow there means the result overflows too.
+        int64_t result = 1, base = x;
+        for (int64_t e = y; e > 0; e >>= 1) {
+          if (e & 1) result = checked_mul(result, base, "**");
+          if (e > 1) base = checked_mul(base, base, "**");
+        }
+        return Value(result);
+      }
+    }
+    fail(n, "unsupported operator " + op);
   }
 
   Value get_item(const Node& n, const Value& obj, const Value& key) {
@@ -531,10 +767,13 @@ class Interp {
       return obj.list()[static_cast<size_t>(i)];
     }
     if (obj.is_string() && key.is_number()) {
-      auto cps = code_points(obj.as_string());
+      const std::string& str = obj.as_string();
+      auto cps = code_points(str);
       int64_t i = py_index(key.as_int(), cps.size());
       if (i < 0 || i >= static_cast<int64_t>(cps.size())) return Value::undefined();
-      return Value(std::string(cps[static_cast<size_t>(i)]));
+      std::string_view cp = cps[static_cast<size_t>(i)];
+      size_t at = static_cast<size_t>(cp.data() - str.data());
+      return substr(obj, at, at + cp.size());
     }
     if (obj.is_undefined()) fail(n, "'" + obj.undefined_name() + "' is undefined");
     if (key.is_string()) return get_attr_soft(obj, key.as_string());
@@ -561,23 +800,25 @@ class Interp {
   // Python methods of str / dict / list, bound to `obj`; undefined if none.
   Value get_attr_soft(const Value& obj, const std::string& name) {
     if (obj.is_string()) {
-      const std::string s = obj.as_string();
+      // Methods capture the string Value (O(1) to copy) and keep provenance.
+      const Value self = obj;
       if (name == "strip" || name == "lstrip" || name == "rstrip") {
         bool l = name != "rstrip", r = name != "lstrip";
-        return Value::function([s, l, r](Args& a) {
-          return Value(py_strip(s, a.get(0, "chars", Value::none()), l, r));
+        return Value::function([self, l, r](Args& a) {
+          return py_strip(self, a.get(0, "chars", Value::none()), l, r);
         });
       }
       if (name == "split") {
-        return Value::function([s](Args& a) {
+        return Value::function([self](Args& a) {
           Value sep = a.get(0, "sep", Value::none());
           Value maxsplit = a.get(1, "maxsplit", Value(-1));
-          return Value(py_split(s, sep, maxsplit.as_int()));
+          return Value(py_split(self, sep, maxsplit.as_int()));
         });
       }
       if (name == "startswith" || name == "endswith") {
         bool starts = name == "startswith";
-        return Value::function([s, starts](Args& a) {
+        return Value::function([self, starts](Args& a) {
+          const std::string& s = self.as_string();
           Value p = a.get(0, "prefix");
           List options = p.is_list() ? p.list() : List{p};
           for (const auto& o : options) {
@@ -588,29 +829,42 @@ class Interp {
           return Value(false);
         });
       }
-      if (name == "upper") return Value::function([s](Args&) { return Value(ascii_upper(s)); });
-      if (name == "lower") return Value::function([s](Args&) { return Value(ascii_lower(s)); });
-      if (name == "title") return Value::function([s](Args&) { return Value(py_title(s, false)); });
+      // ASCII case changes keep every byte's position, so provenance too.
+      if (name == "upper") {
+        return Value::function(
+            [self](Args&) { return Value(ascii_upper(self.as_string()), self.spans()); });
+      }
+      if (name == "lower") {
+        return Value::function(
+            [self](Args&) { return Value(ascii_lower(self.as_string()), self.spans()); });
+      }
+      if (name == "title") {
+        return Value::function(
+            [self](Args&) { return Value(py_title(self.as_string(), false), self.spans()); });
+      }
       if (name == "capitalize") {
-        return Value::function([s](Args&) { return Value(py_title(s, true)); });
+        return Value::function(
+            [self](Args&) { return Value(py_title(self.as_string(), true), self.spans()); });
       }
       if (name == "replace") {
-        return Value::function([s](Args& a) {
-          return Value(py_replace(s, a.get(0, "old").str(), a.get(1, "new").str(),
-                                  a.get(2, "count", Value(-1)).as_int()));
+        return Value::function([self](Args& a) {
+          return py_replace(self, a.get(0, "old"), a.get(1, "new").to_str(),
+                            a.get(2, "count", Value(-1)).as_int());
         });
       }
       if (name == "find" || name == "count" || name == "index") {
-        return Value::function([s, name](Args& a) {
+        return Value::function([self, name](Args& a) {
+          const std::string& s = self.as_string();
           std::string sub = a.get(0, "sub").str();
           if (name == "count") {
             if (sub.empty()) return Value(static_cast<int64_t>(code_points(s).size() + 1));
             int64_t c = 0;
-            for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size()))
+            for (size_t p = str_find(s, sub); p != std::string::npos;
+                 p = str_find(s, sub, p + sub.size()))
               ++c;
             return Value(c);
           }
-          size_t p = s.find(sub);
+          size_t p = str_find(s, sub);
           if (p == std::string::npos) {
             if (name == "index") throw JinjaError("substring not found");
             return Value(-1);
@@ -619,19 +873,21 @@ class Interp {
         });
       }
       if (name == "join") {
-        return Value::function([s](Args& a) {
+        return Value::function([self](Args& a) {
           Value items = a.get(0, "iterable");
-          std::string out;
+          TextBuilder out;
           if (!items.is_list()) throw JinjaError("join() argument must be a list");
           for (size_t i = 0; i < items.list().size(); ++i) {
-            if (i) out += s;
-            out += items.list()[i].str();
+            if (i) out.append(self);
+            out.append(items.list()[i].to_str());
           }
-          return Value(std::move(out));
+          return out.take();
         });
       }
       if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum") {
-        return Value::function([s, name](Args&) {
+        return Value::function([self, name](Args&) {
+          const std::string& s = self.as_string();
+          charge_scan(s.size());
           if (s.empty()) return Value(false);
           for (unsigned char c : s) {
             bool ok = name == "isdigit"   ? std::isdigit(c)
@@ -644,17 +900,19 @@ class Interp {
         });
       }
       if (name == "splitlines") {
-        return Value::function([s](Args&) {
+        return Value::function([self](Args&) {
+          const std::string& s = self.as_string();
+          charge_scan(s.size());
           List out;
           size_t last = 0;
           for (size_t i = 0; i < s.size(); ++i) {
             if (s[i] == '\n' || s[i] == '\r') {
-              out.push_back(Value(s.substr(last, i - last)));
+              out.push_back(substr(self, last, i));
               if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
               last = i + 1;
             }
           }
-          if (last < s.size()) out.push_back(Value(s.substr(last)));
+          if (last < s.size()) out.push_back(substr(self, last, s.size()));
           return Value(std::move(out));
         });
       }
@@ -665,14 +923,15 @@ class Interp {
       if (name == "items") {
         return Value::function([self](Args&) {
           List l;
-          for (const auto& [k, v] : self.dict().items) l.push_back(Value(List{Value(k), v}));
+          for (const auto& [k, v] : self.dict().items)
+            l.push_back(Value(List{self.dict().key(k), v}));
           return Value(std::move(l));
         });
       }
       if (name == "keys") {
         return Value::function([self](Args&) {
           List l;
-          for (const auto& [k, v] : self.dict().items) l.push_back(Value(k));
+          for (const auto& [k, v] : self.dict().items) l.push_back(self.dict().key(k));
           return Value(std::move(l));
         });
       }
@@ -723,8 +982,13 @@ class Interp {
       size_t dot = path.find('.', start);
       std::string part =
           path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      int64_t index = 0;
       bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-      cur = numeric ? get_item(n, cur, Value(static_cast<int64_t>(std::stoll(part))))
+      if (numeric) {
+        auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+        if (ec != std::errc()) fail(n, "attribute index " + part + " is out of range");
+      }
+      cur = numeric ? get_item(n, cur, Value(index))
                     : (cur.is_undefined() ? cur : get_item(n, cur, Value(part)));
       if (dot == std::string::npos) return cur;
       start = dot + 1;
@@ -745,8 +1009,13 @@ class Interp {
       if (a.get(0, "ensure_ascii", Value(false)).truthy()) {
         fail(n, "tojson(ensure_ascii=True) is not supported");
       }
-      int ind = indent.is_none() ? -1 : static_cast<int>(indent.as_int());
-      return Value(v.to_json(ind, item_sep, key_sep, a.get(3, "sort_keys", Value(false)).truthy()));
+      // Python: a negative indent inserts newlines only; None is compact.
+      int ind = indent.is_none()
+                    ? -1
+                    : static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 1 << 20));
+      return Value::derived(
+          v.to_json(ind, item_sep, key_sep, a.get(3, "sort_keys", Value(false)).truthy()),
+          v.has_data() || seps.has_data());
     }
     if (name == "length" || name == "count") {
       if (v.is_string()) return Value(static_cast<int64_t>(code_points(v.as_string()).size()));
@@ -755,17 +1024,22 @@ class Interp {
       if (v.is_undefined()) return Value(0);
       fail(n, "object of type '" + v.type_name() + "' has no len()");
     }
-    if (name == "trim")
-      return Value(py_strip(v.str(), a.get(0, "chars", Value::none()), true, true));
-    if (name == "upper") return Value(ascii_upper(v.str()));
-    if (name == "lower") return Value(ascii_lower(v.str()));
-    if (name == "capitalize") return Value(py_title(v.str(), true));
-    if (name == "title") return Value(py_title(v.str(), false));
-    if (name == "string") return Value(v.str());
+    if (name == "trim") return py_strip(v.to_str(), a.get(0, "chars", Value::none()), true, true);
+    // ASCII case changes keep byte positions, so provenance too.
+    if (name == "upper" || name == "lower" || name == "capitalize" || name == "title") {
+      Value sv = v.to_str();
+      const std::string& t = sv.as_string();
+      std::string r = name == "upper"   ? ascii_upper(t)
+                      : name == "lower" ? ascii_lower(t)
+                                        : py_title(t, name == "capitalize");
+      return Value(std::move(r), sv.spans());
+    }
+    if (name == "string") return v.to_str();
     if (name == "safe" || name == "e" || name == "escape" || name == "forceescape") {
-      if (name == "safe") return v.is_string() ? v : Value(v.str());
+      if (name == "safe") return v.to_str();
       std::string out;
       for (char c : v.str()) {
+        check_string_size(out.size());
         switch (c) {
           case '&':
             out += "&amp;";
@@ -786,7 +1060,7 @@ class Interp {
             out += c;
         }
       }
-      return Value(std::move(out));
+      return Value::derived(std::move(out), v.has_data());
     }
     if (name == "default" || name == "d") {
       bool boolean = a.get(1, "boolean", Value(false)).truthy();
@@ -801,25 +1075,29 @@ class Interp {
     if (name == "list") return Value(iterate(n, v));
     if (name == "reverse") {
       if (v.is_string()) {
-        auto cps = code_points(v.as_string());
-        std::string s;
-        for (auto it = cps.rbegin(); it != cps.rend(); ++it) s += *it;
-        return Value(std::move(s));
+        const std::string& str = v.as_string();
+        auto cps = code_points(str);
+        TextBuilder s;
+        for (auto it = cps.rbegin(); it != cps.rend(); ++it) {
+          size_t at = static_cast<size_t>(it->data() - str.data());
+          s.append_part(v, at, at + it->size());
+        }
+        return s.take();
       }
       List l = iterate(n, v);
       std::reverse(l.begin(), l.end());
       return Value(std::move(l));
     }
     if (name == "join") {
-      std::string sep = a.get(0, "d", Value("")).str();
+      Value sep = a.get(0, "d", Value("")).to_str();
       Value attr = a.get(1, "attribute", Value::none());
-      std::string out;
+      TextBuilder out;
       List l = iterate(n, v);
       for (size_t i = 0; i < l.size(); ++i) {
-        if (i) out += sep;
-        out += (attr.is_none() ? l[i] : attribute_of(n, l[i], attr.str())).str();
+        if (i) out.append(sep);
+        out.append((attr.is_none() ? l[i] : attribute_of(n, l[i], attr.str())).to_str());
       }
-      return Value(std::move(out));
+      return out.take();
     }
     if (name == "int") {
       if (v.is_string()) {
@@ -845,6 +1123,7 @@ class Interp {
     }
     if (name == "abs") {
       if (v.is_float()) return Value(std::fabs(v.as_float()));
+      if (v.as_int() == INT64_MIN) fail(n, "integer overflow in abs");
       return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
     }
     if (name == "round") {
@@ -859,13 +1138,13 @@ class Interp {
       if (v.is_undefined()) return Value(List{});
       if (!v.is_dict()) fail(n, "items filter needs a mapping");
       List l;
-      for (const auto& [k, val] : v.dict().items) l.push_back(Value(List{Value(k), val}));
+      for (const auto& [k, val] : v.dict().items) l.push_back(Value(List{v.dict().key(k), val}));
       return Value(std::move(l));
     }
     if (name == "dictsort") {
       if (!v.is_dict()) fail(n, "dictsort needs a mapping");
       List l;
-      for (const auto& [k, val] : v.dict().items) l.push_back(Value(List{Value(k), val}));
+      for (const auto& [k, val] : v.dict().items) l.push_back(Value(List{v.dict().key(k), val}));
       std::stable_sort(l.begin(), l.end(), [](const Value& x, const Value& y) {
         return ascii_lower(x.list()[0].as_string()) < ascii_lower(y.list()[0].as_string());
       });
@@ -948,34 +1227,42 @@ class Interp {
       return Value(std::move(out));
     }
     if (name == "replace") {
-      return Value(py_replace(v.str(), a.get(0, "old").str(), a.get(1, "new").str(),
-                              a.get(2, "count", Value(-1)).as_int()));
+      return py_replace(v.to_str(), a.get(0, "old"), a.get(1, "new").to_str(),
+                        a.get(2, "count", Value(-1)).as_int());
     }
     if (name == "indent") {
       Value w = a.get(0, "width", Value(4));
-      std::string pad =
-          w.is_string() ? w.as_string() : std::string(static_cast<size_t>(w.as_int()), ' ');
+      Value pad;
+      if (w.is_string()) {
+        pad = w;
+      } else {
+        int64_t width = std::max<int64_t>(w.as_int(), 0);
+        check_string_size(static_cast<uint64_t>(width) > SIZE_MAX ? SIZE_MAX
+                                                                   : static_cast<size_t>(width));
+        pad = Value(std::string(static_cast<size_t>(width), ' '));
+      }
       bool first = a.get(1, "first", Value(false)).truthy();
       bool blank = a.get(2, "blank", Value(false)).truthy();
-      std::string s = v.str(), out;
+      Value sv = v.to_str();
+      const std::string& s = sv.as_string();
+      TextBuilder out;
       size_t start = 0;
       bool is_first = true;
       while (true) {
         size_t nl = s.find('\n', start);
-        std::string line =
-            s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-        bool indent = is_first ? first : (blank || !line.empty());
-        if (indent) out += pad;
-        out += line;
+        size_t end = nl == std::string::npos ? s.size() : nl;
+        bool indent = is_first ? first : (blank || end > start);
+        if (indent) out.append(pad);
+        out.append_part(sv, start, end);
         if (nl == std::string::npos) break;
-        out += '\n';
+        out.append_part(sv, nl, nl + 1);
         start = nl + 1;
         is_first = false;
       }
-      return Value(std::move(out));
+      return out.take();
     }
     if (name == "wordcount")
-      return Value(static_cast<int64_t>(py_split(v.str(), Value::none(), -1).size()));
+      return Value(static_cast<int64_t>(py_split(v.to_str(), Value::none(), -1).size()));
     fail(n, "unsupported filter '" + name + "'");
   }
 
@@ -999,7 +1286,10 @@ class Interp {
     if (name == "callable") return v.is_function();
     if (name == "odd") return v.as_int() % 2 != 0;
     if (name == "even") return v.as_int() % 2 == 0;
-    if (name == "divisibleby") return arg.as_int() != 0 && v.as_int() % arg.as_int() == 0;
+    if (name == "divisibleby") {
+      // INT64_MIN % -1 traps; everything is divisible by -1.
+      return arg.as_int() != 0 && (arg.as_int() == -1 || v.as_int() % arg.as_int() == 0);
+    }
     if (name == "eq" || name == "equalto" || name == "==") return values_equal(v, arg);
     if (name == "ne" || name == "!=") return !values_equal(v, arg);
     if (name == "lt" || name == "lessthan" || name == "<") return value_less(v, arg);
@@ -1033,7 +1323,17 @@ std::string strftime_now(const std::string& fmt) {
 
 }  // namespace
 
-std::string Template::render(const std::vector<std::pair<std::string, Value>>& globals) const {
+Rendered Template::render(const std::vector<std::pair<std::string, Value>>& globals,
+                          const Limits& limits) const {
+  // Installs this render's budget on the thread for its duration (renders
+  // do not nest: macros run inside the same render).
+  struct Install {
+    Budget budget;
+    Budget* saved;
+    explicit Install(const Limits& l) : budget{l}, saved(t_budget) { t_budget = &budget; }
+    ~Install() { t_budget = saved; }
+  } install(limits);
+
   auto builtins = std::make_shared<Frame>();
   (*builtins)["raise_exception"] =
       Value::function([](Args& a) -> Value { throw TemplateRaised(a.get(0, "message").str()); });
@@ -1051,25 +1351,44 @@ std::string Template::render(const std::vector<std::pair<std::string, Value>>& g
       throw JinjaError("range expected at least 1 argument");
     }
     if (step == 0) throw JinjaError("range() arg 3 must not be zero");
+    // The length first (in 128 bits: stop - start can overflow int64), so
+    // an enormous range is refused before anything is allocated.
+    __int128 span = static_cast<__int128>(stop) - start;
+    __int128 count = 0;
+    if (step > 0 && span > 0) count = (span + step - 1) / step;
+    if (step < 0 && span < 0) {
+      __int128 down = -static_cast<__int128>(step);
+      count = (-span + down - 1) / down;
+    }
+    charge_items(count > static_cast<__int128>(SIZE_MAX) ? SIZE_MAX : static_cast<size_t>(count));
     List l;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) l.push_back(Value(i));
+    l.reserve(static_cast<size_t>(count));
+    for (__int128 i = 0; i < count; ++i) l.push_back(Value(static_cast<int64_t>(start + i * step)));
     return Value(std::move(l));
   });
+  // namespace() may not hold a namespace (see Dict): values stay acyclic.
   (*builtins)["namespace"] = Value::function([](Args& a) {
     auto d = std::make_shared<Dict>();
     d->is_namespace = true;
+    auto put = [&](const std::string& k, const Value& v) {
+      if (v.has_namespace()) throw JinjaError("a namespace attribute cannot hold a namespace");
+      check_value_depth(v.depth() + 1);
+      d->set(k, v);
+    };
     for (const auto& p : a.positional) {
       if (p.is_dict()) {
-        for (const auto& [k, v] : p.dict().items) d->set(k, v);
+        d->data_keys = d->data_keys || p.dict().data_keys;
+        for (const auto& [k, v] : p.dict().items) put(k, v);
       }
     }
-    for (const auto& [k, v] : a.kwargs) d->set(k, v);
+    for (const auto& [k, v] : a.kwargs) put(k, v);
     return Value(d);
   });
   (*builtins)["dict"] = Value::function([](Args& a) {
     auto d = std::make_shared<Dict>();
     for (const auto& p : a.positional) {
       if (p.is_dict()) {
+        d->data_keys = d->data_keys || p.dict().data_keys;
         for (const auto& [k, v] : p.dict().items) d->set(k, v);
       }
     }
@@ -1077,9 +1396,9 @@ std::string Template::render(const std::vector<std::pair<std::string, Value>>& g
     return Value(d);
   });
   for (const auto& [k, v] : globals) (*builtins)[k] = v;
-  Interp interp({builtins, std::make_shared<Frame>()});
+  Interp interp({builtins, std::make_shared<Frame>()}, /*top_level=*/true);
   interp.exec_body(body_);
-  return std::move(interp.out);
+  return interp.out.take_rendered();
 }
 
 }  // namespace ferrite::jinja

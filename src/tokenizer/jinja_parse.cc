@@ -1,6 +1,9 @@
 // Jinja lexing and parsing: template source -> segments (text, tags) with
 // transformers' whitespace settings applied -> statement and expression tree.
+#include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdlib>
 #include <set>
 
 #include "tokenizer/jinja.h"
@@ -19,11 +22,23 @@ struct Segment {
   int line;
 };
 
-int line_at(std::string_view s, size_t pos) {
-  int line = 1;
-  for (size_t i = 0; i < pos && i < s.size(); ++i) line += s[i] == '\n';
-  return line;
-}
+// Line numbers of positions in `s`, counted incrementally (positions mostly
+// increase), so lexing stays linear in the template size.
+class LineCounter {
+ public:
+  explicit LineCounter(std::string_view s) : s_(s) {}
+  int at(size_t pos) {
+    pos = std::min(pos, s_.size());
+    if (pos < pos_) pos_ = 0, line_ = 1;
+    for (; pos_ < pos; ++pos_) line_ += s_[pos_] == '\n';
+    return line_;
+  }
+
+ private:
+  std::string_view s_;
+  size_t pos_ = 0;
+  int line_ = 1;
+};
 
 // Position just past the closing delimiter `close` of a tag whose inner part
 // starts at `pos`, skipping string literals; npos when unterminated.
@@ -59,6 +74,8 @@ std::vector<Segment> lex_template(std::string_view src) {
   else if (source.ends_with('\n'))
     source.pop_back();
   std::string_view s = source;
+  LineCounter lines(s);
+  auto line_at = [&lines](std::string_view, size_t pos) { return lines.at(pos); };
 
   std::vector<Segment> out;
   bool strip_next = false;    // previous tag ended with '-'
@@ -202,10 +219,17 @@ std::vector<Token> lex_expr(const std::string& s, int line) {
       for (char ch : s.substr(b, i - b)) {
         if (ch != '_') num += ch;
       }
-      if (is_float)
-        out.push_back({Token::Kind::kFloat, num, Value(std::stod(num))});
-      else
-        out.push_back({Token::Kind::kInt, num, Value(static_cast<int64_t>(std::stoll(num)))});
+      if (is_float) {
+        // strtod: overflow gives inf, as Python's float literal does.
+        out.push_back({Token::Kind::kFloat, num, Value(std::strtod(num.c_str(), nullptr))});
+      } else {
+        int64_t v = 0;
+        auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+        if (ec != std::errc() || end != num.data() + num.size()) {
+          fail(line, "integer literal " + num + " is out of range");
+        }
+        out.push_back({Token::Kind::kInt, num, Value(v)});
+      }
       continue;
     }
     if (c == '\'' || c == '"') {
@@ -261,8 +285,21 @@ std::vector<Token> lex_expr(const std::string& s, int line) {
           case 'u':
           case 'U': {
             size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-            if (i + n > s.size()) fail(line, "bad escape in string literal");
-            char32_t cp = static_cast<char32_t>(std::stoul(s.substr(i, n), nullptr, 16));
+            uint32_t code = 0;
+            for (size_t k = 0; k < n; ++k) {
+              if (i + k >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[i + k]))) {
+                fail(line, std::string("bad \\") + e + " escape in string literal: needs " +
+                               std::to_string(n) + " hex digits");
+              }
+              char h = s[i + k];
+              code = code * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                                           ? h - '0'
+                                                           : std::tolower(h) - 'a' + 10);
+            }
+            if (code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
+              fail(line, "escape \\" + std::string(1, e) + " names no Unicode scalar value");
+            }
+            char32_t cp = static_cast<char32_t>(code);
             i += n;
             // UTF-8 encode.
             if (cp < 0x80) {
@@ -313,7 +350,34 @@ std::vector<Token> lex_expr(const std::string& s, int line) {
 
 class ExprParser {
  public:
-  ExprParser(const std::string& src, int line) : toks_(lex_expr(src, line)), line_(line) {}
+  ExprParser(const std::string& src, int line, const Limits& limits)
+      : toks_(lex_expr(src, line)), line_(line), limits_(limits) {}
+
+  // Recursion guard of the recursive-descent entry points.
+  struct Nest {
+    explicit Nest(ExprParser& p) : p_(p) {
+      if (++p_.nest_ > p_.limits_.max_parse_depth) {
+        fail(p_.line_, "expression nests deeper than " +
+                           std::to_string(p_.limits_.max_parse_depth) + " levels");
+      }
+    }
+    ~Nest() { --p_.nest_; }
+    ExprParser& p_;
+  };
+  // Sets n's height from its operands; operator chains (a ~ b ~ c ...) grow
+  // the tree without recursion, so the height is checked here too.
+  NodePtr seal(NodePtr n) {
+    int h = 0;
+    for (const auto& k : n->kids) {
+      if (k) h = std::max(h, k->height);
+    }
+    n->height = h + 1;
+    if (static_cast<size_t>(n->height) > limits_.max_parse_depth) {
+      fail(line_, "expression nests deeper than " + std::to_string(limits_.max_parse_depth) +
+                      " levels");
+    }
+    return n;
+  }
 
   bool at_end() const { return peek().kind == Token::Kind::kEnd; }
   const Token& peek(size_t k = 0) const { return toks_[std::min(pos_ + k, toks_.size() - 1)]; }
@@ -367,10 +431,11 @@ class ExprParser {
       if (at_end() || is_op(")") || is_op("]") || is_op("}") || is_op("=")) break;
       t->kids.push_back(parse_expr());
     }
-    return t;
+    return seal(t);
   }
 
   NodePtr parse_expr() {
+    Nest nest(*this);
     NodePtr e = parse_or();
     if (is_name("if")) {
       ++pos_;
@@ -378,7 +443,7 @@ class ExprParser {
       NodePtr cond = parse_or();
       NodePtr other = accept_name("else") ? parse_expr() : nullptr;
       c->kids = {cond, e, other};
-      return c;
+      return seal(c);
     }
     return e;
   }
@@ -388,7 +453,7 @@ class ExprParser {
     while (accept_name("or")) {
       auto n = node(Node::Kind::kOr);
       n->kids = {l, parse_and()};
-      l = n;
+      l = seal(n);
     }
     return l;
   }
@@ -397,16 +462,17 @@ class ExprParser {
     while (accept_name("and")) {
       auto n = node(Node::Kind::kAnd);
       n->kids = {l, parse_not()};
-      l = n;
+      l = seal(n);
     }
     return l;
   }
   NodePtr parse_not() {
     if (is_name("not")) {
+      Nest nest(*this);
       ++pos_;
       auto n = node(Node::Kind::kNot);
       n->kids = {parse_not()};
-      return n;
+      return seal(n);
     }
     return parse_compare();
   }
@@ -428,14 +494,14 @@ class ExprParser {
       auto n = node(Node::Kind::kBinary);
       n->name = op;
       n->kids = {l, parse_math1()};
-      l = n;
+      l = seal(n);
     }
   }
   NodePtr binary(const std::string& op, NodePtr l, NodePtr r) {
     auto n = node(Node::Kind::kBinary);
     n->name = op;
     n->kids = {std::move(l), std::move(r)};
-    return n;
+    return seal(n);
   }
   NodePtr parse_math1() {
     NodePtr l = parse_concat();
@@ -466,10 +532,12 @@ class ExprParser {
   NodePtr parse_unary(bool with_filter) {
     NodePtr n;
     if (is_op("-") || is_op("+")) {
+      Nest nest(*this);
       std::string op = toks_[pos_++].text;
       n = node(Node::Kind::kUnary);
       n->name = op;
       n->kids = {parse_unary(false)};
+      n = seal(n);
     } else {
       n = parse_postfix(parse_primary());
     }
@@ -507,7 +575,7 @@ class ExprParser {
         while (accept_op(".")) f->name += "." + expect_name();
         f->kids.push_back(n);
         if (accept_op("(")) parse_call_args(*f);
-        n = f;
+        n = seal(f);
       } else if (is_name("is")) {
         ++pos_;
         auto t = node(Node::Kind::kTest);
@@ -524,7 +592,7 @@ class ExprParser {
           // `x is divisibleby 3`, `x is sameas none`: one argument without parentheses.
           t->kids.push_back(parse_primary());
         }
-        n = t;
+        n = seal(t);
       } else {
         return n;
       }
@@ -544,7 +612,7 @@ class ExprParser {
           a->name = expect_name();
           a->kids = {n};
         }
-        n = a;
+        n = seal(a);
       } else if (accept_op("[")) {
         NodePtr parts[3] = {nullptr, nullptr, nullptr};
         int colons = 0;
@@ -560,17 +628,17 @@ class ExprParser {
         if (colons == 0) {
           auto s = node(Node::Kind::kSubscript);
           s->kids = {n, parts[0]};
-          n = s;
+          n = seal(s);
         } else {
           auto s = node(Node::Kind::kSlice);
           s->kids = {n, parts[0], parts[1], parts[2]};
-          n = s;
+          n = seal(s);
         }
       } else if (accept_op("(")) {
         auto c = node(Node::Kind::kCall);
         c->kids.push_back(n);
         parse_call_args(*c);
-        n = c;
+        n = seal(c);
       } else {
         return n;
       }
@@ -634,7 +702,7 @@ class ExprParser {
           break;
         }
       }
-      return d;
+      return seal(d);
     }
     fail(line_, "unexpected '" + describe() + "' in expression");
   }
@@ -653,13 +721,16 @@ class ExprParser {
   std::vector<Token> toks_;
   size_t pos_ = 0;
   int line_;
+  const Limits& limits_;
+  size_t nest_ = 0;
 };
 
 // ---- statement parser ----
 
 class Parser {
  public:
-  explicit Parser(std::vector<Segment> segs) : segs_(std::move(segs)) {}
+  Parser(std::vector<Segment> segs, const Limits& limits)
+      : segs_(std::move(segs)), limits_(limits) {}
 
   std::vector<NodePtr> parse_all() {
     std::string end;
@@ -677,6 +748,7 @@ class Parser {
   }
   static std::string rest_after_word(const std::string& s) {
     size_t b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) return "";
     size_t e = b;
     while (e < s.size() && (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '_')) ++e;
     return s.substr(e);
@@ -698,7 +770,7 @@ class Parser {
         continue;
       }
       if (seg.kind == Segment::Kind::kVar) {
-        ExprParser p(seg.text, seg.line);
+        ExprParser p(seg.text, seg.line, limits_);
         auto n = p.node(Node::Kind::kOutput);
         n->kids = {p.parse_tuple_or_expr()};
         p.expect_end();
@@ -729,7 +801,18 @@ class Parser {
   NodePtr parse_statement(const std::string& word) {
     const Segment& seg = segs_[i_];
     int line = seg.line;
-    ExprParser p(rest_after_word(seg.text), line);
+    if (word.empty()) fail(line, "empty or malformed block tag {% " + seg.text + " %}");
+    // Nested blocks (and elif chains) recurse here.
+    struct Nest {
+      Nest(size_t& d, size_t max, int line) : d_(d) {
+        if (++d_ > max) {
+          fail(line, "statements nest deeper than " + std::to_string(max) + " levels");
+        }
+      }
+      ~Nest() { --d_; }
+      size_t& d_;
+    } nest(nest_, limits_.max_parse_depth, line);
+    ExprParser p(rest_after_word(seg.text), line, limits_);
     ++i_;
     std::string found;
     if (word == "if") {
@@ -824,13 +907,19 @@ class Parser {
 
   std::vector<Segment> segs_;
   size_t i_ = 0;
+  const Limits& limits_;
+  size_t nest_ = 0;
 };
 
 }  // namespace
 
-Template Template::parse(std::string_view source) {
+Template Template::parse(std::string_view source, const Limits& limits) {
+  if (source.size() > limits.max_template_bytes) {
+    throw JinjaError("template is " + std::to_string(source.size()) + " bytes, over the limit of " +
+                     std::to_string(limits.max_template_bytes));
+  }
   Template t;
-  t.body_ = Parser(lex_template(source)).parse_all();
+  t.body_ = Parser(lex_template(source), limits).parse_all();
   return t;
 }
 

@@ -6,7 +6,102 @@
 
 namespace ferrite::jinja {
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+void append_spans(Spans& dst, size_t offset, const Spans& src) {
+  for (const auto& [b, e] : src) {
+    if (!dst.empty() && dst.back().second >= b + offset) {
+      dst.back().second = std::max(dst.back().second, e + offset);
+    } else {
+      dst.emplace_back(b + offset, e + offset);
+    }
+  }
+}
+
+Spans slice_spans(const Spans& src, size_t b, size_t e) {
+  Spans out;
+  for (const auto& [rb, re] : src) {
+    size_t x = std::max(rb, b), y = std::min(re, e);
+    if (x < y) out.emplace_back(x - b, y - b);
+  }
+  return out;
+}
+
+const std::string& Value::empty_string() {
+  static const std::string empty;
+  return empty;
+}
+
+const Spans& Value::empty_spans() {
+  static const Spans empty;
+  return empty;
+}
+
+Value::Value(std::string s, Spans data) : kind_(Kind::kString) {
+  charge_string(s.size());
+  has_data_ = !data.empty();
+  str_ = std::make_shared<const Str>(Str{std::move(s), std::move(data)});
+}
+
+Value Value::data_string(std::string s) {
+  Spans data;
+  if (!s.empty()) data.emplace_back(0, s.size());
+  return Value(std::move(s), std::move(data));
+}
+
+Value Value::derived(std::string s, bool data) {
+  return data ? data_string(std::move(s)) : Value(std::move(s));
+}
+
+Value::Value(List l) : kind_(Kind::kList) {
+  charge_items(l.size());
+  size_t depth = 0;
+  for (const auto& v : l) {
+    depth = std::max(depth, v.depth());
+    has_data_ = has_data_ || v.has_data();
+    has_namespace_ = has_namespace_ || v.has_namespace();
+  }
+  check_value_depth(depth + 1);
+  depth_ = static_cast<uint32_t>(depth + 1);
+  list_ = std::make_shared<const List>(std::move(l));
+}
+
+Value::Value(std::shared_ptr<Dict> d) : kind_(Kind::kDict) {
+  charge_items(d->items.size());
+  size_t depth = 0;
+  for (const auto& [k, v] : d->items) {
+    depth = std::max(depth, v.depth());
+    has_data_ = has_data_ || v.has_data();
+    has_namespace_ = has_namespace_ || v.has_namespace();
+  }
+  has_data_ = has_data_ || d->data_keys;
+  if (d->is_namespace) {
+    // Members may change later; they never hold a namespace (the interpreter
+    // refuses that), so a namespace adds one level to what contains it.
+    depth = 0;
+    has_namespace_ = true;
+  }
+  check_value_depth(depth + 1);
+  depth_ = static_cast<uint32_t>(depth + 1);
+  dict_ = std::move(d);
+}
+
+bool Value::has_data() const {
+  if (kind_ == Kind::kDict && dict_->is_namespace) {
+    for (const auto& [k, v] : dict_->items) {
+      if (v.has_data()) return true;
+    }
+    return false;
+  }
+  return has_data_;
+}
+
+Value Value::to_str() const {
+  if (kind_ == Kind::kString) return *this;
+  return derived(str(), has_data());
+}
+
+namespace {
+
+Value from_json_impl(const nlohmann::ordered_json& j, bool data, size_t depth) {
   using J = nlohmann::ordered_json;
   switch (j.type()) {
     case J::value_t::null:
@@ -15,23 +110,36 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
       return Value(j.get<bool>());
     case J::value_t::number_integer:
       return Value(j.get<int64_t>());
-    case J::value_t::number_unsigned:
-      return Value(static_cast<int64_t>(j.get<uint64_t>()));
+    case J::value_t::number_unsigned: {
+      uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) {
+        throw JinjaError("integer " + std::to_string(u) + " in template input is out of range");
+      }
+      return Value(static_cast<int64_t>(u));
+    }
     case J::value_t::number_float:
       return Value(j.get<double>());
     case J::value_t::string:
-      return Value(j.get<std::string>());
-    case J::value_t::array: {
-      List l;
-      l.reserve(j.size());
-      for (const auto& e : j) l.push_back(from_json(e));
-      return Value(std::move(l));
-    }
-    case J::value_t::object: {
-      auto d = std::make_shared<Dict>();
-      for (const auto& [k, v] : j.items()) d->items.emplace_back(k, from_json(v));
-      return Value(std::move(d));
-    }
+      return data ? Value::data_string(j.get<std::string>()) : Value(j.get<std::string>());
+    case J::value_t::array:
+    case J::value_t::object:
+      if (depth >= kDefaultMaxValueDepth) {
+        throw JinjaError("template input nests deeper than " +
+                         std::to_string(kDefaultMaxValueDepth) + " levels");
+      }
+      if (j.is_array()) {
+        List l;
+        l.reserve(j.size());
+        for (const auto& e : j) l.push_back(from_json_impl(e, data, depth + 1));
+        return Value(std::move(l));
+      } else {
+        auto d = std::make_shared<Dict>();
+        d->data_keys = data;
+        for (const auto& [k, v] : j.items()) {
+          d->items.emplace_back(k, from_json_impl(v, data, depth + 1));
+        }
+        return Value(std::move(d));
+      }
     case J::value_t::binary:
     case J::value_t::discarded:
       break;
@@ -39,8 +147,20 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
   throw JinjaError("unsupported JSON value in template input");
 }
 
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j, bool data) {
+  return from_json_impl(j, data, 0);
+}
+
 int64_t Value::as_int() const {
-  if (is_float()) return static_cast<int64_t>(float_);
+  if (is_float()) {
+    // [-2^63, 2^63): the doubles whose truncation fits int64.
+    if (!(float_ >= -9223372036854775808.0 && float_ < 9223372036854775808.0)) {
+      throw JinjaError("cannot convert float " + python_float_repr(float_) + " to integer");
+    }
+    return static_cast<int64_t>(float_);
+  }
   return int_;
 }
 
@@ -57,7 +177,7 @@ bool Value::truthy() const {
     case Kind::kFloat:
       return float_ != 0.0;
     case Kind::kString:
-      return !str_.empty();
+      return !as_string().empty();
     case Kind::kList:
       return !list_->empty();
     case Kind::kDict:
@@ -186,51 +306,68 @@ std::string Value::str() const {
     case Kind::kUndefined:
       return "";
     case Kind::kString:
-      return str_;
+      return as_string();
     default:
       return repr();
   }
 }
 
 std::string Value::repr() const {
+  std::string out;
+  repr_impl(out, 0);
+  return out;
+}
+
+void Value::repr_impl(std::string& out, size_t depth) const {
+  // Bounded: values nest at most ~2 * max_value_depth (see Value(List)).
+  check_string_size(out.size());
+  charge_steps(1);
   switch (kind_) {
     case Kind::kUndefined:
-      return "";
+      return;
     case Kind::kNone:
-      return "None";
+      out += "None";
+      return;
     case Kind::kBool:
-      return int_ ? "True" : "False";
+      out += int_ ? "True" : "False";
+      return;
     case Kind::kInt:
-      return std::to_string(int_);
+      out += std::to_string(int_);
+      return;
     case Kind::kFloat:
-      return python_float_repr(float_);
-    case Kind::kString: {
-      std::string out;
-      repr_string(str_, out);
-      return out;
-    }
+      out += python_float_repr(float_);
+      return;
+    case Kind::kString:
+      repr_string(as_string(), out);
+      return;
     case Kind::kList: {
-      std::string out = "[";
+      out += '[';
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i) out += ", ";
-        out += (*list_)[i].repr();
+        (*list_)[i].repr_impl(out, depth + 1);
       }
-      return out + "]";
+      out += ']';
+      return;
     }
     case Kind::kDict: {
-      if (dict_->is_namespace) return "<Namespace>";
-      std::string out = "{";
+      if (dict_->is_namespace) {
+        out += "<Namespace>";
+        return;
+      }
+      out += '{';
       for (size_t i = 0; i < dict_->items.size(); ++i) {
         if (i) out += ", ";
         repr_string(dict_->items[i].first, out);
-        out += ": " + dict_->items[i].second.repr();
+        out += ": ";
+        dict_->items[i].second.repr_impl(out, depth + 1);
       }
-      return out + "}";
+      out += '}';
+      return;
     }
     case Kind::kFunction:
-      return "<function>";
+      out += "<function>";
+      return;
   }
-  return "";
 }
 
 std::string Value::type_name() const {
@@ -264,11 +401,14 @@ std::string Value::to_json(int indent, std::string_view item_sep, std::string_vi
   return out;
 }
 
-void Value::to_json_impl(std::string& out, int indent, int depth, std::string_view item_sep,
+void Value::to_json_impl(std::string& out, int indent, size_t depth, std::string_view item_sep,
                          std::string_view key_sep, bool sort_keys) const {
-  auto newline = [&](int d) {
+  check_string_size(out.size());
+  charge_steps(1);
+  auto newline = [&](size_t d) {
     out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
+    check_string_size(out.size() + static_cast<size_t>(indent) * d);
+    out.append(static_cast<size_t>(indent) * d, ' ');
   };
   switch (kind_) {
     case Kind::kUndefined:
@@ -291,7 +431,7 @@ void Value::to_json_impl(std::string& out, int indent, int depth, std::string_vi
         out += python_float_repr(float_);
       return;
     case Kind::kString:
-      json_string(str_, out);
+      json_string(as_string(), out);
       return;
     case Kind::kList: {
       if (list_->empty()) {
@@ -362,6 +502,7 @@ Value Args::get(size_t index, std::string_view name, Value fallback) const {
 }
 
 bool values_equal(const Value& a, const Value& b) {
+  charge_steps(1);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();
@@ -396,6 +537,7 @@ bool values_equal(const Value& a, const Value& b) {
 }
 
 bool value_less(const Value& a, const Value& b) {
+  charge_steps(1);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() < b.as_float();
     return a.as_int() < b.as_int();
@@ -409,7 +551,28 @@ bool value_less(const Value& a, const Value& b) {
                    b.type_name() + "'");
 }
 
+size_t str_find(std::string_view hay, std::string_view needle, size_t from) {
+  charge_scan(hay.size() > from ? hay.size() - from : 0);
+  if (from > hay.size()) return std::string_view::npos;
+  if (needle.size() <= 64) return hay.find(needle, from);
+  // Knuth-Morris-Pratt: linear in hay + needle, where a naive scan of a long
+  // needle over a long haystack is quadratic.
+  std::vector<size_t> fail(needle.size(), 0);
+  for (size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fail[i] = k;
+  }
+  for (size_t i = from, k = 0; i < hay.size(); ++i) {
+    while (k > 0 && hay[i] != needle[k]) k = fail[k - 1];
+    if (hay[i] == needle[k]) ++k;
+    if (k == needle.size()) return i + 1 - k;
+  }
+  return std::string_view::npos;
+}
+
 std::vector<std::string_view> code_points(std::string_view s) {
+  charge_scan(s.size());
   std::vector<std::string_view> out;
   out.reserve(s.size());
   size_t i = 0;

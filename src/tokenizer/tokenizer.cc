@@ -46,7 +46,7 @@ void AddedTokenMatcher::finalize() {
 }
 
 const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_t& begin,
-                                          size_t& end) const {
+                                          size_t& end, const AddedTokenFilter* filter) const {
   if (all_.empty()) return nullptr;
   for (size_t i = from; i < s.size(); ++i) {
     const auto& bucket = by_first_byte_[static_cast<unsigned char>(s[i])];
@@ -56,6 +56,10 @@ const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_
       if (t->single_word &&
           ((b > 0 && is_ascii_word_char(s[b - 1])) || (e < s.size() && is_ascii_word_char(s[e])))) {
         continue;
+      }
+      if (filter != nullptr && !(*filter)(*t, b, e)) {
+        i = e - 1;  // skip the whole rejected match (the loop's ++i lands on e)
+        break;
       }
       size_t len;
       if (t->lstrip) {
@@ -79,13 +83,36 @@ const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
-Result<std::vector<uint32_t>> Tokenizer::encode(std::string_view text,
-                                                bool add_special_tokens) const {
+Result<std::vector<uint32_t>> Tokenizer::encode(std::string_view text, bool add_special_tokens,
+                                                SpecialText special) const {
+  return encode_marked(text, add_special_tokens, special, {});
+}
+
+Result<std::vector<uint32_t>> Tokenizer::encode_marked(
+    std::string_view text, bool add_special_tokens, SpecialText special,
+    std::span<const std::pair<size_t, size_t>> plain) const {
   FERRITE_RETURN_IF_ERROR(tokenizer::validate_utf8(text));
   const Impl& im = *impl_;
   std::vector<uint32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   if (add_special_tokens) ids.insert(ids.end(), im.prefix_ids.begin(), im.prefix_ids.end());
+
+  // Whether [b, e) of `text` overlaps a plain (data) range.
+  auto overlaps_plain = [&](size_t b, size_t e) {
+    auto it = std::upper_bound(plain.begin(), plain.end(), b,
+                               [](size_t x, const std::pair<size_t, size_t>& r) {
+                                 return x < r.second;
+                               });
+    return it != plain.end() && it->first < e;
+  };
+  // Raw matches are in `text` coordinates: a special token is parsed unless
+  // it is plain text altogether or any byte of it came from data.
+  const AddedTokenFilter raw_filter = [&](const AddedToken& t, size_t b, size_t e) {
+    if (!t.special) return true;
+    if (special == SpecialText::kPlain) return false;
+    return !overlaps_plain(b, e);
+  };
+  const bool filtering = special == SpecialText::kPlain || !plain.empty();
 
   auto encode_normalized = [&](std::string_view piece_text, bool at_start) -> Status {
     std::vector<tokenizer::Piece> pieces;
@@ -96,12 +123,39 @@ Result<std::vector<uint32_t>> Tokenizer::encode(std::string_view text,
     }
     return Status::ok();
   };
-  auto encode_text = [&](std::string_view segment, bool at_start) -> Status {
+  // `segment` starts at byte `offset` of `text`.
+  auto encode_text = [&](std::string_view segment, size_t offset, bool at_start) -> Status {
     if (segment.empty()) return Status::ok();
     std::string normalized = tokenizer::normalize(im.normalizers, segment);
+    // Normalized matches are in normalized coordinates, which do not map back
+    // to `text` bytes; a special token matched there is rejected when its
+    // text occurs inside a data range of this segment (raw or normalized),
+    // i.e. when the data could have supplied it. Only tokenizers with
+    // "normalized": true special tokens reach this.
+    std::vector<std::string> data_pieces;
+    bool data_pieces_ready = false;
+    const AddedTokenFilter normalized_filter = [&](const AddedToken& t, size_t, size_t) {
+      if (!t.special) return true;
+      if (special == SpecialText::kPlain) return false;
+      if (!data_pieces_ready) {
+        data_pieces_ready = true;
+        for (const auto& [rb, re] : plain) {
+          size_t b = std::max(rb, offset), e = std::min(re, offset + segment.size());
+          if (b >= e) continue;
+          std::string_view piece = text.substr(b, e - b);
+          data_pieces.emplace_back(piece);
+          data_pieces.push_back(tokenizer::normalize(im.normalizers, piece));
+        }
+      }
+      for (const auto& piece : data_pieces) {
+        if (piece.find(t.content) != std::string::npos) return false;
+      }
+      return true;
+    };
     size_t pos = 0, b, e;
     while (pos < normalized.size()) {
-      const AddedToken* t = im.normalized_matcher.find(normalized, pos, b, e);
+      const AddedToken* t =
+          im.normalized_matcher.find(normalized, pos, b, e, filtering ? &normalized_filter : nullptr);
       if (t == nullptr) break;
       if (b > pos) {
         FERRITE_RETURN_IF_ERROR(encode_normalized(std::string_view(normalized).substr(pos, b - pos),
@@ -119,13 +173,13 @@ Result<std::vector<uint32_t>> Tokenizer::encode(std::string_view text,
 
   size_t pos = 0, b, e;
   while (pos < text.size()) {
-    const AddedToken* t = im.raw_matcher.find(text, pos, b, e);
+    const AddedToken* t = im.raw_matcher.find(text, pos, b, e, filtering ? &raw_filter : nullptr);
     if (t == nullptr) break;
-    FERRITE_RETURN_IF_ERROR(encode_text(text.substr(pos, b - pos), pos == 0));
+    FERRITE_RETURN_IF_ERROR(encode_text(text.substr(pos, b - pos), pos, pos == 0));
     ids.push_back(t->id);
     pos = e;
   }
-  FERRITE_RETURN_IF_ERROR(encode_text(text.substr(pos), pos == 0));
+  FERRITE_RETURN_IF_ERROR(encode_text(text.substr(pos), pos, pos == 0));
   if (add_special_tokens) ids.insert(ids.end(), im.suffix_ids.begin(), im.suffix_ids.end());
   return ids;
 }

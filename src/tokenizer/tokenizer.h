@@ -16,11 +16,28 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
 
 namespace ferrite {
+
+class ChatTemplate;
+
+// What encode() does with text that spells an added token marked
+// "special": true in tokenizer.json (e.g. "<|im_start|>").
+enum class SpecialText {
+  // Becomes the special token's id (Hugging Face's default). Right for text
+  // the server itself assembled, e.g. a rendered chat template.
+  kParse,
+  // Is encoded as ordinary text through normalizer, pre-tokenizer and BPE,
+  // exactly as Hugging Face tokenizers' encode_special_tokens=True (transformers'
+  // split_special_tokens=True). Added tokens that are not special are still
+  // matched, as there. Right for untrusted text (a completions prompt): a
+  // client cannot forge control tokens by typing their text.
+  kPlain,
+};
 
 class Tokenizer {
  public:
@@ -38,9 +55,11 @@ class Tokenizer {
   Tokenizer& operator=(const Tokenizer&) = delete;
 
   // `text` must be valid UTF-8 (else InvalidArgument naming the bad byte).
-  // Special-token text such as "<|im_start|>" always becomes its id.
+  // `special` says whether special-token text such as "<|im_start|>" becomes
+  // its id (kParse) or is plain text (kPlain); see SpecialText.
   // add_special_tokens applies the post-processor template (e.g. BOS).
-  Result<std::vector<uint32_t>> encode(std::string_view text, bool add_special_tokens) const;
+  Result<std::vector<uint32_t>> encode(std::string_view text, bool add_special_tokens,
+                                       SpecialText special = SpecialText::kParse) const;
 
   // Ids to text; invalid UTF-8 produced by partial byte tokens becomes U+FFFD.
   // An id outside the vocabulary is InvalidArgument.
@@ -70,6 +89,15 @@ class Tokenizer {
   struct Impl;
 
  private:
+  // ChatTemplate::render_tokens encodes a rendered template whose byte ranges
+  // `plain` (sorted, disjoint [begin, end)) came from request data: a special
+  // token whose text overlaps one of them is plain text, every other one is
+  // parsed. With `plain` empty this is encode(text, add_special_tokens).
+  friend class ChatTemplate;
+  Result<std::vector<uint32_t>> encode_marked(
+      std::string_view text, bool add_special_tokens, SpecialText special,
+      std::span<const std::pair<size_t, size_t>> plain) const;
+
   Result<std::string> decode_impl(std::span<const uint32_t> ids, bool skip_special_tokens,
                                   bool raw) const;
   explicit Tokenizer(std::unique_ptr<Impl> impl);

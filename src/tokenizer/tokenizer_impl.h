@@ -2,6 +2,7 @@
 // decode) and tokenizer_load.cc (tokenizer.json parsing). Not a public API.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -20,6 +21,10 @@ struct AddedToken {
   bool lstrip = false, rstrip = false, single_word = false, normalized = false;
 };
 
+// Whether a match of `token` at [begin, end) of the searched string may be
+// used (the match itself, before lstrip/rstrip extension).
+using AddedTokenFilter = std::function<bool(const AddedToken& token, size_t begin, size_t end)>;
+
 // Leftmost-longest matcher over a set of added tokens.
 class AddedTokenMatcher {
  public:
@@ -27,8 +32,13 @@ class AddedTokenMatcher {
   void finalize();
   bool empty() const { return all_.empty(); }
   // Finds the leftmost-longest match at or after `from`; returns the token
-  // or nullptr, and sets [begin, end) of the (strip-extended) match.
-  const AddedToken* find(std::string_view s, size_t from, size_t& begin, size_t& end) const;
+  // or nullptr, and sets [begin, end) of the (strip-extended) match. A match
+  // that `filter` rejects is passed over whole (the search resumes at its
+  // end), as Hugging Face's non-overlapping scan does when
+  // encode_special_tokens skips a special token: text inside a skipped
+  // special token is never matched as another added token.
+  const AddedToken* find(std::string_view s, size_t from, size_t& begin, size_t& end,
+                         const AddedTokenFilter* filter = nullptr) const;
 
  private:
   std::vector<const AddedToken*> all_;
