@@ -14,7 +14,7 @@
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-BINARY="$ROOT/build/ferrite"
+BINARY="${FERRITE_BIN:-$ROOT/build/ferrite}"
 DURATION=""
 CI=0
 ARGS=()

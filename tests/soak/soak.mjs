@@ -64,9 +64,9 @@ const num = (name, v, lo = 0) => {
 const DURATION = num('duration', a.duration ?? (a.ci ? '120' : '600'), 5);
 const CONC = num('concurrency', a.concurrency, 1);
 const HOSTILE = num('hostile', a.hostile, 0);
-const WARMUP = num('warmup', a.warmup ?? String(Math.min(300, Math.max(15, Math.round(DURATION * 0.15)))), 1);
+const WARMUP = num('warmup', a.warmup ?? String(Math.min(300, Math.max(a.ci ? 30 : 15, Math.round(DURATION * 0.15)))), 1);
 const SETTLE = num('settle', a.settle, 1);
-const DEADLINE_MS = num('deadline', a.deadline, 1) * 1000;
+const DEADLINE_MS = num('deadline', a.deadline, 0.1) * 1000;
 const KV_PAGES = num('kv-pages', a['kv-pages'], 1);
 const MAX_SEQS = num('max-num-seqs', a['max-num-seqs'], 1);
 const MAX_LEN = num('max-model-len', a['max-model-len'], 64);
@@ -645,7 +645,7 @@ let crashed = null;
 const sampler = (async () => {
   let lastPrint = 0;
   while (!stopping) {
-    if (server.exited) { crashed = server.exited; stopping = true; break; }
+    if (server.exited) { crashed = server.exited; stopping = true; log(`the server exited: code ${crashed.code} signal ${crashed.signal}`); break; }
     const s = await sampleOnce();
     if (!warm && Date.now() - loadStart >= WARMUP * 1000) { warm = s; log(`warm-up done: RSS ${(s.rss_kb / 1024).toFixed(1)} MiB, ${s.threads} threads, ${s.fds} fds`); }
     if (Date.now() - lastPrint > (DURATION > 900 ? 60000 : 15000)) {
@@ -753,7 +753,8 @@ if (mEnd) {
 } else if (!crashed) {
   check('KV pages returned when idle', false, '/metrics did not answer at the end');
 }
-check('SIGTERM: exit 0 within 30 s', shutdown.within_limit && shutdown.exit_code === 0,
+if (crashed) shutdown = { signal: null, exit_code: crashed.code, exit_signal: crashed.signal, ms: null, within_limit: false, crashed: true };
+else check('SIGTERM: exit 0 within 30 s', shutdown.within_limit && shutdown.exit_code === 0,
   shutdown.within_limit ? `exit code ${shutdown.exit_code}${shutdown.exit_signal ? ' signal ' + shutdown.exit_signal : ''} after ${shutdown.ms} ms` : `still running ${shutdown.ms} ms after SIGTERM (killed)`);
 const completed = Object.values(stats.byAction).reduce((n, o) => n + (o.completed || 0), 0);
 check('load happened', completed > 0 && (stats.byAction.abort_stream?.client_aborted || 0) > 0,
@@ -811,7 +812,7 @@ lines.push('errors: ' + (Object.keys(stats.errors).length ? Object.entries(stats
 if (summary.engine) lines.push(`engine: preemptions ${summary.engine.preemptions}, client disconnects ${summary.engine.client_disconnects}, generated tokens ${summary.engine.generated_tokens}, prefix-cache hit tokens ${summary.engine.prefix_cache_hit_tokens}, 429s ${summary.engine.rejected_queue_full}`);
 lines.push(`RSS MiB: start ${summary.rss_mib.start}, after warm-up ${summary.rss_mib.after_warmup}, end ${summary.rss_mib.end}, peak ${summary.rss_mib.peak}, slope after warm-up ${summary.rss_mib.slope_after_warmup_mib_per_h} MiB/h`);
 if (summary.pages_after) lines.push(`pages after: used ${summary.pages_after.used}, prefix cache ${summary.pages_after.prefix_cache}, of ${summary.pages_after.total}`);
-lines.push(`shutdown: ${shutdown.within_limit ? `exit ${shutdown.exit_code ?? shutdown.exit_signal} after ${shutdown.ms} ms` : 'did not exit within 30 s'}`);
+lines.push(`shutdown: ${shutdown.crashed ? `none: the server had died (code ${shutdown.exit_code}, signal ${shutdown.exit_signal})` : shutdown.within_limit ? `exit ${shutdown.exit_code ?? shutdown.exit_signal} after ${shutdown.ms} ms` : 'did not exit within 30 s of SIGTERM'}`);
 {
   const seen = new Set();
   for (const f of stats.failures) {
