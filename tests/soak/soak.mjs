@@ -239,7 +239,7 @@ function request(method, path, body, opts = {}) {
       res.on('error', (e) => { if (!done) { out.error = e.code || e.message; finish(); } });
       res.on('aborted', () => { if (!done) { out.error = 'response aborted'; finish(); } });
     });
-    req.on('error', (e) => { if (!done) { out.error = e.code || e.message; finish(); } });
+    req.on('error', (e) => { if (!done) { out.error = e.code || e.message; out.reused = req.reusedSocket; finish(); } });
     if (body !== null && body !== undefined) {
       if (opts.chunkedUpload) {
         const buf = Buffer.from(body);
@@ -286,6 +286,10 @@ const pct = (xs, p) => {
 // Classifies a response to a well-formed request that we did not abort.
 function classifyHttp(r, wantStatus) {
   if (r.timedOut) return ['timeout', { type: 'deadline', ms: r.ms }];
+  // A kept-alive socket the server closed as idle just as the client reused
+  // it: the usual keep-alive race, not a server fault; counted, and bounded
+  // by a check of its own.
+  if (r.error && !r.status && r.reused && ['ECONNRESET', 'EPIPE'].includes(r.error)) return ['keepalive_race', null];
   if (r.error && !r.status) return ['conn_error', { type: String(r.error) }];
   if (r.status >= 500) return [`5xx:${r.status}`, { type: String(r.status), body: r.body.slice(0, 300) }];
   if (r.error) return ['conn_error', { type: `mid-response ${r.error}`, status: r.status }];
@@ -732,6 +736,8 @@ const unclean = ['timeout', 'hung', 'conn_error', 'sse_incomplete', 'bad_body', 
   .reduce((n, k) => n + (stats.outcomes[k] || 0), 0);
 check('every request finished or failed cleanly', unclean === 0,
   `${unclean} unclean (timeouts ${stats.outcomes.timeout || 0}, hung ${stats.outcomes.hung || 0}, connection errors ${stats.outcomes.conn_error || 0}, incomplete streams ${stats.outcomes.sse_incomplete || 0}, bad bodies ${stats.outcomes.bad_body || 0}, unexpected statuses ${stats.outcomes.unexpected_status || 0})`);
+const races = stats.outcomes.keepalive_race || 0;
+check('keep-alive races rare', races <= Math.max(3, stats.total * 0.002), `${races} resets of a reused keep-alive socket before any answer (bound max(3, 0.2 % of requests))`);
 check('/health answered throughout', healthFailures === 0, `${healthFailures} failed health probes, slowest ${healthWorstMs} ms`);
 if (warm && idle) {
   const bound = warm.rss_kb + Math.max(RSS_SLACK_KB, RSS_SLACK_FRAC * warm.rss_kb);
