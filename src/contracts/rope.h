@@ -7,11 +7,18 @@
 #include <cmath>
 #include <vector>
 
+#include "base/check.h"
 #include "contracts/causal_paged_attention.h"
 
 namespace ferrite {
 
+// rope_dim must be even and in [2, head_dim], rope_theta finite and > 0:
+// parse_model_config refuses configs that break this, so a violation is a
+// bug (checked: apply_rope would otherwise rotate pairs outside the head).
 inline std::vector<float> rope_inv_freq(const causal_paged_attention::Params& p) {
+  FERRITE_CHECK(p.rope_dim >= 2 && p.rope_dim % 2 == 0 && p.rope_dim <= p.head_dim)
+      << "rope_dim " << p.rope_dim << " for head_dim " << p.head_dim;
+  FERRITE_CHECK(std::isfinite(p.rope_theta) && p.rope_theta > 0) << "rope_theta " << p.rope_theta;
   const int64_t half = static_cast<int64_t>(p.rope_dim / 2);
   std::vector<float> inv(half);
   for (int64_t i = 0; i < half; ++i) {
@@ -40,7 +47,8 @@ inline std::vector<float> rope_inv_freq(const causal_paged_attention::Params& p)
 }
 
 // Rotates the first rope_dim dims of one head in place (NeoX rotate-half:
-// pairs (i, i + rope_dim/2)).
+// pairs (i, i + rope_dim/2)); `head` holds head_dim >= 2 * inv_freq.size()
+// floats, as rope_inv_freq guarantees.
 inline void apply_rope(float* head, int64_t position, const std::vector<float>& inv_freq) {
   const int64_t half = static_cast<int64_t>(inv_freq.size());
   for (int64_t i = 0; i < half; ++i) {

@@ -15,6 +15,9 @@ namespace {
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, 1-byte value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, 0 dims, type, offset
 constexpr uint32_t kMaxDims = 4;                         // GGML_MAX_DIMS
+// The spec: "[general.alignment] must be a multiple of 8" (and ggml's own
+// reader wants a power of two). Smaller ones would leave f32 data unaligned.
+constexpr uint32_t kMinAlignment = 8;
 
 // Bytes of one element of a fixed-size type; 0 for string / array.
 uint64_t fixed_size(GgufType t) {
@@ -341,13 +344,21 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
   }
 
   if (const GgufValue* a = out.find("general.alignment")) {
-    if (a->type != GgufType::kU32 || a->i == 0 || !std::has_single_bit(a->u)) {
-      return data_loss(path + ": general.alignment must be a power-of-two u32, got " +
+    if (a->type != GgufType::kU32 || a->u < kMinAlignment || !std::has_single_bit(a->u)) {
+      return data_loss(path + ": general.alignment must be a power-of-two u32 of at least " +
+                       std::to_string(kMinAlignment) + ", got " +
                        std::string(gguf_type_name(a->type)) + " " + std::to_string(a->i));
     }
     out.alignment_ = static_cast<uint32_t>(a->u);
   }
 
+  // Bound the tensor count again by what is left after the metadata, before
+  // reserving for it.
+  if (n_tensors > c.left() / kMinTensorInfoBytes) {
+    return data_loss(path + ": tensor count " + std::to_string(n_tensors) +
+                     " cannot fit in the " + std::to_string(c.left()) +
+                     " bytes after the metadata");
+  }
   struct Info {
     uint64_t offset;
     size_t index;

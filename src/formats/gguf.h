@@ -21,7 +21,7 @@
 //   - data_loss: short file, bad magic, a count, string or array running past
 //     the end of the file, an unknown value type, a bool byte other than 0/1,
 //     a duplicate key or tensor name, `general.alignment` not a power-of-two
-//     u32, more than 4 dimensions, a dimension above INT64_MAX, an innermost
+//     u32 of at least 8 (the spec: a multiple of 8), more than 4 dimensions, a dimension above INT64_MAX, an innermost
 //     dimension (ne[0]) not a multiple of the block size, an offset not aligned,
 //     tensor data past the end of the file or overlapping another tensor;
 //   - unsupported: version other than 2 or 3, nested arrays, a ggml type

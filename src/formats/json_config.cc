@@ -1,6 +1,7 @@
 #include "formats/json_config.h"
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "formats/json_util.h"
@@ -179,6 +180,47 @@ Result<JsonConfig> JsonConfig::get_object(std::string_view key) const {
   if (v == nullptr) return missing(key);
   if (!v->is_object()) return type_error(key, "an object");
   return JsonConfig(doc_, v, source_, prefix_ + std::string(key) + ".");
+}
+
+Result<int64_t> JsonConfig::get_int_in(std::string_view key, int64_t lo, int64_t hi) const {
+  const json* v = lookup(key);
+  if (v == nullptr) return missing(key);
+  std::optional<int64_t> i = as_int(*v);
+  if (!i || *i < lo || *i > hi) {
+    return type_error(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return *i;
+}
+
+Result<double> JsonConfig::get_positive_float(std::string_view key, double hi) const {
+  const json* v = lookup(key);
+  if (v == nullptr) return missing(key);
+  // !(d > 0) also catches NaN, should a number ever decode to one.
+  const double d = v->is_number() ? v->get<double>() : 0.0;
+  if (!v->is_number() || !std::isfinite(d) || !(d > 0) || d > hi) {
+    return type_error(key, hi < std::numeric_limits<double>::max()
+                               ? "a finite number in (0, " + brief(json(hi)) + "]"
+                               : std::string("a finite number > 0"));
+  }
+  return d;
+}
+
+Result<int64_t> JsonConfig::get_int_in_or(std::string_view key, int64_t lo, int64_t hi,
+                                          int64_t fallback) const {
+  if (!has(key)) return fallback;
+  return get_int_in(key, lo, hi);
+}
+
+Result<double> JsonConfig::get_positive_float_or(std::string_view key, double hi,
+                                                 double fallback) const {
+  if (!has(key)) return fallback;
+  return get_positive_float(key, hi);
+}
+
+Status JsonConfig::field_error(std::string_view key, std::string_view what) const {
+  std::string msg = source_ + ": field '" + prefix_ + std::string(key) + "' " + std::string(what);
+  if (const json* v = lookup(key)) msg += ", got " + brief(*v);
+  return invalid_argument(msg);
 }
 
 Result<int64_t> JsonConfig::get_int_or(std::string_view key, int64_t fallback) const {

@@ -62,6 +62,23 @@ class JsonConfig {
   // A nested object (`text_config`, `rope_scaling`, `quantization_config`).
   Result<JsonConfig> get_object(std::string_view key) const;
 
+  // Range-checked fields, for every value that reaches a size, a loop bound
+  // or a division: invalid_argument naming the field, the range and the
+  // value, e.g. "field 'num_hidden_layers' must be an integer in [1, 1024],
+  // got 4294967296". get_int_in: integral numbers in [lo, hi].
+  // get_positive_float: a finite number in (0, hi] (JSON cannot spell NaN or
+  // infinity and parse() refuses numbers past a double's range; checked
+  // anyway, as every comparison with NaN is false).
+  Result<int64_t> get_int_in(std::string_view key, int64_t lo, int64_t hi) const;
+  Result<double> get_positive_float(std::string_view key, double hi) const;
+  // As above; `fallback` (returned unchecked) when absent or null.
+  Result<int64_t> get_int_in_or(std::string_view key, int64_t lo, int64_t hi,
+                                int64_t fallback) const;
+  Result<double> get_positive_float_or(std::string_view key, double hi, double fallback) const;
+  // invalid_argument "<source>: field '<prefix><key>' <what>" (and the value
+  // when present), for checks that relate several fields.
+  Status field_error(std::string_view key, std::string_view what) const;
+
   // Optional fields: `fallback` when absent or null, an error when present
   // with the wrong type (a wrong value is never silently replaced).
   Result<int64_t> get_int_or(std::string_view key, int64_t fallback) const;

@@ -47,8 +47,7 @@ void add_attention(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
   const int64_t hd = c.head_dim;
   const int64_t q_rows = c.num_heads * hd * (f.output_gate ? 2 : 1);
   const int64_t kv_rows = c.num_kv_heads * hd;
-  int64_t rope_dim = static_cast<int64_t>(static_cast<double>(hd) * c.partial_rotary_factor);
-  rope_dim -= rope_dim % 2;
+  const int64_t rope_dim = c.rope_dim;  // even, in [2, head_dim] (parse_model_config)
 
   declare_weight(p, o, pre + "input_layernorm.weight", {c.hidden_size});
   declare_weight(p, o, pre + "self_attn.q_proj.weight", {q_rows, c.hidden_size});

@@ -10,6 +10,8 @@ namespace ferrite {
 
 namespace {
 
+namespace lim = model_limits;
+
 uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
 
 std::string layer_prefix(const ModelConfig& c, int64_t layer) {
@@ -21,10 +23,16 @@ const JsonConfig& json_of(const ModelConfig& c) {
   return *c.json;
 }
 
-// `num_experts`, or `num_local_experts` (transformers 5 writes Qwen3-MoE's so).
-Result<int64_t> num_experts(const JsonConfig& j) {
-  if (j.has("num_experts")) return j.get_int("num_experts");
-  return j.get_int_or("num_local_experts", 0);
+// `num_experts`, or `num_local_experts` (transformers 5 writes Qwen3-MoE's so);
+// 0 when absent, and at most kMaxExperts, with layers x experts bounded.
+Result<int64_t> num_experts(const ModelConfig& c) {
+  const JsonConfig& j = json_of(c);
+  const char* key = j.has("num_experts") ? "num_experts" : "num_local_experts";
+  FERRITE_ASSIGN_OR_RETURN(int64_t e, j.get_int_in_or(key, 0, lim::kMaxExperts, 0));
+  if (e * c.num_layers > lim::kMaxLayerFanout)
+    return j.field_error(key, fmt::format("x {} layers exceeds the limit of {} expert layers",
+                                          c.num_layers, lim::kMaxLayerFanout));
+  return e;
 }
 
 }  // namespace
@@ -35,8 +43,8 @@ Result<std::vector<MixerKind>> hybrid_layer_types(const ModelConfig& c) {
   if (j.has("layer_types")) {
     FERRITE_ASSIGN_OR_RETURN(auto types, j.get_string_list("layer_types"));
     if (static_cast<int64_t>(types.size()) != c.num_layers)
-      return invalid_argument(fmt::format("{}: 'layer_types' has {} entries for {} layers",
-                                          c.source, types.size(), c.num_layers));
+      return j.field_error("layer_types", fmt::format("has {} entries for {} layers",
+                                                      types.size(), c.num_layers));
     for (const std::string& t : types) {
       if (t == "full_attention")
         kinds.push_back(MixerKind::kFullAttention);
@@ -50,9 +58,8 @@ Result<std::vector<MixerKind>> hybrid_layer_types(const ModelConfig& c) {
     }
     return kinds;
   }
-  FERRITE_ASSIGN_OR_RETURN(int64_t interval, j.get_int_or("full_attention_interval", 4));
-  if (interval < 1)
-    return invalid_argument(c.source + ": 'full_attention_interval' must be positive");
+  FERRITE_ASSIGN_OR_RETURN(int64_t interval,
+                           j.get_int_in_or("full_attention_interval", 1, lim::kMaxLayers, 4));
   for (int64_t i = 0; i < c.num_layers; ++i)
     kinds.push_back((i + 1) % interval == 0 ? MixerKind::kFullAttention
                                             : MixerKind::kLinearAttention);
@@ -61,35 +68,39 @@ Result<std::vector<MixerKind>> hybrid_layer_types(const ModelConfig& c) {
 
 Result<std::vector<bool>> sparse_mlp_layers(const ModelConfig& c) {
   const JsonConfig& j = json_of(c);
-  FERRITE_ASSIGN_OR_RETURN(int64_t experts, num_experts(j));
-  FERRITE_ASSIGN_OR_RETURN(int64_t step, j.get_int_or("decoder_sparse_step", 1));
-  std::vector<int64_t> dense;
+  FERRITE_ASSIGN_OR_RETURN(int64_t experts, num_experts(c));
+  FERRITE_ASSIGN_OR_RETURN(int64_t step,
+                           j.get_int_in_or("decoder_sparse_step", 1, lim::kMaxLayers, 1));
+  // A flag per layer, not a search of the list per layer: the list's length
+  // is bounded only by the file.
+  std::vector<bool> dense(c.num_layers, false);
   if (j.has("mlp_only_layers")) {
-    FERRITE_ASSIGN_OR_RETURN(dense, j.get_int_list("mlp_only_layers"));
+    FERRITE_ASSIGN_OR_RETURN(auto listed, j.get_int_list("mlp_only_layers"));
+    for (int64_t i : listed) {
+      if (i < 0 || i >= c.num_layers)
+        return j.field_error("mlp_only_layers",
+                             fmt::format("must hold layer indices in [0, {})", c.num_layers));
+      dense[i] = true;
+    }
   }
-  if (step < 1) return invalid_argument(c.source + ": 'decoder_sparse_step' must be positive");
   std::vector<bool> sparse(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i)
-    sparse[i] = experts > 0 && std::find(dense.begin(), dense.end(), i) == dense.end() &&
-                (i + 1) % step == 0;
+    sparse[i] = experts > 0 && !dense[i] && (i + 1) % step == 0;
   return sparse;
 }
 
 Result<MoeSpec> read_moe_spec(const ModelConfig& c) {
   const JsonConfig& j = json_of(c);
   MoeSpec s;
-  FERRITE_ASSIGN_OR_RETURN(s.num_experts, num_experts(j));
+  FERRITE_ASSIGN_OR_RETURN(s.num_experts, num_experts(c));
   if (s.num_experts <= 0) return invalid_argument(c.source + ": 'num_experts' must be positive");
-  FERRITE_ASSIGN_OR_RETURN(s.top_k, j.get_positive_int("num_experts_per_tok"));
-  FERRITE_ASSIGN_OR_RETURN(s.intermediate_size, j.get_positive_int("moe_intermediate_size"));
+  FERRITE_ASSIGN_OR_RETURN(s.top_k, j.get_int_in("num_experts_per_tok", 1, s.num_experts));
+  FERRITE_ASSIGN_OR_RETURN(s.intermediate_size,
+                           j.get_int_in("moe_intermediate_size", 1, lim::kMaxIntermediate));
   FERRITE_ASSIGN_OR_RETURN(s.shared_intermediate_size,
-                           j.get_int_or("shared_expert_intermediate_size", 0));
+                           j.get_int_in_or("shared_expert_intermediate_size", 0,
+                                           lim::kMaxIntermediate, 0));
   FERRITE_ASSIGN_OR_RETURN(s.normalize_topk, j.get_bool_or("norm_topk_prob", false));
-  if (s.top_k > s.num_experts)
-    return invalid_argument(fmt::format("{}: num_experts_per_tok {} exceeds num_experts {}",
-                                        c.source, s.top_k, s.num_experts));
-  if (s.shared_intermediate_size < 0)
-    return invalid_argument(c.source + ": 'shared_expert_intermediate_size' must be >= 0");
   return s;
 }
 
@@ -148,13 +159,25 @@ Result<DeltaSpec> read_delta_spec(const ModelConfig& c, DeltaLayout layout) {
   const JsonConfig& j = json_of(c);
   DeltaSpec s;
   s.layout = layout;
-  FERRITE_ASSIGN_OR_RETURN(s.num_k_heads, j.get_positive_int("linear_num_key_heads"));
-  FERRITE_ASSIGN_OR_RETURN(s.num_v_heads, j.get_positive_int("linear_num_value_heads"));
-  FERRITE_ASSIGN_OR_RETURN(s.k_head_dim, j.get_positive_int("linear_key_head_dim"));
-  FERRITE_ASSIGN_OR_RETURN(s.v_head_dim, j.get_positive_int("linear_value_head_dim"));
-  FERRITE_ASSIGN_OR_RETURN(s.conv_kernel, j.get_int_or("linear_conv_kernel_dim", 4));
-  if (s.conv_kernel < 1)
-    return invalid_argument(c.source + ": 'linear_conv_kernel_dim' must be positive");
+  FERRITE_ASSIGN_OR_RETURN(s.num_k_heads,
+                           j.get_int_in("linear_num_key_heads", 1, lim::kMaxHeads));
+  FERRITE_ASSIGN_OR_RETURN(s.num_v_heads,
+                           j.get_int_in("linear_num_value_heads", 1, lim::kMaxHeads));
+  FERRITE_ASSIGN_OR_RETURN(s.k_head_dim, j.get_int_in("linear_key_head_dim", 1, lim::kMaxHeadDim));
+  FERRITE_ASSIGN_OR_RETURN(s.v_head_dim,
+                           j.get_int_in("linear_value_head_dim", 1, lim::kMaxHeadDim));
+  FERRITE_ASSIGN_OR_RETURN(s.conv_kernel,
+                           j.get_int_in_or("linear_conv_kernel_dim", 1, lim::kMaxConvKernel, 4));
+  if (s.num_k_heads * s.k_head_dim > lim::kMaxHidden ||
+      s.num_v_heads * s.v_head_dim > lim::kMaxHidden)
+    return invalid_argument(fmt::format(
+        "{}: linear attention widths {} x {} (keys) and {} x {} (values) must be at most {}",
+        c.source, s.num_k_heads, s.k_head_dim, s.num_v_heads, s.v_head_dim, lim::kMaxHidden));
+  // The grouped layout declares one slice per key head and layer.
+  if (s.num_k_heads * c.num_layers > lim::kMaxLayerFanout)
+    return j.field_error("linear_num_key_heads",
+                         fmt::format("x {} layers exceeds the limit of {}", c.num_layers,
+                                     lim::kMaxLayerFanout));
   if (s.num_v_heads % s.num_k_heads != 0)
     return invalid_argument(
         fmt::format("{}: {} linear value heads are not a multiple of {} key heads", c.source,

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -29,6 +31,17 @@ void fill_dummy(void* dst, DType dt, int64_t n, float scale, float fill, uint64_
         }
       },
       1 << 16);
+}
+
+// True when `data` may be read as elements of `dt` in place. Safetensors does
+// not require it: a header length that is not a multiple of 8, or a 1-byte
+// tensor of odd size before a bf16 one, leaves tensors at any address; such
+// tensors are copied into aligned memory instead of viewed in the mapping,
+// since kernels read elements through typed pointers.
+bool aligned_for(const uint8_t* data, DType dt) {
+  const uint64_t elem = static_cast<uint64_t>(std::min<int64_t>(dtype_block_bytes(dt), 8));
+  const uint64_t align = dtype_block_elems(dt) == 1 ? elem : 2;  // blocks start with f16 scales
+  return reinterpret_cast<uintptr_t>(data) % align == 0;
 }
 
 // Rows and row width of a checkpoint tensor (rows: its first dimension).
@@ -99,7 +112,8 @@ Status materialize_one(const SafetensorsCheckpoint& ckpt, const WeightDecl& w, D
   const std::vector<WeightSlice>& alt = w.sources.at(0);
   if (alt.size() == 1) {
     const SafetensorsTensor* t = ckpt.find(alt[0].tensor);
-    if (alt[0].row_begin == 0 && alt[0].rows == tensor_rows(*t) && device.host_accessible()) {
+    if (alt[0].row_begin == 0 && alt[0].rows == tensor_rows(*t) && device.host_accessible() &&
+        aligned_for(t->data, t->dtype)) {
       store->add(w.name, TensorView{const_cast<uint8_t*>(t->data), t->dtype, w.shape});
       return Status::ok();
     }
@@ -127,6 +141,23 @@ Status materialize_one(const SafetensorsCheckpoint& ckpt, const WeightDecl& w, D
   return Status::ok();
 }
 
+// The config's sizes are each bounded (model_limits), so no declared shape
+// overflows; their sum is bounded here, in checked arithmetic.
+Status check_weight_total(const ModelProgram& p, const std::string& model_dir) {
+  int64_t total = 0;
+  for (const WeightDecl& w : p.weights) {
+    const int64_t n = w.shape.numel();
+    if (n % dtype_block_elems(w.dtype) != 0 ||
+        __builtin_add_overflow(total, n / dtype_block_elems(w.dtype) * dtype_block_bytes(w.dtype),
+                               &total) ||
+        total > model_limits::kMaxWeightBytes)
+      return invalid_argument(fmt::format(
+          "{}/config.json: the declared weights exceed {} bytes (at '{}')", model_dir,
+          model_limits::kMaxWeightBytes, w.name));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ModelSource> open_model(const LoadOptions& options) {
@@ -141,6 +172,7 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   if (po.max_context > src.config.max_position_embeddings)
     po.max_context = src.config.max_position_embeddings;
   FERRITE_ASSIGN_OR_RETURN(src.program, src.family->build(src.config, po));
+  FERRITE_RETURN_IF_ERROR(check_weight_total(src.program, options.model_dir));
   if (options.dummy_weights) return src;
 
   FERRITE_ASSIGN_OR_RETURN(auto checkpoint, SafetensorsCheckpoint::open(options.model_dir));
@@ -188,10 +220,12 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
       }
       const SafetensorsTensor* t = src.checkpoint->find(w.name);
       FERRITE_CHECK(t != nullptr) << w.name;
-      if (device.host_accessible()) {
+      if (device.host_accessible() && aligned_for(t->data, t->dtype)) {
         // Zero-copy: the mmap is the weight memory.
         store->add(w.name, TensorView{const_cast<uint8_t*>(t->data), t->dtype, t->shape});
       } else {
+        // A device copy, or an aligned host copy of a misaligned tensor (the
+        // device's allocations are aligned; copy_to_device is a memcpy).
         FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, t->nbytes));
         FERRITE_RETURN_IF_ERROR(device.copy_to_device(buf.data(), t->data, t->nbytes));
         store->add(w.name, TensorView{buf.data(), t->dtype, t->shape});

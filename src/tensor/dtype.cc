@@ -156,11 +156,31 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(half);
 }
 
+namespace {
+
+// Element i of `data` through memcpy: checkpoint tensors viewed in place need
+// not be aligned to their element size (safetensors headers of any length),
+// and the copy compiles to a plain load.
+template <typename T>
+T load_elem(const void* data, int64_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const uint8_t*>(data) + i * static_cast<int64_t>(sizeof(T)),
+              sizeof(T));
+  return v;
+}
+
+template <typename T>
+void store_elem(void* data, int64_t i, T v) {
+  std::memcpy(static_cast<uint8_t*>(data) + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+}
+
+}  // namespace
+
 float load_as_f32(const void* data, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(data)[i];
-    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kF32: return load_elem<float>(data, i);
+    case DType::kBF16: return bf16_to_f32(load_elem<uint16_t>(data, i));
+    case DType::kF16: return f16_to_f32(load_elem<uint16_t>(data, i));
     case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
     case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
       break;
@@ -171,9 +191,9 @@ float load_as_f32(const void* data, DType dtype, int64_t i) {
 
 void store_from_f32(void* data, DType dtype, int64_t i, float value) {
   switch (dtype) {
-    case DType::kF32: static_cast<float*>(data)[i] = value; return;
-    case DType::kBF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(value); return;
-    case DType::kF16: static_cast<uint16_t*>(data)[i] = f32_to_f16(value); return;
+    case DType::kF32: store_elem<float>(data, i, value); return;
+    case DType::kBF16: store_elem<uint16_t>(data, i, f32_to_bf16(value)); return;
+    case DType::kF16: store_elem<uint16_t>(data, i, f32_to_f16(value)); return;
     case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
     case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
       break;

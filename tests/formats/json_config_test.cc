@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "test_util.h"
 
 namespace ferrite {
@@ -136,6 +138,56 @@ TEST(JsonConfig, OptionalGetters) {
   ASSERT_TRUE(none.is_ok());
   EXPECT_FALSE(none->has_value());
   EXPECT_EQ(c.find_object("hidden_size").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(JsonConfig, RangeCheckedGetters) {
+  JsonConfig c = parse_ok();
+  EXPECT_EQ(c.get_int_in("num_hidden_layers", 1, 1024).value(), 48);
+  EXPECT_EQ(c.get_int_in("num_hidden_layers", 48, 48).value(), 48);  // bounds included
+  EXPECT_EQ(c.get_int_in("num_hidden_layers", 1, 47).status().message(),
+            "/m/config.json: field 'num_hidden_layers' must be an integer in [1, 47], got 48");
+  EXPECT_EQ(c.get_int_in("negative", 0, 10).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.get_int_in("fraction", 0, 10).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.get_int_in("huge", 0, INT64_MAX).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.get_int_in("absent", 0, 1).status().message(),
+            "/m/config.json: missing required field 'absent'");
+  EXPECT_EQ(c.get_int_in_or("absent", 1, 4, 7).value(), 7);  // the fallback is the caller's
+  EXPECT_EQ(c.get_int_in_or("sliding_window", 1, 4, 3).value(), 3);
+  EXPECT_NE(c.get_int_in_or("negative", 0, 4, 3).status().message().find("got -3"),
+            std::string::npos);
+
+  const double max = std::numeric_limits<double>::max();
+  EXPECT_DOUBLE_EQ(c.get_positive_float("partial_rotary_factor", 1.0).value(), 0.25);
+  EXPECT_DOUBLE_EQ(c.get_positive_float("rope_theta", max).value(), 1e7);
+  EXPECT_EQ(c.get_positive_float("fraction", 1.0).status().message(),
+            "/m/config.json: field 'fraction' must be a finite number in (0, 1.0], got 3.5");
+  EXPECT_EQ(c.get_positive_float("negative", max).status().message(),
+            "/m/config.json: field 'negative' must be a finite number > 0, got -3");
+  EXPECT_EQ(c.get_positive_float("torch_dtype", max).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_DOUBLE_EQ(c.get_positive_float_or("absent", 1.0, 0.5).value(), 0.5);
+  EXPECT_EQ(c.get_positive_float_or("negative", max, 0.5).status().code(),
+            StatusCode::kInvalidArgument);
+
+  JsonConfig z = parse_ok(R"({"zero": 0, "tiny": -0.0, "big": 1e308, "neg": -1e308})");
+  EXPECT_EQ(z.get_positive_float("zero", max).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(z.get_positive_float("tiny", max).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_DOUBLE_EQ(z.get_positive_float("big", max).value(), 1e308);
+  EXPECT_EQ(z.get_positive_float("big", 1e307).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(z.get_positive_float("neg", max).status().code(), StatusCode::kInvalidArgument);
+  // Numbers past a double's range never reach a getter.
+  EXPECT_EQ(JsonConfig::parse(R"({"x": 1e999})", "o").status().code(),
+            StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(c.field_error("layer_types", "has 2 entries for 3 layers").message(),
+            "/m/config.json: field 'layer_types' has 2 entries for 3 layers, got "
+            "[\"linear_attention\",\"full_attention\"]");
+  EXPECT_EQ(c.field_error("absent", "is needed").message(),
+            "/m/config.json: field 'absent' is needed");
+  auto text = c.get_object("text_config");
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_EQ(text->get_int_in("head_dim", 1, 64).status().message(),
+            "/m/config.json: field 'text_config.head_dim' must be an integer in [1, 64], got 128");
 }
 
 TEST(JsonConfig, SubObjects) {
