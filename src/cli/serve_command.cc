@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <memory>
 #include <thread>
+#include <atomic>
+#include <chrono>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/serving_common.h"
@@ -21,10 +24,23 @@ struct ServeFlags {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
+  bool api_key_for_health_metrics = false;
+  std::vector<std::string> allowed_hosts;
+  std::vector<std::string> allowed_origins;
+  bool special_tokens_in_prompts = false;
   std::string served_model_name;
   size_t max_body_bytes = 8u << 20;
+  int max_connections = 1024;
+  double header_timeout_s = 10;
+  double keep_alive_timeout_s = 5;
+  double request_timeout_s = 1800;
+  double shutdown_timeout_s = 10;
   bool log_requests = false;
 };
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
 
 int run_serve(const ServeFlags& f) {
   // Only the signal thread below sees SIGINT / SIGTERM; nobody dies of SIGPIPE.
@@ -37,6 +53,12 @@ int run_serve(const ServeFlags& f) {
 
   if (f.port < 0 || f.port > 65535)
     return report_error(invalid_argument("--port must be in [0, 65535]"));
+  if (f.max_connections < 1) return report_error(invalid_argument("--max-connections must be >= 1"));
+  for (double v : {f.header_timeout_s, f.keep_alive_timeout_s, f.shutdown_timeout_s})
+    if (!(v > 0) || v > 86400)
+      return report_error(invalid_argument("timeouts must be in (0, 86400] seconds"));
+  if (!(f.request_timeout_s >= 0))
+    return report_error(invalid_argument("--request-timeout must be >= 0 (0: none)"));
   auto model = open_serving_model(f.serving);
   if (!model.is_ok()) return report_error(model.status());
   ServingModel& m = **model;
@@ -44,33 +66,69 @@ int run_serve(const ServeFlags& f) {
   so.host = f.host;
   so.port = f.port;
   so.api_key = f.api_key;
+  so.api_key_for_health_metrics = f.api_key_for_health_metrics;
+  so.allowed_hosts = f.allowed_hosts;
+  so.allowed_origins = f.allowed_origins;
+  so.special_tokens_in_prompts = f.special_tokens_in_prompts;
   so.model_name = f.served_model_name.empty() ? m.name : f.served_model_name;
-  so.max_body_bytes = f.max_body_bytes;
+  so.request_timeout = std::chrono::seconds(static_cast<int64_t>(f.request_timeout_s));
   so.log_requests = f.log_requests;
+  so.transport.max_body_bytes = f.max_body_bytes;
+  so.transport.max_connections = f.max_connections;
+  so.transport.head_timeout = millis(f.header_timeout_s);
+  so.transport.keep_alive_timeout = millis(f.keep_alive_timeout_s);
   OpenAIServer server(*m.engine, *m.tokenizer, m.chat.get(), so);
   Status st = server.bind();
   if (!st.is_ok()) return report_error(st);
-  std::thread signals([&server, set] {
+
+  // First signal: graceful shutdown (no new requests, running ones get
+  // --shutdown-timeout to finish, then are cancelled with a clean end of
+  // stream). A second signal exits at once.
+  std::atomic<bool> exiting{false}, signalled{false};
+  std::thread signals([&] {
     int sig = 0;
     sigwait(&set, &sig);
-    std::fprintf(stderr, "ferrite serve: signal %d, shutting down\n", sig);
+    if (exiting) return;
+    signalled = true;
+    // From here a second SIGINT / SIGTERM reaches this thread's handler.
+    struct sigaction now {};
+    now.sa_handler = [](int) { std::_Exit(130); };
+    sigaction(SIGINT, &now, nullptr);
+    sigaction(SIGTERM, &now, nullptr);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    std::fprintf(stderr,
+                 "ferrite serve: signal %d, shutting down (running requests get %.0f s; signal "
+                 "again to exit at once)\n",
+                 sig, f.shutdown_timeout_s);
+    server.begin_shutdown();
+    bool clean = server.drain(millis(f.shutdown_timeout_s), std::chrono::seconds(5));
+    if (!clean) std::fprintf(stderr, "ferrite serve: some responses did not end in time\n");
     server.stop();
   });
   std::fprintf(stderr,
                "ferrite serve: model %s (%s), %d KV pages of %d tokens, prefix cache %s\n"
-               "ferrite serve: listening on http://%s:%d\n",
+               "ferrite serve: listening on http://%s:%d%s\n",
                so.model_name.c_str(), m.dir.c_str(), m.runner->bound().pages().num_pages(),
                m.runner->bound().pages().page_size(),
-               m.engine->prefix_cache_enabled() ? "on" : "off", so.host.c_str(), server.port());
+               m.engine->prefix_cache_enabled() ? "on" : "off",
+               so.host.find(':') != std::string::npos ? ("[" + so.host + "]").c_str()
+                                                      : so.host.c_str(),
+               server.port(), so.api_key.empty() ? "" : " (API key required)");
   std::fflush(stderr);
   st = server.serve();
+  exiting = true;
+  if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
   m.engine->shutdown();
-  if (signals.joinable()) {
-    pthread_kill(signals.native_handle(), SIGTERM);
-    signals.join();
-  }
   if (!st.is_ok()) return report_error(st);
+  std::fprintf(stderr, "ferrite serve: stopped\n");
   return 0;
+}
+
+// "a,b" and repeated flags -> one list.
+CLI::Option* add_list(CLI::App* cmd, const char* name, std::vector<std::string>* out,
+                      const char* help) {
+  return cmd->add_option(name, *out, help)->delimiter(',');
 }
 
 }  // namespace
@@ -79,12 +137,43 @@ void register_serve(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   add_serving_flags(cmd, &f->serving);
-  cmd->add_option("--host", f->host, "address to listen on");
-  cmd->add_option("--port", f->port, "port (0: any free port, printed at start)");
-  cmd->add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--host", f->host, "address to listen on (loopback unless you say otherwise)")
+      ->capture_default_str();
+  cmd->add_option("--port", f->port, "port (0: any free port, printed at start)")
+      ->capture_default_str();
+  cmd->add_option("--api-key", f->api_key,
+                  "require 'Authorization: Bearer KEY' on /v1/* (or set FERRITE_API_KEY, "
+                  "which keeps the key out of the process list)")
+      ->envname("FERRITE_API_KEY");
+  cmd->add_flag("--api-key-for-metrics", f->api_key_for_health_metrics,
+                "/health and /metrics need the API key too");
+  add_list(cmd, "--allowed-hosts", &f->allowed_hosts,
+           "Host header names accepted, comma-separated, '*' for any (default: the bound "
+           "address and the loopback names; any on 0.0.0.0 / ::)");
+  add_list(cmd, "--allowed-origins", &f->allowed_origins,
+           "browser origins allowed to call the API (CORS), '*' for any (default: none)");
+  cmd->add_flag("--special-tokens-in-prompts", f->special_tokens_in_prompts,
+                "completions prompts given as text may spell special tokens ('<|im_start|>' "
+                "becomes its id); chat messages never can");
   cmd->add_option("--served-model-name", f->served_model_name,
                   "model id clients use (default: the model folder's name)");
-  cmd->add_option("--max-body-bytes", f->max_body_bytes, "largest request body (413 above)");
+  cmd->add_option("--max-body-bytes", f->max_body_bytes, "largest request body (413 above)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", f->max_connections,
+                  "open client connections (503 above)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", f->header_timeout_s,
+                  "seconds a client has to send a request's whole head (408 after)")
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", f->keep_alive_timeout_s,
+                  "seconds an idle keep-alive connection stays open")
+      ->capture_default_str();
+  cmd->add_option("--request-timeout", f->request_timeout_s,
+                  "seconds a generation may run before it is cancelled (0: no limit)")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", f->shutdown_timeout_s,
+                  "seconds running requests get to finish after SIGTERM / Ctrl-C")
+      ->capture_default_str();
   cmd->add_flag("--log-requests", f->log_requests, "log every HTTP request to stderr");
   cmd->callback([f, exit_code] { *exit_code = run_serve(*f); });
 }

@@ -1,15 +1,16 @@
 #include "server/openai_server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <random>
+#include <set>
+
+#include "server/stream_text.h"
 
 namespace ferrite {
 
@@ -18,440 +19,88 @@ namespace {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-// An error in OpenAI's shape, with its HTTP status.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;
-  std::string code;
-};
-
-std::string error_body(const ApiError& e) {
-  json err = {{"message", e.message},
-              {"type", e.type},
-              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
-  return json{{"error", err}}.dump();
-}
-
-ApiError bad(std::string message, std::string param = {}) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), {}};
-}
-
-// Nesting depth of a JSON text, outside strings; stops early past `limit`.
-int json_depth(const std::string& body, int limit) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escape = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escape)
-        escape = false;
-      else if (c == '\\')
-        escape = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"')
-      in_string = true;
-    else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-      if (max_depth > limit) return max_depth;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
-std::string random_id(const char* prefix) {
-  static std::mutex mu;
-  static std::mt19937_64 rng(std::random_device{}());
-  std::lock_guard<std::mutex> lock(mu);
-  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
-}
-
-uint64_t random_seed() {
-  static std::mutex mu;
-  static std::mt19937_64 rng(std::random_device{}());
-  std::lock_guard<std::mutex> lock(mu);
-  return rng();
-}
-
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-// Optional number field in [lo, hi]; null counts as absent.
-std::optional<ApiError> get_float(const json& j, const char* key, double lo, double hi,
-                                  float* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) return bad(fmt::format("'{}' must be a number", key), key);
-  double v = it->get<double>();
-  if (!std::isfinite(v) || v < lo || v > hi)
-    return bad(fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v), key);
-  *out = static_cast<float>(v);
-  return std::nullopt;
+// Compares a presented secret with the expected one in time that depends
+// only on the expected one's length (no early exit on the first mismatch).
+bool secret_equals(const std::string& presented, const std::string& expected) {
+  volatile unsigned char diff = presented.size() == expected.size() ? 0 : 1;
+  const size_t n = presented.size();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    unsigned char p = n ? static_cast<unsigned char>(presented[i % n]) : 0;
+    diff = diff | static_cast<unsigned char>(p ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0;
 }
 
-std::optional<ApiError> get_int(const json& j, const char* key, int64_t lo, int64_t hi,
-                                int64_t* out, bool* present = nullptr) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) return bad(fmt::format("'{}' must be an integer", key), key);
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    return bad(fmt::format("'{}' is out of range", key), key);
-  int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi)
-    return bad(fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, v), key);
-  *out = v;
-  if (present) *present = true;
-  return std::nullopt;
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+    for (size_t k = 1; k < len; ++k) {
+      unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += len;
+  }
+  return true;
 }
 
-std::optional<ApiError> get_bool(const json& j, const char* key, bool* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) return bad(fmt::format("'{}' must be a boolean", key), key);
-  *out = it->get<bool>();
-  return std::nullopt;
+// A Prometheus label value: backslash, quote and newline escaped.
+std::string label_value(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
 }
 
-#define API_TRY(expr)                 \
-  do {                                \
-    if (auto e_ = (expr)) return *e_; \
-  } while (0)
-
-// Holds back text that may still turn into a stop string.
-class StopFilter {
- public:
-  explicit StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  // Text safe to emit; *hit when a stop string matched (the text before it
-  // is returned, the rest is dropped).
-  std::string feed(const std::string& s, bool* hit) {
-    held_ += s;
-    size_t best = std::string::npos;
-    for (const std::string& st : stops_) best = std::min(best, held_.find(st));
-    if (best != std::string::npos) {
-      *hit = true;
-      std::string out = held_.substr(0, best);
-      held_.clear();
-      return out;
-    }
-    size_t keep = 0;
-    for (const std::string& st : stops_) {
-      for (size_t k = std::min(st.size() - 1, held_.size()); k > keep; --k) {
-        if (held_.compare(held_.size() - k, k, st, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-      }
-    }
-    std::string out = held_.substr(0, held_.size() - keep);
-    held_.erase(0, held_.size() - keep);
-    return out;
-  }
-  std::string flush() { return std::exchange(held_, std::string()); }
-
- private:
-  std::vector<std::string> stops_;
-  std::string held_;
-};
-
-// One parsed request.
-struct Parsed {
-  bool chat = true;
-  bool stream = false;
-  bool include_usage = false;
-  std::vector<std::string> stop;
-  EngineRequest engine;
-  int32_t logprobs = -1;  // -1 none, else top-k
-  bool max_tokens_given = false;
-};
-
-}  // namespace
-
-struct OpenAIServer::Impl {
-  Engine& engine;
-  const Tokenizer& tokenizer;
-  const ChatTemplate* chat;
-  ServerOptions options;
-  httplib::Server http;
-  std::vector<uint32_t> stop_ids;
-  std::atomic<int64_t> active_http{0};
-  mutable std::mutex counters_mu;
-  std::map<std::string, uint64_t> http_requests;  // "endpoint,code" -> count
-  std::atomic<uint64_t> client_disconnects{0};
-
-  Impl(Engine& e, const Tokenizer& t, const ChatTemplate* c, ServerOptions o)
-      : engine(e), tokenizer(t), chat(c), options(std::move(o)) {
-    stop_ids = tokenizer.stop_ids();
-    for (int64_t id : engine.runner().config().eos_token_ids)
-      if (std::find(stop_ids.begin(), stop_ids.end(), id) == stop_ids.end())
-        stop_ids.push_back(static_cast<uint32_t>(id));
-  }
-
-  void count(const std::string& endpoint, int status) {
-    std::lock_guard<std::mutex> lock(counters_mu);
-    ++http_requests[fmt::format("{},{}", endpoint, status)];
-  }
-
-  void send_error(httplib::Response& res, const ApiError& e) {
-    res.status = e.status;
-    res.set_content(error_body(e), "application/json");
-  }
-
-  std::optional<ApiError> parse(const httplib::Request& req, bool chat_api, Parsed* p);
-  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat_api);
-  std::string metrics_text() const;
-};
-
-std::optional<ApiError> OpenAIServer::Impl::parse(const httplib::Request& req, bool chat_api,
-                                                  Parsed* p) {
-  p->chat = chat_api;
-  if (json_depth(req.body, options.max_json_depth) > options.max_json_depth)
-    return bad(fmt::format("the JSON body nests deeper than {} levels", options.max_json_depth));
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return bad("the body is not valid JSON (or not valid UTF-8)");
-  if (!body.is_object()) return bad("the body must be a JSON object");
-  if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return bad("'model' must be a string", "model");
-    std::string m = it->get<std::string>();
-    if (m != options.model_name)
-      return ApiError{404, fmt::format("The model '{}' does not exist", m), "invalid_request_error",
-                      "model", "model_not_found"};
-  }
-  int64_t n = 1;
-  API_TRY(get_int(body, "n", 1, 1, &n));
-  API_TRY(get_bool(body, "stream", &p->stream));
-  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) return bad("'stream_options' must be an object", "stream_options");
-    API_TRY(get_bool(*it, "include_usage", &p->include_usage));
-  }
-  // Prompt.
-  std::vector<uint32_t> prompt;
-  if (chat_api) {
-    if (!chat) return bad("this model has no chat template; use /v1/completions");
-    auto it = body.find("messages");
-    if (it == body.end() || !it->is_array() || it->empty())
-      return bad("'messages' must be a non-empty array", "messages");
-    json messages = json::array();
-    for (const json& m : *it) {
-      if (!m.is_object()) return bad("each message must be an object", "messages");
-      auto role = m.find("role");
-      if (role == m.end() || !role->is_string())
-        return bad("each message needs a string 'role'", "messages");
-      std::string r = role->get<std::string>();
-      if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
-        return bad("unknown message role '" + r + "'", "messages");
-      std::string content;
-      auto c = m.find("content");
-      if (c != m.end() && c->is_string()) {
-        content = c->get<std::string>();
-      } else if (c != m.end() && c->is_array()) {
-        for (const json& part : *c) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-              !part["text"].is_string())
-            return bad("only text content parts are supported", "messages");
-          content += part["text"].get<std::string>();
-        }
-      } else if (c != m.end() && !c->is_null()) {
-        return bad("'content' must be a string or an array of text parts", "messages");
-      }
-      messages.push_back({{"role", r == "developer" ? "system" : r}, {"content", content}});
-    }
-    auto text = chat->render(messages, nullptr, true);
-    if (!text.is_ok()) return bad("chat template: " + text.status().message(), "messages");
-    auto ids = tokenizer.encode(*text, false);
-    if (!ids.is_ok()) return bad(ids.status().message(), "messages");
-    prompt = std::move(ids).value();
-  } else {
-    auto it = body.find("prompt");
-    if (it == body.end()) return bad("'prompt' is required", "prompt");
-    const json* pr = &*it;
-    if (pr->is_array() && pr->size() == 1 && (*pr)[0].is_string()) pr = &(*pr)[0];
-    if (pr->is_string()) {
-      auto ids = tokenizer.encode(pr->get<std::string>(), true);
-      if (!ids.is_ok()) return bad(ids.status().message(), "prompt");
-      prompt = std::move(ids).value();
-    } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_number()) {
-      const int64_t vocab = engine.runner().program().vocab_size;
-      for (const json& t : *pr) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
-          return bad("'prompt' token ids must be integers in the vocabulary", "prompt");
-        prompt.push_back(static_cast<uint32_t>(t.get<int64_t>()));
-      }
-    } else {
-      return bad("'prompt' must be a string, one string in an array, or an array of token ids",
-                 "prompt");
-    }
-  }
-  if (prompt.empty()) return bad("the prompt is empty", chat_api ? "messages" : "prompt");
-  const int64_t ctx = engine.max_context();
-  if (static_cast<int64_t>(prompt.size()) >= ctx)
-    return ApiError{400,
-                    fmt::format("This model's maximum context length is {} tokens; the prompt "
-                                "has {} tokens",
-                                ctx, prompt.size()),
-                    "invalid_request_error", chat_api ? "messages" : "prompt",
-                    "context_length_exceeded"};
-  // Generation length.
-  int64_t max_tokens = ctx - static_cast<int64_t>(prompt.size());
-  int64_t mt = 0;
-  bool given = false;
-  API_TRY(get_int(body, "max_tokens", 1, ctx, &mt, &given));
-  API_TRY(get_int(body, "max_completion_tokens", 1, ctx, &mt, &given));
-  if (given) max_tokens = std::min<int64_t>(mt, ctx - static_cast<int64_t>(prompt.size()));
-  p->max_tokens_given = given;
-  // Sampling.
-  SamplingParams& s = p->engine.sampling;
-  s.temperature = 1.0f;
-  API_TRY(get_float(body, "temperature", 0, 2, &s.temperature));
-  API_TRY(get_float(body, "top_p", 0, 1, &s.top_p));
-  if (s.top_p <= 0) return bad("'top_p' must be in (0, 1]", "top_p");
-  int64_t top_k = 0;
-  API_TRY(get_int(body, "top_k", -1, 1 << 20, &top_k));
-  s.top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);
-  API_TRY(get_float(body, "min_p", 0, 1, &s.min_p));
-  API_TRY(get_float(body, "presence_penalty", -2, 2, &s.presence_penalty));
-  API_TRY(get_float(body, "frequency_penalty", -2, 2, &s.frequency_penalty));
-  API_TRY(get_float(body, "repetition_penalty", 0.01, 10, &s.repetition_penalty));
-  if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer()) return bad("'seed' must be an integer", "seed");
-    s.seed =
-        it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
-  } else {
-    s.seed = random_seed();
-  }
-  bool ignore_eos = false;
-  API_TRY(get_bool(body, "ignore_eos", &ignore_eos));
-  // Stop strings.
-  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-    if (it->is_string()) {
-      p->stop.push_back(it->get<std::string>());
-    } else if (it->is_array() && it->size() <= 16) {
-      for (const json& st : *it) {
-        if (!st.is_string()) return bad("'stop' must be a string or an array of strings", "stop");
-        p->stop.push_back(st.get<std::string>());
-      }
-    } else {
-      return bad("'stop' must be a string or an array of at most 16 strings", "stop");
-    }
-    for (const std::string& st : p->stop)
-      if (st.empty() || st.size() > 1024)
-        return bad("stop strings must be 1 to 1024 bytes", "stop");
-  }
-  // Logprobs.
-  if (chat_api) {
-    bool lp = false;
-    API_TRY(get_bool(body, "logprobs", &lp));
-    int64_t top = 0;
-    bool top_given = false;
-    API_TRY(get_int(body, "top_logprobs", 0, 20, &top, &top_given));
-    if (top_given && !lp) return bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
-    if (lp) p->logprobs = static_cast<int32_t>(top);
-  } else {
-    int64_t lp = -1;
-    bool given_lp = false;
-    API_TRY(get_int(body, "logprobs", 0, 20, &lp, &given_lp));
-    if (given_lp) p->logprobs = static_cast<int32_t>(lp);
-  }
-  p->engine.prompt = std::move(prompt);
-  p->engine.max_tokens = static_cast<int32_t>(max_tokens);
-  p->engine.logprobs = p->logprobs;
-  if (!ignore_eos) p->engine.stop_ids = stop_ids;
-  return std::nullopt;
+// Metrics label for a request path: one of the routes, never the raw path
+// (a client could otherwise grow /metrics without bound or inject lines).
+const char* route_label(const std::string& path) {
+  static const char* kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models",
+                                  "/health", "/metrics"};
+  for (const char* r : kRoutes)
+    if (path == r) return r;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{model}";
+  return "other";
 }
 
-namespace {
-
-// Turns engine tokens into text, stop-string aware; builds logprobs.
-class Session {
- public:
-  Session(const Tokenizer& tok, const Parsed& p)
-      : tok_(tok), decoder_(tok, true), stop_(p.stop), chat_(p.chat), logprobs_(p.logprobs) {}
-
-  // Consumes one update; returns the text to emit now, appends logprob
-  // entries (chat: content items; completions: handled by the caller).
-  std::string consume(const RequestStream::Update& u, json* lp_entries) {
-    std::string text;
-    for (const TokenOutput& t : u.tokens) {
-      if (stopped_) break;
-      ++completion_tokens_;
-      auto piece = decoder_.push(t.token);
-      std::string s = piece.is_ok() ? *piece : std::string();
-      bool hit = false;
-      text += stop_.feed(s, &hit);
-      if (logprobs_ >= 0 && lp_entries) lp_entries->push_back(logprob_entry(t));
-      if (hit) stopped_ = true;
-    }
-    if (u.finished && !stopped_) {
-      bool hit = false;
-      text += stop_.feed(decoder_.finish(), &hit);
-      if (hit)
-        stopped_ = true;
-      else
-        text += stop_.flush();
-    }
-    return text;
+// "host", "host:port", "[v6]", "[v6]:port" -> the host part, lower-cased.
+std::string host_part(std::string_view h) {
+  std::string_view name = h;
+  if (!h.empty() && h.front() == '[') {
+    size_t close = h.find(']');
+    name = close == std::string_view::npos ? h : h.substr(1, close - 1);
+  } else if (size_t colon = h.rfind(':'); colon != std::string_view::npos &&
+                                          h.find(':') == colon) {
+    name = h.substr(0, colon);
   }
-  bool stopped() const { return stopped_; }
-  int32_t completion_tokens() const { return completion_tokens_; }
+  std::string out(name);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
 
-  std::string token_text(uint32_t id) const {
-    auto s = tok_.decode(std::span<const uint32_t>(&id, 1), false);
-    return s.is_ok() ? *s : std::string();
-  }
-  json bytes_of(uint32_t id) const {
-    auto s = tok_.decode_bytes(std::span<const uint32_t>(&id, 1), false);
-    json b = json::array();
-    if (s.is_ok())
-      for (unsigned char c : *s) b.push_back(static_cast<int>(c));
-    return b;
-  }
-  json logprob_entry(const TokenOutput& t) const {
-    if (chat_) {
-      json top = json::array();
-      for (const TokenLogprob& a : t.top)
-        top.push_back(
-            {{"token", token_text(a.token)}, {"logprob", a.logprob}, {"bytes", bytes_of(a.token)}});
-      return {{"token", token_text(t.token)},
-              {"logprob", t.logprob},
-              {"bytes", bytes_of(t.token)},
-              {"top_logprobs", top}};
-    }
-    json top = json::object();
-    for (const TokenLogprob& a : t.top) top[token_text(a.token)] = a.logprob;
-    return {{"token", token_text(t.token)}, {"logprob", t.logprob}, {"top", top}};
-  }
-
- private:
-  const Tokenizer& tok_;
-  StreamDecoder decoder_;
-  StopFilter stop_;
-  bool chat_;
-  int32_t logprobs_;
-  bool stopped_ = false;
-  int32_t completion_tokens_ = 0;
-};
-
-// Completions-API logprobs object from per-token entries.
-json completion_logprobs(const json& entries, size_t text_offset_base) {
-  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
-  size_t off = text_offset_base;
-  for (const json& e : entries) {
-    tokens.push_back(e["token"]);
-    lps.push_back(e["logprob"]);
-    tops.push_back(e["top"]);
-    offs.push_back(off);
-    off += e["token"].get<std::string>().size();
-  }
-  return {
-      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+bool is_loopback_name(const std::string& h) {
+  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0 ||
+         (h.size() > 10 && h.compare(h.size() - 10, 10, ".localhost") == 0);
 }
 
 std::string finish_name(EngineFinish f, bool stopped) {
@@ -461,11 +110,157 @@ std::string finish_name(EngineFinish f, bool stopped) {
 
 }  // namespace
 
+struct OpenAIServer::Impl {
+  Engine& engine;
+  const Tokenizer& tokenizer;
+  const ChatTemplate* chat;
+  ServerOptions options;
+  RequestContext request_ctx;
+  std::unique_ptr<HttpTransport> http;
+  std::set<std::string> allowed_hosts;  // host parts; empty with any_host
+  bool any_host = false;
+  std::atomic<bool> draining{false};
+
+  mutable std::mutex counters_mu;
+  std::map<std::pair<std::string, int>, uint64_t> http_requests;  // (route, status)
+  std::atomic<uint64_t> client_disconnects{0};
+  std::atomic<uint64_t> request_timeouts{0};
+
+  std::mutex streams_mu;
+  std::condition_variable streams_cv;
+  std::set<std::shared_ptr<RequestStream>> streams;  // generations being written
+
+  Impl(Engine& e, const Tokenizer& t, const ChatTemplate* c, ServerOptions o)
+      : engine(e), tokenizer(t), chat(c), options(std::move(o)) {
+    request_ctx.tokenizer = &tokenizer;
+    request_ctx.chat = chat;
+    request_ctx.model_name = options.model_name;
+    request_ctx.vocab_size = engine.runner().program().vocab_size;
+    request_ctx.max_context = engine.max_context();
+    request_ctx.stop_ids = tokenizer.stop_ids();
+    for (int64_t id : engine.runner().config().eos_token_ids)
+      if (std::find(request_ctx.stop_ids.begin(), request_ctx.stop_ids.end(), id) ==
+          request_ctx.stop_ids.end())
+        request_ctx.stop_ids.push_back(static_cast<uint32_t>(id));
+    request_ctx.max_prompt_bytes = max_prompt_bytes_for(tokenizer, engine.max_context());
+    request_ctx.special_tokens_in_prompts = options.special_tokens_in_prompts;
+    request_ctx.limits = options.limits;
+
+    for (const std::string& h : options.allowed_hosts) {
+      if (h == "*") any_host = true;
+      allowed_hosts.insert(host_part(h));
+    }
+    if (options.allowed_hosts.empty()) {
+      const std::string bound = host_part(options.host);
+      if (bound.empty() || bound == "0.0.0.0" || bound == "::") {
+        any_host = true;  // reachable under names we cannot know
+      } else if (!is_loopback_name(bound)) {
+        allowed_hosts.insert(bound);
+      }
+    }
+  }
+
+  bool host_allowed(const std::string& host_header) const {
+    if (any_host || host_header.empty()) return true;  // HTTP/1.0 clients may omit it
+    std::string h = host_part(host_header);
+    if (allowed_hosts.count(h)) return true;
+    return options.allowed_hosts.empty() && is_loopback_name(h);
+  }
+
+  bool origin_allowed(const std::string& origin) const {
+    for (const std::string& o : options.allowed_origins)
+      if (o == "*" || o == origin) return true;
+    return false;
+  }
+
+  void count(const std::string& path, int status) {
+    std::lock_guard<std::mutex> lock(counters_mu);
+    ++http_requests[{route_label(path), status}];
+  }
+
+  void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(api_error_body(e), "application/json");
+  }
+
+  // Pre-routing checks; true when `res` already holds the answer.
+  bool refuse(const httplib::Request& req, httplib::Response& res);
+  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat_api);
+  std::string metrics_text() const;
+  void track(const std::shared_ptr<RequestStream>& s) {
+    std::lock_guard<std::mutex> lock(streams_mu);
+    streams.insert(s);
+  }
+  void untrack(const std::shared_ptr<RequestStream>& s) {
+    {
+      std::lock_guard<std::mutex> lock(streams_mu);
+      streams.erase(s);
+    }
+    streams_cv.notify_all();
+  }
+};
+
+bool OpenAIServer::Impl::refuse(const httplib::Request& req, httplib::Response& res) {
+  auto fail = [&](ApiError e) {
+    send_error(res, e);
+    count(req.path, e.status);
+    return true;
+  };
+  if (!host_allowed(req.get_header_value("Host")))
+    return fail(ApiError{421,
+                         "the Host header does not name this server (start it with "
+                         "--allowed-hosts to accept other names)",
+                         "invalid_request_error", {}, "host_not_allowed"});
+  const std::string origin = req.get_header_value("Origin");
+  if (!origin.empty()) {
+    if (!origin_allowed(origin))
+      return fail(ApiError{403,
+                           "cross-origin requests are refused (start the server with "
+                           "--allowed-origins to allow this origin)",
+                           "invalid_request_error", {}, "origin_not_allowed"});
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+    if (req.method == "OPTIONS") {  // CORS preflight
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
+      res.status = 204;
+      return true;
+    }
+  }
+  const bool v1 = req.path.rfind("/v1/", 0) == 0;
+  const bool guarded =
+      v1 || (options.api_key_for_health_metrics && (req.path == "/health" || req.path == "/metrics"));
+  if (!options.api_key.empty() && guarded) {
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string presented = auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : std::string();
+    if (!secret_equals(presented, options.api_key))
+      return fail(ApiError{
+          401, "Invalid or missing API key", "invalid_request_error", {}, "invalid_api_key"});
+  }
+  if (req.method == "POST") {
+    std::string type = req.get_header_value("Content-Type");
+    type = type.substr(0, type.find(';'));
+    while (!type.empty() && type.back() == ' ') type.pop_back();
+    for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (type != "application/json")
+      return fail(ApiError{415, "request bodies must be JSON with Content-Type: application/json",
+                           "invalid_request_error", {}, "unsupported_media_type"});
+  }
+  return false;
+}
+
 void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res,
                                          bool chat_api) {
   const std::string endpoint = chat_api ? "/v1/chat/completions" : "/v1/completions";
-  auto p = std::make_shared<Parsed>();
-  if (auto e = parse(req, chat_api, p.get())) {
+  if (draining) {
+    send_error(res, ApiError{503, "the server is shutting down", "server_error", {},
+                             "server_shutdown"});
+    count(endpoint, 503);
+    return;
+  }
+  auto p = std::make_shared<ParsedRequest>();
+  if (auto e = parse_request(request_ctx, req.body, chat_api, p.get())) {
     send_error(res, *e);
     count(endpoint, e->status);
     return;
@@ -478,7 +273,7 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
       e = ApiError{429, st.message(), "rate_limit_exceeded", {}, "queue_full"};
       res.set_header("Retry-After", "1");
     } else if (st.code() == StatusCode::kInvalidArgument) {
-      e = bad(st.message());
+      e = bad_request(st.message());
     } else {
       e = ApiError{503, st.message(), "server_error", {}, {}};
     }
@@ -488,28 +283,57 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
   }
   count(endpoint, 200);
   std::shared_ptr<RequestStream> stream = std::move(submitted).value();
-  const std::string id = random_id(chat_api ? "chatcmpl-" : "cmpl-");
+  track(stream);
+  const std::string id = random_request_id(chat_api ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_time();
   const std::string model = options.model_name;
   const std::string object =
       chat_api ? (p->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  auto session = std::make_shared<Session>(tokenizer, *p);
-  auto usage = [stream, session] {
+  auto text = std::make_shared<TextStream>(tokenizer, p->stop, chat_api, p->logprobs);
+  auto usage = [stream, text] {
     return json{{"prompt_tokens", stream->prompt_tokens()},
-                {"completion_tokens", session->completion_tokens()},
-                {"total_tokens", stream->prompt_tokens() + session->completion_tokens()},
+                {"completion_tokens", text->completion_tokens()},
+                {"total_tokens", stream->prompt_tokens() + text->completion_tokens()},
                 {"prompt_tokens_details", {{"cached_tokens", stream->cached_tokens()}}}};
   };
   auto* self = this;
   auto releaser = [stream, self](bool success) {
     if (!success) ++self->client_disconnects;
     stream->cancel();  // no-op when it already finished
+    self->untrack(stream);
+  };
+  const auto started = Clock::now();
+  const auto timeout = options.request_timeout;
+  auto timed_out = std::make_shared<bool>(false);
+  // Cancels a generation past the request timeout (checked while waiting).
+  auto check_timeout = [stream, started, timeout, timed_out, self] {
+    if (timeout.count() > 0 && !*timed_out && Clock::now() - started > timeout) {
+      *timed_out = true;
+      ++self->request_timeouts;
+      stream->cancel();
+    }
+  };
+  // Why a stream was cut short by the server (shutdown, timeout), if it was.
+  auto cut_short = [timed_out, self, timeout](const RequestStream::Update& u,
+                                              const TextStream& t) -> std::optional<ApiError> {
+    if (!u.finished || t.stopped()) return std::nullopt;
+    if (u.finish == EngineFinish::kError)
+      return ApiError{500, u.error.message(), "server_error", {}, {}};
+    if (u.finish != EngineFinish::kCancelled) return std::nullopt;
+    if (*timed_out)
+      return ApiError{504, fmt::format("the request ran past the server's timeout of {} s",
+                                       timeout.count()),
+                      "server_error", {}, "request_timeout"};
+    if (self->draining)
+      return ApiError{503, "the server shut down before the request finished", "server_error",
+                      {}, "server_shutdown"};
+    return std::nullopt;
   };
 
   if (p->stream) {
     auto provider = [=](size_t, httplib::DataSink& sink) -> bool {
       auto write = [&](const json& chunk) {
-        std::string s = "data: " + chunk.dump() + "\n\n";
+        std::string s = sse_event(chunk);
         return sink.write(s.data(), s.size());
       };
       auto choice = [&](json delta_or_text, json logprobs, json finish) {
@@ -536,6 +360,7 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
       auto idle_since = Clock::now();
       for (;;) {
         RequestStream::Update u = stream->next(std::chrono::milliseconds(100));
+        check_timeout();
         if (u.tokens.empty() && !u.finished) {
           if (Clock::now() - idle_since > std::chrono::milliseconds(200)) {
             // An SSE comment: detects a client that went away.
@@ -548,31 +373,29 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
           continue;
         }
         idle_since = Clock::now();
-        if (u.finished && u.finish == EngineFinish::kError && !session->stopped()) {
-          json err =
-              json::parse(error_body(ApiError{500, u.error.message(), "server_error", {}, {}}));
-          write(err);
+        if (auto err = cut_short(u, *text)) {
+          write(json::parse(api_error_body(*err)));
           sink.write("data: [DONE]\n\n", 14);
           sink.done();
           return true;
         }
         json entries = json::array();
-        std::string text = session->consume(u, &entries);
-        bool done = u.finished || session->stopped();
-        if (!text.empty() || !entries.empty()) {
+        std::string piece = text->consume(u, &entries);
+        bool done = u.finished || text->stopped();
+        if (!piece.empty() || !entries.empty()) {
           json lp = nullptr;
           if (p->logprobs >= 0)
             lp = chat_api ? json{{"content", entries}} : completion_logprobs(entries, text_offset);
-          text_offset += text.size();
-          json delta = chat_api ? json{{"content", text}} : json(text);
+          text_offset += piece.size();
+          json delta = chat_api ? json{{"content", piece}} : json(piece);
           if (!write(choice(delta, lp, nullptr))) {
             stream->cancel();
             return false;
           }
         }
         if (done) {
-          if (session->stopped()) stream->cancel();
-          std::string reason = finish_name(u.finish, session->stopped());
+          if (text->stopped()) stream->cancel();
+          std::string reason = finish_name(u.finish, text->stopped());
           bool ok = write(choice(chat_api ? json::object() : json(""), nullptr, reason));
           if (ok && p->include_usage) {
             json chunk = {{"id", id},       {"object", object},         {"created", created},
@@ -594,12 +417,13 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
   // Whole response: chunked too, with JSON whitespace while idle so that a
   // client that went away is noticed.
   auto provider = [=](size_t, httplib::DataSink& sink) -> bool {
-    std::string text;
+    std::string out_text;
     json entries = json::array();
     EngineFinish finish = EngineFinish::kLength;
     auto idle_since = Clock::now();
     for (;;) {
       RequestStream::Update u = stream->next(std::chrono::milliseconds(100));
+      check_timeout();
       if (u.tokens.empty() && !u.finished) {
         if (Clock::now() - idle_since > std::chrono::milliseconds(200)) {
           if (!sink.write(" ", 1)) {
@@ -610,35 +434,35 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
         }
         continue;
       }
-      if (u.finished && u.finish == EngineFinish::kError && !session->stopped()) {
-        std::string s = error_body(ApiError{500, u.error.message(), "server_error", {}, {}});
+      if (auto err = cut_short(u, *text)) {
+        std::string s = api_error_body(*err);
         sink.write(s.data(), s.size());
         sink.done();
         return true;
       }
-      text += session->consume(u, &entries);
-      if (u.finished || session->stopped()) {
+      out_text += text->consume(u, &entries);
+      if (u.finished || text->stopped()) {
         finish = u.finish;
         break;
       }
     }
-    if (session->stopped()) stream->cancel();
+    if (text->stopped()) stream->cancel();
     json c = {{"index", 0}};
     if (chat_api) {
-      c["message"] = {{"role", "assistant"}, {"content", text}};
+      c["message"] = {{"role", "assistant"}, {"content", out_text}};
       c["logprobs"] = p->logprobs >= 0 ? json{{"content", entries}} : json(nullptr);
     } else {
-      c["text"] = text;
+      c["text"] = out_text;
       c["logprobs"] = p->logprobs >= 0 ? completion_logprobs(entries, 0) : json(nullptr);
     }
-    c["finish_reason"] = finish_name(finish, session->stopped());
+    c["finish_reason"] = finish_name(finish, text->stopped());
     json out = {{"id", id},
                 {"object", object},
                 {"created", created},
                 {"model", model},
                 {"choices", json::array({c})},
                 {"usage", usage()}};
-    std::string s = out.dump();
+    std::string s = out.dump(-1, ' ', false, json::error_handler_t::replace);
     if (!sink.write(s.data(), s.size())) return false;
     sink.done();
     return true;
@@ -686,6 +510,22 @@ std::string OpenAIServer::Impl::metrics_text() const {
           m.step_seconds);
   counter("ferrite_client_disconnects_total", "Responses abandoned by their client.",
           client_disconnects.load());
+  counter("ferrite_request_timeouts_total", "Generations cancelled by --request-timeout.",
+          request_timeouts.load());
+  const TransportStats& t = http->stats();
+  counter("ferrite_http_connections_total", "TCP connections accepted.",
+          t.connections_accepted.load());
+  counter("ferrite_http_connections_rejected_total",
+          "Connections refused with 503 at --max-connections.", t.connections_rejected.load());
+  counter("ferrite_http_request_timeouts_total",
+          "Requests whose head or body did not arrive in time (408).", t.head_timeouts.load());
+  counter("ferrite_http_malformed_requests_total",
+          "Requests refused by the transport (400, 411, 413, 414, 431, 501).",
+          t.malformed.load());
+  counter("ferrite_http_idle_closed_total", "Keep-alive connections closed while idle.",
+          t.idle_closed.load());
+  gauge("ferrite_http_connections_open", "Open client connections.", t.connections_open.load());
+  gauge("ferrite_http_requests_in_flight", "Requests being handled.", t.requests_in_flight.load());
   gauge("ferrite_num_requests_running", "Sequences in the running batch.", m.running);
   gauge("ferrite_num_requests_waiting", "Requests waiting for admission (queue depth).", m.waiting);
   gauge("ferrite_kv_pages_used", "KV cache pages in use (sequences and prefix cache).",
@@ -697,13 +537,11 @@ std::string OpenAIServer::Impl::metrics_text() const {
   histogram("ferrite_e2e_request_latency_seconds", "Request latency, submit to finish.", m.e2e);
   {
     std::lock_guard<std::mutex> lock(counters_mu);
-    s += "# HELP ferrite_http_requests_total HTTP requests, by endpoint and status.\n"
+    s += "# HELP ferrite_http_requests_total HTTP requests, by route and status.\n"
          "# TYPE ferrite_http_requests_total counter\n";
-    for (const auto& [k, v] : http_requests) {
-      size_t comma = k.find(',');
+    for (const auto& [k, v] : http_requests)
       s += fmt::format("ferrite_http_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n",
-                       k.substr(0, comma), k.substr(comma + 1), v);
-    }
+                       label_value(k.first), k.second, v);
   }
   return s;
 }
@@ -718,32 +556,22 @@ std::string OpenAIServer::metrics_text() const { return impl_->metrics_text(); }
 
 Status OpenAIServer::bind() {
   Impl* im = impl_.get();
-  httplib::Server& http = im->http;
   const auto& limits = im->engine.runner().bound().plan().limits;
+  TransportOptions to = im->options.transport;
+  to.host = im->options.host;
+  to.port = im->options.port;
   int threads = im->options.http_threads;
+  // A handler thread per request in flight: every sequence that can run,
+  // plus room for quick requests (models, metrics, refusals) beside them.
   if (threads <= 0)
-    threads = static_cast<int>(
-        std::min<int64_t>(4096, limits.max_sequences + 64 + std::min<int64_t>(256, 1024)));
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(im->options.max_body_bytes);
-  http.set_read_timeout(30, 0);
-  http.set_write_timeout(30, 0);
-  http.set_keep_alive_max_count(1000);
-  http.set_tcp_nodelay(true);  // tokens leave as soon as they are written
+    threads = static_cast<int>(std::min<int64_t>(4096, limits.max_sequences + 64));
+  to.workers = threads;
+  im->http = std::make_unique<HttpTransport>(to);
+  HttpTransport& http = *im->http;
 
   http.set_pre_routing_handler([im](const httplib::Request& req, httplib::Response& res) {
-    if (!im->options.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
-      std::string auth = req.get_header_value("Authorization");
-      if (auth != "Bearer " + im->options.api_key) {
-        im->send_error(
-            res,
-            ApiError{
-                401, "Invalid or missing API key", "invalid_request_error", {}, "invalid_api_key"});
-        im->count(req.path, 401);
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+    return im->refuse(req, res) ? httplib::Server::HandlerResponse::Handled
+                                : httplib::Server::HandlerResponse::Unhandled;
   });
   http.set_error_handler([im](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -752,30 +580,29 @@ Status OpenAIServer::bind() {
       e.message = "Not found: " + req.method + " " + req.path;
       e.code = "not_found";
     } else if (res.status == 413) {
-      e.message =
-          req.get_header_value("Content-Type").find("x-www-form-urlencoded") != std::string::npos
-              ? "form-encoded bodies are limited to 8 KiB; send JSON with "
-                "Content-Type: application/json"
-              : fmt::format("the request body exceeds {} bytes", im->options.max_body_bytes);
+      e.message = fmt::format("the request body exceeds {} bytes", im->options.transport.max_body_bytes);
     } else if (res.status >= 500) {
       e.type = "server_error";
     }
-    res.set_content(error_body(e), "application/json");
+    res.set_content(api_error_body(e), "application/json");
   });
   http.set_exception_handler(
-      [im](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      [im](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "internal error";
         try {
           if (ep) std::rethrow_exception(ep);
         } catch (const std::exception& e) {
-          what = e.what();
+          std::fprintf(stderr, "ferrite serve: %s %s: %s\n", req.method.c_str(),
+                       route_label(req.path), e.what());
         } catch (...) {
         }
         im->send_error(res, ApiError{500, what, "server_error", {}, {}});
       });
   if (im->options.log_requests) {
+    // The route, never the raw path or headers (no key or body in logs).
     http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      std::fprintf(stderr, "%s %s -> %d\n", req.method.c_str(), req.path.c_str(), res.status);
+      std::fprintf(stderr, "%s %s -> %d\n", req.method.c_str(), route_label(req.path),
+                   res.status);
     });
   }
 
@@ -795,10 +622,15 @@ Status OpenAIServer::bind() {
                     "application/json");
   });
   http.Get(R"(/v1/models/(.+))", [im](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != im->options.model_name) {
-      im->send_error(res,
-                     ApiError{404, "The model '" + std::string(req.matches[1]) + "' does not exist",
-                              "invalid_request_error", "model", "model_not_found"});
+    const std::string name = req.matches[1];
+    if (!valid_utf8(name)) {
+      im->send_error(res, bad_request("the model id is not valid UTF-8", "model"));
+      return;
+    }
+    if (name != im->options.model_name) {
+      im->send_error(res, ApiError{404,
+                                   "The model '" + name.substr(0, 256) + "' does not exist",
+                                   "invalid_request_error", "model", "model_not_found"});
       return;
     }
     json m = {{"id", im->options.model_name},
@@ -813,25 +645,32 @@ Status OpenAIServer::bind() {
   http.Post("/v1/completions", [im](const httplib::Request& req, httplib::Response& res) {
     im->handle_generate(req, res, false);
   });
+  http.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 204;  // reached only for allowed origins (refuse() answers the rest)
+  });
 
-  int port = im->options.port;
-  if (port == 0) {
-    port = http.bind_to_any_port(im->options.host.c_str());
-    if (port < 0) return unavailable("cannot bind " + im->options.host);
-  } else if (!http.bind_to_port(im->options.host.c_str(), port)) {
-    return unavailable(fmt::format("cannot listen on {}:{}", im->options.host, port));
-  }
-  port_ = port;
+  FERRITE_RETURN_IF_ERROR(http.bind());
+  port_ = http.port();
   return Status::ok();
 }
 
-Status OpenAIServer::serve() {
-  if (!impl_->http.listen_after_bind()) return unavailable("the HTTP server stopped with an error");
-  return Status::ok();
+Status OpenAIServer::serve() { return impl_->http->serve(); }
+
+void OpenAIServer::begin_shutdown() {
+  impl_->draining = true;
+  if (impl_->http) impl_->http->stop_accepting();
+}
+
+bool OpenAIServer::drain(std::chrono::milliseconds grace, std::chrono::milliseconds cancel_wait) {
+  Impl* im = impl_.get();
+  std::unique_lock<std::mutex> lock(im->streams_mu);
+  if (im->streams_cv.wait_for(lock, grace, [&] { return im->streams.empty(); })) return true;
+  for (const auto& s : im->streams) s->cancel();
+  return im->streams_cv.wait_for(lock, cancel_wait, [&] { return im->streams.empty(); });
 }
 
 void OpenAIServer::stop() {
-  if (impl_ && impl_->http.is_running()) impl_->http.stop();
+  if (impl_ && impl_->http) impl_->http->stop();
 }
 
 }  // namespace ferrite
