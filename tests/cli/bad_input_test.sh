@@ -107,6 +107,66 @@ json.dump(c, open(p, "w"))
 PY
 expect "negative size in config" "hidden_size" -- "${GEN[@]}" "$m"
 
+# Hostile config values (tests/formats/data/hostile): refused by name before
+# anything is allocated. Each of these crashed, aborted or ran before.
+set_field() {  # set_field CONFIG_JSON PYTHON_ASSIGNMENT
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p)); exec(sys.argv[2])
+json.dump(c, open(p, "w"))
+PY
+}
+m=$(copy_model rotary_4); set_field "$m/config.json" 'c["partial_rotary_factor"] = 4.0'
+expect "partial_rotary_factor 4.0 (rope past the head)" "InvalidArgument.*'partial_rotary_factor'.*4\.0" -- \
+  "${GEN[@]}" "$m" --providers reference
+expect "partial_rotary_factor 4.0, fast providers" "'partial_rotary_factor'" -- "${GEN[@]}" "$m"
+m=$(copy_model rotary_neg); set_field "$m/config.json" 'c["partial_rotary_factor"] = -0.5'
+expect "partial_rotary_factor -0.5" "InvalidArgument.*'partial_rotary_factor'.*-0\.5" -- \
+  "${GEN[@]}" "$m" --providers reference
+m=$(copy_model layers_2e32); set_field "$m/config.json" 'c["num_hidden_layers"] = 4294967296'
+expect "num_hidden_layers 2^32" "InvalidArgument.*'num_hidden_layers'.*4294967296" -- "${GEN[@]}" "$m"
+m=$(copy_model theta_neg); set_field "$m/config.json" 'c["rope_parameters"]["rope_theta"] = -1e308'
+expect "rope_theta -1e308" "InvalidArgument.*rope_theta.*-1e\+308" -- "${GEN[@]}" "$m"
+HOSTILE="$SRC/tests/formats/data/hostile"
+for f in text_config_layers_2pow32 text_config_experts_huge text_config_linear_key_heads_huge; do
+  mkdir -p "$WORK/$f"; cp "$HOSTILE/config/$f.json" "$WORK/$f/config.json"
+  expect "text_config wrapper: $f" "InvalidArgument.*'text_config\." -- \
+    "$FERRITE" info --model "$WORK/$f" --dummy-weights
+done
+# Every hostile config of the seed corpus: exit 1 with an error, no signal.
+for f in "$HOSTILE"/config/*.json; do
+  name=$(basename "$f" .json)
+  mkdir -p "$WORK/cfg_$name"; cp "$f" "$WORK/cfg_$name/config.json"
+  expect "hostile config $name" "error: (InvalidArgument|Unsupported)" -- \
+    "$FERRITE" info --model "$WORK/cfg_$name" --dummy-weights
+done
+# Every hostile safetensors file as the checkpoint: a clear error, no signal.
+for f in "$HOSTILE"/safetensors/*.safetensors; do
+  name=$(basename "$f" .safetensors)
+  m=$(copy_model "st_$name"); cp "$f" "$m/model.safetensors"
+  expect "hostile safetensors $name" "error: (DataLoss|Unsupported|InvalidArgument)" -- "${GEN[@]}" "$m"
+done
+# A header length that is not a multiple of 8 is legal: the misaligned
+# tensors are copied to aligned memory and the model generates as before.
+m=$(copy_model misaligned); python3 - "$m/model.safetensors" <<'PY'
+import struct, sys
+p = sys.argv[1]
+b = open(p, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+header = b[8:8 + n] + b' ' * ((1 - n) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(header)) + header + b[8 + n:])
+PY
+tokens_of() { grep -oE '"output_tokens":\[[0-9,]+' | cut -d'[' -f2; }
+want=$("$FERRITE" generate --model "$GOOD" --prompt-ids 1,2,3 --max-tokens 4 --ignore-eos --json \
+  2>/dev/null | tokens_of)
+for providers in reference fast; do
+  expect_ok "misaligned safetensors header, $providers providers ($want)" \
+    "\"output_tokens\":\[$want\]" -- \
+    "$FERRITE" generate --model "$m" --prompt-ids 1,2,3 --max-tokens 4 --ignore-eos --json \
+    --providers "$providers"
+done
+
 expect "token id outside the vocabulary" "vocabulary" -- \
   "$FERRITE" generate --model "$GOOD" --prompt-ids 1,2,512 --max-tokens 2
 expect "malformed prompt ids" "prompt-ids|token ids" -- \

@@ -169,7 +169,7 @@ const std::vector<Case>& config_cases() {
   return cases;
 }
 
-TEST(HostileConfig, EveryCaseIsRefusedWithTheFieldAndValue) {
+TEST(HostileModelConfig, EveryCaseIsRefusedWithTheFieldAndValue) {
   for (const Case& c : config_cases()) {
     SCOPED_TRACE(c.file);
     TempDir dir;
@@ -184,7 +184,7 @@ TEST(HostileConfig, EveryCaseIsRefusedWithTheFieldAndValue) {
 }
 
 // The folder and the table stay in sync: a new seed file needs its expectation.
-TEST(HostileConfig, EveryFileHasACase) {
+TEST(HostileModelConfig, EveryFileHasACase) {
   std::set<std::string> listed;
   for (const Case& c : config_cases()) EXPECT_TRUE(listed.insert(c.file).second) << c.file;
   size_t files = 0;
@@ -196,7 +196,7 @@ TEST(HostileConfig, EveryFileHasACase) {
 }
 
 // A long mlp_only_layers list is read once, not searched per layer.
-TEST(HostileConfig, LongLayerListsAreLinear) {
+TEST(HostileModelConfig, LongLayerListsAreLinear) {
   std::string list = "[";
   for (int i = 0; i < 2000000; ++i) list += (i ? ",1" : "1");
   list += "]";
@@ -217,7 +217,7 @@ TEST(HostileConfig, LongLayerListsAreLinear) {
 }
 
 // Every real config still loads, and its rotary dimension is what HF computes.
-TEST(HostileConfig, RealConfigsStillLoad) {
+TEST(HostileModelConfig, RealConfigsStillLoad) {
   std::vector<fs::path> dirs;
   for (const char* root : {"configs", "tests/models"})
     for (const auto& e : fs::directory_iterator(kSource / root))
@@ -242,7 +242,7 @@ TEST(HostileConfig, RealConfigsStillLoad) {
 
 // rope_inv_freq is the last line of defence: a rotary dimension outside the
 // head is a bug, not a silent overflow.
-TEST(HostileConfigDeathTest, RopeOutsideTheHeadIsChecked) {
+TEST(HostileModelConfigDeathTest, RopeOutsideTheHeadIsChecked) {
   causal_paged_attention::Params p{};
   p.head_dim = 16;
   p.rope_dim = 16;
