@@ -11,6 +11,9 @@ PACKAGES=(
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  # The hardening build (scripts/test_hardening.sh): clang 14 with its
+  # sanitizer and libFuzzer runtimes (libclang_rt.fuzzer*, asan, ubsan).
+  clang-14 libclang-rt-14-dev
 )
 # Node.js for the tokenizer oracle and the server tests: Debian's packages
 # unless a node + npm are already installed (they would conflict).
