@@ -65,10 +65,10 @@ int run_generate(const GenerateFlags& f) {
       messages.push_back({{"role", "user"}, {"content", f.chat}});
       nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
       if (!f.enable_thinking) kwargs["enable_thinking"] = false;
-      auto text = tmpl->render(messages, nullptr, /*add_generation_prompt=*/true, kwargs);
-      if (!text.is_ok()) return report_error(text.status().with_context("--chat"));
-      // The template already holds the special tokens.
-      ids = tokenizer->encode(*text, /*add_special_tokens=*/false);
+      // The template writes the special tokens; the messages stay text.
+      ids = tmpl->render_tokens(*tokenizer, messages, nullptr, /*add_generation_prompt=*/true,
+                                kwargs);
+      if (!ids.is_ok()) return report_error(ids.status().with_context("--chat"));
     }
     if (!ids.is_ok()) return report_error(ids.status());
   }

@@ -54,8 +54,9 @@ Result<std::string> reply(ServingModel& m, const RunFlags& f,
                           const nlohmann::ordered_json& messages, const std::string& raw_prompt) {
   std::vector<uint32_t> ids;
   if (m.chat && !f.raw) {
-    FERRITE_ASSIGN_OR_RETURN(std::string text, m.chat->render(messages, nullptr, true));
-    FERRITE_ASSIGN_OR_RETURN(ids, m.tokenizer->encode(text, false));
+    // What the user typed stays text: only the template's markup becomes
+    // special tokens.
+    FERRITE_ASSIGN_OR_RETURN(ids, m.chat->render_tokens(*m.tokenizer, messages, nullptr, true));
   } else {
     FERRITE_ASSIGN_OR_RETURN(ids, m.tokenizer->encode(raw_prompt, true));
   }

@@ -1,5 +1,6 @@
 #include "cli/serving_common.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "cli/default_model.h"
@@ -34,7 +35,15 @@ Result<std::unique_ptr<ServingModel>> open_serving_model(const ServingFlags& fla
     return tok.status().with_context("the model folder needs a tokenizer.json to serve text");
   m->tokenizer = std::move(tok).value();
   auto chat = ChatTemplate::load(mf.model);
-  if (chat.is_ok()) m->chat = std::make_unique<ChatTemplate>(std::move(chat).value());
+  if (chat.is_ok()) {
+    m->chat = std::make_unique<ChatTemplate>(std::move(chat).value());
+  } else if (chat.status().code() != StatusCode::kNotFound) {
+    // A broken template costs the chat API, not the server.
+    std::fprintf(stderr,
+                 "ferrite: warning: the model's chat template cannot be used (%s); "
+                 "/v1/chat/completions will answer 400\n",
+                 chat.status().message().c_str());
+  }
   FERRITE_ASSIGN_OR_RETURN(m->runner, ModelRunner::open(options));
   EngineOptions eo;
   eo.prefix_cache = flags.prefix_cache;
