@@ -672,9 +672,15 @@ class Interp {
         if (seq->is_string()) {
           if (total > SIZE_MAX) check_string_size(SIZE_MAX);
           check_string_size(static_cast<size_t>(total));
-          TextBuilder s;
-          for (int64_t i = 0; i < k && unit > 0; ++i) s.append(*seq);
-          return s.take();
+          charge_scan(static_cast<size_t>(total));
+          std::string s;
+          s.reserve(static_cast<size_t>(total));
+          Spans data;
+          for (int64_t i = 0; i < k && unit > 0; ++i) {
+            append_spans(data, s.size(), seq->spans());
+            s += seq->as_string();
+          }
+          return Value(std::move(s), std::move(data));
         }
         if (total > SIZE_MAX) charge_items(SIZE_MAX);
         charge_items(static_cast<size_t>(total));

@@ -1,6 +1,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <new>
+#include <stdexcept>
 
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
@@ -89,6 +91,21 @@ Result<std::vector<uint32_t>> Tokenizer::encode(std::string_view text, bool add_
 }
 
 Result<std::vector<uint32_t>> Tokenizer::encode_marked(
+    std::string_view text, bool add_special_tokens, SpecialText special,
+    std::span<const std::pair<size_t, size_t>> plain) const {
+  // Nothing below throws on any input; the catch keeps the API promise
+  // (Status, never an exception) should an allocation fail on a huge text.
+  try {
+    return encode_impl(text, add_special_tokens, special, plain);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("encode: out of memory for a text of " +
+                              std::to_string(text.size()) + " bytes");
+  } catch (const std::exception& e) {
+    return internal_error(std::string("encode: unexpected error: ") + e.what());
+  }
+}
+
+Result<std::vector<uint32_t>> Tokenizer::encode_impl(
     std::string_view text, bool add_special_tokens, SpecialText special,
     std::span<const std::pair<size_t, size_t>> plain) const {
   FERRITE_RETURN_IF_ERROR(tokenizer::validate_utf8(text));
@@ -189,6 +206,17 @@ Result<std::vector<uint32_t>> Tokenizer::encode_marked(
 // decode_bytes keeps raw bytes for the streaming decoder.
 Result<std::string> Tokenizer::decode_impl(std::span<const uint32_t> ids, bool skip_special_tokens,
                                            bool raw) const {
+  try {
+    return decode_ids(ids, skip_special_tokens, raw);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("decode: out of memory for " + std::to_string(ids.size()) + " ids");
+  } catch (const std::exception& e) {
+    return internal_error(std::string("decode: unexpected error: ") + e.what());
+  }
+}
+
+Result<std::string> Tokenizer::decode_ids(std::span<const uint32_t> ids, bool skip_special_tokens,
+                                          bool raw) const {
   const Impl& im = *impl_;
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());

@@ -100,6 +100,11 @@ class Tokenizer {
 
   Result<std::string> decode_impl(std::span<const uint32_t> ids, bool skip_special_tokens,
                                   bool raw) const;
+  Result<std::string> decode_ids(std::span<const uint32_t> ids, bool skip_special_tokens,
+                                 bool raw) const;
+  Result<std::vector<uint32_t>> encode_impl(std::string_view text, bool add_special_tokens,
+                                            SpecialText special,
+                                            std::span<const std::pair<size_t, size_t>> plain) const;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
