@@ -319,6 +319,16 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
   }
   FERRITE_RETURN_IF_ERROR(c.u64(&n_tensors, "tensor count"));
   FERRITE_RETURN_IF_ERROR(c.u64(&n_kv, "metadata count"));
+  // Absolute caps first (the decoded metadata and tensor tables take ~100
+  // bytes per entry however small the file's entries are), then the file size.
+  if (n_kv > kGgufMaxMetadataCount) {
+    return data_loss(path + ": metadata count " + std::to_string(n_kv) +
+                     " exceeds the limit of " + std::to_string(kGgufMaxMetadataCount));
+  }
+  if (n_tensors > kGgufMaxTensorCount) {
+    return data_loss(path + ": tensor count " + std::to_string(n_tensors) +
+                     " exceeds the limit of " + std::to_string(kGgufMaxTensorCount));
+  }
   if (n_kv > c.left() / kMinKvBytes) {
     return data_loss(path + ": metadata count " + std::to_string(n_kv) + " cannot fit in the file");
   }

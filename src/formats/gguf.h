@@ -19,7 +19,8 @@
 // unchecked count):
 //   - not_found / invalid_argument: as MappedFile::open;
 //   - data_loss: short file, bad magic, a count, string or array running past
-//     the end of the file, an unknown value type, a bool byte other than 0/1,
+//     the end of the file, more than kGgufMaxMetadataCount keys or
+//     kGgufMaxTensorCount tensors, an unknown value type, a bool byte other than 0/1,
 //     a duplicate key or tensor name, `general.alignment` not a power-of-two
 //     u32 of at least 8 (the spec: a multiple of 8), more than 4 dimensions, a dimension above INT64_MAX, an innermost
 //     dimension (ne[0]) not a multiple of the block size, an offset not aligned,
@@ -82,6 +83,10 @@ std::optional<DType> gguf_dtype_from_ggml_type(uint32_t ggml_type);
 std::string ggml_type_name(uint32_t ggml_type);
 
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
+// Upper bounds on the header's counts (real files: tens of metadata keys, at
+// most tens of thousands of tensors); larger counts are treated as corrupt.
+inline constexpr uint64_t kGgufMaxMetadataCount = uint64_t{1} << 16;
+inline constexpr uint64_t kGgufMaxTensorCount = uint64_t{1} << 20;
 
 // One metadata value. Scalars are decoded; arrays keep a pointer to their
 // first element in the mapping (numeric arrays are not copied) and decode on

@@ -22,7 +22,10 @@ Status open_error(const std::string& path, int err) {
 }  // namespace
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (a named pipe in place of config.json or a
+  // shard) would otherwise wait for a writer forever; it is refused below as
+  // not a regular file. Regular files ignore the flag.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return open_error(path, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -5,6 +5,7 @@
 // and the value, never a crash, an abort, a huge allocation or a hang. Run
 // under ASan/UBSan to make "never" checkable. The real configs must still load.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <cstring>
@@ -216,6 +217,22 @@ TEST(HostileModelConfig, LongLayerListsAreLinear) {
   EXPECT_EQ(src->config.num_layers, 1000);
 }
 
+// A named pipe in place of config.json or a shard is refused at once (opening
+// one for reading used to wait for a writer forever).
+TEST(HostileModelConfig, FifoIsRefusedNotWaitedOn) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("config.json").c_str(), 0600), 0);
+  auto src = open_dummy(dir.path().string());
+  EXPECT_TRUE(has_error(src.status(), kInvalid, {"config.json", "not a regular file"}));
+
+  TempDir model;
+  fs::copy_file(kSource / "tests/models/qwen3/config.json", model.file("config.json"));
+  ASSERT_EQ(::mkfifo(model.file("model.safetensors").c_str(), 0600), 0);
+  LoadOptions o;
+  o.model_dir = model.path().string();
+  EXPECT_TRUE(has_error(open_model(o).status(), kInvalid, {"not a regular file"}));
+}
+
 // Every real config still loads, and its rotary dimension is what HF computes.
 TEST(HostileModelConfig, RealConfigsStillLoad) {
   std::vector<fs::path> dirs;
@@ -402,7 +419,8 @@ TEST(HostileGguf, EveryCaseIsRefused) {
       {"dim_above_int64.gguf", kLoss, {"'w'", "dimension 9223372036854775808"}},
       {"dims_product_overflow.gguf", kLoss, {"'w'", "too large"}},
       {"key_length_huge.gguf", kLoss, {"metadata key 0", "truncated"}},
-      {"kv_count_huge.gguf", kLoss, {"metadata count 4611686018427387904", "cannot fit"}},
+      {"kv_count_huge.gguf", kLoss, {"metadata count 4611686018427387904", "limit of 65536"}},
+      {"kv_count_over_limit.gguf", kLoss, {"metadata count 65537", "limit of 65536"}},
       {"n_dims_5.gguf", kLoss, {"'w'", "5 dimensions (at most 4)"}},
       {"nested_array.gguf", kUnsup, {"'k'", "nested arrays"}},
       {"offset_past_file.gguf", kLoss, {"'w'", "runs past the data region"}},
@@ -410,7 +428,8 @@ TEST(HostileGguf, EveryCaseIsRefused) {
       {"overlapping_tensors.gguf", kLoss, {"overlaps tensor"}},
       {"string_array_count_huge.gguf", kLoss, {"'k'", "strings runs past the end"}},
       {"tensor_count_after_metadata.gguf", kLoss, {"tensor count 40", "after the metadata"}},
-      {"tensor_count_huge.gguf", kLoss, {"tensor count 4611686018427387904", "cannot fit"}},
+      {"tensor_count_huge.gguf", kLoss, {"tensor count 4611686018427387904", "limit of 1048576"}},
+      {"tensor_count_over_limit.gguf", kLoss, {"tensor count 1048577", "limit of 1048576"}},
       {"unknown_ggml_type.gguf", kUnsup, {"'w'", "Q4_0"}},
       {"unknown_value_type.gguf", kLoss, {"'k'", "unknown value type 13"}},
   };

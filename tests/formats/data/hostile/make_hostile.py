@@ -283,6 +283,8 @@ GGUF = {
     "alignment_not_power_of_two.gguf": gguf_one_tensor([4], data=16, align_kv=48),
     "tensor_count_huge.gguf": bytes(Gguf().u64(1 << 62).u64(0).b),
     "kv_count_huge.gguf": bytes(Gguf().u64(0).u64(1 << 62).b),
+    "tensor_count_over_limit.gguf": bytes(Gguf().u64((1 << 20) + 1).u64(0).b) + b"\0" * 64,
+    "kv_count_over_limit.gguf": bytes(Gguf().u64(0).u64((1 << 16) + 1).b) + b"\0" * 64,
     "tensor_count_after_metadata.gguf":
         bytes(Gguf().u64(40).u64(1).s("k").u32(8).s("x" * 1000).b),
     "key_length_huge.gguf": bytes(Gguf().u64(0).u64(1).u64(1 << 62).b) + b"\0" * 16,
