@@ -87,6 +87,18 @@ void check_sources(const SafetensorsCheckpoint& ckpt, WeightDecl* w,
                                       s.row_begin + s.rows, w->name));
       return;
     }
+    // Slices stack rows (and per-expert tensors stack matrices), so every
+    // source keeps the declared innermost width; a tensor of the right
+    // element count but another width would be read with the wrong layout.
+    const int64_t inner = w->shape.rank() == 0 ? 1 : w->shape[w->shape.rank() - 1];
+    const int64_t t_inner = t->shape.rank() == 0 ? 1 : t->shape[t->shape.rank() - 1];
+    if (t_inner != inner) {
+      problems->push_back(fmt::format("tensor '{}' has shape {}, rows of {} elements are needed "
+                                      "for {} {}",
+                                      s.tensor, t->shape.to_string(), inner, w->name,
+                                      w->shape.to_string()));
+      return;
+    }
     if (dtype && *dtype != t->dtype) {
       problems->push_back(fmt::format("tensors making {} differ in dtype ({} and {})", w->name,
                                       dtype_name(*dtype), dtype_name(t->dtype)));

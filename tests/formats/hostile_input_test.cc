@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "contracts/causal_paged_attention.h"
@@ -405,6 +407,36 @@ TEST(HostileSafetensors, LoaderAlignsMisalignedWeights) {
       EXPECT_EQ(view.data == own->data, aligned);
     }
   }
+}
+
+// Rewrites the header of <dir>/model.safetensors through `edit` (same data).
+void edit_header(const std::string& file, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string bytes = read_bytes(file);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+  nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
+  edit(h);
+  std::string text = h.dump();
+  while (text.size() % 8 != 0) text += ' ';
+  write_bytes(file, testing_util::le64(text.size()) + text + bytes.substr(8 + n));
+}
+
+// A sliced or stacked source with the right element count but another row
+// width would be copied with the wrong layout: refused by name.
+TEST(HostileSafetensors, SlicedSourcesKeepTheirRowWidth) {
+  const fs::path good = kSource / "tests/models/qwen3_next";
+  TempDir dir;
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(good / f, dir.file(f));
+  const std::string name = "model.layers.0.linear_attn.in_proj_qkvz.weight";
+  edit_header(dir.file("model.safetensors"), [&](nlohmann::json& h) {
+    ASSERT_TRUE(h.contains(name));
+    auto& shape = h[name]["shape"];
+    shape = {shape[0].get<int64_t>() * 2, shape[1].get<int64_t>() / 2};
+  });
+  LoadOptions o;
+  o.model_dir = dir.path().string();
+  EXPECT_TRUE(has_error(open_model(o).status(), kInvalid,
+                        {"'" + name + "'", "rows of 64 elements are needed"}));
 }
 
 // ---------------------------------------------------------------------------
