@@ -35,8 +35,9 @@ struct Limits {
   // bounds stack use; real templates stay under 30.
   size_t max_parse_depth = 256;
   // Statements, expressions and macro calls active at once while rendering
-  // (recursive macros). Real templates stay under 40; at a few KB of stack
-  // per level this keeps a render well inside a 1 MiB thread stack.
+  // (recursive macros). Real templates stay under 40. With max_parse_depth
+  // this keeps a parse or a render under ~512 KiB of stack in a release
+  // build (hostile_input_test runs the deepest cases on a 1 MiB thread).
   size_t max_eval_depth = 200;
   // Nesting of lists and dicts, in the request data and in values the
   // template builds (equality, repr and tojson recurse over it).

@@ -431,6 +431,31 @@ class Interp {
     fail(n, "'" + v.type_name() + "' object is not iterable");
   }
 
+  // The `loop` variable of iteration i. Out of line: its temporaries would
+  // otherwise sit in exec_for's frame, on the stack once per nested loop.
+  [[gnu::noinline]] static Value loop_object(const List& items, size_t i) {
+    const size_t len = items.size();
+    auto loop = std::make_shared<Dict>();
+    loop->items = {
+        {"index", Value(static_cast<int64_t>(i + 1))},
+        {"index0", Value(static_cast<int64_t>(i))},
+        {"revindex", Value(static_cast<int64_t>(len - i))},
+        {"revindex0", Value(static_cast<int64_t>(len - i - 1))},
+        {"first", Value(i == 0)},
+        {"last", Value(i + 1 == len)},
+        {"length", Value(static_cast<int64_t>(len))},
+        {"depth", Value(1)},
+        {"depth0", Value(0)},
+        {"previtem", i > 0 ? items[i - 1] : Value::undefined("previtem")},
+        {"nextitem", i + 1 < len ? items[i + 1] : Value::undefined("nextitem")},
+        {"cycle", Value::function([i](Args& a) {
+           if (a.positional.empty()) throw JinjaError("loop.cycle() needs arguments");
+           return a.positional[i % a.positional.size()];
+         })},
+    };
+    return Value(loop);
+  }
+
   Flow exec_for(const Node& n) {
     List items = iterate(n, eval(*n.kids[0]));
     if (n.kids[1]) {
@@ -449,25 +474,7 @@ class Interp {
     const size_t len = items.size();
     for (size_t i = 0; i < len; ++i) {
       frames_.push_back(std::make_shared<Frame>());
-      auto loop = std::make_shared<Dict>();
-      loop->items = {
-          {"index", Value(static_cast<int64_t>(i + 1))},
-          {"index0", Value(static_cast<int64_t>(i))},
-          {"revindex", Value(static_cast<int64_t>(len - i))},
-          {"revindex0", Value(static_cast<int64_t>(len - i - 1))},
-          {"first", Value(i == 0)},
-          {"last", Value(i + 1 == len)},
-          {"length", Value(static_cast<int64_t>(len))},
-          {"depth", Value(1)},
-          {"depth0", Value(0)},
-          {"previtem", i > 0 ? items[i - 1] : Value::undefined("previtem")},
-          {"nextitem", i + 1 < len ? items[i + 1] : Value::undefined("nextitem")},
-          {"cycle", Value::function([i](Args& a) {
-             if (a.positional.empty()) throw JinjaError("loop.cycle() needs arguments");
-             return a.positional[i % a.positional.size()];
-           })},
-      };
-      assign("loop", Value(loop));
+      assign("loop", loop_object(items, i));
       assign_targets(n, n.names, items[i]);
       Flow f = exec_body(n.body);
       frames_.pop_back();
@@ -676,9 +683,14 @@ class Interp {
           std::string s;
           s.reserve(static_cast<size_t>(total));
           Spans data;
-          for (int64_t i = 0; i < k && unit > 0; ++i) {
-            append_spans(data, s.size(), seq->spans());
-            s += seq->as_string();
+          if (unit > 0 && k > 0) {
+            // Doubling: O(log k) appends.
+            s = seq->as_string();
+            while (s.size() * 2 <= total) s.append(s);
+            s.append(s, 0, static_cast<size_t>(total) - s.size());
+            if (!seq->spans().empty()) {
+              for (int64_t i = 0; i < k; ++i) append_spans(data, i * unit, seq->spans());
+            }
           }
           return Value(std::move(s), std::move(data));
         }

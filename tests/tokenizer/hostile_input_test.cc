@@ -5,7 +5,10 @@
 // the huge ones are generated here.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
 #include <chrono>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -159,6 +162,44 @@ TEST(HostileTemplates, HugeNestingIsACleanError) {
   }
   // Above the template size limit.
   expect_clean_error(render_status(std::string(2 << 20, 'x')), "over the limit");
+}
+
+// Runs `fn` on a thread with a 1 MiB stack (server threads have at least
+// that): the depth limits must keep parse and render inside it.
+void on_small_stack(const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, size_t{1} << 20);
+  pthread_t thread;
+  auto body = [](void* arg) -> void* {
+    (*static_cast<const std::function<void()>*>(arg))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, body, const_cast<std::function<void()>*>(&fn)), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+TEST(HostileTemplates, DeepestAllowedFitsInOneMiBOfStack) {
+  on_small_stack([] {
+    // Just inside the limits: these render.
+    std::string out;
+    EXPECT_TRUE(render_status(repeat("{% for x in [1] %}", 190) + "y" + repeat("{% endfor %}", 190),
+                              &out)
+                    .is_ok());
+    EXPECT_EQ(out, "y");
+    EXPECT_TRUE(render_status("{{ " + repeat("(", 250) + "1" + repeat(")", 250) + " }}").is_ok());
+    EXPECT_TRUE(render_status("{{ " + repeat("[", 120) + repeat("]", 120) + " | tojson }}").is_ok());
+    // Just past them: clean errors.
+    expect_clean_error(render_status(read_text(hostile_dir() / "templates" /
+                                               "recursive_macro.jinja")),
+                       "macro calls");
+    expect_clean_error(render_status(repeat("{% if true %}", 300) + repeat("{% endif %}", 300)),
+                       "deeper than");
+    expect_clean_error(render_status("{{ " + repeat("(", 300) + "1" + repeat(")", 300) + " }}"),
+                       "deeper than");
+    expect_clean_error(render_status("{{ x" + repeat(" | default(1)", 250) + " }}"), "macro calls");
+  });
 }
 
 // Hostile request data fed to a benign template.
