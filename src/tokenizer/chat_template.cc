@@ -69,7 +69,9 @@ Result<ChatTemplate> ChatTemplate::from_source(const std::string& source,
   return t;
 }
 
-Result<ChatTemplate> ChatTemplate::load(const std::string& path) {
+namespace {
+
+Result<ChatTemplate> load_template(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path p(path);
@@ -86,6 +88,13 @@ Result<ChatTemplate> ChatTemplate::load(const std::string& path) {
   }
   std::string source;
   if (fs::exists(dir / "chat_template.jinja", ec)) {
+    // Refused before reading when over the parser's size limit.
+    const auto size = fs::file_size(dir / "chat_template.jinja", ec);
+    if (!ec && size > jinja::Limits().max_template_bytes) {
+      return invalid_argument((dir / "chat_template.jinja").string() + " is " +
+                              std::to_string(size) + " bytes, over the limit of " +
+                              std::to_string(jinja::Limits().max_template_bytes));
+    }
     FERRITE_ASSIGN_OR_RETURN(source, read_file(dir / "chat_template.jinja"));
   } else if (config.is_object() && config.contains("chat_template")) {
     const auto& ct = config["chat_template"];
@@ -111,9 +120,23 @@ Result<ChatTemplate> ChatTemplate::load(const std::string& path) {
     }
   }
   if (source.empty()) return not_found("no chat template in " + path);
-  auto t = from_source(source, special_tokens_of(config));
+  auto t = ChatTemplate::from_source(source, special_tokens_of(config));
   if (!t.is_ok()) return t.status().with_context(path);
   return t;
+}
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::load(const std::string& path) {
+  try {
+    return load_template(path);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("chat template: out of memory while loading " + path);
+  } catch (const std::exception& e) {
+    // Last resort: JSON access above is type-checked.
+    return internal_error("chat template: unexpected error while loading " + path + ": " +
+                          e.what());
+  }
 }
 
 // Forgery defence of render_tokens, by provenance tracking (rather than

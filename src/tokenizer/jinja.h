@@ -44,7 +44,8 @@ struct Limits {
   size_t max_value_depth = kDefaultMaxValueDepth;
   // Evaluation steps: one per statement, expression node and loop iteration,
   // plus one per element copied or compared and per 256 bytes scanned. About
-  // a second of work at worst; a 200-turn chat with tools takes ~100k.
+  // a second of work at worst; Qwen3's template on a 2,000-message chat with
+  // tool calls takes ~270k.
   uint64_t max_steps = 10'000'000;
   // Rendered text, and any single string built (by ~, +, *, join, replace,
   // tojson, set blocks, macro output...). 8 MiB is ~2M tokens of text, far
