@@ -83,6 +83,10 @@ Status set_rope_dim(ModelConfig* c) {
 
 Status check_token_ids(const JsonConfig& j, const char* key, const std::vector<int64_t>& ids,
                        int64_t vocab) {
+  // Every eos id becomes a stop id that each generated token is compared with.
+  if (static_cast<int64_t>(ids.size()) > lim::kMaxEosTokens)
+    return j.field_error(key, fmt::format("has {} entries, more than the limit of {}",
+                                          ids.size(), lim::kMaxEosTokens));
   for (int64_t id : ids)
     if (id < 0 || id >= vocab)
       return j.field_error(key, fmt::format("must hold token ids in [0, {}) (vocab_size)", vocab));

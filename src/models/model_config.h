@@ -40,6 +40,7 @@ inline constexpr int64_t kMaxExperts = 4096;                   // num_experts
 // per-layer weight declarations and slices a program is built from.
 inline constexpr int64_t kMaxLayerFanout = int64_t{1} << 18;
 inline constexpr int64_t kMaxConvKernel = 64;  // linear_conv_kernel_dim
+inline constexpr int64_t kMaxEosTokens = 1024;  // eos_token_id entries (each a stop id)
 // Sum of the declared weight bytes (checked in open_model): 1 PiB.
 inline constexpr int64_t kMaxWeightBytes = int64_t{1} << 50;
 }  // namespace model_limits

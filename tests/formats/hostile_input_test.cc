@@ -128,6 +128,7 @@ const std::vector<Case>& config_cases() {
       {"layer_types_unknown.json", kUnsup, {"layer type 'sliding_attention'"}},
       {"eos_outside_vocab.json", kInvalid, {"'eos_token_id'", "[0, 512)", "[2,512]"}},
       {"eos_negative.json", kInvalid, {"'eos_token_id'", "got -1"}},
+      {"eos_too_many.json", kInvalid, {"'eos_token_id'", "1025 entries", "limit of 1024"}},
       {"bos_huge.json", kInvalid, {"'bos_token_id'", "got 1099511627776"}},
       // Rope scaling.
       {"llama3_equal_freq_factors.json",

@@ -134,6 +134,7 @@ CONFIGS = {
         with_(QWEN3_5_TEXT, "layer_types", ["linear_attention"] * 3 + ["sliding_attention"]),
     "eos_outside_vocab.json": with_(QWEN3, "eos_token_id", [2, 512]),
     "eos_negative.json": with_(QWEN3, "eos_token_id", -1),
+    "eos_too_many.json": with_(QWEN3, "eos_token_id", [2] * 1025),
     "bos_huge.json": with_(QWEN3, "bos_token_id", 1 << 40),
     # Rope scaling.
     "llama3_equal_freq_factors.json": with_(LLAMA3, "rope_parameters.high_freq_factor", 1.0),
