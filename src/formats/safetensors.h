@@ -23,8 +23,11 @@
 //
 // Alignment: a tensor's bytes start at file offset 8 + N + begin, and the
 // mapping is page aligned. write_safetensors (like the reference library) pads
-// N to a multiple of 8, but nothing aligns `begin` to the element size in
-// general: check `data` before aligned vector loads.
+// N to a multiple of 8, but the format allows any N and nothing aligns `begin`
+// to the element size: `data` may be misaligned even for its element type.
+// Such files are valid and open; readers must not load elements through typed
+// pointers (load_as_f32 uses memcpy; the model loader copies misaligned
+// tensors into aligned memory and views aligned ones in place).
 #pragma once
 
 #include <cstdint>
