@@ -316,6 +316,39 @@ std::vector<size_t> slice_indices(size_t size, const Value& start, const Value& 
   return out;
 }
 
+// Code-point walks without materializing code_points() (16 bytes per
+// character), stepping exactly as it does.
+size_t cp_len_at(std::string_view s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  return std::min(n, s.size() - i);
+}
+size_t cp_count(std::string_view s) {
+  charge_scan(s.size());
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i += cp_len_at(s, i)) ++n;
+  return n;
+}
+// Byte offset of code point `index` (s.size() past the end).
+size_t cp_byte(std::string_view s, size_t index) {
+  size_t i = 0;
+  for (; index > 0 && i < s.size(); --index) i += cp_len_at(s, i);
+  charge_scan(i);
+  return i;
+}
+
+// [b, e) of a step-1 Python slice over `size` elements.
+std::pair<size_t, size_t> slice_range(size_t size, const Value& start, const Value& stop) {
+  int64_t n = static_cast<int64_t>(size);
+  auto clamp = [&](const Value& v, int64_t dflt) -> int64_t {
+    if (v.is_none() || v.is_undefined()) return dflt;
+    int64_t i = v.as_int();
+    if (i < 0) i += n;
+    return std::clamp<int64_t>(i, 0, n);
+  };
+  return {static_cast<size_t>(clamp(start, 0)), static_cast<size_t>(clamp(stop, n))};
+}
+
 class Interp {
  public:
   explicit Interp(Frames frames, bool top_level = false)
@@ -541,6 +574,14 @@ class Interp {
         }
         if (obj.is_string()) {
           const std::string& str = obj.as_string();
+          if (c.is_none() || (c.is_int() && c.as_int() == 1)) {
+            // Contiguous: one substring (no per-character work).
+            auto [first, last] = slice_range(cp_count(str), a, b);
+            if (first >= last) return Value("");
+            size_t from = cp_byte(str, first);
+            size_t to = from + cp_byte(std::string_view(str).substr(from), last - first);
+            return substr(obj, from, to);
+          }
           auto cps = code_points(str);
           TextBuilder s;
           for (size_t i : slice_indices(cps.size(), a, b, c)) {
@@ -786,12 +827,11 @@ class Interp {
     }
     if (obj.is_string() && key.is_number()) {
       const std::string& str = obj.as_string();
-      auto cps = code_points(str);
-      int64_t i = py_index(key.as_int(), cps.size());
-      if (i < 0 || i >= static_cast<int64_t>(cps.size())) return Value::undefined();
-      std::string_view cp = cps[static_cast<size_t>(i)];
-      size_t at = static_cast<size_t>(cp.data() - str.data());
-      return substr(obj, at, at + cp.size());
+      const size_t count = cp_count(str);
+      int64_t i = py_index(key.as_int(), count);
+      if (i < 0 || i >= static_cast<int64_t>(count)) return Value::undefined();
+      size_t at = cp_byte(str, static_cast<size_t>(i));
+      return substr(obj, at, at + cp_len_at(str, at));
     }
     if (obj.is_undefined()) fail(n, "'" + obj.undefined_name() + "' is undefined");
     if (key.is_string()) return get_attr_soft(obj, key.as_string());
@@ -875,7 +915,7 @@ class Interp {
           const std::string& s = self.as_string();
           std::string sub = a.get(0, "sub").str();
           if (name == "count") {
-            if (sub.empty()) return Value(static_cast<int64_t>(code_points(s).size() + 1));
+            if (sub.empty()) return Value(static_cast<int64_t>(cp_count(s) + 1));
             int64_t c = 0;
             for (size_t p = str_find(s, sub); p != std::string::npos;
                  p = str_find(s, sub, p + sub.size()))
@@ -887,7 +927,7 @@ class Interp {
             if (name == "index") throw JinjaError("substring not found");
             return Value(-1);
           }
-          return Value(static_cast<int64_t>(code_points(s.substr(0, p)).size()));
+          return Value(static_cast<int64_t>(cp_count(std::string_view(s).substr(0, p))));
         });
       }
       if (name == "join") {
@@ -1036,7 +1076,7 @@ class Interp {
           v.has_data() || seps.has_data());
     }
     if (name == "length" || name == "count") {
-      if (v.is_string()) return Value(static_cast<int64_t>(code_points(v.as_string()).size()));
+      if (v.is_string()) return Value(static_cast<int64_t>(cp_count(v.as_string())));
       if (v.is_list()) return Value(static_cast<int64_t>(v.list().size()));
       if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().items.size()));
       if (v.is_undefined()) return Value(0);

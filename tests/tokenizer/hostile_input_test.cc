@@ -263,6 +263,16 @@ TEST(HostileTemplates, OutputAndAllocationBudgets) {
   std::string out;
   ASSERT_TRUE(render_status("{{ ('ab' * 1000000) in ('ab' * 2000000) }}", &out).is_ok());
   EXPECT_EQ(out, "True");
+  // Slicing, indexing and measuring a large string are cheap (no
+  // per-character work): a loop of them stays inside the budgets.
+  ASSERT_TRUE(render_status("{% set s = 'é' * 1000000 %}{% for i in range(100) %}"
+                            "{{ s[1:2] }}{{ s[-1] }}{{ s[-3:-1] }}{{ s | length > 0 }}"
+                            "{% endfor %}{{ s | length }}{{ s[999999:] }}{{ s[1000000:] }}|"
+                            "{{ s[2:1] }}|",
+                            &out)
+                  .is_ok());
+  EXPECT_EQ(out.size(), 100 * (8 + 4) + 7 + 2 + 2);
+  EXPECT_EQ(out.substr(out.size() - 11), "1000000\xC3\xA9||");
 }
 
 TEST(HostileTemplates, ArithmeticIsPythonOrAnError) {
