@@ -93,9 +93,11 @@ def safetensors_seeds():
     out(t, s1 + SPLIT + json.dumps(index, indent=2).encode() + SPLIT + s2, "sharded")
     bad = dict(index, weight_map=dict(index["weight_map"], **{"model.c": "../escape.safetensors"}))
     out(t, s1 + SPLIT + json.dumps(bad).encode() + SPLIT + s2, "sharded_escape")
-    hostile = os.path.join(ROOT, "tests", "formats", "data", "hostile")
-    for p in sorted(glob.glob(os.path.join(hostile, "**", "*safetensors*"), recursive=True)):
-        if os.path.isfile(p):
+    hostile = os.path.join(ROOT, "tests", "formats", "data", "hostile", "safetensors")
+    for p in sorted(glob.glob(os.path.join(hostile, "*"))):
+        if p.endswith(".json"):  # a hostile index between two good shards
+            out(t, s1 + SPLIT + read(p) + SPLIT + s2)
+        elif os.path.isfile(p):
             out(t, read(p))
 
 
@@ -173,8 +175,8 @@ def gguf_seeds():
         "alignment64")
     out(t, gguf([], []), "empty")
     out(t, gguf([("x", GG["array"], (GG["array"], []))], []), "nested_array")
-    hostile = os.path.join(ROOT, "tests", "formats", "data", "hostile")
-    for p in sorted(glob.glob(os.path.join(hostile, "**", "*gguf*"), recursive=True)):
+    hostile = os.path.join(ROOT, "tests", "formats", "data", "hostile", "gguf")
+    for p in sorted(glob.glob(os.path.join(hostile, "*"))):
         if os.path.isfile(p):
             out(t, read(p))
 
@@ -185,10 +187,9 @@ def config_seeds():
     for p in sorted(glob.glob(os.path.join(ROOT, "tests", "models", "*", "config.json")) +
                     glob.glob(os.path.join(ROOT, "configs", "*", "config.json"))):
         out(t, read(p))
-    hostile = os.path.join(ROOT, "tests", "formats", "data", "hostile")
-    for p in sorted(glob.glob(os.path.join(hostile, "**", "*.json"), recursive=True)):
-        if os.path.isfile(p) and "index" not in os.path.basename(p):
-            out(t, read(p))
+    hostile = os.path.join(ROOT, "tests", "formats", "data", "hostile", "config")
+    for p in sorted(glob.glob(os.path.join(hostile, "*.json"))):
+        out(t, read(p))
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -238,7 +239,7 @@ def tokenizer_seeds():
     for s in [b"\x00<|im_start|>user\nhi<|im_end|>", b"\x01<s> [INST] hi [/INST]",
               b"\x00\xff\xfe invalid", b"\x01\xc3\x28", b"\x00" + "e\u0301 \u00e9".encode()]:
         out("tokenizer_text", s)
-    hostile = os.path.join(ROOT, "tests", "tokenizer", "data", "hostile")
+    hostile = os.path.join(ROOT, "tests", "tokenizer", "data", "hostile", "tokenizer")
     samples = [t.encode("utf-8", "surrogatepass") for t in texts[:40:4]] or [b"Hello world"]
     seeds = []
     for name, keep in (("qwen3", 700), ("llama2", 600), ("llama3", 700)):
@@ -250,21 +251,20 @@ def tokenizer_seeds():
             cfgj.pop("chat_template", None)
             seeds.append((json.dumps(tok, ensure_ascii=False).encode(), json.dumps(cfgj).encode()))
     seeds.append((json.dumps(TINY_WORDLEVEL).encode(), b""))
-    for p in sorted(glob.glob(os.path.join(hostile, "**", "*.json"), recursive=True)):
-        if os.path.isfile(p):
-            seeds.append((read(p), b""))
     for i, (tj, cj) in enumerate(seeds):
         for k, s in enumerate(samples[:3]):
             out("tokenizer_json", tj + SPLIT + s + (SPLIT + cj if cj else b""))
-    for p in sorted(glob.glob(os.path.join(hostile, "**", "*"), recursive=True)):
-        if os.path.isfile(p) and not p.endswith(".json"):
-            b = read(p)
-            out("tokenizer_text", b"\x00" + b)
-            out("tokenizer_text", b"\x01" + b)
+    # Hostile tokenizer.json files with one text each; hostile
+    # tokenizer_config.json files beside the tiny tokenizer.
+    for p in sorted(glob.glob(os.path.join(hostile, "*.json"))):
+        out("tokenizer_json", read(p) + SPLIT + samples[0])
+    for p in sorted(glob.glob(os.path.join(hostile, "..", "config", "*.json"))):
+        out("tokenizer_json", json.dumps(TINY_WORDLEVEL).encode() + SPLIT + b"ab" + SPLIT + read(p))
 
 
 def template_seeds():
     t = "chat_template"
+    # tests/tokenizer/data/templates and the hostile ones.
     for p in sorted(glob.glob(os.path.join(ROOT, "tests", "tokenizer", "data", "**", "*.jinja"),
                               recursive=True)):
         out(t, read(p))
@@ -290,6 +290,46 @@ def template_seeds():
         out(t, s)
 
 
+# ------------------------------------------------------------------ server
+def request_seeds():
+    t = "request_parser"
+    bodies = [
+        {"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16},
+        {"model": "ferrite-fuzz", "messages": [{"role": "system", "content": "Be brief."},
+                                                {"role": "user", "content": "<|im_start|>x"}],
+         "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.7,
+         "top_p": 0.9, "top_k": 20, "seed": 7, "stop": ["\n\n", "END"], "logprobs": True,
+         "top_logprobs": 3, "n": 1, "presence_penalty": 0.5, "frequency_penalty": 0.1},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "c1", "type": "function",
+                           "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "42"}],
+         "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+         "max_completion_tokens": 8, "chat_template_kwargs": {"enable_thinking": False}},
+        {"prompt": "Once upon a time", "max_tokens": 4, "logprobs": 2, "echo": False},
+        {"prompt": [1, 2, 3, 151643], "max_tokens": 1, "stop": "x"},
+        {"prompt": ["a", "b"], "max_tokens": 300},
+        {"messages": [], "max_tokens": 0},
+        {"messages": [{"role": "user"}], "stop": [""] * 20},
+    ]
+    for b in bodies:
+        out(t, json.dumps(b))
+    out(t, b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "lone_surrogate")
+    out(t, b"[" * 100 + b"]" * 100, "deep")
+    t = "stream_text"
+    # flags, stop strings (length byte + bytes), tokens (3 bytes each).
+    def toks(ids, every=2):
+        b = b""
+        for i, x in enumerate(ids):
+            b += struct.pack("<H", x & 0xFFFF) + bytes([(x >> 16) | (0x80 if i % every == 0 else 0)])
+        return b
+    hello = [9707, 11, 1879, 0, 151643, 220, 5691, 104, 100, 99, 33975]
+    out(t, bytes([0]) + toks(hello), "plain")
+    out(t, bytes([1 | 2 | 4]) + b"\x02, " + toks(hello, 1), "chat_logprobs_stop")
+    out(t, bytes([8]) + b"\x01\xe4\x03abc" + toks([100, 101, 102, 103, 104, 105]), "bytes")
+
+
 def main():
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
@@ -298,6 +338,7 @@ def main():
     config_seeds()
     tokenizer_seeds()
     template_seeds()
+    request_seeds()
     for d in sorted(os.listdir(CORPUS)):
         n = len(os.listdir(os.path.join(CORPUS, d)))
         print(f"{d}: {n} seeds")
