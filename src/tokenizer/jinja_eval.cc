@@ -518,11 +518,21 @@ class Interp {
 
   void define_macro(const Node& n) {
     const Node* def = &n;
-    Frames closure = {frames_.front()};
+    // The macro sees the globals and the top-level frame. It holds them
+    // weakly: it is stored in one of them, and a strong reference would make
+    // a cycle that leaks every variable of the render. Both frames outlive
+    // every call (values cannot escape a render).
+    std::vector<std::weak_ptr<Frame>> closure = {frames_.front()};
     if (frames_.size() > 1) closure.push_back(frames_[1]);
     assign(n.name, Value::function([def, closure](Args& args) {
              EvalDepth depth;
-             Interp sub(closure);
+             Frames frames;
+             for (const auto& w : closure) {
+               auto f = w.lock();
+               if (!f) throw JinjaError("macro called after its render ended");
+               frames.push_back(std::move(f));
+             }
+             Interp sub(std::move(frames));
              sub.frames_.push_back(std::make_shared<Frame>());
              for (size_t i = 0; i < def->names.size(); ++i) {
                Value v = args.get(i, def->names[i], Value::undefined(def->names[i]));
@@ -979,7 +989,7 @@ class Interp {
     if (obj.is_dict() && !obj.dict().is_namespace) {
       Value self = obj;
       if (name == "items") {
-        return Value::function([self](Args&) {
+        return Value::method(self, [self](Args&) {
           List l;
           for (const auto& [k, v] : self.dict().items)
             l.push_back(Value(List{self.dict().key(k), v}));
@@ -987,21 +997,21 @@ class Interp {
         });
       }
       if (name == "keys") {
-        return Value::function([self](Args&) {
+        return Value::method(self, [self](Args&) {
           List l;
           for (const auto& [k, v] : self.dict().items) l.push_back(self.dict().key(k));
           return Value(std::move(l));
         });
       }
       if (name == "values") {
-        return Value::function([self](Args&) {
+        return Value::method(self, [self](Args&) {
           List l;
           for (const auto& [k, v] : self.dict().items) l.push_back(v);
           return Value(std::move(l));
         });
       }
       if (name == "get") {
-        return Value::function([self](Args& a) {
+        return Value::method(self, [self](Args& a) {
           Value key = a.get(0, "key");
           if (key.is_string()) {
             if (const Value* v = self.dict().find(key.as_string())) return *v;
@@ -1014,7 +1024,7 @@ class Interp {
     if (obj.is_list()) {
       Value self = obj;
       if (name == "index" || name == "count") {
-        return Value::function([self, name](Args& a) {
+        return Value::method(self, [self, name](Args& a) {
           Value x = a.get(0, "value");
           int64_t c = 0;
           for (size_t i = 0; i < self.list().size(); ++i) {

@@ -90,6 +90,13 @@ class Value {
     v.fn_ = std::make_shared<Function>(std::move(f));
     return v;
   }
+  // A method bound to `self` (f holds a copy of it): has_namespace() follows
+  // self's, so storing it in a namespace cannot make a cycle either.
+  static Value method(const Value& self, Function f) {
+    Value v = function(std::move(f));
+    v.has_namespace_ = self.has_namespace();
+    return v;
+  }
   // `data`: the strings (and dict keys) are request data. Nesting deeper
   // than Limits::max_value_depth is a JinjaError.
   static Value from_json(const nlohmann::ordered_json& j, bool data = false);

@@ -5,6 +5,7 @@
 // the huge ones are generated here.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
 #include <pthread.h>
 
 #include <chrono>
@@ -200,6 +201,30 @@ TEST(HostileTemplates, DeepestAllowedFitsInOneMiBOfStack) {
                        "deeper than");
     expect_clean_error(render_status("{{ x" + repeat(" | default(1)", 250) + " }}"), "macro calls");
   });
+}
+
+// Values never form reference cycles, so a render frees everything: a
+// top-level macro (stored in the frame it closes over) or a bound method
+// stored in a namespace it is reachable from would otherwise leak each
+// render's variables.
+TEST(HostileTemplates, RendersDoNotLeak) {
+  expect_clean_error(render_status("{% set ns = namespace(f=none) %}{% set ns.f = [ns].index %}"),
+                     "cannot hold a namespace");
+  expect_clean_error(render_status("{% set ns = namespace(f=none) %}"
+                                   "{% set ns.f = {'a': ns}.items %}"),
+                     "cannot hold a namespace");
+  auto t = ChatTemplate::from_source(
+      "{% set big = 'x' * 200000 %}{% set ns = namespace(m=none) %}"
+      "{% macro m() %}{{ big | length }}{% endmacro %}{% set ns.m = m %}{{ ns.m() }}");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  auto once = t->render(ordered_json::array(), nullptr, false);
+  ASSERT_TRUE(once.is_ok()) << once.status().to_string();
+  EXPECT_EQ(*once, "200000");
+  const size_t before = mallinfo2().uordblks;
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(t->render(ordered_json::array(), nullptr, false).is_ok());
+  const size_t after = mallinfo2().uordblks;
+  // A leak would keep 300 x 200 KB.
+  EXPECT_LT(after, before + (size_t{10} << 20)) << before << " -> " << after;
 }
 
 // Hostile request data fed to a benign template.
