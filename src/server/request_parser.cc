@@ -7,6 +7,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 namespace ferrite {
 
@@ -109,6 +110,11 @@ std::optional<ApiError> chat_messages(const RequestContext& ctx, const json& bod
     std::string r = role->get<std::string>();
     if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
       return bad_request("unknown message role '" + r + "'", "messages");
+    for (const char* k : {"tool_calls", "function_call"})
+      if (auto t = m.find(k); t != m.end() && !t->is_null() && !(t->is_array() && t->empty()))
+        return bad_request(fmt::format("messages with '{}' are not supported yet (tool calling)",
+                                       k),
+                           "messages");
     std::string content;
     auto c = m.find("content");
     if (c != m.end() && c->is_string()) {
@@ -127,6 +133,62 @@ std::optional<ApiError> chat_messages(const RequestContext& ctx, const json& bod
     *text_bytes += content.size();
     messages->push_back({{"role", r == "developer" ? "system" : r}, {"content", content}});
   }
+  return std::nullopt;
+}
+
+// Every top-level field must be one the server implements, or one that
+// changes nothing here; a field that would change the answer but is not
+// implemented yet is a 400 naming it (never silently ignored).
+std::optional<ApiError> check_fields(const json& body, bool chat_api) {
+  static const std::set<std::string> kCommon = {
+      "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
+      "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed",
+      "ignore_eos", "stop", "logprobs", "n",
+      // Accepted and without effect on the answer.
+      "user", "metadata", "service_tier", "store"};
+  static const std::set<std::string> kChat = {"messages", "max_completion_tokens",
+                                              "top_logprobs", "chat_template_kwargs",
+                                              "response_format", "tool_choice", "tools",
+                                              "logit_bias", "parallel_tool_calls"};
+  static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix",
+                                                     "logit_bias"};
+  for (const auto& [key, value] : body.items()) {
+    if (kCommon.count(key) || (chat_api ? kChat : kCompletions).count(key)) continue;
+    if (key == "functions" || key == "function_call")
+      return bad_request(fmt::format("'{}' is not supported yet (tool calling)", key), key);
+    return bad_request(fmt::format("unknown or unsupported field '{}'", key.substr(0, 64)),
+                       key.substr(0, 64));
+  }
+  auto present = [&](const char* k) {
+    auto it = body.find(k);
+    return it != body.end() && !it->is_null();
+  };
+  // Known fields whose default is all the server does so far.
+  if (present("tools") && !(body["tools"].is_array() && body["tools"].empty()))
+    return bad_request("'tools' is not supported yet (tool calling)", "tools");
+  if (present("tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto")
+    return bad_request("'tool_choice' is not supported yet (tool calling)", "tool_choice");
+  if (present("parallel_tool_calls") && !body["parallel_tool_calls"].is_boolean())
+    return bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+  if (present("response_format")) {
+    const json& rf = body["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      return bad_request("'response_format' must be an object with a string 'type'",
+                         "response_format");
+    if (rf["type"] != "text")
+      return bad_request(fmt::format("response_format type '{}' is not supported yet",
+                                     rf["type"].get<std::string>().substr(0, 64)),
+                         "response_format");
+  }
+  if (present("logit_bias") && !(body["logit_bias"].is_object() && body["logit_bias"].empty()))
+    return bad_request("'logit_bias' is not supported yet", "logit_bias");
+  if (present("echo") && body["echo"] != false)
+    return bad_request("'echo' is not supported yet", "echo");
+  if (present("best_of") && body["best_of"] != 1)
+    return bad_request("'best_of' other than 1 is not supported", "best_of");
+  if (present("suffix")) return bad_request("'suffix' is not supported", "suffix");
+  if (present("store") && body["store"] != false)
+    return bad_request("'store' is not supported (no response is kept)", "store");
   return std::nullopt;
 }
 
@@ -155,6 +217,7 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
                           /*allow_exceptions=*/false);
   if (body.is_discarded()) return bad_request("the body is not valid JSON (or not valid UTF-8)");
   if (!body.is_object()) return bad_request("the body must be a JSON object");
+  API_TRY(check_fields(body, chat_api));
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return bad_request("'model' must be a string", "model");
     std::string m = it->get<std::string>();
@@ -182,7 +245,13 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
                       fmt::format("the messages have {} bytes of text, more than any prompt "
                                   "that fits",
                                   text_bytes));
-    auto ids = ctx.chat->render_tokens(*ctx.tokenizer, messages, nullptr, true);
+    json kwargs = json::object();
+    if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+      if (!k->is_object())
+        return bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+      kwargs = *k;  // e.g. {"enable_thinking": false}; data: never special tokens
+    }
+    auto ids = ctx.chat->render_tokens(*ctx.tokenizer, messages, nullptr, true, kwargs);
     if (!ids.is_ok()) return bad_request("chat template: " + ids.status().message(), "messages");
     prompt = std::move(ids).value();
   } else {
