@@ -334,6 +334,21 @@ TEST(HostileTemplates, ArithmeticIsPythonOrAnError) {
   EXPECT_EQ(out, "a\nb|[\n1\n]");
 }
 
+// Nested loops (5 deep used to crash) render with their own loop objects.
+TEST(HostileTemplates, NestedLoopsRender) {
+  std::string out;
+  ASSERT_TRUE(render_status("{% set ns = namespace(n=0) %}"
+                            "{% for a in range(3) %}{% for b in range(3) %}{% for c in range(3) %}"
+                            "{% for d in range(3) %}{% for e in range(3) %}"
+                            "{% set ns.n = ns.n + loop.index * 0 + 1 %}"
+                            "{% if loop.last and loop.previtem == 1 %}{{ a ~ b ~ c ~ d }}{% endif %}"
+                            "{% endfor %}{% endfor %}{% endfor %}{% endfor %}{% endfor %}{{ ns.n }}",
+                            &out)
+                  .is_ok());
+  EXPECT_EQ(out.size(), 81 * 4 + 3);
+  EXPECT_EQ(out.substr(out.size() - 7), "2222243");
+}
+
 TEST(HostileTemplates, EscapesAndLiterals) {
   std::string out;
   ASSERT_TRUE(render_status("{{ '\\x41\\u00e9\\U0001F600' }} {{ 9223372036854775807 }} {{ 1e999 }}",
