@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace ferrite {
 
@@ -85,6 +86,7 @@ struct Engine::Seq {
   std::vector<int32_t> pages;
   std::vector<uint64_t> hashes;  // chain hashes of the leading full pages
   int32_t slot = -1;
+  std::vector<int64_t> snapshot_at;  // positions still to snapshot, ascending
   bool admitted_once = false;
   bool done = false;
   Clock::time_point arrival;
@@ -94,11 +96,27 @@ struct Engine::Seq {
 Engine::Engine(ModelRunner& runner, EngineOptions options) : runner_(runner), options_(options) {}
 
 Result<std::unique_ptr<Engine>> Engine::create(ModelRunner& runner, EngineOptions options) {
+  if (options.max_waiting < 1) return invalid_argument("max_waiting must be >= 1");
+  if (!(options.snapshot_memory_fraction > 0) || options.snapshot_memory_fraction > 1)
+    return invalid_argument("the snapshot memory fraction must be in (0, 1]");
+  if (options.snapshot_interval_pages < 0)
+    return invalid_argument("the snapshot interval must be >= 0 pages");
   auto e = std::unique_ptr<Engine>(new Engine(runner, options));
   BoundPlan& plan = runner.bound();
-  if (options.prefix_cache && plan.has_kv() && !plan.has_recurrent_state())
-    e->cache_ = std::make_unique<PrefixCache>(plan.pages());
-  if (options.max_waiting < 1) return invalid_argument("max_waiting must be >= 1");
+  const int32_t ps = plan.pages().page_size();
+  if (plan.has_recurrent_state()) e->align_ = std::lcm<int64_t>(kRecurrentSplitAlign, ps);
+  if (options.prefix_cache && plan.has_kv()) {
+    if (plan.has_recurrent_state()) {
+      e->snapshot_budget_ = ferrite::snapshot_budget(
+          options.snapshot_memory_fraction, options.snapshot_interval_pages,
+          static_cast<int32_t>(e->align_ / ps), plan.pages().num_pages(),
+          plan.kv_bytes_per_page(), plan.state_bytes_per_slot());
+      FERRITE_RETURN_IF_ERROR(plan.reserve_snapshots(e->snapshot_budget_.slots));
+      e->cache_ = std::make_unique<PrefixCache>(plan.pages(), &plan.snapshot_slots());
+    } else {
+      e->cache_ = std::make_unique<PrefixCache>(plan.pages());
+    }
+  }
   e->metrics_.kv_pages_total = plan.pages().num_pages();
   e->thread_ = std::thread([p = e.get()] { p->loop(); });
   return e;
@@ -113,7 +131,11 @@ void Engine::shutdown() {
     stop_ = true;
   }
   inbox_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    thread_.join();
+    // The loop cleared the cache: the snapshot memory goes back too.
+    if (snapshot_budget_.slots > 0) (void)runner_.bound().reserve_snapshots(0);
+  }
 }
 
 int64_t Engine::max_context() const { return runner_.bound().plan().limits.max_context; }
@@ -232,6 +254,7 @@ void Engine::release(Seq& s) {
   plan.pages().release_all(s.pages);
   s.pages.clear();
   s.hashes.clear();
+  s.snapshot_at.clear();
   if (s.slot >= 0) plan.slots().release(s.slot);
   s.slot = -1;
   s.computed = 0;
@@ -284,6 +307,104 @@ void Engine::update_gauges() {
   metrics_.waiting = static_cast<int32_t>(waiting_.size());
   metrics_.kv_pages_used = plan.pages().used_pages();
   metrics_.prefix_cache_pages = cache_ ? cache_->size() : 0;
+  metrics_.prefix_cache_snapshots = cache_ ? cache_->snapshots() : 0;
+  metrics_.prefix_cache_snapshot_slots = plan.snapshot_slots().num_slots();
+}
+
+bool Engine::valid_split(int64_t position, int64_t prompt_len) const {
+  return position > 0 && position % align_ == 0 && position + kRecurrentMinSpan <= prompt_len;
+}
+
+// Tokens of s to compute in this step under `budget` and the chunk size;
+// 0: none now (a recurrent prompt whose next split point the budget cannot
+// reach waits for a step with more room, unless it is alone in the step).
+int32_t Engine::plan_chunk(const Seq& s, int64_t budget, int64_t chunk, bool alone) const {
+  const int64_t c = static_cast<int64_t>(s.computed);
+  const int64_t left = static_cast<int64_t>(s.tokens.size()) - c;
+  const int64_t n0 = std::min<int64_t>({left, budget, chunk});
+  if (align_ == 0) return static_cast<int32_t>(n0);
+  const int64_t p = static_cast<int64_t>(s.prompt_len);
+  // Decode, or generated tokens replayed after a preemption: one per step.
+  if (c >= p) return static_cast<int32_t>(std::min<int64_t>(n0, 1));
+  const int64_t n = std::min(n0, p - c);
+  for (int64_t a : s.snapshot_at) {  // each one a valid split (or the prompt's end)
+    if (a <= c) continue;
+    if (a < c + n) return static_cast<int32_t>(a - c);
+    break;
+  }
+  if (c + n == p) return static_cast<int32_t>(n);  // the prompt's last span
+  int64_t end = (c + n) / align_ * align_;
+  while (end > c && !valid_split(end, p)) end -= align_;
+  if (end > c) return static_cast<int32_t>(end - c);
+  // No split point within reach. Waiting helps only when the budget (not the
+  // chunk size or the prompt) is what falls short.
+  const bool budget_short = budget < std::min(chunk, p - c);
+  return budget_short && !alone ? 0 : static_cast<int32_t>(n);
+}
+
+// Keeps the longest run of the `matched` cached pages of s that ends at a
+// state snapshot it can resume from and releases the others (they are
+// recomputed into pages of its own); returns the pages kept.
+int32_t Engine::resume_from_snapshot(Seq& s, int32_t matched) {
+  const int32_t ps = runner_.bound().pages().page_size();
+  const int64_t p = static_cast<int64_t>(s.prompt_len);
+  int32_t keep = matched;
+  for (; keep > 0; --keep) {
+    const int64_t a = static_cast<int64_t>(keep) * ps;
+    // A resumed run must split where a cold one can: a valid split of the
+    // prompt, or the prompt's end when generated tokens follow (a recompute).
+    const bool usable = a % align_ == 0 && (valid_split(a, p) || (a == p && s.tokens.size() > s.prompt_len));
+    if (usable && cache_->has_snapshot(s.hashes[keep - 1])) break;
+  }
+  for (int32_t i = keep; i < matched; ++i) runner_.bound().pages().release(s.pages[i]);
+  s.pages.resize(keep);
+  s.hashes.resize(keep);
+  return keep;
+}
+
+// Where s (resumed at s.computed) snapshots its state: interval positions,
+// the end of its prompt, and where it leaves the cached run of kv_matched
+// positions. Each is a valid split of the prompt or the prompt's end.
+std::vector<int64_t> Engine::snapshot_positions(const Seq& s, int64_t kv_matched) const {
+  const int64_t p = static_cast<int64_t>(s.prompt_len);
+  const int64_t from = static_cast<int64_t>(s.computed);
+  std::vector<int64_t> at;
+  auto add = [&](int64_t a) {
+    if (a > from && a <= p && a % align_ == 0 && (a == p || valid_split(a, p))) at.push_back(a);
+  };
+  const int64_t every =
+      static_cast<int64_t>(snapshot_budget_.interval_pages) * runner_.bound().pages().page_size();
+  if (every > 0)
+    for (int64_t a = every; a <= p; a += every) add(a);
+  int64_t last = p / align_ * align_;
+  while (last > 0 && last != p && !valid_split(last, p)) last -= align_;
+  add(last);
+  add(kv_matched / align_ * align_);
+  std::sort(at.begin(), at.end());
+  at.erase(std::unique(at.begin(), at.end()), at.end());
+  return at;
+}
+
+// After a step: s reached its next snapshot position; copy its slot into a
+// snapshot slot keyed by the page hash of that prefix (unless one exists).
+Status Engine::take_snapshot(Seq& s) {
+  const int64_t c = static_cast<int64_t>(s.computed);
+  while (!s.snapshot_at.empty() && s.snapshot_at.front() < c)
+    s.snapshot_at.erase(s.snapshot_at.begin());  // passed by an unaligned chunk
+  if (s.snapshot_at.empty() || s.snapshot_at.front() != c) return Status::ok();
+  s.snapshot_at.erase(s.snapshot_at.begin());
+  const int32_t ps = runner_.bound().pages().page_size();
+  const uint64_t h = s.hashes[static_cast<size_t>(c / ps) - 1];
+  if (cache_->find_snapshot(h) >= 0) return Status::ok();  // marked used
+  const int32_t snap = cache_->take_snapshot_slot();
+  if (snap < 0) return Status::ok();
+  Status st = runner_.bound().save_snapshot(s.slot, snap);
+  if (!st.is_ok()) {
+    runner_.bound().snapshot_slots().release(snap);
+    return st;
+  }
+  cache_->insert_snapshot(h, snap);
+  return Status::ok();
 }
 
 bool Engine::step() {
@@ -315,15 +436,21 @@ bool Engine::step() {
     return false;
   }
 
-  const int64_t chunk = options_.prefill_chunk > 0 ? options_.prefill_chunk : limits.max_tokens;
+  int64_t chunk = options_.prefill_chunk > 0 ? options_.prefill_chunk : limits.max_tokens;
+  // Recurrent models: a chunk size off the split alignment could never end
+  // a chunk where a cold run does.
+  if (align_ > 0) chunk = (chunk + align_ - 1) / align_ * align_;
   int64_t budget = limits.max_tokens;
   std::vector<std::pair<Seq*, int32_t>> scheduled;
 
   // 1. Running sequences, oldest first; preempt the newest when pages run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Seq& s = *running_[i];
-    int32_t n = static_cast<int32_t>(
-        std::min<int64_t>({static_cast<int64_t>(s.tokens.size() - s.computed), budget, chunk}));
+    int32_t n = plan_chunk(s, budget, chunk, scheduled.empty());
+    if (n == 0) {
+      ++i;
+      continue;
+    }
     bool ok = ensure_pages(s, static_cast<int64_t>(s.computed) + n);
     while (!ok && running_.size() > i + 1) {
       auto victim = std::move(running_.back());
@@ -353,20 +480,28 @@ bool Engine::step() {
     if (plan.has_recurrent_state() && plan.slots().free_slots() == 0) break;
     bool first = !s.admitted_once;
     int32_t matched = 0;
+    int32_t snapshot = -1;
     if (cache_) {
       int32_t max_pages = static_cast<int32_t>((s.tokens.size() - 1) / ps);
       matched = cache_->match(s.tokens, max_pages, &s.pages, &s.hashes);
+      const int64_t kv_matched = static_cast<int64_t>(matched) * ps;
+      if (align_ > 0) {
+        matched = resume_from_snapshot(s, matched);
+        if (matched > 0) snapshot = cache_->find_snapshot(s.hashes[matched - 1]);
+      }
       s.computed = static_cast<size_t>(matched) * ps;
+      if (align_ > 0) s.snapshot_at = snapshot_positions(s, kv_matched);
     }
-    int32_t n = static_cast<int32_t>(
-        std::min<int64_t>({static_cast<int64_t>(s.tokens.size() - s.computed), budget, chunk}));
-    if (!ensure_pages(s, static_cast<int64_t>(s.computed) + n)) {
+    int32_t n = plan_chunk(s, budget, chunk, scheduled.empty());
+    if (n == 0 || !ensure_pages(s, static_cast<int64_t>(s.computed) + n)) {
       release(s);
       break;
     }
     if (plan.has_recurrent_state()) {
       auto slot = plan.slots().allocate();
-      Status st = slot.is_ok() ? plan.reset_state_slot(*slot) : slot.status();
+      Status st = !slot.is_ok()    ? slot.status()
+                  : snapshot >= 0 ? plan.restore_snapshot(snapshot, *slot)
+                                  : plan.reset_state_slot(*slot);
       if (slot.is_ok()) s.slot = *slot;
       if (!st.is_ok()) {
         auto seq = std::move(waiting_.front());
@@ -463,6 +598,13 @@ bool Engine::step() {
       uint64_t h = PrefixCache::page_hash(parent, toks);
       if (cache_) cache_->insert(h, parent, toks, s.pages[idx]);
       s.hashes.push_back(h);
+    }
+    if (cache_ && align_ > 0 && !s.snapshot_at.empty()) {
+      Status snap = take_snapshot(s);
+      if (!snap.is_ok()) {
+        finish(s, EngineFinish::kError, snap);
+        continue;
+      }
     }
     if (s.computed < s.tokens.size()) continue;  // mid-prompt chunk
     TokenOutput out;

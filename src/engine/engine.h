@@ -15,8 +15,28 @@
 // Prefix cache (EngineOptions::prefix_cache): every full page of computed KV
 // is offered to a PrefixCache keyed by its content; a new sequence starts
 // after the longest cached run of full pages of its tokens (at least one
-// token is always computed, to get logits). Disabled for models with
-// recurrent state, whose state is not paged.
+// token is always computed, to get logits).
+//
+// Hybrid models (recurrent state: gated-delta layers) cannot rebuild their
+// state from KV pages, so the cache also keeps state snapshots: after the
+// prefill chunk that ends at a snapshot position the sequence's slot is
+// copied into a snapshot slot keyed by that prefix's page hash. Snapshot
+// positions of a prompt: every EngineOptions::snapshot_interval_pages pages,
+// its end, and the point where it leaves the longest cached run of pages
+// (where cached prefixes branch: the next request with that prefix resumes
+// there). A sequence resumes from the longest cached run that ends at a
+// snapshot: those pages are shared, the snapshot is copied into its own
+// slot, and computation starts there.
+//
+// Recurrent models also split prefills canonically, so that a resumed
+// sequence computes exactly what a cold one does: a prompt chunk ends on a
+// multiple of kRecurrentSplitAlign positions (the delta rule's chunk in both
+// backends: a span starting there is cut into the same chunks as a span
+// starting at 0), never leaves a last span shorter than kRecurrentMinSpan
+// (which would take the recurrent form instead of the chunked one), and
+// generated tokens recomputed after a preemption are replayed one per step,
+// as they were first computed. On CPU f32 the outputs are then identical
+// with the cache on or off, whatever the batching and preemptions.
 #pragma once
 
 #include <atomic>
@@ -40,8 +60,25 @@ namespace ferrite {
 struct EngineOptions {
   bool prefix_cache = false;
   int32_t max_waiting = 1024;  // queued requests beyond this: resource_exhausted
-  int32_t prefill_chunk = 0;   // prompt tokens per sequence per step (0: the budget)
+  // Prompt tokens per sequence per step (0: the budget); recurrent models
+  // round it up to a multiple of kRecurrentSplitAlign.
+  int32_t prefill_chunk = 0;
+  // Hybrid models with the prefix cache: memory of the recurrent-state
+  // snapshots, as a fraction of the KV pool's bytes (allocated beside it
+  // when the engine starts; at least one snapshot slot), in (0, 1].
+  double snapshot_memory_fraction = 0.25;
+  // Interval snapshots every this many pages of a prompt (0: the fewest
+  // pages whose KV outweighs one snapshot / snapshot_memory_fraction);
+  // rounded up to a multiple of kRecurrentSplitAlign positions.
+  int32_t snapshot_interval_pages = 0;
 };
+
+// Recurrent models: prefill chunks end on multiples of this many positions
+// (lcm with the page size), and
+inline constexpr int32_t kRecurrentSplitAlign = 64;
+// a prompt's last chunk has at least this many tokens (below it the delta
+// rule takes its recurrent form, above its chunked one: see engine.h's top).
+inline constexpr int32_t kRecurrentMinSpan = 16;
 
 struct EngineRequest {
   std::vector<uint32_t> prompt;
@@ -133,6 +170,10 @@ struct EngineMetrics {
   int32_t kv_pages_used = 0;
   int32_t kv_pages_total = 0;
   int32_t prefix_cache_pages = 0;
+  // Hybrid models: recurrent-state snapshots held by the prefix cache, and
+  // the slots reserved for them (0 without the cache or recurrent state).
+  int32_t prefix_cache_snapshots = 0;
+  int32_t prefix_cache_snapshot_slots = 0;
   Histogram ttft{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram itl{
       {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
@@ -166,6 +207,9 @@ class Engine {
   ModelRunner& runner() { return runner_; }
   int64_t max_context() const;
   bool prefix_cache_enabled() const { return cache_ != nullptr; }
+  // Snapshot slots and interval of a hybrid model's prefix cache (zeros
+  // otherwise).
+  const SnapshotBudget& snapshot_budget() const { return snapshot_budget_; }
   void shutdown();
 
  private:
@@ -181,10 +225,18 @@ class Engine {
   int32_t free_pages_with_eviction() const;
   bool ensure_pages(Seq& s, int64_t positions);
   void update_gauges();
+  // Recurrent models (align_ > 0): prefill split rules and snapshots.
+  bool valid_split(int64_t position, int64_t prompt_len) const;
+  int32_t plan_chunk(const Seq& s, int64_t budget, int64_t chunk, bool alone) const;
+  int32_t resume_from_snapshot(Seq& s, int32_t matched_pages);
+  std::vector<int64_t> snapshot_positions(const Seq& s, int64_t kv_matched) const;
+  Status take_snapshot(Seq& s);
 
   ModelRunner& runner_;
   EngineOptions options_;
   std::unique_ptr<PrefixCache> cache_;
+  int64_t align_ = 0;  // recurrent models: the prefill split alignment (positions)
+  SnapshotBudget snapshot_budget_;
   std::thread thread_;
 
   std::mutex inbox_mu_;

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/state_copy.h"
 #include "base/thread_pool.h"
 #ifdef FERRITE_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/state_copy.h"
 #endif
 
 namespace ferrite {
@@ -192,6 +194,15 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
   FERRITE_ASSIGN_OR_RETURN(r->bound_,
                            BoundPlan::bind(r->report_.plan, r->source_.program, std::move(weights),
                                            *r->device_, ctx, options.cache));
+  // Prefix-cache state snapshots are copied by the backend (one launch on
+  // the step stream on CUDA, memcpy over the pool on CPU).
+  if (options.device == "cpu") r->bound_->set_state_copier(make_cpu_state_copier(ctx.pool));
+#ifdef FERRITE_HAVE_CUDA
+  if (options.device == "cuda") {
+    FERRITE_ASSIGN_OR_RETURN(auto copier, make_cuda_state_copier(*r->device_));
+    r->bound_->set_state_copier(std::move(copier));
+  }
+#endif
   return r;
 }
 

@@ -7,6 +7,15 @@
 // first. Keys are verified against the stored tokens, so a hash collision is
 // a miss, never wrong KV.
 //
+// Hybrid models (recurrent state) also keep state snapshots: the conv and
+// delta state of every gated-delta layer after a prefix of whole pages,
+// keyed by the chain hash of the prefix's last page (the same key as that
+// page). A snapshot lives only while its page entry does: evicting the page
+// frees the snapshot slot. Snapshot slots are a fixed pool (BoundPlan::
+// snapshot_slots()); when none is free, the least recently used snapshot
+// goes. A sequence resumes only where a snapshot exists, because its KV
+// pages alone cannot rebuild the recurrent state.
+//
 // Not thread-safe: owned by the engine loop.
 #pragma once
 
@@ -19,9 +28,27 @@
 
 namespace ferrite {
 
+// How many snapshot slots a prefix cache gets and how often a prompt is
+// snapshotted, from the knobs of EngineOptions: snapshot memory is at most
+// `fraction` of the KV pool (at least one slot), and interval snapshots come
+// every `interval_pages` pages (0: the fewest pages whose KV is at least
+// state_bytes / fraction, so a cached run's snapshots cost at most `fraction`
+// of its KV), rounded up to a multiple of `align_pages`.
+struct SnapshotBudget {
+  int32_t slots = 0;
+  int32_t interval_pages = 0;
+  int64_t bytes = 0;  // slots x state bytes per slot
+};
+SnapshotBudget snapshot_budget(double fraction, int32_t interval_pages, int32_t align_pages,
+                               int32_t num_pages, int64_t kv_bytes_per_page,
+                               int64_t state_bytes_per_slot);
+
 class PrefixCache {
  public:
-  explicit PrefixCache(PagePool& pool) : pool_(pool) {}
+  // `snapshots` (null: a model without recurrent state) is the pool of
+  // snapshot slots; the cache owns every slot it takes from it.
+  explicit PrefixCache(PagePool& pool, StateSlots* snapshots = nullptr)
+      : pool_(pool), snapshots_(snapshots) {}
   ~PrefixCache() { clear(); }
 
   static constexpr uint64_t kRootHash = 0x9e3779b97f4a7c15ull;
@@ -35,14 +62,32 @@ class PrefixCache {
   // Offers a full, computed page the caller holds. The cache retains it,
   // unless the same prefix is already cached (then nothing happens).
   void insert(uint64_t hash, uint64_t parent, std::span<const uint32_t> tokens, int32_t page);
-  // Releases up to n pages only the cache holds, least recently used first.
+  // Releases up to n pages only the cache holds, least recently used first,
+  // always the last page of a cached prefix (a page with cached successors
+  // stays: dropping it would strand them). A page's snapshot goes with it.
   // Returns how many pages went back to the pool.
   int32_t evict(int32_t n);
   // Pages that evict() could free now.
   int32_t evictable() const;
   int32_t size() const { return static_cast<int32_t>(entries_.size()); }
-  // Drops every entry (pages still used by sequences stay with them).
+  // Drops every entry (pages still used by sequences stay with them) and
+  // every snapshot.
   void clear();
+
+  // --- recurrent-state snapshots ---
+  // The snapshot slot keyed by `hash` (the chain hash of its prefix's last
+  // page), or -1; marks it used.
+  int32_t find_snapshot(uint64_t hash);
+  bool has_snapshot(uint64_t hash) const { return snaps_.count(hash) > 0; }
+  // A free snapshot slot for a new snapshot (the least recently used one is
+  // dropped when none is free); -1 when the cache has no snapshot slots. The
+  // caller fills it and gives it to insert_snapshot().
+  int32_t take_snapshot_slot();
+  // Keys a filled slot by the chain hash of its prefix's last page. The page
+  // must be cached (else, or when that prefix already has a snapshot, the
+  // slot goes back to the pool and false is returned).
+  bool insert_snapshot(uint64_t hash, int32_t slot);
+  int32_t snapshots() const { return static_cast<int32_t>(snaps_.size()); }
 
  private:
   struct Entry {
@@ -50,9 +95,17 @@ class PrefixCache {
     uint64_t parent = 0;
     std::vector<uint32_t> tokens;
     uint64_t last_use = 0;
+    int32_t children = 0;  // cached pages whose parent this is
   };
+  struct Snapshot {
+    int32_t slot = -1;
+    uint64_t last_use = 0;
+  };
+  void drop_snapshot(uint64_t hash);
   PagePool& pool_;
+  StateSlots* snapshots_;
   std::unordered_map<uint64_t, Entry> entries_;
+  std::unordered_map<uint64_t, Snapshot> snaps_;
   uint64_t clock_ = 0;
 };
 

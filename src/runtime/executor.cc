@@ -105,6 +105,65 @@ Status BoundPlan::reset_state_slot(int32_t slot) {
   return Status::ok();
 }
 
+Status BoundPlan::reserve_snapshots(int32_t n) {
+  if (n < 0) return invalid_argument("negative snapshot count");
+  if (snapshot_slots_.free_slots() != snapshot_slots_.num_slots())
+    return internal_error("state snapshots are in use");
+  if (!has_recurrent_state()) n = 0;
+  if (copier_) FERRITE_RETURN_IF_ERROR(copier_->bind({}));
+  snapshot_rows_.clear();
+  snapshot_buffers_.clear();  // frees before the new storage is allocated
+  snapshot_slots_.init(n);
+  if (n == 0) return Status::ok();
+  for (const StateDecl& s : program_.states) {
+    if (s.kind != StateKind::kRecurrentSlot) continue;
+    const int64_t row = dtype_bytes(s.dtype, s.shape.numel());
+    auto buf = DeviceBuffer::allocate(device_, static_cast<size_t>(row * n));
+    if (!buf.is_ok()) {
+      snapshot_buffers_.clear();
+      snapshot_slots_.init(0);
+      return buf.status().with_context("prefix-cache state snapshots");
+    }
+    snapshot_rows_.push_back(StateRows{static_cast<char*>(state_views_.at(s.name).data),
+                                       static_cast<char*>(buf->data()), row});
+    snapshot_buffers_.emplace(s.name, std::move(buf).value());
+  }
+  if (copier_) FERRITE_RETURN_IF_ERROR(copier_->bind(snapshot_rows_));
+  return Status::ok();
+}
+
+void BoundPlan::set_state_copier(std::unique_ptr<StateCopier> copier) {
+  copier_ = std::move(copier);
+  if (copier_) {
+    Status s = copier_->bind(snapshot_rows_);
+    if (!s.is_ok()) copier_.reset();  // the per-tensor fallback still works
+  }
+}
+
+Status BoundPlan::copy_snapshot(int32_t slot, int32_t snapshot, StateCopyDirection direction) {
+  if (slot < 0 || slot >= slots_.num_slots())
+    return invalid_argument(fmt::format("state slot {} out of range", slot));
+  if (snapshot < 0 || snapshot >= snapshot_slots_.num_slots())
+    return invalid_argument(fmt::format("state snapshot {} out of range", snapshot));
+  if (copier_) return copier_->copy(slot, snapshot, direction);
+  for (const StateRows& r : snapshot_rows_) {
+    char* work = r.slots + r.row_bytes * slot;
+    char* snap = r.snapshots + r.row_bytes * snapshot;
+    const bool to = direction == StateCopyDirection::kToSnapshot;
+    FERRITE_RETURN_IF_ERROR(device_.copy_on_device(to ? snap : work, to ? work : snap,
+                                                   static_cast<size_t>(r.row_bytes)));
+  }
+  return Status::ok();
+}
+
+Status BoundPlan::save_snapshot(int32_t slot, int32_t snapshot) {
+  return copy_snapshot(slot, snapshot, StateCopyDirection::kToSnapshot);
+}
+
+Status BoundPlan::restore_snapshot(int32_t snapshot, int32_t slot) {
+  return copy_snapshot(slot, snapshot, StateCopyDirection::kFromSnapshot);
+}
+
 Status BoundPlan::validate_batch(const StepBatch& batch) const {
   const StepLimits& limits = plan_.limits;
   if (batch.num_tokens() == 0 || batch.num_sequences() == 0)

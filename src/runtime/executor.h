@@ -12,6 +12,7 @@
 
 #include "runtime/memory.h"
 #include "runtime/planner.h"
+#include "runtime/state_copy.h"
 #include "runtime/weights.h"
 
 namespace ferrite {
@@ -52,11 +53,31 @@ class BoundPlan {
   // Zeroes a recurrent slot before a new sequence uses it.
   Status reset_state_slot(int32_t slot);
 
+  // Prefix-cache snapshots of the recurrent state: `n` rows of every
+  // recurrent state tensor beside the working slots (so a snapshot id is
+  // never a valid StepBatch state slot), handed out by snapshot_slots().
+  // Allocated here, once per engine, not per step; a later call with no
+  // snapshot in use re-sizes (n = 0 frees them). internal_error while
+  // snapshots are in use; a model without recurrent state gets none.
+  Status reserve_snapshots(int32_t n);
+  StateSlots& snapshot_slots() { return snapshot_slots_; }
+  // Bytes of one snapshot (= state_bytes_per_slot()) times the reserved count.
+  int64_t snapshot_bytes() const {
+    return state_bytes_per_slot_ * snapshot_slots_.num_slots();
+  }
+  // Working slot -> snapshot, and back: every recurrent state tensor's row,
+  // ordered before the next step's work (the copier's contract).
+  Status save_snapshot(int32_t slot, int32_t snapshot);
+  Status restore_snapshot(int32_t snapshot, int32_t slot);
+  // The backend's copier (ModelRunner sets it); null: Device::copy_on_device.
+  void set_state_copier(std::unique_ptr<StateCopier> copier);
+
  private:
   BoundPlan(ResolvedPlan plan, const ModelProgram& program, Device& device, ExecContext ctx)
       : plan_(std::move(plan)), program_(program), device_(device), ctx_(ctx) {}
   Status validate_batch(const StepBatch& batch) const;
   Status run_nodes(const StepBatch& batch);
+  Status copy_snapshot(int32_t slot, int32_t snapshot, StateCopyDirection direction);
   Status run_node(const PlannedNode& node, const StepBatch& batch, const SamplingBatch* sampling,
                   std::vector<TensorView> bindings);
 
@@ -72,6 +93,10 @@ class BoundPlan {
   DeviceBuffer tokens_out_, logprobs_out_;
   PagePool pages_;
   StateSlots slots_;
+  StateSlots snapshot_slots_;
+  std::map<std::string, DeviceBuffer> snapshot_buffers_;
+  std::vector<StateRows> snapshot_rows_;  // one per recurrent state tensor
+  std::unique_ptr<StateCopier> copier_;
   int64_t kv_bytes_per_page_ = 0;
   int64_t state_bytes_per_slot_ = 0;
   int32_t last_sequences_ = 0;
