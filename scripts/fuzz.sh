@@ -11,6 +11,8 @@
 #            chat_template request_parser stream_text (default: all built)
 #   --no-build  use the fuzzers already in build-hardening
 #   --no-merge  skip the corpus minimization (-merge=1) after each run
+#   --ignore-leaks T[,T...]  run these targets with -detect_leaks=0 (a known,
+#               reported leak would otherwise stop them on the first input)
 # Findings (crash-*, timeout-*, oom-*, leak-*) land in fuzz-artifacts/<target>/;
 # the exit status is 1 when there was any. Logs: fuzz-logs/<target>.log.
 set -euo pipefail
@@ -22,6 +24,7 @@ PER_TARGET=""
 JOBS=1
 BUILD_FIRST=1
 MERGE=1
+IGNORE_LEAKS=","
 TARGETS=()
 while (($#)); do
   case $1 in
@@ -30,7 +33,8 @@ while (($#)); do
     --jobs) JOBS=$2; shift 2 ;;
     --no-build) BUILD_FIRST=0; shift ;;
     --no-merge) MERGE=0; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --ignore-leaks) IGNORE_LEAKS=",$2,"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) TARGETS+=("${1#fuzz_}"); shift ;;
   esac
@@ -87,17 +91,40 @@ run_one() {
   for d in tests/fuzz/corpus/$t tests/fuzz/regressions/$t; do [[ -d $d ]] && seeds+=("$d"); done
   local d
   d=$(dict "$t")
-  local rc=0
-  # -timeout: an input running 10 s is a hang (a finding); -rss_limit_mb: a
-  # process above 2 GB is a memory blow-up (a finding); -malloc_limit_mb: so
-  # is a single allocation of that size.
-  "$bin" -max_total_time="$PER_TARGET" -print_final_stats=1 -rss_limit_mb=2048 \
-    -malloc_limit_mb=2048 -timeout=10 -max_len="$(max_len "$t")" ${d:+-dict=$d} \
-    -artifact_prefix="fuzz-artifacts/$t/" "$corpus" "${seeds[@]}" >"$log" 2>&1 || rc=$?
-  if ((MERGE)) && ((rc == 0)); then
+  local rc=0 leaks=1
+  [[ $IGNORE_LEAKS == *",$t,"* ]] && leaks=0
+  # libFuzzer stops at a finding: the target is restarted (corpus kept) until
+  # its time is used up, so one finding does not end its run. Executions add
+  # up over the restarts.
+  # -timeout: an input running 30 s (wall clock, on a shared machine) is a
+  # hang (a finding); -rss_limit_mb: a process above 2 GB is a memory blow-up
+  # (a finding); -malloc_limit_mb: so is a single allocation of that size.
+  local start end left execs=0 n
+  start=$(date +%s)
+  end=$((start + PER_TARGET))
+  : >"$log"
+  while :; do
+    left=$((end - $(date +%s)))
+    ((left >= 5)) || break
+    local one=0
+    "$bin" -max_total_time="$left" -print_final_stats=1 -rss_limit_mb=2048 \
+      -malloc_limit_mb=2048 -timeout=30 -max_len="$(max_len "$t")" ${d:+-dict=$d} -detect_leaks=$leaks \
+      -artifact_prefix="fuzz-artifacts/$t/" "$corpus" "${seeds[@]}" >"$log.run" 2>&1 || one=$?
+    n=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$log.run" | tail -n 1)
+    execs=$((execs + ${n:-0}))
+    cat "$log.run" >>"$log"
+    echo "fuzz.sh: run ended (exit $one), $execs executions so far" >>"$log"
+    ((one == 0)) && break
+    rc=$one
+    # A finding in the initial corpus would come back at every start: stop.
+    if ! grep -q ' INITED ' "$log.run" || grep -q 'in the initial corpus' "$log.run"; then break; fi
+  done
+  rm -f "$log.run"
+  echo "$execs" >"fuzz-logs/$t.execs"
+  if ((MERGE)); then
     # Keep the corpus minimal: a set cover of the coverage it reached.
     rm -rf "$corpus.merged" && mkdir -p "$corpus.merged"
-    if "$bin" -merge=1 -rss_limit_mb=2048 -timeout=10 -max_len="$(max_len "$t")" \
+    if "$bin" -merge=1 -rss_limit_mb=2048 -timeout=30 -detect_leaks=$leaks -max_len="$(max_len "$t")" \
          "$corpus.merged" "$corpus" >>"$log" 2>&1; then
       rm -rf "$corpus" && mv "$corpus.merged" "$corpus"
     else
@@ -120,11 +147,11 @@ done
 total=0
 failed=0
 printf '%-16s %14s %8s %8s  %s\n' target executions exec/s corpus result
+# exec/s: libFuzzer's average of the last (re)start.
 for t in "${TARGETS[@]}"; do
   log=fuzz-logs/$t.log
-  execs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$log" | tail -n 1)
+  execs=$(cat "fuzz-logs/$t.execs" 2>/dev/null || echo 0)
   speed=$(sed -n 's/^stat::average_exec_per_sec: *\([0-9]*\).*/\1/p' "$log" | tail -n 1)
-  execs=${execs:-0}
   total=$((total + execs))
   rc=$(cat "fuzz-logs/$t.rc" 2>/dev/null || echo 1)
   result=ok

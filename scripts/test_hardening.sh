@@ -59,12 +59,16 @@ FUZZERS=()
 while IFS= read -r t; do FUZZERS+=("$t"); done < <(ninja -C "$BUILD" -t targets all |
   sed -n 's/^\(fuzz_[a-z0-9_]*\): phony$/\1/p' | sort -u)
 
-# The sanitizer subset. Left out: golden_test and checkpoint_layout_test (the
-# seven tiny-family logit goldens; they exercise the same kernels and loaders
-# as engine_test and conformance_test and are the slowest suites under ASan),
-# tokenizer_speed (a benchmark, not a test), bench (off).
-TEST_TARGETS=(ferrite base_test runtime_test kernels_test conformance_test engine_test
-              formats_test tokenizer_test)
+# The sanitizer subset: ferrite and every gtest executable (*_test) but
+# golden_test and checkpoint_layout_test: the seven tiny-family logit goldens
+# and their checkpoint-layout variants exercise the same kernels and loaders
+# as engine_test and conformance_test and are the slowest suites under ASan.
+# Not built either: tokenizer_speed (a benchmark), bench (off), cuda_test
+# (no CUDA). New *_test targets join automatically.
+SKIP_TESTS='^(golden_test|checkpoint_layout_test|cuda_test)$'
+TEST_TARGETS=(ferrite)
+while IFS= read -r t; do TEST_TARGETS+=("$t"); done < <(ninja -C "$BUILD" -t targets all |
+  sed -n 's/^\([a-z0-9_]*_test\): phony$/\1/p' | grep -v '^cmake_' | grep -Ev "$SKIP_TESTS" | sort -u)
 
 if ((BUILD_FUZZERS_ONLY)); then
   step "build ${FUZZERS[*]}"

@@ -390,6 +390,10 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
     }
     uint64_t ne[kMaxDims] = {};
     int64_t numel = 1;
+    // A zero dimension makes numel 0, but Shape::numel() multiplies in its
+    // own (reversed) order: the product of the other dimensions must fit too
+    // (fuzz regression tests/fuzz/regressions/gguf/zero_dim_overflow.gguf).
+    int64_t nonzero = 1;
     bool overflow = false;
     for (uint32_t d = 0; d < n_dims; ++d) {
       FERRITE_RETURN_IF_ERROR(c.u64(&ne[d], "dimensions of '" + tensor.name + "'"));
@@ -397,6 +401,10 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
         return data_loss(where + ": dimension " + std::to_string(ne[d]) + " is out of range");
       }
       overflow = overflow || __builtin_mul_overflow(numel, static_cast<int64_t>(ne[d]), &numel);
+      if (ne[d] != 0) {
+        overflow =
+            overflow || __builtin_mul_overflow(nonzero, static_cast<int64_t>(ne[d]), &nonzero);
+      }
     }
     for (uint32_t d = n_dims; d-- > 0;) tensor.shape.push_back(static_cast<int64_t>(ne[d]));
     FERRITE_RETURN_IF_ERROR(c.u32(&tensor.ggml_type, "type of '" + tensor.name + "'"));

@@ -23,7 +23,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for ((i = 0; i < ${#files[@]}; i += 200)); do
   rc=0
-  "$fuzzer" -rss_limit_mb=2048 -timeout=30 "${files[@]:i:200}" >"$log" 2>&1 || rc=$?
+  "$fuzzer" -rss_limit_mb=2048 -timeout=60 "${files[@]:i:200}" >"$log" 2>&1 || rc=$?
   if ((rc != 0)); then
     grep -v '^Running: \|^Executed ' "$log" | tail -n 60 >&2
     echo "replay.sh: $(basename "$fuzzer") failed (exit $rc) on an input of the batch above" >&2
