@@ -4,6 +4,9 @@
 //       [--request-rate 2 8 inf] [--endpoint completions|chat] [--json]
 // Random prompts (token-id arrays of exactly --input-len ids, or random words
 // with --text-prompts), max_tokens = --output-len with ignore_eos, streamed.
+// --shared-prefix-len N puts the same N ids (words; a system message for
+// chat) before every prompt: a shared system prompt, for prefix caching
+// (the warm-up request caches it).
 // Reports per run: TTFT, TPOT, ITL (mean, p50, p99), output tokens/s,
 // requests/s, errors. When the server exposes Ferrite's /metrics, also the
 // engine's compute time per generated token and the rest (the server's own
@@ -41,6 +44,7 @@ struct BenchServeFlags {
   std::string endpoint = "completions";
   std::string api_key;
   int32_t input_len = 128;
+  int32_t shared_prefix_len = 0;
   int32_t output_len = 64;
   int32_t num_prompts = 64;
   std::vector<int32_t> concurrency = {};
@@ -113,8 +117,19 @@ class Runner {
                                   "you",  "that", "it",   "he",  "was",  "for", "on",
                                   "are",  "as",   "with", "his", "they", "at",  "be",
                                   "this", "have", "from", "or",  "one",  "had", "by"};
-    std::string text;
+    std::string text, shared_text;
     std::vector<uint32_t> ids;
+    {
+      // The shared prefix: the same for every request (not keyed by i).
+      std::mt19937_64 prng(f_.seed * 1000003 + 0x5eedull);
+      const bool words_prefix = f_.text_prompts || f_.endpoint == "chat";
+      for (int k = 0; k < f_.shared_prefix_len; ++k) {
+        if (words_prefix)
+          shared_text += std::string(k ? " " : "") + words[prng() % 28];
+        else
+          ids.push_back(f_.id_min + static_cast<uint32_t>(prng() % (f_.id_max - f_.id_min)));
+      }
+    }
     if (f_.text_prompts || f_.endpoint == "chat") {
       for (int k = 0; k < f_.input_len; ++k) text += std::string(k ? " " : "") + words[rng() % 28];
     } else {
@@ -123,8 +138,11 @@ class Runner {
     }
     if (f_.endpoint == "chat") {
       b["messages"] = json::array({{{"role", "user"}, {"content", text}}});
+      if (!shared_text.empty())
+        b["messages"].insert(b["messages"].begin(),
+                             json{{"role", "system"}, {"content", shared_text}});
     } else if (f_.text_prompts) {
-      b["prompt"] = text;
+      b["prompt"] = shared_text.empty() ? text : shared_text + " " + text;
     } else {
       b["prompt"] = ids;
     }
@@ -321,6 +339,7 @@ class Runner {
               {"request_rate", rate > 0 ? json(rate) : json("inf")},
               {"num_prompts", f_.num_prompts},
               {"input_len", f_.input_len},
+              {"shared_prefix_len", f_.shared_prefix_len},
               {"output_len", f_.output_len},
               {"completed", ok},
               {"errors", f_.num_prompts - ok},
@@ -329,7 +348,8 @@ class Runner {
               {"request_throughput", ok / duration},
               {"output_tokens", out_tokens},
               {"output_throughput", out_tokens / duration},
-              {"total_token_throughput", (out_tokens + ok * f_.input_len) / duration}};
+              {"total_token_throughput",
+               (out_tokens + ok * (f_.input_len + f_.shared_prefix_len)) / duration}};
     auto stats = [&](const char* name, const std::vector<double>& v) {
       r[std::string(name) + "_ms"] = {{"mean", 1e3 * mean(v)},
                                       {"p50", 1e3 * percentile(v, 0.5)},
@@ -391,6 +411,8 @@ int run_bench_serve(const BenchServeFlags& f) {
   if (f.input_len < 1 || f.output_len < 1 || f.num_prompts < 1 || f.id_max <= f.id_min)
     return report_error(invalid_argument(
         "--input-len, --output-len, --num-prompts must be >= 1 and --id-max > --id-min"));
+  if (f.shared_prefix_len < 0)
+    return report_error(invalid_argument("--shared-prefix-len must be >= 0"));
   if (f.endpoint != "completions" && f.endpoint != "chat")
     return report_error(invalid_argument("--endpoint must be completions or chat"));
   Runner runner(f, *target);
@@ -430,8 +452,12 @@ int run_bench_serve(const BenchServeFlags& f) {
   json all = {
       {"url", f.url}, {"model", runner.model()}, {"endpoint", f.endpoint}, {"runs", json::array()}};
   if (!f.json_out)
-    std::printf("bench-serve %s model %s: %d prompts, input %d, output %d tokens\n", f.url.c_str(),
-                runner.model().c_str(), f.num_prompts, f.input_len, f.output_len);
+    std::printf("bench-serve %s model %s: %d prompts, input %d%s, output %d tokens\n",
+                f.url.c_str(), runner.model().c_str(), f.num_prompts, f.input_len,
+                f.shared_prefix_len
+                    ? fmt::format(" after a shared prefix of {}", f.shared_prefix_len).c_str()
+                    : "",
+                f.output_len);
   for (size_t i = 0; i < runs.size(); ++i) {
     json r = runner.run(runs[i].first, runs[i].second, labels[i]);
     if (!f.json_out) runner.print(r);
@@ -460,6 +486,8 @@ void register_bench_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--endpoint", f->endpoint, "completions or chat");
   cmd->add_option("--api-key", f->api_key, "bearer token");
   cmd->add_option("--input-len", f->input_len, "prompt tokens per request");
+  cmd->add_option("--shared-prefix-len", f->shared_prefix_len,
+                  "tokens of one shared prefix before every prompt (a system prompt)");
   cmd->add_option("--output-len", f->output_len, "generated tokens per request (ignore_eos)");
   cmd->add_option("--num-prompts", f->num_prompts, "requests per run");
   cmd->add_option("--concurrency", f->concurrency, "concurrency sweep, e.g. 1 8 32");

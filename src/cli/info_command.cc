@@ -2,9 +2,11 @@
 // KV and state memory. Reads headers only: works for models that do not fit.
 #include <cstdio>
 #include <memory>
+#include <numeric>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "engine/engine.h"
 
 namespace ferrite::cli {
 
@@ -26,6 +28,28 @@ void register_info(CLI::App& app, int* exit_code) {
       return;
     }
     std::printf("%s", report->to_string().c_str());
+    // What `serve --enable-prefix-cache` would reserve for a hybrid model's
+    // state snapshots (the engine's defaults).
+    if (report->state_bytes_per_sequence > 0 && report->kv_bytes_per_token > 0) {
+      const RunnerOptions& o = *options;
+      const int64_t page_bytes = report->kv_bytes_per_token * o.cache.page_size;
+      const int32_t pages = o.cache.num_pages > 0
+                                ? o.cache.num_pages
+                                : static_cast<int32_t>(o.cache.kv_memory_bytes / page_bytes);
+      const EngineOptions eo;
+      const int64_t align = std::lcm<int64_t>(kRecurrentSplitAlign, o.cache.page_size);
+      SnapshotBudget b = snapshot_budget(
+          eo.snapshot_memory_fraction, eo.snapshot_interval_pages,
+          static_cast<int32_t>(align / o.cache.page_size), pages, page_bytes,
+          report->state_bytes_per_sequence);
+      std::printf(
+          "prefix-cache state snapshots: %d x %.2f MiB = %.2f MiB (%.0f %% of the %d-page KV "
+          "cache); every %d pages (%d tokens), prompt ends and branch points; resume points "
+          "are multiples of %lld tokens\n",
+          b.slots, report->state_bytes_per_sequence / 1048576.0, b.bytes / 1048576.0,
+          100.0 * static_cast<double>(b.bytes) / (static_cast<double>(pages) * page_bytes), pages,
+          b.interval_pages, b.interval_pages * o.cache.page_size, static_cast<long long>(align));
+    }
     if (*catalog) std::printf("capability catalog:\n%s", report->catalog.c_str());
     *exit_code = 0;
   });

@@ -15,6 +15,12 @@ void add_serving_flags(CLI::App* app, ServingFlags* f) {
                   "requests waiting for admission before new ones get 429");
   app->add_option("--prefill-chunk", f->prefill_chunk,
                   "prompt tokens per sequence per step (0 = the token budget)");
+  app->add_option("--prefix-snapshot-memory", f->snapshot_memory_fraction,
+                  "hybrid models with the prefix cache: recurrent-state snapshot memory as a "
+                  "fraction of the KV cache, in (0, 1]");
+  app->add_option("--prefix-snapshot-interval", f->snapshot_interval_pages,
+                  "hybrid models with the prefix cache: snapshot the state every N pages of a "
+                  "prompt (0 = from the memory fraction)");
 }
 
 Result<std::unique_ptr<ServingModel>> open_serving_model(const ServingFlags& flags) {
@@ -49,6 +55,8 @@ Result<std::unique_ptr<ServingModel>> open_serving_model(const ServingFlags& fla
   eo.prefix_cache = flags.prefix_cache;
   eo.max_waiting = flags.max_queue;
   eo.prefill_chunk = flags.prefill_chunk;
+  eo.snapshot_memory_fraction = flags.snapshot_memory_fraction;
+  eo.snapshot_interval_pages = flags.snapshot_interval_pages;
   FERRITE_ASSIGN_OR_RETURN(m->engine, Engine::create(*m->runner, eo));
   return m;
 }

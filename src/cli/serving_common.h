@@ -18,6 +18,8 @@ struct ServingFlags {
   bool prefix_cache = false;
   int32_t max_queue = 1024;
   int32_t prefill_chunk = 0;
+  double snapshot_memory_fraction = EngineOptions{}.snapshot_memory_fraction;
+  int32_t snapshot_interval_pages = EngineOptions{}.snapshot_interval_pages;
 };
 
 void add_serving_flags(CLI::App* app, ServingFlags* flags);
