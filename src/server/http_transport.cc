@@ -59,6 +59,10 @@ std::string_view trim(std::string_view s) {
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
 
+// Set by a worker's stream when a chunked body ran past the body limit; read
+// by the error handler on the same thread (see body_over_limit()).
+thread_local bool t_body_over_limit = false;
+
 int ms_until(Clock::time_point t) {
   auto d = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(d, 0, 1000));
@@ -99,8 +103,17 @@ class HttpTransport::ConnStream : public httplib::Stream {
       pos_ += n;
       return static_cast<ssize_t>(n);
     }
+    // Only a chunked body is read from the socket here. Its decoded size is
+    // httplib's to know, so its raw size is held to the body limit plus
+    // room for chunk framing (1/8 + 64 KiB: far above what real clients'
+    // framing costs); past that the read fails and the request gets a 413.
+    const size_t cap = o_.max_body_bytes + o_.max_body_bytes / 8 + (64u << 10);
+    if (consumed_from_socket_ >= cap) {
+      t_body_over_limit = true;
+      return -1;
+    }
     if (!wait(POLLIN, false)) return -1;
-    ssize_t n = ::recv(c_.fd, ptr, size, 0);
+    ssize_t n = ::recv(c_.fd, ptr, std::min(size, cap - consumed_from_socket_), 0);
     if (n > 0) consumed_from_socket_ += static_cast<size_t>(n);
     return n;
   }
@@ -456,10 +469,14 @@ void HttpTransport::poll_loop() {
         back.swap(returned_);
       }
       for (auto& c : back) {
-        c->state = Conn::State::kIdle;
-        c->deadline = Clock::now() + options_.keep_alive_timeout;
+        // A keep-alive connection (kIdle) or one being closed (kClosing).
+        if (c->state == Conn::State::kIdle && (!accepting_ || stopping_)) {
+          close_conn(c);
+          continue;
+        }
         conns_.push_back(std::move(c));
-        examine(conns_.back());  // a pipelined request may already be here
+        if (conns_.back()->state == Conn::State::kIdle)
+          examine(conns_.back());  // a pipelined request may already be here
       }
     }
     conns_.erase(std::remove(conns_.begin(), conns_.end(), nullptr), conns_.end());
@@ -584,8 +601,11 @@ void HttpTransport::worker_loop() {
   }
 }
 
+bool HttpTransport::body_over_limit() { return t_body_over_limit; }
+
 void HttpTransport::handle(std::unique_ptr<Conn> c) {
   ++c->requests;
+  t_body_over_limit = false;
   const bool close_after = !accepting_ || stopping_ ||
                            c->requests >= options_.max_requests_per_connection ||
                            stats_.connections_open >= options_.max_connections;
@@ -608,8 +628,16 @@ void HttpTransport::handle(std::unique_ptr<Conn> c) {
     }
   }
   if (!keep) {
-    close_conn(c);
-    return;
+    // Half-close and let the poller drain what the client still sends for
+    // a moment: closing with unread bytes would reset the connection and
+    // could destroy the answer before the client reads it.
+    ::shutdown(c->fd, SHUT_WR);
+    c->state = Conn::State::kClosing;
+    c->buf.clear();
+    c->deadline = Clock::now() + std::chrono::milliseconds(1000);
+  } else {
+    c->state = Conn::State::kIdle;
+    c->deadline = Clock::now() + options_.keep_alive_timeout;
   }
   c->got_bytes = !c->buf.empty();
   c->head_len = c->body_len = 0;

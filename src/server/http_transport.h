@@ -92,6 +92,10 @@ class HttpTransport : public httplib::Server {
   // still running is waited for).
   void stop();
 
+  // True inside a handler's error path when the request's chunked body ran
+  // past max_body_bytes (the error handler turns the read failure into 413).
+  static bool body_over_limit();
+
   const TransportStats& stats() const { return stats_; }
   const TransportOptions& options() const { return options_; }
 

@@ -575,6 +575,7 @@ Status OpenAIServer::bind() {
   });
   http.set_error_handler([im](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    if (HttpTransport::body_over_limit()) res.status = 413;
     ApiError e{res.status, fmt::format("HTTP {}", res.status), "invalid_request_error", {}, {}};
     if (res.status == 404) {
       e.message = "Not found: " + req.method + " " + req.path;

@@ -176,6 +176,20 @@ test('bad framing gets a 4xx at once and a close', async () => {
   assert.equal((await timedHealth(server.url)).status, 200);
 });
 
+test('a chunked body is held to --max-body-bytes too', async () => {
+  const c = await rawConnect(server.port);
+  const size = 12_000_000;  // the server allows 9,000,000
+  c.sock.write(`POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${size.toString(16)}\r\n`);
+  const block = Buffer.alloc(1 << 20, 0x61);
+  for (let sent = 0; sent < size && !c.isClosed(); sent += block.length) {
+    if (!c.sock.write(block)) await new Promise((r) => c.sock.once('drain', r).once('close', r));
+  }
+  if (!c.isClosed()) c.sock.write('\r\n0\r\n\r\n');
+  await c.closed(10000);
+  assert.match(c.data(), /^HTTP\/1\.1 413 /, c.data().slice(0, 100));
+  assert.equal((await timedHealth(server.url)).status, 200);
+});
+
 test('--max-connections: beyond it a 503, then room again', async () => {
   const s = await startServer(['--max-connections', '20']);
   const held = [];
