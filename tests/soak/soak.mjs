@@ -257,7 +257,8 @@ const stats = {
   byAction: {},          // action -> outcome -> count
   outcomes: {},          // outcome -> count
   errors: {},            // error type -> count
-  failures: [],          // first failures, with details
+  failures: [],          // first failures (5 per type), with details
+  failuresByType: {},
   latency: {},           // action -> [ms...] (reservoir, for percentiles)
   total: 0,
 };
@@ -272,7 +273,8 @@ function record(action, outcome, detail = null, ms = 0) {
   if (FAIL_OUTCOMES.has(cls)) {
     const type = detail?.type ? `${cls}:${detail.type}` : outcome;
     stats.errors[type] = (stats.errors[type] || 0) + 1;
-    if (stats.failures.length < 30) stats.failures.push({ t: ((Date.now() - T0) / 1000).toFixed(1), action, outcome, ...detail });
+    stats.failuresByType[type] = (stats.failuresByType[type] || 0) + 1;
+    if (stats.failuresByType[type] <= 5 && stats.failures.length < 200) stats.failures.push({ t: ((Date.now() - T0) / 1000).toFixed(1), action, outcome, ...detail });
   }
   const l = (stats.latency[action] ??= []);
   if (l.length < 20000) l.push(ms); else l[Math.floor(rand() * l.length)] = ms;
@@ -518,12 +520,15 @@ async function doRaw(remainingMs) {
   try {
     if (kind === 'slow_request') {
       // A valid request trickled in 4..12 pieces over up to ~3 s; must be answered.
-      const msg = post(JSON.stringify({ prompt: text(5, 80), max_tokens: ri(1, 16) }), 'Connection: close\r\n');
+      // Bytes, not string indices: a cut inside a UTF-16 surrogate pair would
+      // send invalid UTF-8 (a client bug, rightly 400); a cut inside a UTF-8
+      // sequence is what a slow client does.
+      const msg = Buffer.from(post(JSON.stringify({ prompt: text(5, 80), max_tokens: ri(1, 16) }), 'Connection: close\r\n'));
       const pieces = ri(4, 12);
       const step = Math.ceil(msg.length / pieces);
       for (let k = 0; k < msg.length; k += step) {
         if (c.closed) break;
-        c.sock.write(msg.slice(k, k + step));
+        c.sock.write(msg.subarray(k, k + step));
         await sleep(ri(20, 250));
       }
       const ok = await waitUntil(() => responseComplete(c.data) || c.closed, DEADLINE_MS);
@@ -536,9 +541,9 @@ async function doRaw(remainingMs) {
     if (kind === 'partial_close') {
       // Part of a request, then the client goes away.
       const body = JSON.stringify({ prompt: text(5, 50), max_tokens: 8 });
-      const msg = post(body);
+      const msg = Buffer.from(post(body));
       const cut = rand() < 0.5 ? ri(1, msg.indexOf('\r\n\r\n')) : ri(msg.indexOf('\r\n\r\n') + 4, msg.length - 1);
-      c.sock.write(msg.slice(0, cut));
+      c.sock.write(msg.subarray(0, cut));
       await sleep(ri(10, 2000));
       if (c.data && statusOf(c.data) >= 500) return done(`5xx:${statusOf(c.data)}`, { type: 'partial request' });
       return done('client_aborted');
