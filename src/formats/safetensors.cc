@@ -72,6 +72,10 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
   }
   Shape shape;
   int64_t numel = 1;
+  // With a zero dimension numel is 0 whatever the others are, but readers
+  // multiply sub-products (row widths, per-row strides): the product of the
+  // non-zero dimensions must fit as well.
+  int64_t nonzero = 1;
   bool overflow = false;
   for (const json& d : *sh) {
     int64_t dim = 0;
@@ -82,6 +86,7 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
       return fail("invalid dimension " + brief(d) + " in shape " + brief(*sh));
     shape.push_back(dim);
     overflow = overflow || __builtin_mul_overflow(numel, dim, &numel);
+    if (dim != 0) overflow = overflow || __builtin_mul_overflow(nonzero, dim, &nonzero);
   }
   int64_t nbytes = 0;
   if (overflow || __builtin_mul_overflow(numel, dtype_block_bytes(*dtype), &nbytes)) {

@@ -288,6 +288,7 @@ const std::vector<Case>& safetensors_cases() {
       {"offsets_past_int64.safetensors", kLoss, {"'a'", "invalid data_offsets"}},
       {"shape_product_overflow.safetensors", kLoss, {"'a'", "too large"}},
       {"shape_dtype_overflow.safetensors", kLoss, {"'a'", "too large"}},
+      {"shape_zero_dim_overflow.safetensors", kLoss, {"'a'", "[0,4294967296,4294967296]", "too large"}},
       {"span_mismatch.safetensors", kLoss, {"'a'", "span 8 bytes", "needs 12"}},
       {"negative_dim.safetensors", kLoss, {"'a'", "negative dimension"}},
       {"rank_9.safetensors", kUnsup, {"'a'", "rank 9"}},

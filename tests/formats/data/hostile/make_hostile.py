@@ -214,6 +214,8 @@ SAFETENSORS = {
         safetensors({"a": t("U8", [1], 18446744073709551614, 18446744073709551615)}, 1),
     "shape_product_overflow.safetensors":
         safetensors({"a": t("F32", [4294967296, 4294967296], 0, 0)}, 0),
+    "shape_zero_dim_overflow.safetensors":
+        safetensors({"a": t("F32", [0, 4294967296, 4294967296], 0, 0)}, 0),
     "shape_dtype_overflow.safetensors":
         safetensors({"a": t("BF16", [4611686018427387904, 2], 0, 0)}, 0),
     "span_mismatch.safetensors": safetensors({"a": t("F32", [3], 0, 8)}, 8),
