@@ -626,6 +626,7 @@ class ExprParser {
         }
         expect_op("]");
         if (colons == 0) {
+          if (!parts[0]) fail(line_, "empty subscript []");
           auto s = node(Node::Kind::kSubscript);
           s->kids = {n, parts[0]};
           n = seal(s);

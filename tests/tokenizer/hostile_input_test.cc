@@ -78,6 +78,7 @@ TEST(HostileTemplates, EachFileIsACleanError) {
       {"elif_chain", "statements nest deeper"},
       {"empty_tag", "empty or malformed block tag"},
       {"empty_tag_trim", "empty or malformed block tag"},
+      {"empty_subscript", "empty subscript"},
       {"float_floordiv_zero", "float division or modulo by zero"},
       {"float_to_int_overflow", "cannot convert float"},
       {"floordiv_zero", "integer division or modulo by zero"},
