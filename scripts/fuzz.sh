@@ -117,7 +117,7 @@ run_one() {
     ((one == 0)) && break
     rc=$one
     # A finding in the initial corpus would come back at every start: stop.
-    if ! grep -q ' INITED ' "$log.run" || grep -q 'in the initial corpus' "$log.run"; then break; fi
+    if ! grep -q 'INITED' "$log.run" || grep -q 'in the initial corpus' "$log.run"; then break; fi
   done
   rm -f "$log.run"
   echo "$execs" >"fuzz-logs/$t.execs"

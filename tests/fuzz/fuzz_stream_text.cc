@@ -4,7 +4,7 @@
 //
 // Input: byte 0 holds the flags (bit 0 chat API, bit 1 logprobs, bits 2-3 the
 // number of stop strings); then that many stop strings, each a length byte
-// and its bytes; the rest is a token stream: two bytes per token id (taken
+// and its bytes (kept when valid UTF-8); the rest is a token stream: two bytes per token id (taken
 // modulo the vocabulary) and a third byte whose top bit ends the engine
 // update. Oracle: no crash, no sanitizer report; the emitted text is valid
 // UTF-8 (an SSE event must be), never contains a stop string, and the
@@ -36,8 +36,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0, n = (flags >> 2) & 3; i < n && at < size; ++i) {
     size_t len = data[at++] % 16;
     len = std::min(len, size - at);
-    stops.emplace_back(reinterpret_cast<const char*>(data + at), len);
+    std::string stop(reinterpret_cast<const char*>(data + at), len);
     at += len;
+    // Stop strings come from JSON strings, which the parser only yields as
+    // valid UTF-8; an invalid one could match inside a character and cut it
+    // (regressions/stream_text/invalid_utf8_stop: outside the contract).
+    if (ferrite::fuzz::valid_utf8(stop)) stops.push_back(std::move(stop));
   }
   bool chat = flags & 1;
   int32_t logprobs = (flags & 2) ? 2 : -1;
