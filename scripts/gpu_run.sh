@@ -55,7 +55,7 @@ fi
 T0=$(date +%s)
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF > "$LOGS/build.log" 2>&1
-ninja -C "$BUILD" -k 0 cuda_test conformance_test ferrite >> "$LOGS/build.log" 2>&1
+ninja -C "$BUILD" -k 0 cuda_test conformance_test engine_test ferrite >> "$LOGS/build.log" 2>&1
 log "build: rc=$? in $(( $(date +%s) - T0 )) s"
 grep -E "error|FAILED" "$LOGS/build.log" | head -20 | tee -a "$SUMMARY"
 
@@ -65,6 +65,14 @@ if [ $RUN_TESTS -eq 1 ]; then
     "$BUILD/tests/cuda/cuda_test" > "$LOGS/cuda_test.log" 2>&1
     log "cuda_test: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' "$LOGS/cuda_test.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED  \] [A-Z]" "$LOGS/cuda_test.log" | head -20 | tee -a "$SUMMARY"
+  fi
+  if [ -x "$BUILD/tests/engine/engine_test" ]; then
+    # Hybrid prefix caching with state snapshots on the GPU: same tokens, and
+    # logprobs within 1e-3, with the cache on as off.
+    FERRITE_TEST_DEVICE=cuda "$BUILD/tests/engine/engine_test" --gtest_filter='*HybridPrefixCache*' \
+      > "$LOGS/engine_cuda.log" 2>&1
+    log "engine_test (hybrid prefix cache on cuda): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$LOGS/engine_cuda.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \] [A-Z]|Failure|Expected|Which is|token [0-9]" "$LOGS/engine_cuda.log" | head -30 | tee -a "$SUMMARY"
   fi
   if [ -x "$BUILD/tests/conformance/conformance_test" ]; then
     "$BUILD/tests/conformance/conformance_test" --gtest_filter='*cuda*:*Sampler*' > "$LOGS/conformance.log" 2>&1
