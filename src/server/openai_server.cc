@@ -532,6 +532,12 @@ std::string OpenAIServer::Impl::metrics_text() const {
         m.kv_pages_used);
   gauge("ferrite_kv_pages_total", "KV cache pages.", m.kv_pages_total);
   gauge("ferrite_prefix_cache_pages", "Pages held by the prefix cache.", m.prefix_cache_pages);
+  gauge("ferrite_prefix_cache_snapshots",
+        "Recurrent-state snapshots held by the prefix cache (hybrid models).",
+        m.prefix_cache_snapshots);
+  gauge("ferrite_prefix_cache_snapshot_slots",
+        "Snapshot slots reserved for the prefix cache (hybrid models).",
+        m.prefix_cache_snapshot_slots);
   histogram("ferrite_time_to_first_token_seconds", "Time to first token.", m.ttft);
   histogram("ferrite_inter_token_latency_seconds", "Time between tokens of a sequence.", m.itl);
   histogram("ferrite_e2e_request_latency_seconds", "Request latency, submit to finish.", m.e2e);

@@ -263,7 +263,9 @@ void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const v
           int phase = (k0 > 0 ? kLoadState : 0) | (k1 < in ? kSaveState : 0);
           for (int64_t t0 = tb0; t0 < tb1; t0 += kTileT) {
             int64_t nt = std::min<int64_t>(kTileT, tb1 - t0);
-            float* st = state.data() + (t0 - tb0) / kTileT * kStateFloats;
+            // No state when one k block covers the input (state stays empty:
+            // no pointer arithmetic on its null data()).
+            float* st = kc < in ? state.data() + (t0 - tb0) / kTileT * kStateFloats : nullptr;
             tile(table, nt, nr)(x + t0 * ldx + k0, ldx, panel + k0, ldw, k1 - k0, y + t0 * ldy + r0,
                                 ldy, accumulate, st, phase);
           }
