@@ -18,19 +18,35 @@
 namespace ferrite {
 namespace {
 
-std::unique_ptr<ModelRunner> open_runner(int32_t num_pages, int32_t max_seqs = 16,
-                                         int64_t max_tokens = 256) {
+// FERRITE_TEST_DEVICE=cuda runs the hybrid prefix-cache tests on the GPU
+// (scripts/gpu_run.sh); outputs then match within the tolerance
+// (logprobs 1e-3) instead of bitwise.
+std::string test_device() {
+  const char* d = std::getenv("FERRITE_TEST_DEVICE");
+  return d && *d ? d : "cpu";
+}
+
+// One of the test models in tests/models/ with a paged KV pool of its own.
+std::unique_ptr<ModelRunner> open_model(const std::string& model, const std::string& device,
+                                        int64_t max_context, int32_t num_pages, int32_t max_seqs,
+                                        int64_t max_tokens) {
   RunnerOptions o;
-  o.load.model_dir = FERRITE_SOURCE_DIR "/tests/models/qwen3";
+  o.device = device;
+  o.load.model_dir = std::string(FERRITE_SOURCE_DIR "/tests/models/") + model;
   o.limits.max_tokens = max_tokens;
   o.limits.max_sequences = max_seqs;
-  o.limits.max_context = 512;
-  o.load.program.max_context = 512;
+  o.limits.max_context = max_context;
+  o.load.program.max_context = max_context;
   o.cache.page_size = 16;
   o.cache.num_pages = num_pages;
   auto r = ModelRunner::open(o);
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   return r.is_ok() ? std::move(r).value() : nullptr;
+}
+
+std::unique_ptr<ModelRunner> open_runner(int32_t num_pages, int32_t max_seqs = 16,
+                                         int64_t max_tokens = 256) {
+  return open_model("qwen3", "cpu", 512, num_pages, max_seqs, max_tokens);
 }
 
 std::vector<uint32_t> prompt(uint32_t seed, int n) {
@@ -236,28 +252,9 @@ TEST(EngineTest, QueueFullIsResourceExhausted) {
 // ---------------------------------------------------------------------------
 // Hybrid models: prefix cache with recurrent-state snapshots.
 
-// FERRITE_TEST_DEVICE=cuda runs the hybrid prefix-cache tests on the GPU
-// (scripts/gpu_run.sh); outputs then match within the tolerance
-// (logprobs 1e-3) instead of bitwise.
-std::string test_device() {
-  const char* d = std::getenv("FERRITE_TEST_DEVICE");
-  return d && *d ? d : "cpu";
-}
-
 std::unique_ptr<ModelRunner> open_hybrid(const std::string& model, int32_t num_pages,
                                          int32_t max_seqs = 16, int64_t max_tokens = 256) {
-  RunnerOptions o;
-  o.device = test_device();
-  o.load.model_dir = std::string(FERRITE_SOURCE_DIR "/tests/models/") + model;
-  o.limits.max_tokens = max_tokens;
-  o.limits.max_sequences = max_seqs;
-  o.limits.max_context = 1024;
-  o.load.program.max_context = 1024;
-  o.cache.page_size = 16;
-  o.cache.num_pages = num_pages;
-  auto r = ModelRunner::open(o);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return r.is_ok() ? std::move(r).value() : nullptr;
+  return open_model(model, test_device(), 1024, num_pages, max_seqs, max_tokens);
 }
 
 // A shared prefix of `pages` pages (seeded by `family`) and a suffix of its own.
