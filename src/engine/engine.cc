@@ -431,6 +431,19 @@ bool Engine::step() {
       ++i;
     }
   }
+  // A constraint terminated before its first token: nothing may be drawn.
+  auto terminated = [](const std::unique_ptr<Seq>& s) {
+    return s->req.constraint && s->generated == 0 && s->req.constraint->is_terminated();
+  };
+  for (size_t i = 0; i < waiting_.size();) {
+    if (terminated(waiting_[i])) {
+      finish(*waiting_[i], EngineFinish::kStop);
+      waiting_.erase(waiting_.begin() + i);
+      --queued_;
+    } else {
+      ++i;
+    }
+  }
   if (running_.empty() && waiting_.empty()) {
     update_gauges();
     return false;
@@ -568,6 +581,27 @@ bool Engine::step() {
           rows[k].data(), static_cast<const float*>(logits.data) + k * vocab, 4 * vocab);
     }
   }
+  // Allowed-id bitmaps of the constrained sequences that draw in this step,
+  // built while the device runs the forward step (it is asynchronous on
+  // CUDA). Steps without a constrained sequence build none.
+  if (st.is_ok()) {
+    bool constrained = false;
+    for (auto& [s, n] : scheduled)
+      constrained = constrained || (s->req.constraint && s->computed + n == s->tokens.size());
+    if (constrained) {
+      const size_t words = static_cast<size_t>((plan.program().vocab_size + 31) / 32);
+      allowed_.resize(scheduled.size() * words);
+      for (size_t k = 0; k < scheduled.size(); ++k) {
+        auto [s, n] = scheduled[k];
+        std::span<uint32_t> row(allowed_.data() + k * words, words);
+        if (s->req.constraint && s->computed + n == s->tokens.size())
+          s->req.constraint->fill_mask(row);
+        else
+          std::fill(row.begin(), row.end(), ~0u);
+      }
+      sampling.allowed = allowed_;
+    }
+  }
   std::vector<uint32_t> chosen;
   if (st.is_ok()) st = plan.choose_tokens(batch, sampling, &chosen, nullptr);
   auto t1 = Clock::now();
@@ -627,6 +661,13 @@ bool Engine::step() {
       }
     }
     uint32_t tok = out.token;
+    const EngineRequest& r = s.req;
+    const bool stop_id = std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end();
+    if (r.constraint && !stop_id && !r.constraint->accept(tok)) {
+      finish(s, EngineFinish::kError,
+             internal_error(fmt::format("the constraint rejected token {} it allowed", tok)));
+      continue;
+    }
     s.tokens.push_back(tok);
     ++s.generated;
     ++new_tokens;
@@ -638,8 +679,7 @@ bool Engine::step() {
     }
     s.last_token = now;
     s.stream->push(std::move(out));
-    const EngineRequest& r = s.req;
-    if (std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end()) {
+    if (stop_id || (r.constraint && r.constraint->is_terminated())) {
       finish(s, EngineFinish::kStop);
     } else if (s.generated >= r.max_tokens || static_cast<int64_t>(s.tokens.size()) >= ctx) {
       finish(s, EngineFinish::kLength);

@@ -54,6 +54,7 @@
 #include "engine/model_runner.h"
 #include "engine/prefix_cache.h"
 #include "runtime/step_batch.h"
+#include "runtime/token_constraint.h"
 
 namespace ferrite {
 
@@ -86,6 +87,10 @@ struct EngineRequest {
   SamplingParams sampling;
   std::vector<uint32_t> stop_ids;  // generation ends after emitting one of these
   int32_t logprobs = -1;           // -1: none; k >= 0: chosen token + top k
+  // Grammar / structured-output constraint (runtime/token_constraint.h),
+  // used on the engine thread only: every drawn token is one it allows; the
+  // request finishes with kStop once it is terminated. Null: unconstrained.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class EngineFinish { kLength, kStop, kCancelled, kError };
@@ -250,6 +255,7 @@ class Engine {
   // Engine thread only.
   std::vector<std::unique_ptr<Seq>> running_;
   std::deque<std::unique_ptr<Seq>> waiting_;
+  std::vector<uint32_t> allowed_;  // the step's allowed-id bitmap (constrained steps)
 
   mutable std::mutex metrics_mu_;
   EngineMetrics metrics_;

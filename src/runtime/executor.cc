@@ -285,6 +285,21 @@ Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sam
   bindings[2] = TensorView{tokens_out_.data(), DType::kU32, Shape{s}};
   if (&node == &plan_.sampler && logprobs)
     bindings[3] = TensorView{logprobs_out_.data(), DType::kF32, Shape{s}};
+  if (!sampling.allowed.empty()) {  // the allowed-id bitmap (binding 3 / 4)
+    const int64_t words = (program_.vocab_size + 31) / 32;
+    if (static_cast<int64_t>(sampling.allowed.size()) != s * words)
+      return invalid_argument("allowed-id bitmap does not match the step");
+    void* bits = const_cast<uint32_t*>(sampling.allowed.data());
+    if (!device_.host_accessible()) {
+      if (!allowed_in_.data()) {
+        FERRITE_ASSIGN_OR_RETURN(
+            allowed_in_, DeviceBuffer::allocate(device_, 4 * words * plan_.limits.max_sequences));
+      }
+      FERRITE_RETURN_IF_ERROR(device_.copy_to_device(allowed_in_.data(), bits, 4 * s * words));
+      bits = allowed_in_.data();
+    }
+    bindings[&node == &plan_.argmax ? 3 : 4] = TensorView{bits, DType::kU32, Shape{s, words}};
+  }
   FERRITE_RETURN_IF_ERROR(run_node(node, batch, &sampling, std::move(bindings)));
   tokens->resize(s);
   FERRITE_RETURN_IF_ERROR(device_.copy_to_host(tokens->data(), tokens_out_.data(), 4 * s));

@@ -91,6 +91,7 @@ class BoundPlan {
   std::map<std::string, TensorView> state_views_;
   DeviceBuffer workspace_;
   DeviceBuffer tokens_out_, logprobs_out_;
+  DeviceBuffer allowed_in_;  // device copy of SamplingBatch::allowed (on first use)
   PagePool pages_;
   StateSlots slots_;
   StateSlots snapshot_slots_;

@@ -51,6 +51,10 @@ struct SamplingBatch {
   std::vector<std::span<const uint32_t>> generated;
   // Index of the token being drawn in the sequence's output; keys the RNG.
   std::vector<uint64_t> step_index;
+  // Host allowed-id bitmap of the step, [sequences, ceil(vocab / 32)] u32
+  // (TokenConstraint::fill_mask per constrained sequence, every bit set for
+  // the others), or empty when no sequence of the step is constrained.
+  std::span<const uint32_t> allowed;
 };
 
 }  // namespace ferrite

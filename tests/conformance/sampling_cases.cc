@@ -22,9 +22,28 @@ namespace {
 
 uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
 
+// A per-row allowed-id bitmap [rows, ceil(vocab / 32)] u32: row r allows
+// every id i with (i * 7 + r) % (r % 4 + 2) == 0, a few planted ids, and
+// (row 2 only) nothing at all, which chooses 0.
+HostTensor allowed_bitmap(int64_t rows, int64_t vocab, const std::vector<uint32_t>& planted) {
+  const int64_t words = (vocab + 31) / 32;
+  HostTensor t = zeros(DType::kU32, {rows, words}, false);
+  uint32_t* w = reinterpret_cast<uint32_t*>(t.bytes.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r == 2) continue;
+    auto set = [&](int64_t i) { w[r * words + i / 32] |= 1u << (i % 32); };
+    for (int64_t i = 0; i < vocab; ++i)
+      if ((i * 7 + r) % (r % 4 + 2) == 0) set(i);
+    for (uint32_t id : planted)
+      if (id < vocab) set(id);
+  }
+  return t;
+}
+
 // A logits batch of 5 sequences with planted ties and penalised leaders.
 Case sampler_case(const ContractSchema& contract, const std::string& name, CaseRng& rng,
-                  const std::vector<SamplingParams>& params, bool with_mask) {
+                  const std::vector<SamplingParams>& params, bool with_mask,
+                  bool with_allowed = false) {
   const int64_t vocab = 300;
   const int64_t seqs = static_cast<int64_t>(params.size());
   Case c;
@@ -52,8 +71,17 @@ Case sampler_case(const ContractSchema& contract, const std::string& name, CaseR
     c.sampling.generated.push_back(std::span<const uint32_t>(*hist).subspan(2));
     c.sampling.step_index.push_back(static_cast<uint64_t>(s * 3 + 1));
   }
-  c.bindings = {logits, mask, zeros(DType::kU32, {seqs}, false)};
-  if (contract.bindings().size() == 4) c.bindings.push_back(zeros(DType::kF32, {seqs}, false));
+  const bool sample = &contract == &last_token_sample::contract();
+  c.bindings.resize(contract.bindings().size());
+  c.bindings[0] = logits;
+  c.bindings[1] = mask;
+  c.bindings[2] = zeros(DType::kU32, {seqs}, false);
+  if (sample) c.bindings[last_token_sample::kLogprobs] = zeros(DType::kF32, {seqs}, false);
+  // Planted: the tied leaders, the demoted leader and its runner-up.
+  if (with_allowed)
+    c.bindings[sample ? static_cast<size_t>(last_token_sample::kAllowed)
+                      : static_cast<size_t>(last_token_masked_argmax::kAllowed)] =
+        allowed_bitmap(seqs, vocab, {5, 9, 17, 18, 3});
   return c;
 }
 
@@ -98,7 +126,7 @@ void fill_row(CaseRng& rng, float* row, int64_t vocab, Shape3 shape) {
 // A last_token_sample case: `rows` rows of `vocab`, parameter set and shape
 // cycling with the row, seeds offset by `round`.
 Case draw_case(const std::string& name, int64_t vocab, int64_t rows, int round, bool with_mask,
-               CaseRng& rng) {
+               CaseRng& rng, bool with_allowed = false) {
   Case c;
   c.name = name;
   c.contract = &last_token_sample::contract();
@@ -127,7 +155,8 @@ Case draw_case(const std::string& name, int64_t vocab, int64_t rows, int round, 
     mask = zeros(DType::kU8, {vocab}, false);
     for (int64_t i = 0; i < vocab; ++i) mask.bytes[i] = (i % 7 != 3) ? 1 : 0;
   }
-  c.bindings = {logits, mask, zeros(DType::kU32, {rows}, false), zeros(DType::kF32, {rows}, false)};
+  c.bindings = {logits, mask, zeros(DType::kU32, {rows}, false), zeros(DType::kF32, {rows}, false),
+                with_allowed ? allowed_bitmap(rows, vocab, {}) : HostTensor{}};
   return c;
 }
 }  // namespace
@@ -143,6 +172,10 @@ std::vector<Case> last_token_masked_argmax_cases() {
   for (bool mask : {false, true})
     out.push_back(sampler_case(last_token_masked_argmax::contract(),
                                mask ? "penalties_masked" : "penalties", rng, params, mask));
+  for (bool mask : {false, true})
+    out.push_back(sampler_case(last_token_masked_argmax::contract(),
+                               mask ? "penalties_masked_allowed" : "penalties_allowed", rng, params,
+                               mask, true));
   return out;
 }
 
@@ -168,11 +201,17 @@ std::vector<Case> last_token_sample_cases() {
   for (bool mask : {false, true})
     out.push_back(sampler_case(last_token_sample::contract(), mask ? "filters_masked" : "filters",
                                rng, params, mask));
+  for (bool mask : {false, true})
+    out.push_back(sampler_case(last_token_sample::contract(),
+                               mask ? "filters_masked_allowed" : "filters_allowed", rng, params,
+                               mask, true));
   // Every parameter set x logits shape, at a small and a real vocabulary
   // (151936: the device's large-set path; 1000: its sorted-list path).
   out.push_back(draw_case("draws_v1000", 1000, 30, 0, false, rng));
   out.push_back(draw_case("draws_v1000_masked", 1000, 30, 1, true, rng));
   out.push_back(draw_case("draws_v151936", 151936, 20, 2, false, rng));
+  out.push_back(draw_case("draws_v1000_allowed", 1000, 30, 3, true, rng, true));
+  out.push_back(draw_case("draws_v151936_allowed", 151936, 12, 4, false, rng, true));
   return out;
 }
 
@@ -221,6 +260,11 @@ double borderline_margin(const Case& c, int64_t r) {
   if (sp.greedy()) return 1.0;
   const float* logits = reinterpret_cast<const float*>(c.bindings[0].bytes.data()) + r * vocab;
   const uint8_t* mask = c.bindings[1].present() ? c.bindings[1].bytes.data() : nullptr;
+  const HostTensor& allowed = c.bindings[last_token_sample::kAllowed];
+  const uint32_t* bits =
+      allowed.present()
+          ? reinterpret_cast<const uint32_t*>(allowed.bytes.data()) + r * ((vocab + 31) / 32)
+          : nullptr;
   std::vector<float> row(logits, logits + vocab);
   // Penalties as the reference applies them.
   if (sp.repetition_penalty != 1.0f) {
@@ -239,7 +283,8 @@ double borderline_margin(const Case& c, int64_t r) {
   }
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < vocab; ++i)
-    if (!mask || mask[i]) ids.push_back(i);
+    if ((!mask || mask[i]) && (!bits || (bits[i / 32] >> (i % 32)) & 1u)) ids.push_back(i);
+  if (ids.empty()) return 1.0;  // nothing allowed: id 0 on every backend
   std::sort(ids.begin(), ids.end(),
             [&](int64_t a, int64_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
   if (sp.top_k > 0 && static_cast<int64_t>(ids.size()) > sp.top_k) ids.resize(sp.top_k);
@@ -286,6 +331,57 @@ const Provider* sample_provider(const Registry& registry, bool reference) {
   return nullptr;
 }
 
+// The CPU reference honours the allowed-id bitmap (conformance compares
+// other providers with it, so it is checked on its own): every chosen id is
+// allowed by the bitmap and the mask, a greedy row takes the best allowed
+// penalised logit, and a row that allows nothing chooses 0.
+TEST(SamplerAllowed, ReferenceChoosesOnlyAllowedIds) {
+  std::vector<Backend> backends = available_backends();
+  Backend& cpu = backends[0];
+  ASSERT_EQ(cpu.name, "cpu");
+  int checked = 0;
+  for (const Case& c : all_cases()) {
+    const std::string& id = c.contract->id();
+    if (id != "last_token_sample" && id != "last_token_masked_argmax") continue;
+    const size_t at = id == "last_token_sample" ? static_cast<size_t>(last_token_sample::kAllowed)
+                                                : static_cast<size_t>(last_token_masked_argmax::kAllowed);
+    if (!c.bindings[at].present()) continue;
+    const Provider* ref = nullptr;
+    for (const Provider* p : cpu.registry->providers_for(id))
+      if (p->descriptor().name.find(".reference.") != std::string::npos) ref = p;
+    ASSERT_NE(ref, nullptr);
+    auto out = run_provider(c, c.bindings, DType::kF32, *ref, cpu);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    const int64_t vocab = static_cast<int64_t>(c.attrs.u("vocab_size"));
+    const int64_t words = (vocab + 31) / 32;
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(c.bindings[at].bytes.data());
+    const uint8_t* mask = c.bindings[1].present() ? c.bindings[1].bytes.data() : nullptr;
+    const float* logits = reinterpret_cast<const float*>(c.bindings[0].bytes.data());
+    const uint32_t* tokens = reinterpret_cast<const uint32_t*>((*out)[2].bytes.data());
+    for (int64_t r = 0; r < c.batch.num_sequences(); ++r) {
+      auto ok = [&](int64_t i) {
+        return (!mask || mask[i]) && (bits[r * words + i / 32] >> (i % 32)) & 1u;
+      };
+      int64_t best = -1;
+      for (int64_t i = 0; i < vocab; ++i)
+        if (ok(i) && (best < 0 || logits[r * vocab + i] > logits[r * vocab + best])) best = i;
+      if (best < 0) {
+        EXPECT_EQ(tokens[r], 0u) << c.name << " row " << r;
+        continue;
+      }
+      EXPECT_TRUE(ok(tokens[r])) << c.name << " row " << r << ": id " << tokens[r];
+      const SamplingParams& sp = c.sampling.params[r];
+      const bool plain = sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
+                         sp.frequency_penalty == 0.0f;
+      if (sp.greedy() && plain) {
+        EXPECT_EQ(tokens[r], static_cast<uint32_t>(best)) << c.name;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 40);
+}
+
 // Every non-CPU last_token_sample provider draws the reference's ids for the
 // same seeds: 240 draws at vocabulary 1000 and 200 at 151936 (every
 // parameter set x logits shape, with and without a mask). A mismatch is
@@ -318,7 +414,7 @@ TEST(SamplerDraws, DeviceMatchesReferenceAcrossSeeds) {
     for (const Plan& plan : {Plan{1000, 30, 8}, Plan{151936, 40, 5}}) {
       for (int round = 0; round < plan.rounds; ++round) {
         const Case c = draw_case(fmt_name(plan.vocab, round), plan.vocab, plan.rows, round,
-                                 round % 2 == 1, rng);
+                                 round % 2 == 1, rng, round % 3 == 2);
         std::vector<uint32_t> want, got;
         std::vector<float> want_lp, got_lp;
         ASSERT_TRUE(run_draws(c, *reference, *cpu, &want, &want_lp).is_ok());

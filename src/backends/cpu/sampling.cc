@@ -41,10 +41,24 @@ void penalised_row(const float* logits, int64_t vocab, const SamplingParams& sp,
   }
 }
 
-uint32_t masked_argmax(const std::vector<float>& row, const uint8_t* mask) {
+// The ids a row may choose: the shared valid_mask and the row's allowed-id
+// bitmap (either may be absent).
+struct Allowed {
+  const uint8_t* mask = nullptr;
+  const uint32_t* bits = nullptr;  // this row's words
+  bool operator()(int64_t i) const {
+    return (!mask || mask[i]) && (!bits || (bits[i >> 5] >> (i & 31)) & 1u);
+  }
+};
+
+Allowed row_allowed(const uint8_t* mask, const uint32_t* allowed, int64_t vocab, size_t s) {
+  return {mask, allowed ? allowed + s * static_cast<size_t>((vocab + 31) / 32) : nullptr};
+}
+
+uint32_t masked_argmax(const std::vector<float>& row, const Allowed& mask) {
   int64_t best = -1;
   for (int64_t i = 0; i < static_cast<int64_t>(row.size()); ++i) {
-    if (mask && !mask[i]) continue;
+    if (!mask(i)) continue;
     if (best < 0 || row[i] > row[best]) best = i;
   }
   return static_cast<uint32_t>(std::max<int64_t>(best, 0));
@@ -57,13 +71,13 @@ float log_softmax_at(const float* logits, int64_t vocab, uint32_t id) {
   return static_cast<float>(logits[id] - mx - std::log(sum));
 }
 
-uint32_t sample_row(const std::vector<float>& row, const uint8_t* mask, const SamplingParams& sp,
+uint32_t sample_row(const std::vector<float>& row, const Allowed& mask, const SamplingParams& sp,
                     double u) {
   const int64_t vocab = static_cast<int64_t>(row.size());
   std::vector<int64_t> ids;
   ids.reserve(vocab);
   for (int64_t i = 0; i < vocab; ++i)
-    if (!mask || mask[i]) ids.push_back(i);
+    if (mask(i)) ids.push_back(i);
   if (ids.empty()) return 0;
   // Sort by logit, descending; ties by id for determinism.
   std::sort(ids.begin(), ids.end(),
@@ -109,12 +123,13 @@ class MaskedArgmaxReference final : public Provider {
     const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
     const float* logits = inv.bindings[kLogits].as<float>();
     const uint8_t* mask = inv.bindings[kValidMask].as<uint8_t>();
+    const uint32_t* allowed = inv.bindings[kAllowed].as<uint32_t>();
     uint32_t* tokens = inv.bindings[kTokens].as<uint32_t>();
     const SamplingBatch& sb = *inv.sampling;
     std::vector<float> row;
     for (size_t s = 0; s < sb.params.size(); ++s) {
       penalised_row(logits + s * vocab, vocab, sb.params[s], sb.history[s], sb.generated[s], &row);
-      tokens[s] = masked_argmax(row, mask);
+      tokens[s] = masked_argmax(row, row_allowed(mask, allowed, vocab, s));
     }
     return Status::ok();
   }
@@ -135,13 +150,15 @@ class SampleReference final : public Provider {
     const uint8_t* mask = inv.bindings[kValidMask].as<uint8_t>();
     uint32_t* tokens = inv.bindings[kTokens].as<uint32_t>();
     float* logprobs = inv.bindings[kLogprobs].as<float>();
+    const uint32_t* allowed = inv.bindings[kAllowed].as<uint32_t>();
     const SamplingBatch& sb = *inv.sampling;
     std::vector<float> row;
     for (size_t s = 0; s < sb.params.size(); ++s) {
       const SamplingParams& sp = sb.params[s];
       penalised_row(logits + s * vocab, vocab, sp, sb.history[s], sb.generated[s], &row);
-      tokens[s] = sp.greedy() ? masked_argmax(row, mask)
-                              : sample_row(row, mask, sp,
+      const Allowed ok = row_allowed(mask, allowed, vocab, s);
+      tokens[s] = sp.greedy() ? masked_argmax(row, ok)
+                              : sample_row(row, ok, sp,
                                            last_token_sample::uniform01(sp.seed, sb.step_index[s]));
       if (logprobs) logprobs[s] = log_softmax_at(logits + s * vocab, vocab, tokens[s]);
     }

@@ -127,9 +127,10 @@ Status launch_apply_penalties(cudaStream_t s, const float* logits, float* dst, i
                               const int32_t* entry_rep, const int32_t* entry_count,
                               int64_t entries, const float* rep_penalty, const float* presence,
                               const float* frequency);
-// tokens[r] = argmax over valid ids (mask may be null); ties to the lowest id.
+// tokens[r] = argmax over valid ids (mask, allowed may be null; allowed:
+// [rows, ceil(vocab / 32)] bitmap); ties to the lowest id.
 Status launch_masked_argmax(cudaStream_t s, const float* logits, int64_t rows, int64_t vocab,
-                            const uint8_t* mask, uint32_t* tokens);
+                            const uint8_t* mask, const uint32_t* allowed, uint32_t* tokens);
 // Per-row parameters of the device sampler (uploaded by the provider).
 struct SampleRowParams {
   double u;           // the reference's uniform draw in [0, 1) for this row and step
@@ -144,8 +145,8 @@ static_assert(sizeof(SampleRowParams) == 32, "SampleRowParams layout");
 // `logits` (penalties already applied), one block per row; logprobs[r]
 // (optional): log-softmax of `raw_logits` (unpenalised) at the chosen id.
 Status launch_sample(cudaStream_t s, const float* logits, const float* raw_logits, int64_t rows,
-                     int64_t vocab, const uint8_t* mask, const SampleRowParams* params,
-                     uint32_t* tokens, float* logprobs);
+                     int64_t vocab, const uint8_t* mask, const uint32_t* allowed,
+                     const SampleRowParams* params, uint32_t* tokens, float* logprobs);
 
 // --- kernels_hybrid.cu ------------------------------------------------------------
 // gated_delta_recurrent_attention. Sequences of the step are packed in

@@ -35,15 +35,23 @@ __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
   return v == bv && i < bi;
 }
 
+// Bit i % 32 of bits[i / 32] (bits: one row of an allowed-id bitmap, or null).
+__device__ __forceinline__ bool bit_allowed(const uint32_t* bits, int64_t i) {
+  return !bits || (__ldg(bits + (i >> 5)) >> (i & 31)) & 1u;
+}
+
 __global__ void __launch_bounds__(1024) argmax_kernel(const float* logits, int64_t vocab,
-                                                       const uint8_t* mask, uint32_t* tokens) {
+                                                       const uint8_t* mask,
+                                                       const uint32_t* allowed,
+                                                       uint32_t* tokens) {
   __shared__ float sv[32];
   __shared__ int64_t si[32];
   const float* row = logits + blockIdx.x * vocab;
+  const uint32_t* bits = allowed ? allowed + blockIdx.x * ((vocab + 31) / 32) : nullptr;
   float bv = -INFINITY;
   int64_t bi = -1;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    if (mask && !mask[i]) continue;
+    if ((mask && !mask[i]) || !bit_allowed(bits, i)) continue;
     const float v = row[i];
     if (bi < 0 || v > bv) {  // ascending i per thread: first max wins ties
       bv = v;
@@ -140,13 +148,14 @@ struct Shared {
 struct Row {
   const float* logits;
   const uint8_t* mask;
+  const uint32_t* bits;  // the row's allowed-id bitmap, or null
   int vocab;
 };
 
 template <typename F>
 __device__ __forceinline__ void for_each_key(const Row& r, F&& f) {
   for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
-    if (r.mask && !r.mask[i]) continue;
+    if ((r.mask && !r.mask[i]) || !bit_allowed(r.bits, i)) continue;
     f(make_key(r.logits[i], static_cast<uint32_t>(i)));
   }
 }
@@ -477,13 +486,15 @@ __device__ float log_prob(Shared& sh, const float* raw, int vocab, uint32_t id) 
 
 __global__ void __launch_bounds__(kThreads, 1) sample_kernel(const float* logits, const float* raw,
                                                            int vocab, const uint8_t* mask,
+                                                           const uint32_t* allowed,
                                                            const SampleRowParams* params,
                                                            uint32_t* tokens, float* logprobs) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
   const int64_t r = blockIdx.x;
   const SampleRowParams p = params[r];
-  const Row row{logits + r * vocab, mask, vocab};
+  const Row row{logits + r * vocab, mask,
+                allowed ? allowed + r * ((static_cast<int64_t>(vocab) + 31) / 32) : nullptr, vocab};
   const uint32_t token = sample_row(sh, row, p);
   if (threadIdx.x == 0) tokens[r] = token;
   if (logprobs) {
@@ -513,16 +524,16 @@ Status launch_apply_penalties(cudaStream_t s, const float* logits, float* dst, i
 }
 
 Status launch_masked_argmax(cudaStream_t s, const float* logits, int64_t rows, int64_t vocab,
-                            const uint8_t* mask, uint32_t* tokens) {
+                            const uint8_t* mask, const uint32_t* allowed, uint32_t* tokens) {
   if (rows == 0) return Status::ok();
-  argmax_kernel<<<static_cast<unsigned>(rows), 1024, 0, s>>>(logits, vocab, mask, tokens);
+  argmax_kernel<<<static_cast<unsigned>(rows), 1024, 0, s>>>(logits, vocab, mask, allowed, tokens);
   return check_launch("masked_argmax");
 }
 
 
 Status launch_sample(cudaStream_t s, const float* logits, const float* raw_logits, int64_t rows,
-                     int64_t vocab, const uint8_t* mask, const SampleRowParams* params,
-                     uint32_t* tokens, float* logprobs) {
+                     int64_t vocab, const uint8_t* mask, const uint32_t* allowed,
+                     const SampleRowParams* params, uint32_t* tokens, float* logprobs) {
   if (rows == 0) return Status::ok();
   if (vocab <= 0 || vocab >= 0x7fffffff) return invalid_argument("sample: vocabulary size out of range");
   constexpr int bytes = static_cast<int>(sizeof(sampler::Shared));
@@ -530,7 +541,7 @@ Status launch_sample(cudaStream_t s, const float* logits, const float* raw_logit
       sampler::sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   FERRITE_CUDA_RETURN(configured);
   sampler::sample_kernel<<<static_cast<unsigned>(rows), sampler::kThreads, bytes, s>>>(
-      logits, raw_logits, static_cast<int>(vocab), mask, params, tokens, logprobs);
+      logits, raw_logits, static_cast<int>(vocab), mask, allowed, params, tokens, logprobs);
   return check_launch("sample");
 }
 

@@ -191,12 +191,13 @@ Status stage_step(const Invocation& inv, Staging& staging, const float* logits, 
 
 // Runs the masked argmax of `rows` rows of `logits` into `tokens` (device).
 Status device_argmax(const Invocation& inv, Staging& staging, const float* logits, int64_t rows,
-                     int64_t vocab, const uint8_t* mask, uint32_t* tokens) {
+                     int64_t vocab, const uint8_t* mask, const uint32_t* allowed,
+                     uint32_t* tokens) {
   BackendState& st = state(inv);
   profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
   const float* in = nullptr;
   FERRITE_RETURN_IF_ERROR(stage_step(inv, staging, logits, rows, vocab, nullptr, &in, nullptr));
-  return launch_masked_argmax(st.stream, in, rows, vocab, mask, tokens);
+  return launch_masked_argmax(st.stream, in, rows, vocab, mask, allowed, tokens);
 }
 
 class MaskedArgmax final : public Provider {
@@ -210,7 +211,8 @@ class MaskedArgmax final : public Provider {
     const auto& b = inv.bindings;
     const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
     return device_argmax(inv, staging_, b[kLogits].as<float>(), inv.batch->num_sequences(), vocab,
-                         b[kValidMask].as<uint8_t>(), b[kTokens].as<uint32_t>());
+                         b[kValidMask].as<uint8_t>(), b[kAllowed].as<uint32_t>(),
+                         b[kTokens].as<uint32_t>());
   }
 
  private:
@@ -241,7 +243,8 @@ class Sample final : public Provider {
     for (const SamplingParams& p : sb->params) all_greedy = all_greedy && p.greedy();
     if (all_greedy && !b[kLogprobs].data)
       return device_argmax(inv, staging_, b[kLogits].as<float>(), rows, vocab,
-                           b[kValidMask].as<uint8_t>(), b[kTokens].as<uint32_t>());
+                           b[kValidMask].as<uint8_t>(), b[kAllowed].as<uint32_t>(),
+                           b[kTokens].as<uint32_t>());
     BackendState& st = state(inv);
     profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
     std::vector<SampleRowParams> params(rows);
@@ -260,7 +263,8 @@ class Sample final : public Provider {
     FERRITE_RETURN_IF_ERROR(
         stage_step(inv, staging_, b[kLogits].as<float>(), rows, vocab, &params, &in, &params_dev));
     return launch_sample(st.stream, in, b[kLogits].as<float>(), rows, vocab,
-                         b[kValidMask].as<uint8_t>(), params_dev, b[kTokens].as<uint32_t>(),
+                         b[kValidMask].as<uint8_t>(), b[kAllowed].as<uint32_t>(), params_dev,
+                         b[kTokens].as<uint32_t>(),
                          b[kLogprobs].as<float>());
   }
 
