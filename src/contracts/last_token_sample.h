@@ -1,12 +1,15 @@
-// last_token_sample 1.1: stochastic choice per sequence.
+// last_token_sample 1.2: stochastic choice per sequence.
 //   logits   [sequences, vocab_size] f32, read only
 //   tokens   [sequences] u32 out
 //   logprobs [sequences] f32 out, optional: log-probability of the chosen id
-//            under the model's distribution (log-softmax of the raw logits).
+//            under the model's distribution (log-softmax of the raw logits,
+//            as last_token_masked_argmax computes it).
 //   allowed  [sequences, vocab_words] u32, optional (1.1): the per-sequence
 //            allowed-id bitmap of last_token_masked_argmax; disallowed ids
 //            are removed before every filter (top_k counts allowed ids).
 //            Logprobs stay those of the unconstrained distribution.
+//   top_ids, top_logprobs [sequences, top_n] out, optional (1.2): as in
+//            last_token_masked_argmax (SamplingBatch::logprobs too).
 // Per sequence (SamplingBatch): temperature (0 means greedy, identical to
 // last_token_masked_argmax), top_k (0: off),
 // top_p (1: off), min_p (0: off), repetition / presence / frequency penalties
@@ -18,7 +21,7 @@
 
 namespace ferrite::last_token_sample {
 
-enum Binding { kLogits, kValidMask, kTokens, kLogprobs, kAllowed };
+enum Binding { kLogits, kValidMask, kTokens, kLogprobs, kAllowed, kTopIds, kTopLogprobs };
 
 struct Params {
   uint64_t vocab_size;
@@ -39,12 +42,14 @@ inline double uniform01(uint64_t seed, uint64_t step) {
 
 inline const ContractSchema& contract() {
   static const ContractSchema s(
-      "last_token_sample", 1, 1, {{"vocab_size", AttrType::kUnsigned}},
+      "last_token_sample", 1, 2, {{"vocab_size", AttrType::kUnsigned}},
       {{"logits", BindingKind::kActivation, Access::kRead, {"sequences", "vocab_size"}},
        {"valid_mask", BindingKind::kWeight, Access::kRead, {"vocab_size"}, true},
        {"tokens", BindingKind::kActivation, Access::kWrite, {"sequences"}},
        {"logprobs", BindingKind::kActivation, Access::kWrite, {"sequences"}, true},
-       {"allowed", BindingKind::kActivation, Access::kRead, {"sequences", "vocab_words"}, true}},
+       {"allowed", BindingKind::kActivation, Access::kRead, {"sequences", "vocab_words"}, true},
+       {"top_ids", BindingKind::kActivation, Access::kWrite, {"sequences", "top_n"}, true},
+       {"top_logprobs", BindingKind::kActivation, Access::kWrite, {"sequences", "top_n"}, true}},
       OracleSpec{.exact = true},
       "Temperature / top-k / top-p / min-p sampling with seeded counter RNG.");
   return s;

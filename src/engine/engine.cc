@@ -568,19 +568,17 @@ bool Engine::step() {
   }
   auto t0 = Clock::now();
   Status st = plan.forward(batch);
-  // Logprobs come from the raw logits, before the sampler sees them.
-  std::vector<std::vector<float>> rows(scheduled.size());
-  if (st.is_ok()) {
-    const int64_t vocab = plan.program().vocab_size;
-    TensorView logits = plan.logits();
-    for (size_t k = 0; k < scheduled.size() && st.is_ok(); ++k) {
-      Seq* s = scheduled[k].first;
-      if (s->req.logprobs < 0 || s->computed + scheduled[k].second < s->tokens.size()) continue;
-      rows[k].resize(vocab);
-      st = plan.device().copy_to_host(
-          rows[k].data(), static_cast<const float*>(logits.data) + k * vocab, 4 * vocab);
-    }
+  // Logprobs (of the raw logits) are outputs of the sampler: only the rows
+  // that ask for them, only the top entries they ask for.
+  int32_t top_n = -1;
+  sampling.logprobs.clear();
+  for (auto& [s, n] : scheduled) {
+    const bool draws = s->computed + n == s->tokens.size();
+    sampling.logprobs.push_back(draws ? s->req.logprobs : -1);
+    top_n = std::max(top_n, sampling.logprobs.back());
   }
+  const int64_t vocab = plan.program().vocab_size;
+  top_n = static_cast<int32_t>(std::min<int64_t>(top_n, vocab));
   // Allowed-id bitmaps of the constrained sequences that draw in this step,
   // built while the device runs the forward step (it is asynchronous on
   // CUDA). Steps without a constrained sequence build none.
@@ -589,7 +587,7 @@ bool Engine::step() {
     for (auto& [s, n] : scheduled)
       constrained = constrained || (s->req.constraint && s->computed + n == s->tokens.size());
     if (constrained) {
-      const size_t words = static_cast<size_t>((plan.program().vocab_size + 31) / 32);
+      const size_t words = static_cast<size_t>((vocab + 31) / 32);
       allowed_.resize(scheduled.size() * words);
       for (size_t k = 0; k < scheduled.size(); ++k) {
         auto [s, n] = scheduled[k];
@@ -602,8 +600,11 @@ bool Engine::step() {
       sampling.allowed = allowed_;
     }
   }
-  std::vector<uint32_t> chosen;
-  if (st.is_ok()) st = plan.choose_tokens(batch, sampling, &chosen, nullptr);
+  std::vector<uint32_t> chosen, top_ids;
+  std::vector<float> logprobs, top_lps;
+  if (st.is_ok())
+    st = plan.choose_tokens(batch, sampling, &chosen, top_n >= 0 ? &logprobs : nullptr,
+                            std::max(top_n, 0), &top_ids, &top_lps);
   auto t1 = Clock::now();
   {
     std::lock_guard<std::mutex> lock(metrics_mu_);
@@ -643,22 +644,11 @@ bool Engine::step() {
     if (s.computed < s.tokens.size()) continue;  // mid-prompt chunk
     TokenOutput out;
     out.token = chosen[k];
-    if (!rows[k].empty()) {
-      const std::vector<float>& row = rows[k];
-      float mx = *std::max_element(row.begin(), row.end());
-      double sum = 0;
-      for (float v : row) sum += std::exp(static_cast<double>(v - mx));
-      const float lse = mx + static_cast<float>(std::log(sum));
-      out.logprob = row[out.token] - lse;
-      int32_t topk = std::min<int32_t>(s.req.logprobs, static_cast<int32_t>(row.size()));
-      if (topk > 0) {
-        std::vector<uint32_t> idx(row.size());
-        for (size_t j = 0; j < idx.size(); ++j) idx[j] = static_cast<uint32_t>(j);
-        std::partial_sort(idx.begin(), idx.begin() + topk, idx.end(), [&](uint32_t a, uint32_t b) {
-          return row[a] > row[b] || (row[a] == row[b] && a < b);
-        });
-        for (int32_t j = 0; j < topk; ++j) out.top.push_back({idx[j], row[idx[j]] - lse});
-      }
+    if (s.req.logprobs >= 0) {
+      out.logprob = logprobs[k];
+      const int32_t topk = std::min(s.req.logprobs, top_n);
+      for (int32_t j = 0; j < topk; ++j)
+        out.top.push_back({top_ids[k * top_n + j], top_lps[k * top_n + j]});
     }
     uint32_t tok = out.token;
     const EngineRequest& r = s.req;

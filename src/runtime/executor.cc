@@ -4,6 +4,9 @@
 
 #include <cstring>
 
+#include "contracts/last_token_masked_argmax.h"
+#include "contracts/last_token_sample.h"
+
 namespace ferrite {
 
 namespace {
@@ -273,19 +276,38 @@ TensorView BoundPlan::logits() const {
 }
 
 Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sampling,
-                                std::vector<uint32_t>* tokens, std::vector<float>* logprobs) {
+                                std::vector<uint32_t>* tokens, std::vector<float>* logprobs,
+                                int32_t top_n, std::vector<uint32_t>* top_ids,
+                                std::vector<float>* top_logprobs) {
+  namespace am = last_token_masked_argmax;
+  namespace ts = last_token_sample;
   int32_t s = batch.num_sequences();
   if (static_cast<int32_t>(sampling.params.size()) != s || s != last_sequences_)
     return invalid_argument("sampling batch does not match the last forward step");
+  if (top_n < 0 || top_n > am::kMaxTopLogprobs) return invalid_argument("at most 20 top logprobs");
   bool all_greedy = true;
   for (const SamplingParams& p : sampling.params) all_greedy = all_greedy && p.greedy();
-  const PlannedNode& node = all_greedy && !logprobs ? plan_.argmax : plan_.sampler;
+  // Both contracts write the logprob outputs; all-greedy steps take the argmax.
+  const bool argmax = all_greedy;
+  const PlannedNode& node = argmax ? plan_.argmax : plan_.sampler;
+  auto at = [argmax](int in_argmax, int in_sample) { return argmax ? in_argmax : in_sample; };
   std::vector<TensorView> bindings(node.signature.contract->bindings().size());
-  bindings[0] = logits();
-  bindings[2] = TensorView{tokens_out_.data(), DType::kU32, Shape{s}};
-  if (&node == &plan_.sampler && logprobs)
-    bindings[3] = TensorView{logprobs_out_.data(), DType::kF32, Shape{s}};
-  if (!sampling.allowed.empty()) {  // the allowed-id bitmap (binding 3 / 4)
+  bindings[am::kLogits] = logits();
+  bindings[am::kTokens] = TensorView{tokens_out_.data(), DType::kU32, Shape{s}};
+  if (logprobs)
+    bindings[at(am::kLogprobs, ts::kLogprobs)] =
+        TensorView{logprobs_out_.data(), DType::kF32, Shape{s}};
+  if (top_n > 0 && top_ids && top_logprobs) {
+    if (!top_out_.data()) {
+      FERRITE_ASSIGN_OR_RETURN(
+          top_out_, DeviceBuffer::allocate(device_, 8 * am::kMaxTopLogprobs * plan_.limits.max_sequences));
+    }
+    char* base = static_cast<char*>(top_out_.data());
+    bindings[at(am::kTopIds, ts::kTopIds)] = TensorView{base, DType::kU32, Shape{s, top_n}};
+    bindings[at(am::kTopLogprobs, ts::kTopLogprobs)] =
+        TensorView{base + 4 * s * top_n, DType::kF32, Shape{s, top_n}};
+  }
+  if (!sampling.allowed.empty()) {  // the allowed-id bitmap
     const int64_t words = (program_.vocab_size + 31) / 32;
     if (static_cast<int64_t>(sampling.allowed.size()) != s * words)
       return invalid_argument("allowed-id bitmap does not match the step");
@@ -298,7 +320,7 @@ Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sam
       FERRITE_RETURN_IF_ERROR(device_.copy_to_device(allowed_in_.data(), bits, 4 * s * words));
       bits = allowed_in_.data();
     }
-    bindings[&node == &plan_.argmax ? 3 : 4] = TensorView{bits, DType::kU32, Shape{s, words}};
+    bindings[at(am::kAllowed, ts::kAllowed)] = TensorView{bits, DType::kU32, Shape{s, words}};
   }
   FERRITE_RETURN_IF_ERROR(run_node(node, batch, &sampling, std::move(bindings)));
   tokens->resize(s);
@@ -306,6 +328,15 @@ Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sam
   if (logprobs) {
     logprobs->resize(s);
     FERRITE_RETURN_IF_ERROR(device_.copy_to_host(logprobs->data(), logprobs_out_.data(), 4 * s));
+  }
+  if (top_n > 0 && top_ids && top_logprobs) {
+    // One copy of both tables (ids, then logprobs).
+    top_host_.resize(2 * static_cast<size_t>(s) * top_n);
+    FERRITE_RETURN_IF_ERROR(
+        device_.copy_to_host(top_host_.data(), top_out_.data(), 8 * static_cast<size_t>(s) * top_n));
+    top_ids->assign(top_host_.begin(), top_host_.begin() + s * top_n);
+    top_logprobs->resize(static_cast<size_t>(s) * top_n);
+    std::memcpy(top_logprobs->data(), top_host_.data() + s * top_n, 4 * static_cast<size_t>(s) * top_n);
   }
   return Status::ok();
 }

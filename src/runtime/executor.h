@@ -48,8 +48,12 @@ class BoundPlan {
   // [sequences, vocab] f32, valid after forward (device memory).
   TensorView logits() const;
   // Chooses one token per sequence (greedy or sampled per its params).
+  // Optional outputs of the sampler contracts: the chosen ids' logprobs and
+  // the top_n (<= 20) ids and logprobs per sequence ([sequences, top_n]).
   Status choose_tokens(const StepBatch& batch, const SamplingBatch& sampling,
-                       std::vector<uint32_t>* tokens, std::vector<float>* logprobs);
+                       std::vector<uint32_t>* tokens, std::vector<float>* logprobs,
+                       int32_t top_n = 0, std::vector<uint32_t>* top_ids = nullptr,
+                       std::vector<float>* top_logprobs = nullptr);
   // Zeroes a recurrent slot before a new sequence uses it.
   Status reset_state_slot(int32_t slot);
 
@@ -92,6 +96,8 @@ class BoundPlan {
   DeviceBuffer workspace_;
   DeviceBuffer tokens_out_, logprobs_out_;
   DeviceBuffer allowed_in_;  // device copy of SamplingBatch::allowed (on first use)
+  DeviceBuffer top_out_;     // top ids, then top logprobs (on first use)
+  std::vector<uint32_t> top_host_;
   PagePool pages_;
   StateSlots slots_;
   StateSlots snapshot_slots_;

@@ -55,6 +55,9 @@ struct SamplingBatch {
   // (TokenConstraint::fill_mask per constrained sequence, every bit set for
   // the others), or empty when no sequence of the step is constrained.
   std::span<const uint32_t> allowed;
+  // Logprobs wanted per sequence: -1 none, k >= 0 the chosen id's and the
+  // top k; empty: every row (the sampler contracts' logprob outputs).
+  std::vector<int32_t> logprobs;
 };
 
 }  // namespace ferrite

@@ -77,6 +77,17 @@ Case sampler_case(const ContractSchema& contract, const std::string& name, CaseR
   c.bindings[1] = mask;
   c.bindings[2] = zeros(DType::kU32, {seqs}, false);
   if (sample) c.bindings[last_token_sample::kLogprobs] = zeros(DType::kF32, {seqs}, false);
+  // Logprob outputs: the chosen id's and the top 20 (masked argmax: with the
+  // allowed bitmap only, so the plain cases keep the outputs absent).
+  if (sample || with_allowed) {
+    const size_t lp = sample ? static_cast<size_t>(last_token_sample::kLogprobs)
+                             : static_cast<size_t>(last_token_masked_argmax::kLogprobs);
+    const size_t ids = sample ? static_cast<size_t>(last_token_sample::kTopIds)
+                              : static_cast<size_t>(last_token_masked_argmax::kTopIds);
+    c.bindings[lp] = zeros(DType::kF32, {seqs}, false);
+    c.bindings[ids] = zeros(DType::kU32, {seqs, 20}, false);
+    c.bindings[ids + 1] = zeros(DType::kF32, {seqs, 20}, false);
+  }
   // Planted: the tied leaders, the demoted leader and its runner-up.
   if (with_allowed)
     c.bindings[sample ? static_cast<size_t>(last_token_sample::kAllowed)
@@ -156,7 +167,8 @@ Case draw_case(const std::string& name, int64_t vocab, int64_t rows, int round, 
     for (int64_t i = 0; i < vocab; ++i) mask.bytes[i] = (i % 7 != 3) ? 1 : 0;
   }
   c.bindings = {logits, mask, zeros(DType::kU32, {rows}, false), zeros(DType::kF32, {rows}, false),
-                with_allowed ? allowed_bitmap(rows, vocab, {}) : HostTensor{}};
+                with_allowed ? allowed_bitmap(rows, vocab, {}) : HostTensor{},
+                zeros(DType::kU32, {rows, 7}, false), zeros(DType::kF32, {rows, 7}, false)};
   return c;
 }
 }  // namespace
@@ -380,6 +392,53 @@ TEST(SamplerAllowed, ReferenceChoosesOnlyAllowedIds) {
     }
   }
   EXPECT_GT(checked, 40);
+}
+
+// The reference's logprob outputs: log-softmax of the raw logits (no
+// penalty, mask, bitmap or temperature), top entries by value then id, and
+// per-row counts (SamplingBatch::logprobs) leave the other entries alone.
+TEST(SamplerLogprobs, ReferenceTopEntriesAndCounts) {
+  std::vector<Backend> backends = available_backends();
+  Backend& cpu = backends[0];
+  for (const Case& base : last_token_masked_argmax_cases()) {
+    if (!base.bindings[last_token_masked_argmax::kTopIds].present()) continue;
+    Case c = base;
+    c.sampling.logprobs = {3, -1, 0, 20, 1};
+    const Provider* ref = nullptr;
+    for (const Provider* p : cpu.registry->providers_for("last_token_masked_argmax"))
+      if (p->descriptor().name.find(".reference.") != std::string::npos) ref = p;
+    ASSERT_NE(ref, nullptr);
+    auto out = run_provider(c, c.bindings, DType::kF32, *ref, cpu);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    const int64_t vocab = static_cast<int64_t>(c.attrs.u("vocab_size"));
+    const float* logits = reinterpret_cast<const float*>(c.bindings[0].bytes.data());
+    const uint32_t* tokens = reinterpret_cast<const uint32_t*>((*out)[2].bytes.data());
+    const float* lp = reinterpret_cast<const float*>((*out)[last_token_masked_argmax::kLogprobs].bytes.data());
+    const uint32_t* ids = reinterpret_cast<const uint32_t*>((*out)[last_token_masked_argmax::kTopIds].bytes.data());
+    const float* tlp = reinterpret_cast<const float*>((*out)[last_token_masked_argmax::kTopLogprobs].bytes.data());
+    for (int64_t r = 0; r < c.batch.num_sequences(); ++r) {
+      const float* row = logits + r * vocab;
+      double z = 0;
+      for (int64_t i = 0; i < vocab; ++i) z += std::exp(double(row[i]));
+      const int want = c.sampling.logprobs[r];
+      if (want < 0) {
+        EXPECT_EQ(lp[r], 0.0f) << "row " << r << " asked for nothing";
+      } else {
+        EXPECT_NEAR(lp[r], row[tokens[r]] - std::log(z), 1e-5) << c.name << " row " << r;
+      }
+      std::vector<uint32_t> order(vocab);
+      std::iota(order.begin(), order.end(), 0u);
+      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return row[a] > row[b]; });
+      for (int j = 0; j < 20; ++j) {
+        if (j < want) {
+          EXPECT_EQ(ids[r * 20 + j], order[j]) << c.name << " row " << r << " entry " << j;
+          EXPECT_NEAR(tlp[r * 20 + j], row[order[j]] - std::log(z), 1e-5);
+        } else {
+          EXPECT_EQ(ids[r * 20 + j], 0u) << c.name << " row " << r << " entry " << j << " written";
+        }
+      }
+    }
+  }
 }
 
 // Every non-CPU last_token_sample provider draws the reference's ids for the

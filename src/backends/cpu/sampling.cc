@@ -14,6 +14,8 @@
 namespace ferrite::cpu {
 namespace {
 
+using last_token_masked_argmax::kMaxTopLogprobs;
+
 // Penalised copy of one row of logits (HF repetition penalty over history;
 // OpenAI presence / frequency penalties over generated tokens).
 void penalised_row(const float* logits, int64_t vocab, const SamplingParams& sp,
@@ -64,11 +66,51 @@ uint32_t masked_argmax(const std::vector<float>& row, const Allowed& mask) {
   return static_cast<uint32_t>(std::max<int64_t>(best, 0));
 }
 
-float log_softmax_at(const float* logits, int64_t vocab, uint32_t id) {
-  float mx = *std::max_element(logits, logits + vocab);
+// The optional logprob outputs of both sampler contracts.
+struct LogprobOutputs {
+  float* logprobs = nullptr;     // [rows]
+  uint32_t* top_ids = nullptr;   // [rows, top_n]
+  float* top_logprobs = nullptr;
+  int64_t top_n = 0;
+  bool any() const { return logprobs || top_ids || top_logprobs; }
+};
+
+LogprobOutputs logprob_outputs(const Invocation& inv, int lp, int ids, int lps) {
+  LogprobOutputs o;
+  o.logprobs = inv.bindings[lp].as<float>();
+  o.top_ids = inv.bindings[ids].as<uint32_t>();
+  o.top_logprobs = inv.bindings[lps].as<float>();
+  const TensorView& t = inv.bindings[ids].data ? inv.bindings[ids] : inv.bindings[lps];
+  if (t.data && t.shape.rank() == 2) o.top_n = t.shape[1];
+  return o;
+}
+
+// Row s of the logprob outputs from the raw logits: l - lse with
+// lse = max + (float) log(sum exp((double) (l - max))); the top entries
+// ordered by value descending, id ascending. `want` < 0: nothing.
+void write_logprobs(const float* logits, int64_t vocab, uint32_t chosen, size_t s, int32_t want,
+                    const LogprobOutputs& o) {
+  if (want < 0 || !o.any()) return;
+  const float mx = *std::max_element(logits, logits + vocab);
   double sum = 0;
   for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-  return static_cast<float>(logits[id] - mx - std::log(sum));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  if (o.logprobs) o.logprobs[s] = logits[chosen] - lse;
+  const int64_t k = std::min<int64_t>({static_cast<int64_t>(want), o.top_n, vocab});
+  if (k <= 0) return;
+  std::vector<uint32_t> idx(static_cast<size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](uint32_t a, uint32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int64_t j = 0; j < k; ++j) {
+    if (o.top_ids) o.top_ids[s * o.top_n + j] = idx[j];
+    if (o.top_logprobs) o.top_logprobs[s * o.top_n + j] = logits[idx[j]] - lse;
+  }
+}
+
+int32_t wanted(const SamplingBatch& sb, size_t s) {
+  return sb.logprobs.empty() ? static_cast<int32_t>(kMaxTopLogprobs) : sb.logprobs[s];
 }
 
 uint32_t sample_row(const std::vector<float>& row, const Allowed& mask, const SamplingParams& sp,
@@ -125,11 +167,13 @@ class MaskedArgmaxReference final : public Provider {
     const uint8_t* mask = inv.bindings[kValidMask].as<uint8_t>();
     const uint32_t* allowed = inv.bindings[kAllowed].as<uint32_t>();
     uint32_t* tokens = inv.bindings[kTokens].as<uint32_t>();
+    const LogprobOutputs lp = logprob_outputs(inv, kLogprobs, kTopIds, kTopLogprobs);
     const SamplingBatch& sb = *inv.sampling;
     std::vector<float> row;
     for (size_t s = 0; s < sb.params.size(); ++s) {
       penalised_row(logits + s * vocab, vocab, sb.params[s], sb.history[s], sb.generated[s], &row);
       tokens[s] = masked_argmax(row, row_allowed(mask, allowed, vocab, s));
+      write_logprobs(logits + s * vocab, vocab, tokens[s], s, wanted(sb, s), lp);
     }
     return Status::ok();
   }
@@ -149,7 +193,7 @@ class SampleReference final : public Provider {
     const float* logits = inv.bindings[kLogits].as<float>();
     const uint8_t* mask = inv.bindings[kValidMask].as<uint8_t>();
     uint32_t* tokens = inv.bindings[kTokens].as<uint32_t>();
-    float* logprobs = inv.bindings[kLogprobs].as<float>();
+    const LogprobOutputs lp = logprob_outputs(inv, kLogprobs, kTopIds, kTopLogprobs);
     const uint32_t* allowed = inv.bindings[kAllowed].as<uint32_t>();
     const SamplingBatch& sb = *inv.sampling;
     std::vector<float> row;
@@ -160,7 +204,7 @@ class SampleReference final : public Provider {
       tokens[s] = sp.greedy() ? masked_argmax(row, ok)
                               : sample_row(row, ok, sp,
                                            last_token_sample::uniform01(sp.seed, sb.step_index[s]));
-      if (logprobs) logprobs[s] = log_softmax_at(logits + s * vocab, vocab, tokens[s]);
+      write_logprobs(logits + s * vocab, vocab, tokens[s], s, wanted(sb, s), lp);
     }
     return Status::ok();
   }

@@ -142,11 +142,15 @@ struct SampleRowParams {
 };
 static_assert(sizeof(SampleRowParams) == 32, "SampleRowParams layout");
 // tokens[r]: the CPU reference's last_token_sample draw over row r of
-// `logits` (penalties already applied), one block per row; logprobs[r]
-// (optional): log-softmax of `raw_logits` (unpenalised) at the chosen id.
-Status launch_sample(cudaStream_t s, const float* logits, const float* raw_logits, int64_t rows,
-                     int64_t vocab, const uint8_t* mask, const uint32_t* allowed,
-                     const SampleRowParams* params, uint32_t* tokens, float* logprobs);
+// `logits` (penalties already applied), one block per row.
+Status launch_sample(cudaStream_t s, const float* logits, int64_t rows, int64_t vocab,
+                     const uint8_t* mask, const uint32_t* allowed, const SampleRowParams* params,
+                     uint32_t* tokens);
+// The sampler contracts' logprob outputs from the raw logits (each may be
+// null): logprobs[r] at tokens[r], top_ids / top_logprobs [rows, top_n].
+Status launch_logprobs(cudaStream_t s, const float* raw_logits, int64_t rows, int64_t vocab,
+                       const uint32_t* tokens, float* logprobs, uint32_t* top_ids,
+                       float* top_logprobs, int64_t top_n);
 
 // --- kernels_hybrid.cu ------------------------------------------------------------
 // gated_delta_recurrent_attention. Sequences of the step are packed in

@@ -470,25 +470,11 @@ __device__ uint32_t sample_row(Shared& sh, const Row& row, const SampleRowParams
   return key_id(pick.found ? pick.key : bound);
 }
 
-// log-softmax of the raw logits at `id`, as the reference computes it.
-__device__ float log_prob(Shared& sh, const float* raw, int vocab, uint32_t id) {
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) mx = fmaxf(mx, raw[i]);
-  struct FMax {
-    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-  };
-  mx = block_reduce(sh, mx, FMax{});
-  double sum = 0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) sum += exp(static_cast<double>(raw[i] - mx));
-  sum = block_reduce(sh, sum, SumOp{});
-  return static_cast<float>(static_cast<double>(raw[id] - mx) - log(sum));
-}
-
-__global__ void __launch_bounds__(kThreads, 1) sample_kernel(const float* logits, const float* raw,
+__global__ void __launch_bounds__(kThreads, 1) sample_kernel(const float* logits,
                                                            int vocab, const uint8_t* mask,
                                                            const uint32_t* allowed,
                                                            const SampleRowParams* params,
-                                                           uint32_t* tokens, float* logprobs) {
+                                                           uint32_t* tokens) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
   const int64_t r = blockIdx.x;
@@ -497,13 +483,70 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(const float* logits
                 allowed ? allowed + r * ((static_cast<int64_t>(vocab) + 31) / 32) : nullptr, vocab};
   const uint32_t token = sample_row(sh, row, p);
   if (threadIdx.x == 0) tokens[r] = token;
-  if (logprobs) {
-    const float lp = log_prob(sh, raw + r * vocab, vocab, token);
-    if (threadIdx.x == 0) logprobs[r] = lp;
-  }
 }
 
 }  // namespace sampler
+
+// --- Logprob outputs (both sampler contracts) --------------------------------
+// One block per row of the raw logits: lse = max + (float) log(sum of
+// exp((double) (l - max))) as the CPU reference computes it (the sum in
+// another order), the chosen id's l - lse, then top_n rounds of a block
+// maximum over the keys below the last one found (keys order like the
+// reference: value descending, id ascending).
+namespace lp {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+
+struct FMax {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename T, typename Op>
+__device__ T reduce(T v, T* scratch, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T r = scratch[0];
+  for (int w = 1; w < kWarps; ++w) r = op(r, scratch[w]);
+  return r;
+}
+
+__global__ void __launch_bounds__(kThreads) logprobs_kernel(const float* raw, int vocab,
+                                                            const uint32_t* tokens, float* logprobs,
+                                                            uint32_t* top_ids, float* top_logprobs,
+                                                            int top_n) {
+  __shared__ __align__(8) unsigned char scratch[kWarps * 8];
+  const int64_t r = blockIdx.x;
+  const float* row = raw + r * vocab;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) mx = fmaxf(mx, row[i]);
+  mx = reduce(mx, reinterpret_cast<float*>(scratch), FMax{});
+  double sum = 0;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) sum += exp(static_cast<double>(row[i] - mx));
+  sum = reduce(sum, reinterpret_cast<double*>(scratch), sampler::SumOp{});
+  const float lse = mx + static_cast<float>(log(sum));
+  if (logprobs && threadIdx.x == 0) logprobs[r] = row[tokens[r]] - lse;
+  using u64 = unsigned long long;
+  u64 below = ~0ull;
+  for (int j = 0; j < top_n && j < vocab; ++j) {
+    u64 best = 0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const u64 k = sampler::make_key(row[i], static_cast<uint32_t>(i));
+      if (k < below && k > best) best = k;
+    }
+    best = reduce(best, reinterpret_cast<u64*>(scratch), sampler::MaxOp{});
+    const uint32_t id = sampler::key_id(best);
+    if (threadIdx.x == 0) {
+      if (top_ids) top_ids[r * top_n + j] = id;
+      if (top_logprobs) top_logprobs[r * top_n + j] = row[id] - lse;
+    }
+    below = best;
+  }
+}
+
+}  // namespace lp
 
 }  // namespace
 
@@ -531,9 +574,9 @@ Status launch_masked_argmax(cudaStream_t s, const float* logits, int64_t rows, i
 }
 
 
-Status launch_sample(cudaStream_t s, const float* logits, const float* raw_logits, int64_t rows,
-                     int64_t vocab, const uint8_t* mask, const uint32_t* allowed,
-                     const SampleRowParams* params, uint32_t* tokens, float* logprobs) {
+Status launch_sample(cudaStream_t s, const float* logits, int64_t rows, int64_t vocab,
+                     const uint8_t* mask, const uint32_t* allowed, const SampleRowParams* params,
+                     uint32_t* tokens) {
   if (rows == 0) return Status::ok();
   if (vocab <= 0 || vocab >= 0x7fffffff) return invalid_argument("sample: vocabulary size out of range");
   constexpr int bytes = static_cast<int>(sizeof(sampler::Shared));
@@ -541,8 +584,19 @@ Status launch_sample(cudaStream_t s, const float* logits, const float* raw_logit
       sampler::sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   FERRITE_CUDA_RETURN(configured);
   sampler::sample_kernel<<<static_cast<unsigned>(rows), sampler::kThreads, bytes, s>>>(
-      logits, raw_logits, static_cast<int>(vocab), mask, allowed, params, tokens, logprobs);
+      logits, static_cast<int>(vocab), mask, allowed, params, tokens);
   return check_launch("sample");
+}
+
+Status launch_logprobs(cudaStream_t s, const float* raw_logits, int64_t rows, int64_t vocab,
+                       const uint32_t* tokens, float* logprobs, uint32_t* top_ids,
+                       float* top_logprobs, int64_t top_n) {
+  if (rows == 0) return Status::ok();
+  if (vocab <= 0 || vocab >= 0x7fffffff) return invalid_argument("logprobs: vocabulary size out of range");
+  lp::logprobs_kernel<<<static_cast<unsigned>(rows), lp::kThreads, 0, s>>>(
+      raw_logits, static_cast<int>(vocab), tokens, logprobs, top_ids, top_logprobs,
+      static_cast<int>(top_n));
+  return check_launch("logprobs");
 }
 
 }  // namespace ferrite::cuda

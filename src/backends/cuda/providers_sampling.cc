@@ -6,13 +6,14 @@
 //    presence / frequency over generated ids) are applied to a copy of the
 //    rows, from (row, id) entries deduplicated on the host; the logits stay
 //    unmodified. Then one block per row takes the masked argmax.
-//  - last_token_sample: all-greedy batches without logprobs take the argmax
-//    path. Otherwise the penalised copy (when a row has penalties) goes to
+//  - last_token_sample: all-greedy batches take the argmax path. Otherwise the penalised copy (when a row has penalties) goes to
 //    launch_sample: one block per row applies temperature, top_k, top_p and
 //    min_p in the CPU reference's order and draws with the reference's
 //    uniform number for (seed, step), computed here on the host (see
 //    kernels_sampling.cu for the algorithm and its agreement with the
 //    reference).
+//  - logprob outputs (either contract): one block per row of the raw logits
+//    after the choice (launch_logprobs).
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -200,6 +201,19 @@ Status device_argmax(const Invocation& inv, Staging& staging, const float* logit
   return launch_masked_argmax(st.stream, in, rows, vocab, mask, allowed, tokens);
 }
 
+// The optional logprob outputs (bindings lp, ids, lps of either contract)
+// from the raw logits and the chosen tokens.
+Status device_logprobs(const Invocation& inv, int lp, int ids, int lps, int64_t rows,
+                       int64_t vocab) {
+  const auto& b = inv.bindings;
+  if (!b[lp].data && !b[ids].data && !b[lps].data) return Status::ok();
+  const TensorView& top = b[ids].data ? b[ids] : b[lps];
+  const int64_t top_n = top.data && top.shape.rank() == 2 ? top.shape[1] : 0;
+  return launch_logprobs(state(inv).stream, b[0].as<float>(), rows, vocab,
+                         b[2].as<uint32_t>(), b[lp].as<float>(), b[ids].as<uint32_t>(),
+                         b[lps].as<float>(), top_n);
+}
+
 class MaskedArgmax final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
@@ -210,9 +224,11 @@ class MaskedArgmax final : public Provider {
     using namespace last_token_masked_argmax;
     const auto& b = inv.bindings;
     const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
-    return device_argmax(inv, staging_, b[kLogits].as<float>(), inv.batch->num_sequences(), vocab,
-                         b[kValidMask].as<uint8_t>(), b[kAllowed].as<uint32_t>(),
-                         b[kTokens].as<uint32_t>());
+    const int64_t rows = inv.batch->num_sequences();
+    FERRITE_RETURN_IF_ERROR(device_argmax(inv, staging_, b[kLogits].as<float>(), rows, vocab,
+                                          b[kValidMask].as<uint8_t>(), b[kAllowed].as<uint32_t>(),
+                                          b[kTokens].as<uint32_t>()));
+    return device_logprobs(inv, kLogprobs, kTopIds, kTopLogprobs, rows, vocab);
   }
 
  private:
@@ -241,10 +257,12 @@ class Sample final : public Provider {
       return invalid_argument("last_token_sample: sampling batch does not match the step");
     bool all_greedy = true;
     for (const SamplingParams& p : sb->params) all_greedy = all_greedy && p.greedy();
-    if (all_greedy && !b[kLogprobs].data)
-      return device_argmax(inv, staging_, b[kLogits].as<float>(), rows, vocab,
-                           b[kValidMask].as<uint8_t>(), b[kAllowed].as<uint32_t>(),
-                           b[kTokens].as<uint32_t>());
+    if (all_greedy) {
+      FERRITE_RETURN_IF_ERROR(device_argmax(inv, staging_, b[kLogits].as<float>(), rows, vocab,
+                                            b[kValidMask].as<uint8_t>(),
+                                            b[kAllowed].as<uint32_t>(), b[kTokens].as<uint32_t>()));
+      return device_logprobs(inv, kLogprobs, kTopIds, kTopLogprobs, rows, vocab);
+    }
     BackendState& st = state(inv);
     profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
     std::vector<SampleRowParams> params(rows);
@@ -262,10 +280,10 @@ class Sample final : public Provider {
     const SampleRowParams* params_dev = nullptr;
     FERRITE_RETURN_IF_ERROR(
         stage_step(inv, staging_, b[kLogits].as<float>(), rows, vocab, &params, &in, &params_dev));
-    return launch_sample(st.stream, in, b[kLogits].as<float>(), rows, vocab,
-                         b[kValidMask].as<uint8_t>(), b[kAllowed].as<uint32_t>(), params_dev,
-                         b[kTokens].as<uint32_t>(),
-                         b[kLogprobs].as<float>());
+    FERRITE_RETURN_IF_ERROR(launch_sample(st.stream, in, rows, vocab, b[kValidMask].as<uint8_t>(),
+                                          b[kAllowed].as<uint32_t>(), params_dev,
+                                          b[kTokens].as<uint32_t>()));
+    return device_logprobs(inv, kLogprobs, kTopIds, kTopLogprobs, rows, vocab);
   }
 
  private:
