@@ -53,7 +53,10 @@ DECODE_STEPS = 8
 GREEDY_TOKENS = {"short": 16, "long": 8}
 HYBRID_LAYER_TYPES = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
 
-ALL_FAMILIES = ["llama", "llama3_scaled", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"]
+# The one list of golden families (order = seed index), shared with the tests.
+ALL_FAMILIES = [l.strip() for l in open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "..", "tests", "models", "families.txt"))
+                if l.strip() and not l.startswith("#")]
 
 
 def log(msg=""):

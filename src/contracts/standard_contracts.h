@@ -1,4 +1,7 @@
-// The standard contract set: every contract a model program may use.
+// The standard contract set: every contract a model program may use. It is
+// not a second list: it is the set of contracts the CPU reference providers
+// implement (the conformance oracle covers every contract), collected from
+// their descriptors by backends/cpu/cpu_providers.cc, which defines these.
 #pragma once
 
 #include <string_view>

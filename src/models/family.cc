@@ -1,15 +1,28 @@
 #include "models/family.h"
 
+// The family table: X(name, config.json model_type values). Family `name`
+// is defined by build_<name>() in its own file (<name>.cc or, for variants,
+// the file of the family it extends).
+#define FERRITE_FAMILIES(X)                            \
+  X(llama, "llama")                                    \
+  X(qwen3, "qwen3")                                    \
+  X(qwen3_moe, "qwen3_moe")                            \
+  X(qwen3_next, "qwen3_next")                          \
+  X(qwen3_5, "qwen3_5", "qwen3_5_text")                \
+  X(qwen3_5_moe, "qwen3_5_moe", "qwen3_5_moe_text")
+
 namespace ferrite {
+
+#define FERRITE_DECLARE(name, ...) \
+  Result<ModelProgram> build_##name(const ModelConfig&, const ProgramOptions&);
+FERRITE_FAMILIES(FERRITE_DECLARE)
+#undef FERRITE_DECLARE
 
 const std::vector<ModelFamily>& model_families() {
   static const std::vector<ModelFamily> families = {
-      {"llama", {"llama"}, &build_llama},
-      {"qwen3", {"qwen3"}, &build_qwen3},
-      {"qwen3_moe", {"qwen3_moe"}, &build_qwen3_moe},
-      {"qwen3_next", {"qwen3_next"}, &build_qwen3_next},
-      {"qwen3_5", {"qwen3_5", "qwen3_5_text"}, &build_qwen3_5},
-      {"qwen3_5_moe", {"qwen3_5_moe", "qwen3_5_moe_text"}, &build_qwen3_5_moe},
+#define FERRITE_ENTRY(name, ...) {#name, {__VA_ARGS__}, &build_##name},
+      FERRITE_FAMILIES(FERRITE_ENTRY)
+#undef FERRITE_ENTRY
   };
   return families;
 }

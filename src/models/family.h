@@ -1,6 +1,7 @@
 // Model families: each turns a ModelConfig into a ModelProgram written
 // against contracts. One file per architecture (llama.cc, qwen3.cc, ...),
-// built from the shared blocks of decoder_blocks.h; this table lists them.
+// built from the shared blocks of decoder_blocks.h / hybrid_blocks.h;
+// family.cc's table lists them (one line each).
 #pragma once
 
 #include <string>
@@ -26,13 +27,5 @@ struct ModelFamily {
 const std::vector<ModelFamily>& model_families();
 // unsupported naming the known architectures when none matches.
 Result<const ModelFamily*> find_family(const std::string& model_type);
-
-// Family builders (one per file).
-Result<ModelProgram> build_llama(const ModelConfig& config, const ProgramOptions& options);
-Result<ModelProgram> build_qwen3(const ModelConfig& config, const ProgramOptions& options);
-Result<ModelProgram> build_qwen3_moe(const ModelConfig& config, const ProgramOptions& options);
-Result<ModelProgram> build_qwen3_next(const ModelConfig& config, const ProgramOptions& options);
-Result<ModelProgram> build_qwen3_5(const ModelConfig& config, const ProgramOptions& options);
-Result<ModelProgram> build_qwen3_5_moe(const ModelConfig& config, const ProgramOptions& options);
 
 }  // namespace ferrite

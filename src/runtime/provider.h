@@ -34,6 +34,9 @@ struct StepLimits {
 
 struct ProviderDescriptor {
   std::string name;         // "cpu.fast.dense_linear"
+  // The contract it implements: the registry learns its contract set from
+  // its providers (no second list). contract_id / contract_major are its.
+  const ContractSchema* contract = nullptr;
   std::string contract_id;  // "dense_linear"
   int contract_major = 1;
   BackendKind backend = BackendKind::kCpu;

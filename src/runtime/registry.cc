@@ -43,6 +43,7 @@ void Registry::add_contract(const ContractSchema* schema) {
 
 void Registry::add_provider(std::unique_ptr<Provider> provider) {
   const ProviderDescriptor& d = provider->descriptor();
+  if (d.contract && contract(d.contract->id()) == nullptr) add_contract(d.contract);
   FERRITE_CHECK(contract(d.contract_id) != nullptr)
       << d.name << ": contract " << d.contract_id << " not registered";
   FERRITE_CHECK(d.backend == backend_) << d.name << " registered on the wrong backend";

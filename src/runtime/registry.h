@@ -39,6 +39,7 @@ class Registry {
   explicit Registry(BackendKind backend) : backend_(backend) {}
   BackendKind backend() const { return backend_; }
   void add_contract(const ContractSchema* schema);
+  // Adds the provider and, when new, the contract its descriptor names.
   void add_provider(std::unique_ptr<Provider> provider);
   const ContractSchema* contract(const std::string& id) const;
   // Providers of a contract, highest priority first.

@@ -127,5 +127,6 @@ std::vector<Case> causal_paged_attention_cases() {
   }
   return out;
 }
+FERRITE_CONFORMANCE_CASES(causal_paged_attention_cases);
 
 }  // namespace ferrite::conformance

@@ -5,7 +5,8 @@
 // A case is data only: the node signature (contract, attributes, dtypes),
 // host tensors for every binding, the step batch and, for the sampler
 // contracts, the sampling batch. One file per contract (`<op>_cases.cc`)
-// generates its cases; `conformance_test.cc` runs them on every provider, so
+// generates its cases and enrols its generators (FERRITE_CONFORMANCE_CASES);
+// `conformance_test.cc` runs them on every provider, so
 // a new provider needs no new test code. A new backend adds itself in
 // `backends.cc`.
 #pragma once
@@ -45,20 +46,14 @@ struct Case {
   std::vector<std::shared_ptr<std::vector<uint32_t>>> histories;
 };
 
-// Case generators, one per contract file.
-std::vector<Case> token_embedding_cases();
-std::vector<Case> rms_norm_cases();
-std::vector<Case> residual_add_cases();
-std::vector<Case> dense_linear_cases();
-std::vector<Case> dense_swiglu_cases();
-std::vector<Case> causal_paged_attention_cases();
-std::vector<Case> last_token_dense_linear_cases();
-std::vector<Case> last_token_masked_argmax_cases();
-std::vector<Case> last_token_sample_cases();
-std::vector<Case> gated_delta_recurrent_attention_cases();
-std::vector<Case> routed_swiglu_moe_cases();
-std::vector<Case> routed_shared_swiglu_moe_cases();
-// Every case of every contract.
+// Case generators enrol themselves, one line after each (in the contract's
+// `<op>_cases.cc`): FERRITE_CONFORMANCE_CASES(rms_norm_cases);
+using CaseGenerator = std::vector<Case> (*)();
+int enrol_cases(CaseGenerator generator);
+#define FERRITE_CONFORMANCE_CASES(generator) \
+  [[maybe_unused]] static const int ferrite_enrolled_##generator = \
+      ::ferrite::conformance::enrol_cases(&generator)
+// Every case of every enrolled generator.
 std::vector<Case> all_cases();
 
 // A backend under test: its device, registry and execution context.

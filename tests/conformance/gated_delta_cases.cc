@@ -120,5 +120,6 @@ std::vector<Case> gated_delta_recurrent_attention_cases() {
   }
   return out;
 }
+FERRITE_CONFORMANCE_CASES(gated_delta_recurrent_attention_cases);
 
 }  // namespace ferrite::conformance

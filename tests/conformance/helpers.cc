@@ -6,6 +6,25 @@
 
 namespace ferrite::conformance {
 
+namespace {
+std::vector<CaseGenerator>& generators() {
+  static std::vector<CaseGenerator> all;
+  return all;
+}
+}  // namespace
+
+int enrol_cases(CaseGenerator generator) {
+  generators().push_back(generator);
+  return static_cast<int>(generators().size());
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> all;
+  for (CaseGenerator gen : generators())
+    for (Case& c : gen()) all.push_back(std::move(c));
+  return all;
+}
+
 HostTensor random_tensor(CaseRng& rng, DType dtype, Shape shape, float lo, float hi,
                          bool follows_activation) {
   HostTensor t;

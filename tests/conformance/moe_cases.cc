@@ -104,6 +104,8 @@ std::vector<Case> moe_cases(bool shared) {
 }  // namespace
 
 std::vector<Case> routed_swiglu_moe_cases() { return moe_cases(false); }
+FERRITE_CONFORMANCE_CASES(routed_swiglu_moe_cases);
 std::vector<Case> routed_shared_swiglu_moe_cases() { return moe_cases(true); }
+FERRITE_CONFORMANCE_CASES(routed_shared_swiglu_moe_cases);
 
 }  // namespace ferrite::conformance

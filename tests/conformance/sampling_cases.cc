@@ -227,17 +227,8 @@ std::vector<Case> last_token_sample_cases() {
   return out;
 }
 
-std::vector<Case> all_cases() {
-  std::vector<Case> all;
-  for (auto gen : {token_embedding_cases, rms_norm_cases, residual_add_cases, dense_linear_cases,
-                   dense_swiglu_cases, causal_paged_attention_cases, last_token_dense_linear_cases,
-                   last_token_masked_argmax_cases, last_token_sample_cases,
-                   gated_delta_recurrent_attention_cases, routed_swiglu_moe_cases,
-                   routed_shared_swiglu_moe_cases}) {
-    for (Case& c : gen()) all.push_back(std::move(c));
-  }
-  return all;
-}
+FERRITE_CONFORMANCE_CASES(last_token_masked_argmax_cases);
+FERRITE_CONFORMANCE_CASES(last_token_sample_cases);
 
 }  // namespace ferrite::conformance
 

@@ -46,6 +46,7 @@ std::vector<Case> token_embedding_cases() {
   }
   return out;
 }
+FERRITE_CONFORMANCE_CASES(token_embedding_cases);
 
 std::vector<Case> rms_norm_cases() {
   std::vector<Case> out;
@@ -70,6 +71,7 @@ std::vector<Case> rms_norm_cases() {
   }
   return out;
 }
+FERRITE_CONFORMANCE_CASES(rms_norm_cases);
 
 std::vector<Case> residual_add_cases() {
   std::vector<Case> out;
@@ -85,6 +87,7 @@ std::vector<Case> residual_add_cases() {
   out.push_back(std::move(c));
   return out;
 }
+FERRITE_CONFORMANCE_CASES(residual_add_cases);
 
 std::vector<Case> dense_linear_cases() {
   std::vector<Case> out;
@@ -112,6 +115,7 @@ std::vector<Case> dense_linear_cases() {
   }
   return out;
 }
+FERRITE_CONFORMANCE_CASES(dense_linear_cases);
 
 std::vector<Case> dense_swiglu_cases() {
   std::vector<Case> out;
@@ -143,6 +147,7 @@ std::vector<Case> dense_swiglu_cases() {
   }
   return out;
 }
+FERRITE_CONFORMANCE_CASES(dense_swiglu_cases);
 
 std::vector<Case> last_token_dense_linear_cases() {
   std::vector<Case> out;
@@ -162,5 +167,6 @@ std::vector<Case> last_token_dense_linear_cases() {
   }
   return out;
 }
+FERRITE_CONFORMANCE_CASES(last_token_dense_linear_cases);
 
 }  // namespace ferrite::conformance

@@ -24,7 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/attention_prefill.cuh"
 #include "engine/generator.h"
 #include "tests/models/golden_harness.h"
 
@@ -167,8 +168,7 @@ TEST_P(CudaGoldenTest, GreedyTokensOneShotChunkedAndBatched) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const char* family :
-       {"llama", "llama3_scaled", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"})
+  for (const char* family : FERRITE_GOLDEN_FAMILIES)  // tests/models/families.txt
     for (DType act : {DType::kF32, DType::kBF16}) cases.push_back({family, act});
   return cases;
 }

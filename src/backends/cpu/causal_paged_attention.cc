@@ -120,7 +120,7 @@ class CausalPagedAttentionReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.reference.causal_paged_attention", "causal_paged_attention",
+      cpu_descriptor("cpu.reference.causal_paged_attention", causal_paged_attention::contract(),
                      kReferencePriority, "scalar, paged KV", /*paged_kv=*/true);
 };
 
@@ -303,7 +303,7 @@ class CausalPagedAttentionFast final : public Provider {
   }
 
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.fast.causal_paged_attention", "causal_paged_attention", kFastPriority,
+      cpu_descriptor("cpu.fast.causal_paged_attention", causal_paged_attention::contract(), kFastPriority,
                      "GEMM projections, per-head SIMD attention, paged KV",
                      /*paged_kv=*/true);
 };

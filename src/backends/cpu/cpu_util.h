@@ -17,11 +17,14 @@ inline void weight_row(const TensorView& w, int64_t r, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = load_as_f32(w.data, w.dtype, r * n + i);
 }
 
-inline ProviderDescriptor cpu_descriptor(std::string name, std::string contract, int priority,
-                                         std::string summary, bool paged_kv = false) {
+inline ProviderDescriptor cpu_descriptor(std::string name, const ContractSchema& contract,
+                                         int priority, std::string summary,
+                                         bool paged_kv = false) {
   ProviderDescriptor d;
   d.name = std::move(name);
-  d.contract_id = std::move(contract);
+  d.contract = &contract;
+  d.contract_id = contract.id();
+  d.contract_major = contract.major();
   d.backend = BackendKind::kCpu;
   d.activation_dtypes = {DType::kF32};
   d.weight_dtypes = {DType::kF32, DType::kBF16, DType::kF16};

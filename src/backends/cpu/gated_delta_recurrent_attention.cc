@@ -118,7 +118,7 @@ class GatedDeltaReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.gated_delta_recurrent_attention",
-                                            "gated_delta_recurrent_attention", kReferencePriority,
+                                            gated_delta_recurrent_attention::contract(), kReferencePriority,
                                             "scalar, recurrent form");
 };
 
@@ -376,7 +376,7 @@ class GatedDeltaFast final : public Provider {
   }
 
   ProviderDescriptor desc_ = cpu_descriptor(
-      "cpu.fast.gated_delta_recurrent_attention", "gated_delta_recurrent_attention", kFastPriority,
+      "cpu.fast.gated_delta_recurrent_attention", gated_delta_recurrent_attention::contract(), kFastPriority,
       "GEMM projections, chunked delta rule for prefill, recurrent for decode");
 };
 

@@ -29,7 +29,7 @@ class LastTokenDenseLinearReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.reference.last_token_dense_linear", "last_token_dense_linear",
+      cpu_descriptor("cpu.reference.last_token_dense_linear", last_token_dense_linear::contract(),
                      kReferencePriority, "scalar");
 };
 
@@ -61,7 +61,7 @@ class LastTokenDenseLinearFast final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.fast.last_token_dense_linear", "last_token_dense_linear", kFastPriority,
+      cpu_descriptor("cpu.fast.last_token_dense_linear", last_token_dense_linear::contract(), kFastPriority,
                      "gather last rows + SIMD GEMM");
 };
 

@@ -22,7 +22,7 @@ class ResidualAddReference final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.residual_add", "residual_add",
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.residual_add", residual_add::contract(),
                                             kReferencePriority, "element-wise add");
 };
 

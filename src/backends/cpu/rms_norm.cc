@@ -25,7 +25,7 @@ class RmsNormReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.reference.rms_norm", "rms_norm", kReferencePriority, "scalar");
+      cpu_descriptor("cpu.reference.rms_norm", rms_norm::contract(), kReferencePriority, "scalar");
 };
 
 class RmsNormFast final : public Provider {
@@ -43,7 +43,7 @@ class RmsNormFast final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.fast.rms_norm", "rms_norm", kFastPriority, "SIMD rows, all cores");
+      cpu_descriptor("cpu.fast.rms_norm", rms_norm::contract(), kFastPriority, "SIMD rows, all cores");
 };
 
 }  // namespace

@@ -60,7 +60,7 @@ class RoutedMoeReference final : public Provider {
       : shared_(shared),
         desc_(cpu_descriptor(
             shared ? "cpu.reference.routed_shared_swiglu_moe" : "cpu.reference.routed_swiglu_moe",
-            shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe", kReferencePriority,
+            shared ? routed_shared_swiglu_moe::contract() : routed_swiglu_moe::contract(), kReferencePriority,
             "scalar, token by token")) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
@@ -126,7 +126,7 @@ class RoutedMoeFast final : public Provider {
       : shared_(shared),
         desc_(cpu_descriptor(
             shared ? "cpu.fast.routed_shared_swiglu_moe" : "cpu.fast.routed_swiglu_moe",
-            shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe", kFastPriority,
+            shared ? routed_shared_swiglu_moe::contract() : routed_swiglu_moe::contract(), kFastPriority,
             "router GEMM, tokens grouped by expert, SIMD GEMMs")) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 

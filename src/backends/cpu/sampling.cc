@@ -180,7 +180,7 @@ class MaskedArgmaxReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.reference.last_token_masked_argmax", "last_token_masked_argmax",
+      cpu_descriptor("cpu.reference.last_token_masked_argmax", last_token_masked_argmax::contract(),
                      kReferencePriority, "scalar");
 };
 
@@ -210,7 +210,7 @@ class SampleReference final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.last_token_sample", "last_token_sample",
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.last_token_sample", last_token_sample::contract(),
                                             kReferencePriority, "scalar");
 };
 

@@ -26,7 +26,7 @@ class TokenEmbeddingReference final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.token_embedding", "token_embedding",
+  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.token_embedding", token_embedding::contract(),
                                             kReferencePriority, "row gather");
 };
 

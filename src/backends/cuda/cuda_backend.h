@@ -21,7 +21,7 @@ bool cuda_device_present(std::string* why = nullptr);
 // device's stream (the stream every CUDA provider records on).
 Result<std::unique_ptr<Device>> make_cuda_device(int ordinal = 0);
 
-// The standard contracts and every CUDA provider.
+// Every CUDA provider (and, through them, their contracts).
 void register_cuda_providers(Registry& registry);
 std::unique_ptr<Registry> make_cuda_registry();
 

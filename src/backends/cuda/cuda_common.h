@@ -42,9 +42,25 @@ Status ensure_prepared(const Invocation& inv);
 
 inline cudaStream_t stream_of(const Invocation& inv) { return state(inv).stream; }
 
+inline int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
+
+// The kernels find a sequence's rows from the binding buffer's last rows:
+// the gated-delta and MoE providers need sequences packed in order.
+inline Status check_packed(const StepBatch& batch, const char* what) {
+  int32_t next = 0;
+  for (const SequenceSlice& s : batch.sequences) {
+    if (s.token_begin != next || s.token_count < 1)
+      return unsupported(std::string(what) + ": sequences must be packed in order");
+    next += s.token_count;
+  }
+  if (next != batch.num_tokens())
+    return unsupported(std::string(what) + ": sequences must cover the packed tokens");
+  return Status::ok();
+}
+
 // Provider descriptor boilerplate.
-ProviderDescriptor cuda_descriptor(std::string name, std::string contract, std::string summary,
-                                   bool paged_kv = false);
+ProviderDescriptor cuda_descriptor(std::string name, const ContractSchema& contract,
+                                   std::string summary, bool paged_kv = false);
 
 // Carves 256-byte aligned pieces out of an invocation's workspace.
 class Carver {

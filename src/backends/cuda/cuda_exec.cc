@@ -18,7 +18,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/gemm.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/attention_prefill.cuh"
 #include "base/hash.h"
 
 namespace ferrite {
@@ -266,11 +266,13 @@ Status ensure_prepared(const Invocation& inv) {
   return st.exec->ensure(*inv.batch);
 }
 
-ProviderDescriptor cuda_descriptor(std::string name, std::string contract, std::string summary,
-                                   bool paged_kv) {
+ProviderDescriptor cuda_descriptor(std::string name, const ContractSchema& contract,
+                                   std::string summary, bool paged_kv) {
   ProviderDescriptor d;
   d.name = std::move(name);
-  d.contract_id = std::move(contract);
+  d.contract = &contract;
+  d.contract_id = contract.id();
+  d.contract_major = contract.major();
   d.backend = BackendKind::kCuda;
   d.activation_dtypes = {DType::kBF16, DType::kF16, DType::kF32};
   d.weight_dtypes = {DType::kBF16, DType::kF16, DType::kF32};

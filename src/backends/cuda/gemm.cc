@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemm.cuh"
 
 namespace ferrite::cuda {
 namespace {

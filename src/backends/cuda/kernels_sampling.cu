@@ -1,7 +1,7 @@
 // Sampler-stage kernels: penalised row copies, the masked argmax and the
 // device sampler of last_token_sample (top-k / top-p / min-p / temperature).
-#include "backends/cuda/cuda_types.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/sampling.cuh"
 
 namespace ferrite::cuda {
 namespace {

@@ -21,10 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/cuda_providers.h"
-#include "contracts/standard_contracts.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/kernels/sampling.cuh"
 #include "backends/cuda/profiler.h"
 #include "contracts/last_token_masked_argmax.h"
 #include "contracts/last_token_sample.h"
@@ -234,7 +232,7 @@ class MaskedArgmax final : public Provider {
  private:
   mutable Staging staging_;
   ProviderDescriptor desc_ = [] {
-    auto d = cuda_descriptor("cuda.last_token_masked_argmax", "last_token_masked_argmax",
+    auto d = cuda_descriptor("cuda.last_token_masked_argmax", last_token_masked_argmax::contract(),
                              "device argmax, penalties on a row copy");
     return d;
   }();
@@ -289,7 +287,7 @@ class Sample final : public Provider {
  private:
   mutable Staging staging_;
   ProviderDescriptor desc_ = [] {
-    auto d = cuda_descriptor("cuda.last_token_sample", "last_token_sample",
+    auto d = cuda_descriptor("cuda.last_token_sample", last_token_sample::contract(),
                              "device top-k / top-p / min-p draw with the reference's seeded uniforms");
     // Per-step parameters are staged by encode(): the executor runs the
     // sampler eagerly, after the (possibly replayed) forward step.
@@ -304,29 +302,3 @@ std::unique_ptr<Provider> make_last_token_masked_argmax() { return std::make_uni
 std::unique_ptr<Provider> make_last_token_sample() { return std::make_unique<Sample>(); }
 
 }  // namespace ferrite::cuda
-
-namespace ferrite {
-
-void register_cuda_providers(Registry& r) {
-  for (const ContractSchema* c : standard_contracts()) r.add_contract(c);
-  r.add_provider(cuda::make_token_embedding());
-  r.add_provider(cuda::make_rms_norm());
-  r.add_provider(cuda::make_residual_add());
-  r.add_provider(cuda::make_dense_linear());
-  r.add_provider(cuda::make_dense_swiglu());
-  r.add_provider(cuda::make_causal_paged_attention());
-  r.add_provider(cuda::make_last_token_dense_linear());
-  r.add_provider(cuda::make_last_token_masked_argmax());
-  r.add_provider(cuda::make_last_token_sample());
-  r.add_provider(cuda::make_gated_delta_recurrent_attention());
-  r.add_provider(cuda::make_routed_swiglu_moe());
-  r.add_provider(cuda::make_routed_shared_swiglu_moe());
-}
-
-std::unique_ptr<Registry> make_cuda_registry() {
-  auto r = std::make_unique<Registry>(BackendKind::kCuda);
-  register_cuda_providers(*r);
-  return r;
-}
-
-}  // namespace ferrite

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_device.h"
-#include "backends/cuda/state_copy_kernel.h"
+#include "backends/cuda/kernels/state_copy.cuh"
 
 namespace ferrite {
 

@@ -1,7 +1,7 @@
 // Recurrent-state snapshot copy: every gated-delta layer's conv and delta
 // state row in one launch (a Qwen3.5-9B state is ~50 MiB over 48 tensors;
 // one cudaMemcpyAsync each would be 48 launches per snapshot).
-#include "backends/cuda/state_copy_kernel.h"
+#include "backends/cuda/kernels/state_copy.cuh"
 
 namespace ferrite::cuda {
 

@@ -3,12 +3,12 @@
 // value head, 32-column slice of the state), recurrent form for decode /
 // short spans and chunked (WY) form for spans of >= 16 tokens; then the
 // gated RMSNorm times silu(z) as a separate pass. (The MoE kernels are in
-// kernels_moe.cu.)
+// moe.cu.)
 // Sequences are packed in order: sequence s owns rows
 // [seq_last_row[s-1] + 1, seq_last_row[s]] (the provider checks this).
 // A state slot < 0 (graph padding) reads zero state and writes none.
-#include "backends/cuda/cuda_types.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/gated_delta.cuh"
 
 namespace ferrite::cuda {
 namespace {

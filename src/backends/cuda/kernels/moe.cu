@@ -15,9 +15,9 @@
 //    shapes);
 //  - the per-token combine (experts in increasing id, then the shared
 //    expert, then the residual).
-#include "backends/cuda/cuda_types.cuh"
-#include "backends/cuda/kernels.h"
-#include "backends/cuda/mma.cuh"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/moe.cuh"
+#include "backends/cuda/kernels/mma.cuh"
 
 #include <algorithm>
 #include <climits>

@@ -1,6 +1,6 @@
 // Embedding gather, RMS norm, residual add, SiLU product, row gather.
-#include "backends/cuda/cuda_types.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/elementwise.cuh"
 
 namespace ferrite::cuda {
 namespace {

@@ -23,9 +23,9 @@
 // and not written.
 #include <atomic>
 
-#include "backends/cuda/cuda_types.cuh"
-#include "backends/cuda/kernels.h"
-#include "backends/cuda/mma.cuh"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/attention_prefill.cuh"
+#include "backends/cuda/kernels/mma.cuh"
 
 namespace ferrite::cuda {
 namespace {

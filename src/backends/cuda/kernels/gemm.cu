@@ -1,8 +1,8 @@
 // SIMT tiled GEMM (any mix of f32 / bf16 / f16, f32 accumulation: the f32
 // activation path and fallbacks) and the decode GEMV (m <= 8 rows, 16-byte
 // streaming loads of W, one warp per output column).
-#include "backends/cuda/cuda_types.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/gemm.cuh"
 
 #include <algorithm>
 #include <map>

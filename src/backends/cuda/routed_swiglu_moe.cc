@@ -1,152 +1,29 @@
-// CUDA providers of the hybrid and MoE contracts:
-//  - gated_delta_recurrent_attention: pre-norm, projections through gemm()
-//    to f32, causal conv + SiLU over the conv state, the gated delta rule in
-//    f32 (a block per (sequence, value head, 32 state columns): recurrent
-//    form for decode and short spans, chunked WY form for spans of >= 16
-//    tokens, chosen on the device per sequence), the gated norm, out_proj
-//    accumulating into the residual;
-//  - routed_swiglu_moe / routed_shared_swiglu_moe: pre-norm, router product
-//    to f32 logits, device softmax + top-k, device stable sort of the
-//    (token, k) pairs by expert into per-expert row tiles, grouped
-//    tensor-core gate/up (fused SiLU product) and down GEMMs over the tile
-//    table (no host loop over experts; SIMT products for f32), per-token
-//    combine in increasing expert id, then the shared expert (sigmoid gate),
-//    then the residual.
-// None synchronises or allocates: all are graph-capturable (per-sequence
-// data come from the step binding buffer).
+// routed_swiglu_moe / routed_shared_swiglu_moe on CUDA: pre-norm, router
+// product to f32 logits, device softmax + top-k, device stable sort of the
+// (token, k) pairs by expert into per-expert row tiles, grouped tensor-core
+// gate/up (fused SiLU product) and down GEMMs over the tile table (no host
+// loop over experts; SIMT products for f32), per-token combine in increasing
+// expert id, then the shared expert (sigmoid gate), then the residual.
+// Never synchronises or allocates: graph-capturable.
 #include <algorithm>
 
-#include "backends/cuda/cuda_providers.h"
+#include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/elementwise.cuh"
+#include "backends/cuda/kernels/moe.cuh"
 #include "backends/cuda/profiler.h"
-#include "contracts/gated_delta_recurrent_attention.h"
 #include "contracts/routed_shared_swiglu_moe.h"
 #include "contracts/routed_swiglu_moe.h"
 
 namespace ferrite::cuda {
 namespace {
 
-int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
-
-// The kernels find a sequence's rows from the binding buffer's last rows:
-// sequences must be packed in order.
-Status check_packed(const StepBatch& batch, const char* what) {
-  int32_t next = 0;
-  for (const SequenceSlice& s : batch.sequences) {
-    if (s.token_begin != next || s.token_count < 1)
-      return unsupported(std::string(what) + ": sequences must be packed in order");
-    next += s.token_count;
-  }
-  if (next != batch.num_tokens())
-    return unsupported(std::string(what) + ": sequences must cover the packed tokens");
-  return Status::ok();
-}
-
-class GatedDelta final : public Provider {
- public:
-  const ProviderDescriptor& descriptor() const override { return desc_; }
-
-  Status supports(const NodeSignature& node) const override {
-    FERRITE_RETURN_IF_ERROR(Provider::supports(node));
-    const auto p = gated_delta_recurrent_attention::Params::from(node.attrs);
-    if (p.conv_kernel < 1 || p.conv_kernel > 8)
-      return unsupported("cuda.gated_delta_recurrent_attention: conv_kernel must be 1..8");
-    if (p.num_k_heads == 0 || p.num_v_heads % p.num_k_heads)
-      return unsupported("cuda.gated_delta_recurrent_attention: value heads must be a multiple "
-                         "of key heads");
-    GatedDeltaShape g;
-    g.dk = static_cast<int32_t>(p.k_head_dim);
-    g.dv = static_cast<int32_t>(p.v_head_dim);
-    if (gated_delta_smem_bytes(g) > 200 * 1024)
-      return unsupported("cuda.gated_delta_recurrent_attention: k_head_dim too large");
-    return Status::ok();
-  }
-
-  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    const auto p = gated_delta_recurrent_attention::Params::from(node.attrs);
-    const int64_t e = dtype_bytes(node.activation_dtype, 1);
-    const int64_t t = limits.max_tokens;
-    const int64_t hv = i64(p.num_v_heads), vd = i64(p.value_dim());
-    return Carver::round(t * i64(p.hidden_size) * e) + Carver::round(t * i64(p.conv_dim()) * 4) +
-           Carver::round(t * vd * 4) + 2 * Carver::round(t * hv * 4) + Carver::round(t * vd * e);
-  }
-
-  Status encode(const Invocation& inv) const override {
-    using namespace gated_delta_recurrent_attention;
-    const Params p = Params::from(inv.signature->attrs);
-    const auto& b = inv.bindings;
-    const DType act = b[kHidden].dtype;
-    const int64_t t = inv.batch->num_tokens();
-    const int64_t S = inv.batch->num_sequences();
-    const int64_t H = i64(p.hidden_size), C = i64(p.conv_dim()), VD = i64(p.value_dim());
-    const int64_t hv = i64(p.num_v_heads);
-    const int64_t e = dtype_bytes(act, 1);
-    if (b[kConvState].dtype != DType::kF32 || b[kDeltaState].dtype != DType::kF32)
-      return unsupported("cuda.gated_delta_recurrent_attention: states must be f32");
-    FERRITE_RETURN_IF_ERROR(check_packed(*inv.batch, "cuda.gated_delta_recurrent_attention"));
-    FERRITE_RETURN_IF_ERROR(ensure_prepared(inv));
-    BackendState& st = state(inv);
-
-    Carver ws(inv);
-    void* n = ws.take(t * H * e);
-    auto* x = static_cast<float*>(ws.take(t * C * 4));
-    auto* z = static_cast<float*>(ws.take(t * VD * 4));
-    auto* bb = static_cast<float*>(ws.take(t * hv * 4));
-    auto* aa = static_cast<float*>(ws.take(t * hv * 4));
-    void* y = ws.take(t * VD * e);
-    if (!n || !x || !z || !bb || !aa || !y)
-      return internal_error("gated_delta_recurrent_attention: workspace too small");
-
-    profile_mark(st.stream, "delta.proj", st.capturing);
-    FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act,
-                                            b[kInputNorm].data, b[kInputNorm].dtype, t, H,
-                                            static_cast<float>(p.eps), p.zero_centred));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjQkv].data, b[kInProjQkv].dtype, C, x,
-                                 DType::kF32, false));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjZ].data, b[kInProjZ].dtype, VD, z,
-                                 DType::kF32, false));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjB].data, b[kInProjB].dtype, hv, bb,
-                                 DType::kF32, false));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjA].data, b[kInProjA].dtype, hv, aa,
-                                 DType::kF32, false));
-    profile_mark(st.stream, "delta.conv", st.capturing);
-    FERRITE_RETURN_IF_ERROR(launch_causal_conv_silu(st.stream, st.meta, S, x, C,
-                                                    b[kConvWeight].data, b[kConvWeight].dtype,
-                                                    i64(p.conv_kernel), b[kConvState].as<float>()));
-    profile_mark(st.stream, "delta.rule", st.capturing);
-    GatedDeltaShape g;
-    g.hk = static_cast<int32_t>(p.num_k_heads);
-    g.hv = static_cast<int32_t>(p.num_v_heads);
-    g.dk = static_cast<int32_t>(p.k_head_dim);
-    g.dv = static_cast<int32_t>(p.v_head_dim);
-    g.eps = static_cast<float>(p.eps);
-    int64_t max_span = 0;
-    for (const SequenceSlice& sq : inv.batch->sequences)
-      max_span = std::max<int64_t>(max_span, sq.token_count);
-    FERRITE_RETURN_IF_ERROR(launch_gated_delta_rule(
-        st.stream, st.meta, S, t, max_span, g, x, z, bb, aa, b[kALog].data, b[kALog].dtype,
-        b[kDtBias].data, b[kDtBias].dtype, b[kNorm].data, b[kNorm].dtype,
-        b[kDeltaState].as<float>(), y, act));
-    profile_mark(st.stream, "delta.out_proj", st.capturing);
-    return gemm(st, y, act, t, VD, b[kOutProj].data, b[kOutProj].dtype, H, b[kHidden].data, act,
-                true);
-  }
-
- private:
-  ProviderDescriptor desc_ = cuda_descriptor(
-      "cuda.gated_delta_recurrent_attention", "gated_delta_recurrent_attention",
-      "GEMM projections, conv + SiLU over the conv state, gated delta rule in f32 (block per "
-      "sequence, value head and 32 state columns; chunked WY form for spans of >= 16 tokens, "
-      "recurrent otherwise), gated norm, out_proj into the residual");
-};
-
 class RoutedMoe final : public Provider {
  public:
   explicit RoutedMoe(bool shared)
       : shared_(shared),
         desc_(cuda_descriptor(shared ? "cuda.routed_shared_swiglu_moe" : "cuda.routed_swiglu_moe",
-                              shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe",
+                              shared ? routed_shared_swiglu_moe::contract() : routed_swiglu_moe::contract(),
                               "router product in f32, device top-k and stable sort by expert into "
                               "row tiles, grouped tensor-core expert GEMMs (bf16 / f16; SIMT for "
                               "f32), per-token combine in expert order")) {}
@@ -293,9 +170,6 @@ class RoutedMoe final : public Provider {
 
 }  // namespace
 
-std::unique_ptr<Provider> make_gated_delta_recurrent_attention() {
-  return std::make_unique<GatedDelta>();
-}
 std::unique_ptr<Provider> make_routed_swiglu_moe() { return std::make_unique<RoutedMoe>(false); }
 std::unique_ptr<Provider> make_routed_shared_swiglu_moe() {
   return std::make_unique<RoutedMoe>(true);

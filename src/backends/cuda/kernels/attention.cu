@@ -4,9 +4,9 @@
 //    KV head's group share each K/V tile (GQA); online softmax; splits are
 //    merged by a combine kernel (flash-decoding). It is exact for any token
 //    (prefill too), the reference path of every batch shape;
-//  - prefill (kernels_attention_prefill.cu): tensor-core flash attention.
-#include "backends/cuda/cuda_types.cuh"
-#include "backends/cuda/kernels.h"
+//  - prefill (attention_prefill.cu): tensor-core flash attention.
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/attention.cuh"
 
 namespace ferrite::cuda {
 namespace {

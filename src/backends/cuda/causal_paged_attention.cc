@@ -6,9 +6,13 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/cuda/cuda_providers.h"
+#include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/attention_decode.cuh"
+#include "backends/cuda/kernels/attention_prefill.cuh"
+#include "backends/cuda/kernels/elementwise.cuh"
+#include "backends/cuda/kernels/gemm.cuh"
 #include "backends/cuda/profiler.h"
 #include "contracts/causal_paged_attention.h"
 #include "contracts/rope.h"
@@ -18,8 +22,6 @@ namespace {
 
 constexpr int64_t kSplitBlocks = 256;  // blocks the decode kernel aims for
 constexpr int64_t kMaxSplits = 64;
-
-int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
 
 int splits_for(int64_t tokens, int64_t kv_heads, int64_t max_context) {
   const int64_t blocks = tokens * kv_heads;
@@ -195,7 +197,7 @@ class CausalPagedAttention final : public Provider {
 
  private:
   ProviderDescriptor desc_ = cuda_descriptor(
-      "cuda.causal_paged_attention", "causal_paged_attention",
+      "cuda.causal_paged_attention", causal_paged_attention::contract(),
       "GEMM projections, fused norm/RoPE/KV write, flash prefill, split-KV decode",
       /*paged_kv=*/true);
 };

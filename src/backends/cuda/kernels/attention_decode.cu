@@ -27,8 +27,8 @@
 //
 // Numerics follow qk_rope_kv + attention_decode: f32 throughout, q and the
 // new K/V rounded to the activation dtype after RoPE, scores scaled q.K.
-#include "backends/cuda/cuda_types.cuh"
-#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/attention_decode.cuh"
 
 namespace ferrite::cuda {
 namespace {

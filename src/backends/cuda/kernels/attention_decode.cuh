@@ -1,0 +1,39 @@
+// Fused decode attention (one kernel per decode step and layer).
+// Host-side launchers (defined in the .cu beside this header). Element types
+// are passed as DType and dispatched inside; every launcher records on
+// `stream` and returns the launch error. C++17 (the .cu files include it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_status.h"
+#include "backends/cuda/kernels/attention.cuh"
+#include "tensor/dtype.h"
+
+namespace ferrite::cuda {
+
+// A decode step (every token its sequence's
+// newest position) in one kernel: what launch_qk_rope_kv does for the
+// token (bias, q/k norm, RoPE, the K/V write; q is not updated in place),
+// then attention over its cached positions split over `splits` ranges
+// (partials as in launch_attention_decode). bf16 / f16, head_dim 64, 128
+// or 256; a block takes up to 4 query heads of a KV head's group
+// (fused_decode_parts(group) blocks per KV head). With split_counters
+// (zeroed ints, one per (token, KV head, part), left zeroed) the
+// splits are merged in the kernel, else by launch_attention_combine.
+// `pdl`: launched as a programmatic dependent (it reads the page table and
+// cached K/V first).
+bool attention_decode_fused_supported(const AttentionShape& a, DType act);
+int fused_decode_parts(int group);
+Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
+                                     const StepMeta& meta, int32_t page_size, int64_t tokens,
+                                     void* q, const void* k, const void* v, DType act,
+                                     const void* q_norm, const void* k_norm, DType norm_dt,
+                                     const void* q_bias, const void* k_bias, const void* v_bias,
+                                     DType bias_dt, void* k_cache, void* v_cache, void* out,
+                                     int splits, float* partials, int32_t* split_counters,
+                                     int64_t num_counters, bool pdl);
+
+}  // namespace ferrite::cuda
