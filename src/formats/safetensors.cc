@@ -187,6 +187,7 @@ std::optional<std::string_view> safetensors_dtype_name(DType dtype) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kQ4_0:
       return std::nullopt;
   }
   return std::nullopt;

@@ -48,6 +48,14 @@ NodeSignature make_signature(const ModelProgram& program, const ProgramNode& nod
           errors->push_back(fmt::format("node {}: undeclared weight '{}'", node.name, ref.name));
         } else {
           dt = w->dtype;
+          // A weight in a block format (GGUF q8_0, q4_k, ...) has rows of
+          // whole blocks: its last dimension is a multiple of the block.
+          const int64_t block = dtype_block_elems(w->dtype);
+          const int64_t row = w->shape.rank() > 0 ? w->shape[w->shape.rank() - 1] : 0;
+          if (block > 1 && row % block != 0)
+            errors->push_back(fmt::format(
+                "node {}: weight '{}' has rows of {} elements, not whole {} blocks of {}",
+                node.name, ref.name, row, dtype_name(w->dtype), block));
         }
         break;
       }

@@ -1,5 +1,8 @@
 #include "tensor/dtype.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "base/check.h"
 
 namespace ferrite {
@@ -30,14 +33,16 @@ std::string_view dtype_name(DType t) {
       return "q5_k";
     case DType::kQ6_K:
       return "q6_k";
+    case DType::kQ4_0:
+      return "q4_0";
   }
   return "?";
 }
 
 std::optional<DType> dtype_from_name(std::string_view s) {
-  for (DType t :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kU8, DType::kU32,
-        DType::kI32, DType::kI64, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kU8, DType::kU32,
+                  DType::kI32, DType::kI64, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                  DType::kQ4_0}) {
     if (dtype_name(t) == s) return t;
   }
   return std::nullopt;
@@ -55,6 +60,7 @@ int64_t dtype_block_elems(DType t) {
     case DType::kI64:
       return 1;
     case DType::kQ8_0:
+    case DType::kQ4_0:
       return 32;
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -90,6 +96,8 @@ int64_t dtype_block_bytes(DType t) {
       return 176;
     case DType::kQ6_K:
       return 210;
+    case DType::kQ4_0:
+      return 18;  // f16 scale + 16 bytes of nibbles
   }
   return 1;
 }
@@ -102,6 +110,15 @@ int64_t dtype_bytes(DType t, int64_t n) {
 
 bool dtype_is_float(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF8E4M3;
+}
+
+bool dtype_is_quantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
+}
+
+bool dtype_is_weight_format(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || dtype_is_quantized(t);
 }
 
 float f16_to_f32(uint16_t h) {
@@ -174,15 +191,90 @@ void store_elem(void* data, int64_t i, T v) {
   std::memcpy(static_cast<uint8_t*>(data) + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
 }
 
+uint16_t rd16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+using namespace quant;
+
+// Element j of one block, the same operations as the row dequantization.
+float dequantize_element(DType t, const uint8_t* b, int j) {
+  switch (t) {
+    case DType::kQ8_0: {
+      const float d = f16_to_f32(rd16(b));
+      return static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+    }
+    case DType::kQ4_0: {
+      const float d = f16_to_f32(rd16(b));
+      const uint8_t q = b[2 + (j & 15)];
+      const int v = (j < 16 ? (q & 0xF) : (q >> 4)) - 8;
+      return static_cast<float>(v) * d;
+    }
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      const float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+      const uint8_t* scales = b + 4;
+      const int sub = j / 32, chunk = j / 64, l = j % 32;
+      uint8_t sc, m;
+      scale_min_k4(sub, scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      const uint8_t* qs = b + (t == DType::kQ4_K ? 16 : 48);
+      const uint8_t byte = qs[chunk * 32 + l];
+      int q = (sub & 1) ? (byte >> 4) : (byte & 0xF);
+      if (t == DType::kQ5_K) {
+        const uint8_t* qh = b + 16;
+        if (qh[l] & (1u << sub)) q += 16;
+      }
+      return d1 * static_cast<float>(q) - m1;
+    }
+    case DType::kQ6_K: {
+      const uint8_t* ql = b;
+      const uint8_t* qh = b + 128;
+      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+      const float d = f16_to_f32(rd16(b + 208));
+      const int half = j / 128, r = j % 128, quarter = r / 32, l = r % 32;
+      ql += 64 * half;
+      qh += 32 * half;
+      sc += 8 * half;
+      const int lo = (quarter & 1) ? ql[l + 32] : ql[l];
+      const int nib = quarter < 2 ? (lo & 0xF) : (lo >> 4);
+      const int hi = (qh[l] >> (2 * quarter)) & 3;
+      const int q = static_cast<int8_t>(nib | (hi << 4)) - 32;
+      return d * static_cast<float>(sc[l / 16 + 2 * quarter]) * static_cast<float>(q);
+    }
+    default:
+      break;
+  }
+  FERRITE_CHECK(false) << "dequantize_element of " << dtype_name(t);
+  return 0;
+}
+
 }  // namespace
 
 float load_as_f32(const void* data, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kF32: return load_elem<float>(data, i);
-    case DType::kBF16: return bf16_to_f32(load_elem<uint16_t>(data, i));
-    case DType::kF16: return f16_to_f32(load_elem<uint16_t>(data, i));
-    case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
-    case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kF32:
+      return load_elem<float>(data, i);
+    case DType::kBF16:
+      return bf16_to_f32(load_elem<uint16_t>(data, i));
+    case DType::kF16:
+      return f16_to_f32(load_elem<uint16_t>(data, i));
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: {
+      const int64_t be = dtype_block_elems(dtype);
+      const auto* block = static_cast<const uint8_t*>(data) + (i / be) * dtype_block_bytes(dtype);
+      return dequantize_element(dtype, block, static_cast<int>(i % be));
+    }
+    case DType::kF8E4M3:
+    case DType::kU8:
+    case DType::kU32:
+    case DType::kI32:
+    case DType::kI64:
       break;
   }
   FERRITE_CHECK(false) << "load_as_f32 of " << dtype_name(dtype);
@@ -191,14 +283,330 @@ float load_as_f32(const void* data, DType dtype, int64_t i) {
 
 void store_from_f32(void* data, DType dtype, int64_t i, float value) {
   switch (dtype) {
-    case DType::kF32: store_elem<float>(data, i, value); return;
-    case DType::kBF16: store_elem<uint16_t>(data, i, f32_to_bf16(value)); return;
-    case DType::kF16: store_elem<uint16_t>(data, i, f32_to_f16(value)); return;
-    case DType::kF8E4M3: case DType::kU8: case DType::kU32: case DType::kI32: case DType::kI64:
-    case DType::kQ8_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kF32:
+      store_elem<float>(data, i, value);
+      return;
+    case DType::kBF16:
+      store_elem<uint16_t>(data, i, f32_to_bf16(value));
+      return;
+    case DType::kF16:
+      store_elem<uint16_t>(data, i, f32_to_f16(value));
+      return;
+    case DType::kF8E4M3:
+    case DType::kU8:
+    case DType::kU32:
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kQ4_0:
       break;
   }
   FERRITE_CHECK(false) << "store_from_f32 of " << dtype_name(dtype);
+}
+
+namespace {
+
+void wr16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+// ggml's nearest_int: round half to even through the f32 mantissa trick.
+int nearest_int(float f) {
+  float val = f + 12582912.f;
+  int i;
+  std::memcpy(&i, &val, sizeof(int));
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+void dequantize_q8_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
+    const float d = f16_to_f32(rd16(b));
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+  }
+}
+
+void dequantize_q4_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    const float d = f16_to_f32(rd16(b));
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((b[2 + j] & 0xF) - 8) * d;
+      y[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void dequantize_q45_k(bool five, const uint8_t* b, float* y, int64_t nb) {
+  const int64_t bytes = five ? 176 : 144;
+  for (int64_t i = 0; i < nb; ++i, b += bytes) {
+    const float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+    const uint8_t* scales = b + 4;
+    const uint8_t* qh = b + 16;
+    const uint8_t* q = b + (five ? 48 : 16);
+    for (int c = 0; c < 4; ++c, q += 32) {
+      uint8_t sc, m;
+      scale_min_k4(2 * c, scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      scale_min_k4(2 * c + 1, scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      const uint8_t u1 = static_cast<uint8_t>(1u << (2 * c)),
+                    u2 = static_cast<uint8_t>(2u << (2 * c));
+      for (int l = 0; l < 32; ++l) {
+        const int hi = five && (qh[l] & u1) ? 16 : 0;
+        *y++ = d1 * static_cast<float>((q[l] & 0xF) + hi) - m1;
+      }
+      for (int l = 0; l < 32; ++l) {
+        const int hi = five && (qh[l] & u2) ? 16 : 0;
+        *y++ = d2 * static_cast<float>((q[l] >> 4) + hi) - m2;
+      }
+    }
+  }
+}
+
+void dequantize_q6_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 210) {
+    const float d = f16_to_f32(rd16(b + 208));
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (int n = 0; n < 256; n += 128) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = static_cast<int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l + 0] = d * static_cast<float>(sc[is + 0]) * static_cast<float>(q1);
+        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+      }
+      y += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+}
+
+void quantize_q8_0(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += 34) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    wr16(b, f32_to_f16(d));
+    for (int j = 0; j < 32; ++j)
+      b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+  }
+}
+
+void quantize_q4_0(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += 18) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    wr16(b, f32_to_f16(d));
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int x1 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+      b[2 + j] = static_cast<uint8_t>(x0 | (x1 << 4));
+    }
+  }
+}
+
+// 6-bit scales and mins of a q4_k / q5_k block (the inverse of scale_min_k4).
+void pack_scale_min_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* scales) {
+  std::memset(scales, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      scales[j] = ls[j];
+      scales[j + 4] = lm[j];
+    } else {
+      scales[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+      scales[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
+      scales[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
+    }
+  }
+}
+
+// Min-max quantization of each 32-element sub-block to 0..nmax with
+// x ~ d * sc * q - dmin * m, the scale and the min rounded to 6 bits.
+void quantize_q45_k(bool five, const float* x, uint8_t* b, int64_t nb) {
+  const int nmax = five ? 31 : 15;
+  const int64_t bytes = five ? 176 : 144;
+  for (int64_t i = 0; i < nb; ++i, x += 256, b += bytes) {
+    float scales[8], mins[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      float lo = x[32 * j], hi = x[32 * j];
+      for (int l = 1; l < 32; ++l) {
+        lo = std::min(lo, x[32 * j + l]);
+        hi = std::max(hi, x[32 * j + l]);
+      }
+      lo = std::min(lo, 0.0f);  // the min is subtracted: mins >= 0
+      scales[j] = (hi - lo) / nmax;
+      mins[j] = -lo;
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; ++j) {
+      ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+      lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+    }
+    wr16(b, f32_to_f16(max_scale / 63.f));
+    wr16(b + 2, f32_to_f16(max_min / 63.f));
+    pack_scale_min_k4(ls, lm, b + 4);
+    const float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+    uint8_t L[256];
+    for (int j = 0; j < 8; ++j) {
+      const float dj = d * ls[j];
+      const float mj = dmin * lm[j];
+      for (int l = 0; l < 32; ++l) {
+        int q = dj != 0 ? nearest_int((x[32 * j + l] + mj) / dj) : 0;
+        L[32 * j + l] = static_cast<uint8_t>(std::clamp(q, 0, nmax));
+      }
+    }
+    uint8_t* qh = b + 16;
+    uint8_t* q = b + (five ? 48 : 16);
+    if (five) std::memset(qh, 0, 32);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t a = L[64 * c + l], e = L[64 * c + 32 + l];
+        q[32 * c + l] = static_cast<uint8_t>((a & 0xF) | ((e & 0xF) << 4));
+        if (five) {
+          if (a & 16) qh[l] |= static_cast<uint8_t>(1u << (2 * c));
+          if (e & 16) qh[l] |= static_cast<uint8_t>(2u << (2 * c));
+        }
+      }
+    }
+  }
+}
+
+// Absolute-max quantization of each 16-element sub-block to -32..31 with
+// int8 scales under one f16 super-scale.
+void quantize_q6_k(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 256, b += 210) {
+    float scales[16];
+    float max_abs_scale = 0, max_scale = 0;
+    for (int s = 0; s < 16; ++s) {
+      float amax = 0, vmax = 0;
+      for (int l = 0; l < 16; ++l) {
+        if (std::fabs(x[16 * s + l]) > amax) {
+          amax = std::fabs(x[16 * s + l]);
+          vmax = x[16 * s + l];
+        }
+      }
+      scales[s] = vmax / -32;  // as ggml: the extreme maps to -32
+      if (std::fabs(scales[s]) > max_abs_scale) {
+        max_abs_scale = std::fabs(scales[s]);
+        max_scale = scales[s];
+      }
+    }
+    uint8_t* ql = b;
+    uint8_t* qh = b + 128;
+    auto* sc = reinterpret_cast<int8_t*>(b + 192);
+    std::memset(b, 0, 210);
+    const float iscale = max_scale != 0 ? -128.f / max_scale : 0.f;
+    wr16(b + 208, f32_to_f16(iscale != 0 ? 1 / iscale : 0.f));
+    const float d = f16_to_f32(rd16(b + 208));
+    int8_t L[256];
+    for (int s = 0; s < 16; ++s) {
+      sc[s] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[s])));
+      const float ds = d * sc[s];
+      for (int l = 0; l < 16; ++l) {
+        int q = ds != 0 ? nearest_int(x[16 * s + l] / ds) : 0;
+        L[16 * s + l] = static_cast<int8_t>(std::clamp(q, -32, 31) + 32);
+      }
+    }
+    for (int n = 0; n < 2; ++n) {
+      for (int l = 0; l < 32; ++l) {
+        const int q1 = L[128 * n + l], q2 = L[128 * n + l + 32];
+        const int q3 = L[128 * n + l + 64], q4 = L[128 * n + l + 96];
+        ql[64 * n + l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
+        ql[64 * n + l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
+        qh[32 * n + l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) |
+                                              ((q4 >> 4) << 6));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const uint8_t*>(src);
+  const int64_t be = dtype_block_elems(t);
+  FERRITE_CHECK(n % be == 0) << n << " elements of " << dtype_name(t);
+  const int64_t nb = n / be;
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, 4 * n);
+      return;
+    case DType::kF16:
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = load_as_f32(src, t, i);
+      return;
+    case DType::kQ8_0:
+      dequantize_q8_0(b, dst, nb);
+      return;
+    case DType::kQ4_0:
+      dequantize_q4_0(b, dst, nb);
+      return;
+    case DType::kQ4_K:
+      dequantize_q45_k(false, b, dst, nb);
+      return;
+    case DType::kQ5_K:
+      dequantize_q45_k(true, b, dst, nb);
+      return;
+    case DType::kQ6_K:
+      dequantize_q6_k(b, dst, nb);
+      return;
+    default:
+      break;
+  }
+  FERRITE_CHECK(false) << "dequantize_row of " << dtype_name(t);
+}
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<uint8_t*>(dst);
+  const int64_t be = dtype_block_elems(t);
+  FERRITE_CHECK(n % be == 0) << n << " elements of " << dtype_name(t);
+  const int64_t nb = n / be;
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) store_from_f32(dst, t, i, src[i]);
+      return;
+    case DType::kQ8_0:
+      quantize_q8_0(src, b, nb);
+      return;
+    case DType::kQ4_0:
+      quantize_q4_0(src, b, nb);
+      return;
+    case DType::kQ4_K:
+      quantize_q45_k(false, src, b, nb);
+      return;
+    case DType::kQ5_K:
+      quantize_q45_k(true, src, b, nb);
+      return;
+    case DType::kQ6_K:
+      quantize_q6_k(src, b, nb);
+      return;
+    default:
+      break;
+  }
+  FERRITE_CHECK(false) << "quantize_row of " << dtype_name(t);
 }
 
 }  // namespace ferrite

@@ -147,7 +147,8 @@ TEST(Matmul, Supports) {
   EXPECT_TRUE(matmul_supports(DType::kBF16));
   EXPECT_TRUE(matmul_supports(DType::kF16));
   EXPECT_TRUE(matmul_supports(DType::kF32));
-  EXPECT_FALSE(matmul_supports(DType::kQ4_K));
+  EXPECT_TRUE(matmul_supports(DType::kQ4_K));  // GGUF blocks: quant_matmul_test.cc
+  EXPECT_FALSE(matmul_supports(DType::kU32));
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ TEST(PlannerTest, ResolvesEveryNodeToAProvider) {
 
 TEST(PlannerTest, OneErrorNamesEveryMissingCapability) {
   auto registry = make_cpu_registry(CpuProviderSet::kBoth);
-  ModelProgram p = tiny_program(DType::kQ8_0);  // no CPU provider takes q8_0 norms
+  ModelProgram p = tiny_program(DType::kQ8_0);  // a q8_0 norm of 4: not whole blocks
   ProgramNode unknown;
   unknown.name = "mystery";
   unknown.contract_id = "flux_capacitor";
@@ -76,6 +76,30 @@ TEST(PlannerTest, OneErrorNamesEveryMissingCapability) {
   EXPECT_NE(m.find("q8_0"), std::string::npos) << m;
   EXPECT_NE(m.find("flux_capacitor"), std::string::npos) << m;
   EXPECT_NE(m.find("unbound_norm"), std::string::npos) << m;
+}
+
+TEST(PlannerTest, WeightFormatsChooseAProviderThatAcceptsThem) {
+  auto registry = make_cpu_registry(CpuProviderSet::kBoth);
+  // GGUF blocks plan on CPU (rows of whole blocks), mixed with f32.
+  ModelProgram p = tiny_program(DType::kF32);
+  p.weights[0] = {"emb", {8, 256}, DType::kQ4_K};
+  p.weights[1] = {"norm", {256}, DType::kF32};
+  p.values[1].width = p.values[2].width = 256;
+  for (ProgramNode& n : p.nodes) n.attrs.set("hidden_size", uint64_t{256});
+  auto plan = plan_program(p, *registry, PlanOptions{});
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  // A format no provider accepts fails at plan time, naming it.
+  p.weights[0].dtype = DType::kF8E4M3;
+  auto bad = plan_program(p, *registry, PlanOptions{});
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("no f8_e4m3 weights for 'table'"), std::string::npos)
+      << bad.status().message();
+  // Rows that are not whole blocks fail at plan time too.
+  p.weights[0] = {"emb", {8, 128}, DType::kQ6_K};
+  auto ragged = plan_program(p, *registry, PlanOptions{});
+  ASSERT_FALSE(ragged.is_ok());
+  EXPECT_NE(ragged.status().message().find("not whole q6_k blocks of 256"), std::string::npos)
+      << ragged.status().message();
 }
 
 TEST(PlannerTest, RejectsInvalidAttributes) {

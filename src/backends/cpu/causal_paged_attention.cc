@@ -120,8 +120,8 @@ class CausalPagedAttentionReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.reference.causal_paged_attention", causal_paged_attention::contract(),
-                     kReferencePriority, "scalar, paged KV", /*paged_kv=*/true);
+      with_block_formats(cpu_descriptor("cpu.reference.causal_paged_attention", causal_paged_attention::contract(),
+                     kReferencePriority, "scalar, paged KV", /*paged_kv=*/true));
 };
 
 class CausalPagedAttentionFast final : public Provider {
@@ -297,15 +297,16 @@ class CausalPagedAttentionFast final : public Provider {
       case DType::kQ4_K:
       case DType::kQ5_K:
       case DType::kQ6_K:
+      case DType::kQ4_0:
         break;
     }
     FERRITE_CHECK(false) << "KV cache dtype " << dtype_name(dt);
   }
 
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.fast.causal_paged_attention", causal_paged_attention::contract(), kFastPriority,
+      with_block_formats(cpu_descriptor("cpu.fast.causal_paged_attention", causal_paged_attention::contract(), kFastPriority,
                      "GEMM projections, per-head SIMD attention, paged KV",
-                     /*paged_kv=*/true);
+                     /*paged_kv=*/true));
 };
 
 }  // namespace

@@ -12,9 +12,26 @@ namespace ferrite::cpu {
 // Element i of a weight view as f32.
 inline float weight_at(const TensorView& w, int64_t i) { return load_as_f32(w.data, w.dtype, i); }
 
-// Row r (length n) of a [rows, n] weight as f32.
+// Row r (length n) of a [rows, n] weight as f32 (any weight format; a
+// block format's rows are whole blocks).
 inline void weight_row(const TensorView& w, int64_t r, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = load_as_f32(w.data, w.dtype, r * n + i);
+  dequantize_row(w.dtype, static_cast<const char*>(w.data) + dtype_bytes(w.dtype, r * n), out, n);
+}
+
+// The weight formats of the CPU providers whose weights include matrices
+// (embeddings, projections, MLPs, experts, LM head): f32, bf16, f16 and the
+// GGUF block formats (q8_0, q4_0, q4_k, q5_k, q6_k), in any mix across
+// bindings. The reference reads block weights element by element as their
+// dequantization defines them; the fast kernels dequantize panels of rows
+// in L1 (kernels/quant.h). Providers of norms and samplers keep the
+// default f32 / bf16 / f16 (GGUF files keep vectors in f32).
+inline std::vector<DType> cpu_matrix_weight_formats() {
+  return {DType::kF32,  DType::kBF16, DType::kF16,  DType::kQ8_0,
+          DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+}
+inline ProviderDescriptor with_block_formats(ProviderDescriptor d) {
+  d.weight_dtypes = cpu_matrix_weight_formats();
+  return d;
 }
 
 inline ProviderDescriptor cpu_descriptor(std::string name, const ContractSchema& contract,

@@ -25,7 +25,7 @@ class DenseLinearReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.reference.dense_linear", dense_linear::contract(), kReferencePriority, "scalar");
+      with_block_formats(cpu_descriptor("cpu.reference.dense_linear", dense_linear::contract(), kReferencePriority, "scalar"));
 };
 
 class DenseLinearFast final : public Provider {
@@ -48,8 +48,8 @@ class DenseLinearFast final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.fast.dense_linear", dense_linear::contract(), kFastPriority,
-                                            "SIMD GEMV/GEMM on stored weights");
+  ProviderDescriptor desc_ = with_block_formats(cpu_descriptor("cpu.fast.dense_linear", dense_linear::contract(), kFastPriority,
+                                            "SIMD GEMV/GEMM on stored weights"));
 };
 
 }  // namespace

@@ -29,8 +29,8 @@ class LastTokenDenseLinearReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.reference.last_token_dense_linear", last_token_dense_linear::contract(),
-                     kReferencePriority, "scalar");
+      with_block_formats(cpu_descriptor("cpu.reference.last_token_dense_linear", last_token_dense_linear::contract(),
+                     kReferencePriority, "scalar"));
 };
 
 class LastTokenDenseLinearFast final : public Provider {
@@ -61,8 +61,8 @@ class LastTokenDenseLinearFast final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      cpu_descriptor("cpu.fast.last_token_dense_linear", last_token_dense_linear::contract(), kFastPriority,
-                     "gather last rows + SIMD GEMM");
+      with_block_formats(cpu_descriptor("cpu.fast.last_token_dense_linear", last_token_dense_linear::contract(), kFastPriority,
+                     "gather last rows + SIMD GEMM"));
 };
 
 }  // namespace

@@ -58,10 +58,10 @@ class RoutedMoeReference final : public Provider {
  public:
   explicit RoutedMoeReference(bool shared)
       : shared_(shared),
-        desc_(cpu_descriptor(
+        desc_(with_block_formats(cpu_descriptor(
             shared ? "cpu.reference.routed_shared_swiglu_moe" : "cpu.reference.routed_swiglu_moe",
             shared ? routed_shared_swiglu_moe::contract() : routed_swiglu_moe::contract(), kReferencePriority,
-            "scalar, token by token")) {}
+            "scalar, token by token"))) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
   Status encode(const Invocation& inv) const override {
@@ -124,10 +124,10 @@ class RoutedMoeFast final : public Provider {
  public:
   explicit RoutedMoeFast(bool shared)
       : shared_(shared),
-        desc_(cpu_descriptor(
+        desc_(with_block_formats(cpu_descriptor(
             shared ? "cpu.fast.routed_shared_swiglu_moe" : "cpu.fast.routed_swiglu_moe",
             shared ? routed_shared_swiglu_moe::contract() : routed_swiglu_moe::contract(), kFastPriority,
-            "router GEMM, tokens grouped by expert, SIMD GEMMs")) {}
+            "router GEMM, tokens grouped by expert, SIMD GEMMs"))) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {

@@ -26,8 +26,8 @@ class TokenEmbeddingReference final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cpu_descriptor("cpu.reference.token_embedding", token_embedding::contract(),
-                                            kReferencePriority, "row gather");
+  ProviderDescriptor desc_ = with_block_formats(cpu_descriptor("cpu.reference.token_embedding", token_embedding::contract(),
+                                            kReferencePriority, "row gather"));
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/kernels/quant.h"
 #include "backends/cpu/kernels/simd.h"
 #include "base/check.h"
 
@@ -166,6 +167,12 @@ void pack_rows_impl(const void* wv, int64_t ldw, int64_t rows, int64_t n, float*
 
 void pack_rows(DType t, const void* w, int64_t ldw, int64_t rows, int64_t n, float* dst,
                int64_t ldd) {
+  if (dtype_is_quantized(t)) {  // rows of GGUF blocks: ldw and n are elements
+    const int64_t row_bytes = dtype_bytes(t, ldw);
+    for (int64_t r = 0; r < rows; ++r)
+      dequantize_row_fast(t, static_cast<const char*>(w) + r * row_bytes, dst + r * ldd, n);
+    return;
+  }
   if (t == DType::kBF16) {
     pack_rows_impl<simd::BF16>(w, ldw, rows, n, dst, ldd);
   } else {
@@ -173,10 +180,49 @@ void pack_rows(DType t, const void* w, int64_t ldw, int64_t rows, int64_t n, flo
   }
 }
 
-int64_t elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
-
 const char* at_row(const void* w, DType t, int64_t row, int64_t in) {
-  return static_cast<const char*>(w) + row * in * elem_bytes(t);
+  return static_cast<const char*>(w) + row * dtype_bytes(t, in);
+}
+
+// Decode with weights in GGUF blocks: each row group of kTileO rows is
+// dequantized once into a per-thread f32 panel (L1) and every token tile runs
+// over it; the next group's blocks are prefetched into L2. The dot products
+// are the canonical ones of the dequantized rows, so results are bitwise
+// those of an f32 matmul on the dequantized weights.
+void run_streaming_quant(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w,
+                         DType wt, int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
+                         bool accumulate, ThreadPool* pool) {
+  const TileFn* table = panel_tiles();
+  const int64_t rows = o_end - o_begin;
+  const int64_t groups = (rows + kTileO - 1) / kTileO;
+  const int64_t row_bytes = dtype_bytes(wt, in);
+  const int64_t ldp = (in + 15) / 16 * 16 + 16;
+  auto body = [&](int64_t g0, int64_t g1) {
+    thread_local std::vector<float> panel;
+    if (static_cast<int64_t>(panel.size()) < kTileO * ldp) panel.resize(kTileO * ldp);
+    for (int64_t g = g0; g < g1; ++g) {
+      int64_t r0 = g * kTileO;
+      int64_t nr = std::min<int64_t>(kTileO, rows - r0);
+      const char* wr = at_row(w, wt, o_begin + r0, in);
+      if (g + 1 < g1) {
+        const char* next = wr + kTileO * row_bytes;
+        const int64_t next_bytes = std::min<int64_t>(kTileO, rows - r0 - kTileO) * row_bytes;
+        for (int64_t b = 0; b < next_bytes; b += 64) prefetch_l2(next + b);
+      }
+      pack_rows(wt, wr, in, nr, in, panel.data(), ldp);
+      for (int64_t t0 = 0; t0 < tokens; t0 += kTileT) {
+        int64_t nt = std::min<int64_t>(kTileT, tokens - t0);
+        tile(table, nt, nr)(x + t0 * ldx, ldx, panel.data(), ldp, in, y + t0 * ldy + r0, ldy,
+                            accumulate, nullptr, kWhole);
+      }
+    }
+  };
+  int64_t grain = std::max<int64_t>(1, kMinElemsPerPart / (kTileO * in * tokens + 1));
+  if (pool != nullptr) {
+    pool->parallel_for(groups, body, grain);
+  } else {
+    body(0, groups);
+  }
 }
 
 // Decode / small batches: each row group of kTileO rows is read once from
@@ -185,6 +231,10 @@ const char* at_row(const void* w, DType t, int64_t row, int64_t in) {
 void run_streaming(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w, DType wt,
                    int64_t o_begin, int64_t o_end, float* y, int64_t ldy, bool accumulate,
                    ThreadPool* pool) {
+  if (dtype_is_quantized(wt)) {
+    run_streaming_quant(x, ldx, tokens, in, w, wt, o_begin, o_end, y, ldy, accumulate, pool);
+    return;
+  }
   const TileFn* table = streaming_tiles(wt);
   int64_t rows = o_end - o_begin;
   int64_t groups = (rows + kTileO - 1) / kTileO;
@@ -283,13 +333,17 @@ void run_packed(const float* x, int64_t ldx, int64_t tokens, int64_t in, const v
 
 }  // namespace
 
-bool matmul_supports(DType w_dtype) { return streaming_tiles(w_dtype) != nullptr; }
+bool matmul_supports(DType w_dtype) {
+  return streaming_tiles(w_dtype) != nullptr || dtype_is_quantized(w_dtype);
+}
 
 void matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w,
                  DType w_dtype, int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
                  bool accumulate, ThreadPool* pool) {
   FERRITE_CHECK(matmul_supports(w_dtype)) << "matmul weight dtype " << dtype_name(w_dtype);
   FERRITE_CHECK(in >= 0 && tokens >= 0 && o_begin >= 0 && o_begin <= o_end);
+  FERRITE_CHECK(in % dtype_block_elems(w_dtype) == 0)
+      << "rows of " << in << " elements are not whole " << dtype_name(w_dtype) << " blocks";
   if (tokens == 0 || o_end == o_begin) return;
   if (in == 0) {  // empty sums: y = 0, or y unchanged
     for (int64_t t = 0; t < tokens && !accumulate; ++t) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backends/cpu/kernels/simd.h"
 #include "base/check.h"
@@ -114,6 +115,13 @@ void add_f32(const float* x, float* y, int64_t n) {
 void rms_norm_row(const float* x, const void* w, DType w_dtype, int64_t n, float eps, bool add_one,
                   float* y) {
   if (n <= 0) return;
+  if (w != nullptr && dtype_is_quantized(w_dtype)) {  // a norm weight in GGUF blocks
+    thread_local std::vector<float> wf;
+    wf.resize(n);
+    dequantize_row(w_dtype, w, wf.data(), n);
+    rms_norm_row(x, wf.data(), DType::kF32, n, eps, add_one, y);
+    return;
+  }
   with_loader(w == nullptr ? DType::kF32 : w_dtype, [&](auto wl) {
     using WL = decltype(wl);
     rms_norm_impl<WL>(x, static_cast<const typename WL::T*>(w), n, eps, add_one, y);
@@ -202,6 +210,10 @@ void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
 }
 
 void to_f32_row(const void* src, DType src_dtype, float* dst, int64_t n) {
+  if (dtype_is_quantized(src_dtype)) {
+    dequantize_row(src_dtype, src, dst, n);
+    return;
+  }
   with_loader(src_dtype, [&](auto wl) {
     using WL = decltype(wl);
     const auto* s = static_cast<const typename WL::T*>(src);

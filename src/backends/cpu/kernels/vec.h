@@ -32,6 +32,7 @@ void add_f32(const float* x, float* y, int64_t n);
 // f16). y may alias x. The mean of squares uses the canonical dot order.
 void rms_norm_row(const float* x, const void* w, DType w_dtype, int64_t n, float eps, bool add_one,
                   float* y);
+// w may also be in a GGUF block format (dequantized first).
 // rms_norm_row over `rows` rows of n (x and y rows n apart), parallel over
 // rows when pool is not null.
 void rms_norm(const float* x, int64_t rows, int64_t n, const void* w, DType w_dtype, float eps,
@@ -59,7 +60,8 @@ void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
 void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n);
 void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n);
-// src in src_dtype (f32, bf16, f16) -> f32.
+// src in src_dtype (f32, bf16, f16, or a GGUF block format: n a multiple of
+// its block) -> f32.
 void to_f32_row(const void* src, DType src_dtype, float* dst, int64_t n);
 
 }  // namespace ferrite::cpu
