@@ -13,5 +13,6 @@ void register_create_model(CLI::App& app, int* exit_code);
 void register_serve(CLI::App& app, int* exit_code);
 void register_run(CLI::App& app, int* exit_code);
 void register_bench_serve(CLI::App& app, int* exit_code);
+void register_perplexity(CLI::App& app, int* exit_code);
 
 }  // namespace ferrite::cli

@@ -202,7 +202,49 @@ Status create_model(const CreateFlags& f) {
 
 }  // namespace
 
+// The random-weight fallback, written on first use.
+static Result<std::string> ensure_random_default_model();
+
+std::string find_trained_default_model() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path bin = exe.parent_path();
+    candidates.push_back(bin.parent_path() / "models" / "ferrite-tiny");
+    candidates.push_back(bin / "models" / "ferrite-tiny");
+    candidates.push_back(bin.parent_path() / "share" / "ferrite" / "models" / "ferrite-tiny");
+  }
+#ifdef FERRITE_DEFAULT_MODEL_DIR
+  candidates.push_back(FERRITE_DEFAULT_MODEL_DIR);
+#endif
+  for (const fs::path& dir : candidates) {
+    if (fs::is_regular_file(dir / "config.json", ec) &&
+        fs::is_regular_file(dir / "model.safetensors", ec) &&
+        fs::is_regular_file(dir / "tokenizer.json", ec))
+      return dir.lexically_normal().string();
+  }
+  return "";
+}
+
+Result<DefaultModel> default_model() {
+  std::string trained = find_trained_default_model();
+  if (!trained.empty()) return DefaultModel{trained, kDefaultModelName};
+  std::fprintf(stderr,
+               "ferrite: the default model (models/ferrite-tiny) is not beside this binary "
+               "nor in its source tree; using a random-weight model instead (its text is "
+               "noise)\n");
+  FERRITE_ASSIGN_OR_RETURN(std::string dir, ensure_random_default_model());
+  return DefaultModel{dir, kRandomModelName};
+}
+
 Result<std::string> ensure_default_model() {
+  FERRITE_ASSIGN_OR_RETURN(DefaultModel m, default_model());
+  return m.dir;
+}
+
+static Result<std::string> ensure_random_default_model() {
   namespace fs = std::filesystem;
   fs::path base;
   if (const char* h = std::getenv("FERRITE_HOME"); h && *h) {

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   ferrite::cli::register_serve(app, &exit_code);
   ferrite::cli::register_run(app, &exit_code);
   ferrite::cli::register_bench_serve(app, &exit_code);
+  ferrite::cli::register_perplexity(app, &exit_code);
   ferrite::cli::register_tokenize_commands(app);
   try {
     app.parse(argc, argv);

@@ -27,8 +27,9 @@ Result<std::unique_ptr<ServingModel>> open_serving_model(const ServingFlags& fla
   auto m = std::make_unique<ServingModel>();
   ModelFlags mf = flags.model;
   if (mf.model.empty()) {
-    FERRITE_ASSIGN_OR_RETURN(mf.model, ensure_default_model());
-    m->name = kDefaultModelName;
+    FERRITE_ASSIGN_OR_RETURN(DefaultModel d, default_model());
+    mf.model = d.dir;
+    m->name = d.name;
   } else {
     std::filesystem::path p(mf.model);
     while (!p.empty() && p.filename().empty()) p = p.parent_path();
