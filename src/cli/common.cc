@@ -15,7 +15,8 @@ void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required) {
   app->add_flag("--dummy-weights", f->dummy_weights,
                 "random weights for the config, allocated directly (benchmarks at real sizes)");
   app->add_option("--dummy-dtype", f->dummy_dtype,
-                  "dtype of dummy weights: bfloat16, float16, float32");
+                  "dtype of dummy weights: bfloat16, float16, float32, or a GGUF block format: "
+                  "q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m (q4_k with q6_k tensors)");
   app->add_option("--device", f->device, "cpu or cuda");
   app->add_option("--dtype", f->dtype, "activation dtype: auto, float32, bfloat16, float16");
   app->add_option("--providers", f->providers, "CPU provider set: fast or reference");
@@ -42,7 +43,16 @@ Result<RunnerOptions> runner_options(const ModelFlags& f) {
   o.load.model_dir = f.model;
   o.load.dummy_weights = f.dummy_weights;
   o.load.seed = f.seed;
-  FERRITE_ASSIGN_OR_RETURN(o.load.dummy_dtype, parse_dtype(f.dummy_dtype, "--dummy-dtype"));
+  // Dummy weights may also be in a GGUF block format (q8_0, q4_0, q4_k,
+  // q5_k, q6_k; q4_k_m: llama.cpp's mix of q4_k and q6_k).
+  if (f.dummy_dtype == "q4_k_m") {
+    o.load.dummy_dtype = DType::kQ4_K;
+    o.load.dummy_k_m_mix = true;
+  } else if (auto q = dtype_from_name(f.dummy_dtype); q && dtype_is_quantized(*q)) {
+    o.load.dummy_dtype = *q;
+  } else {
+    FERRITE_ASSIGN_OR_RETURN(o.load.dummy_dtype, parse_dtype(f.dummy_dtype, "--dummy-dtype"));
+  }
   o.device = f.device;
   o.providers = f.providers;
   if (f.dtype == "auto") {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "models/dummy_formats.h"
 
 namespace ferrite {
 
@@ -18,6 +19,27 @@ namespace {
 // Fills n elements of `dt` at dst with uniform values in [-scale, scale]
 // (or the constant `fill` when scale == 0), deterministic in (seed, index).
 void fill_dummy(void* dst, DType dt, int64_t n, float scale, float fill, uint64_t seed) {
+  if (dtype_is_quantized(dt)) {  // f32 values quantized in chunks of whole blocks
+    const int64_t chunk = 1 << 16;
+    ThreadPool::global().parallel_for(
+        (n + chunk - 1) / chunk,
+        [&](int64_t c0, int64_t c1) {
+          std::vector<float> v(chunk);
+          for (int64_t c = c0; c < c1; ++c) {
+            const int64_t begin = c * chunk, len = std::min(chunk, n - begin);
+            uint64_t s = seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(begin + 1));
+            for (int64_t i = 0; i < len; ++i) {
+              s ^= s << 13;
+              s ^= s >> 7;
+              s ^= s << 17;
+              v[i] = scale == 0 ? fill : scale * (static_cast<float>(s >> 40) / 8388608.0f - 1.0f);
+            }
+            quantize_row(dt, v.data(), static_cast<uint8_t*>(dst) + dtype_bytes(dt, begin), len);
+          }
+        },
+        1);
+    return;
+  }
   ThreadPool::global().parallel_for(
       n,
       [&](int64_t begin, int64_t end) {
@@ -177,13 +199,16 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(src.config, load_model_config(options.model_dir));
   FERRITE_ASSIGN_OR_RETURN(src.family, find_family(src.config.model_type));
   ProgramOptions po = options.program;
+  const bool dummy_blocks = options.dummy_weights && dtype_is_quantized(options.dummy_dtype);
   if (options.dummy_weights)
-    po.weight_dtype = options.dummy_dtype;
+    po.weight_dtype = dummy_blocks ? DType::kF32 : options.dummy_dtype;
   else if (src.config.torch_dtype)
     po.weight_dtype = *src.config.torch_dtype;
   if (po.max_context > src.config.max_position_embeddings)
     po.max_context = src.config.max_position_embeddings;
   FERRITE_ASSIGN_OR_RETURN(src.program, src.family->build(src.config, po));
+  if (dummy_blocks)
+    assign_dummy_block_formats(&src.program, options.dummy_dtype, options.dummy_k_m_mix);
   FERRITE_RETURN_IF_ERROR(check_weight_total(src.program, options.model_dir));
   if (options.dummy_weights) return src;
 

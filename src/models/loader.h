@@ -18,7 +18,8 @@ namespace ferrite {
 struct LoadOptions {
   std::string model_dir;  // holds config.json (+ safetensors unless dummy)
   bool dummy_weights = false;
-  DType dummy_dtype = DType::kBF16;
+  DType dummy_dtype = DType::kBF16;  // or a GGUF block format (models/dummy_formats.h)
+  bool dummy_k_m_mix = false;        // with q4_k: llama.cpp's Q4_K_M mix (q6_k tensors)
   uint64_t seed = 0;
   ProgramOptions program;
 };

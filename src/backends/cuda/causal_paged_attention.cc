@@ -196,10 +196,10 @@ class CausalPagedAttention final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cuda_descriptor(
+  ProviderDescriptor desc_ = with_block_formats(cuda_descriptor(
       "cuda.causal_paged_attention", causal_paged_attention::contract(),
       "GEMM projections, fused norm/RoPE/KV write, flash prefill, split-KV decode",
-      /*paged_kv=*/true);
+      /*paged_kv=*/true));
 };
 
 }  // namespace

@@ -62,6 +62,15 @@ inline Status check_packed(const StepBatch& batch, const char* what) {
 ProviderDescriptor cuda_descriptor(std::string name, const ContractSchema& contract,
                                    std::string summary, bool paged_kv = false);
 
+// The descriptor of a provider whose matrix weights go through gemm() (or
+// the block-format embedding gather): it also takes the GGUF block formats
+// (q8_0, q4_0, q4_k, q5_k, q6_k; kernels/quant_gemm.cuh).
+inline ProviderDescriptor with_block_formats(ProviderDescriptor d) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+    d.weight_dtypes.push_back(t);
+  return d;
+}
+
 // Carves 256-byte aligned pieces out of an invocation's workspace.
 class Carver {
  public:

@@ -19,8 +19,8 @@ class DenseLinear final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cuda_descriptor("cuda.dense_linear", dense_linear::contract(),
-                                             "GEMV (decode) / cuBLASLt bf16 / SIMT f32");
+  ProviderDescriptor desc_ = with_block_formats(cuda_descriptor("cuda.dense_linear", dense_linear::contract(),
+                                             "GEMV (decode) / cuBLASLt bf16 / SIMT f32"));
 };
 
 }  // namespace

@@ -56,9 +56,9 @@ class DenseSwiglu final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cuda_descriptor(
+  ProviderDescriptor desc_ = with_block_formats(cuda_descriptor(
       "cuda.dense_swiglu", dense_swiglu::contract(),
-      "norm, gate/up GEMMs, SiLU product, down GEMM accumulating into the residual");
+      "norm, gate/up GEMMs, SiLU product, down GEMM accumulating into the residual"));
 };
 
 }  // namespace

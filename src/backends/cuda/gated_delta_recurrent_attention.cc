@@ -108,11 +108,11 @@ class GatedDelta final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cuda_descriptor(
+  ProviderDescriptor desc_ = with_block_formats(cuda_descriptor(
       "cuda.gated_delta_recurrent_attention", gated_delta_recurrent_attention::contract(),
       "GEMM projections, conv + SiLU over the conv state, gated delta rule in f32 (block per "
       "sequence, value head and 32 state columns; chunked WY form for spans of >= 16 tokens, "
-      "recurrent otherwise), gated norm, out_proj into the residual");
+      "recurrent otherwise), gated norm, out_proj into the residual"));
 };
 
 }  // namespace

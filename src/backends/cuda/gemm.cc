@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 
 namespace ferrite::cuda {
@@ -126,6 +127,11 @@ Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, c
             DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate, const void* bias,
             DType bias_dt) {
   if (m == 0 || n == 0) return Status::ok();
+  // GGUF block weights (q8_0, q4_k, ...): dequantized in registers / shared
+  // memory by their own kernels (kernels/quant_gemm.cuh).
+  if (dtype_is_quantized(w_dt))
+    return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
+                             bias_dt);
   const bool tensor_types = x_dt == w_dt && (x_dt == DType::kBF16 || x_dt == DType::kF16) &&
                             (out_dt == x_dt || out_dt == DType::kF32) && !bias;
   if (tensor_types && gemv_supported(m, k, x_dt, w_dt, out_dt))

@@ -38,9 +38,9 @@ class LastTokenDenseLinear final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = cuda_descriptor("cuda.last_token_dense_linear",
+  ProviderDescriptor desc_ = with_block_formats(cuda_descriptor("cuda.last_token_dense_linear",
                                              last_token_dense_linear::contract(),
-                                             "gather last rows, GEMV / cuBLASLt to f32 logits");
+                                             "gather last rows, GEMV / cuBLASLt to f32 logits"));
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // token_embedding on CUDA: a row gather, converted to the activation dtype.
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels/elementwise.cuh"
+#include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/profiler.h"
 #include "contracts/token_embedding.h"
 
@@ -15,14 +16,19 @@ class TokenEmbedding final : public Provider {
     const Params p = Params::from(inv.signature->attrs);
     const auto& b = inv.bindings;
     profile_mark(stream_of(inv), "embedding", state(inv).capturing);
+    if (dtype_is_quantized(b[kTable].dtype))
+      return launch_quant_embedding(stream_of(inv), b[kIds].as<uint32_t>(),
+                                    inv.batch->num_tokens(), b[kTable].data, b[kTable].dtype,
+                                    i64(p.vocab_size), i64(p.hidden_size), b[kOut].data,
+                                    b[kOut].dtype);
     return launch_embedding(stream_of(inv), b[kIds].as<uint32_t>(), inv.batch->num_tokens(),
                             b[kTable].data, b[kTable].dtype, i64(p.vocab_size),
                             i64(p.hidden_size), b[kOut].data, b[kOut].dtype);
   }
 
  private:
-  ProviderDescriptor desc_ = cuda_descriptor("cuda.token_embedding", token_embedding::contract(),
-                                             "row gather, converted to the activation dtype");
+  ProviderDescriptor desc_ = with_block_formats(cuda_descriptor("cuda.token_embedding", token_embedding::contract(),
+                                             "row gather, converted to the activation dtype"));
 };
 
 }  // namespace

@@ -1,0 +1,95 @@
+// matmul on GGUF block weights (q8_0, q4_0, q4_k, q5_k, q6_k): every
+// projection of one Qwen3-0.6B decode token (28 layers of q, k, v, o,
+// gate_up, down, then the tied LM head) with the weights back to back in the
+// arena (always from DRAM), and a 64-token prefill of one layer's MLP.
+//
+// Counters: bytes_per_second (block bytes), tok/s, bw_frac = block bytes/s
+// over the measured read bandwidth (the decode roofline of the format).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels/matmul.h"
+#include "bench_util.h"
+
+namespace ferrite::bench {
+namespace {
+
+DType format_arg(int64_t a) {
+  constexpr DType kFormats[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K,
+                                DType::kQ5_K, DType::kQ6_K, DType::kBF16};
+  return kFormats[a];
+}
+
+struct Proj {
+  int64_t out, in;
+};
+constexpr Proj kLayer[] = {{2048, 1024}, {1024, 1024}, {1024, 1024},
+                           {1024, 2048}, {6144, 1024}, {1024, 3072}};
+constexpr int kLayers = 28;
+constexpr Proj kHead{151936, 1024};
+
+// Args: format, tokens.
+void BM_QuantQwen3_0_6B_Matmuls(benchmark::State& state) {
+  const DType dt = format_arg(state.range(0));
+  const int64_t tokens = state.range(1);
+  WeightArena& arena = WeightArena::get();
+  const double bw = read_bandwidth();
+  int64_t total = 0, bytes = 0;
+  for (const Proj& p : kLayer) {
+    total += p.out * p.in * kLayers;
+    bytes += dtype_bytes(dt, p.out * p.in) * kLayers;
+  }
+  total += kHead.out * kHead.in;
+  bytes += dtype_bytes(dt, kHead.out * kHead.in);
+  if (bytes > arena.bytes()) {
+    state.SkipWithError("arena smaller than the model");
+    return;
+  }
+  // Valid blocks: quantized random values, tiled over the arena.
+  {
+    const int64_t chunk = 1 << 20;
+    std::vector<float> v = random_activations(chunk, 7);
+    std::vector<uint8_t> q(dtype_bytes(dt, chunk));
+    quantize_row(dt, v.data(), q.data(), chunk);
+    for (int64_t off = 0; off + static_cast<int64_t>(q.size()) <= bytes; off += q.size())
+      std::memcpy(reinterpret_cast<char*>(const_cast<uint16_t*>(arena.at(0))) + off, q.data(),
+                  q.size());
+  }
+  std::vector<float> x = random_activations(tokens * 6144, 2);
+  std::vector<float> y(static_cast<size_t>(tokens * kHead.out));
+  ThreadPool* pool = &ThreadPool::global();
+  for (auto _ : state) {
+    const char* w = reinterpret_cast<const char*>(arena.at(0));
+    for (int l = 0; l < kLayers; ++l) {
+      for (const Proj& p : kLayer) {
+        cpu::matmul(x.data(), tokens, p.in, w, dt, p.out, y.data(), pool);
+        w += dtype_bytes(dt, p.out * p.in);
+      }
+    }
+    cpu::matmul(x.data(), tokens, kHead.in, w, dt, kHead.out, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_frac"] = benchmark::Counter(static_cast<double>(bytes) / bw,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2e-9 * tokens * total, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(dtype_name(dt)) + " threads=" + std::to_string(pool->size()));
+}
+BENCHMARK(BM_QuantQwen3_0_6B_Matmuls)
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_QuantQwen3_0_6B_Matmuls)
+    ->ArgsProduct({{0, 2}, {64}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Name("prefill64");
+
+}  // namespace
+}  // namespace ferrite::bench

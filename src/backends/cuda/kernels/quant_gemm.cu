@@ -1,0 +1,400 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/quant_gemm.cuh"
+
+namespace ferrite::cuda {
+namespace {
+
+enum QFmt : int { kFmtQ8_0 = 0, kFmtQ4_0 = 1, kFmtQ4_K = 2, kFmtQ5_K = 3, kFmtQ6_K = 4 };
+
+int qfmt(DType t) {
+  switch (t) {
+    case DType::kQ8_0:
+      return kFmtQ8_0;
+    case DType::kQ4_0:
+      return kFmtQ4_0;
+    case DType::kQ4_K:
+      return kFmtQ4_K;
+    case DType::kQ5_K:
+      return kFmtQ5_K;
+    case DType::kQ6_K:
+      return kFmtQ6_K;
+    default:
+      return -1;
+  }
+}
+
+// Calls f(std::integral_constant<int, F>{}) for the format code of t.
+template <typename Fn>
+bool dispatch_fmt(DType t, Fn&& f) {
+  switch (qfmt(t)) {
+    case kFmtQ8_0:
+      f(std::integral_constant<int, kFmtQ8_0>{});
+      return true;
+    case kFmtQ4_0:
+      f(std::integral_constant<int, kFmtQ4_0>{});
+      return true;
+    case kFmtQ4_K:
+      f(std::integral_constant<int, kFmtQ4_K>{});
+      return true;
+    case kFmtQ5_K:
+      f(std::integral_constant<int, kFmtQ5_K>{});
+      return true;
+    case kFmtQ6_K:
+      f(std::integral_constant<int, kFmtQ6_K>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+__device__ __forceinline__ float ld_half(const uint8_t* p) {
+  return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p))));
+}
+__device__ __forceinline__ uint32_t ldb(const uint8_t* p) { return __ldg(p); }
+
+// Elements e .. e + 7 (e a multiple of 8) of a weight row in format F, as
+// the reference dequantization defines them (tensor/dtype.h): the same f32
+// products and differences (fused multiply-add contraction off below).
+template <int F>
+__device__ __forceinline__ void dequant8(const uint8_t* row, int64_t e, float (&v)[8]) {
+  if constexpr (F == kFmtQ8_0) {
+    const uint8_t* b = row + (e >> 5) * 34;
+    const int off = static_cast<int>(e & 31);
+    const float d = ld_half(b);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      v[i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(ldb(b + 2 + off + i))), d);
+  } else if constexpr (F == kFmtQ4_0) {
+    const uint8_t* b = row + (e >> 5) * 18;
+    const int off = static_cast<int>(e & 31);
+    const float d = ld_half(b);
+    const uint8_t* q = b + 2 + (off & 15);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t byte = ldb(q + i);
+      const int qi = off < 16 ? static_cast<int>(byte & 15) : static_cast<int>(byte >> 4);
+      v[i] = __fmul_rn(static_cast<float>(qi - 8), d);
+    }
+  } else if constexpr (F == kFmtQ4_K || F == kFmtQ5_K) {
+    constexpr bool five = F == kFmtQ5_K;
+    const uint8_t* b = row + (e >> 8) * (five ? 176 : 144);
+    const int j = static_cast<int>(e & 255), sub = j >> 5, c = j >> 6, l = j & 31;
+    const float d = ld_half(b), dmin = ld_half(b + 2);
+    const uint8_t* s = b + 4;
+    uint32_t sc, mn;
+    if (sub < 4) {
+      sc = ldb(s + sub) & 63;
+      mn = ldb(s + sub + 4) & 63;
+    } else {
+      sc = (ldb(s + sub + 4) & 0xF) | ((ldb(s + sub - 4) >> 6) << 4);
+      mn = (ldb(s + sub + 4) >> 4) | ((ldb(s + sub) >> 6) << 4);
+    }
+    const float d1 = __fmul_rn(d, static_cast<float>(sc));
+    const float m1 = __fmul_rn(dmin, static_cast<float>(mn));
+    const uint2 qv = __ldg(reinterpret_cast<const uint2*>(b + (five ? 48 : 16) + 32 * c + l));
+    uint2 hv = make_uint2(0, 0);
+    if constexpr (five) hv = __ldg(reinterpret_cast<const uint2*>(b + 16 + l));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t byte = ((i < 4 ? qv.x : qv.y) >> (8 * (i & 3))) & 0xFF;
+      int q = (sub & 1) ? static_cast<int>(byte >> 4) : static_cast<int>(byte & 15);
+      if constexpr (five) {
+        const uint32_t hb = ((i < 4 ? hv.x : hv.y) >> (8 * (i & 3))) & 0xFF;
+        q += static_cast<int>((hb >> sub) & 1) << 4;
+      }
+      v[i] = __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
+    }
+  } else {  // q6_k
+    const uint8_t* b = row + (e >> 8) * 210;
+    const int j = static_cast<int>(e & 255), half = j >> 7, r = j & 127, qt = r >> 5, l = r & 31;
+    const uint8_t* ql = b + 64 * half + (qt & 1) * 32 + l;
+    const uint8_t* qh = b + 128 + 32 * half + l;
+    const float d = ld_half(b + 208);
+    const int sc = static_cast<int8_t>(ldb(b + 192 + 8 * half + (l >> 4) + 2 * qt));
+    const float ds = __fmul_rn(d, static_cast<float>(sc));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lo = ldb(ql + i);
+      const uint32_t nib = qt < 2 ? (lo & 15) : (lo >> 4);
+      const uint32_t hi = (ldb(qh + i) >> (2 * qt)) & 3;
+      v[i] = __fmul_rn(ds, static_cast<float>(static_cast<int>(nib | (hi << 4)) - 32));
+    }
+  }
+}
+
+// Eight consecutive activations as f32 (16-byte loads when `vec`).
+template <typename TX>
+__device__ __forceinline__ void load_x8(const TX* p, bool vec, float (&f)[8]) {
+  if constexpr (sizeof(TX) == 2) {
+    if (vec) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      const TX* h = reinterpret_cast<const TX*>(&u);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = to_f(h[i]);
+      return;
+    }
+  } else {
+    if (vec) {
+      const float4 a = *reinterpret_cast<const float4*>(p);
+      const float4 b = *reinterpret_cast<const float4*>(p + 4);
+      f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z,
+      f[7] = b.w;
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = to_f(p[i]);
+}
+
+constexpr int kGemvWarps = 4;  // weight rows per block
+
+// One warp per weight row n, tokens [blockIdx.y * M, + M).
+template <int F, typename TX, typename TO, int M>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    quant_gemv_kernel(const TX* __restrict__ x, int64_t m, int64_t k, bool xvec,
+                      const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n,
+                      TO* __restrict__ out, bool accumulate, const void* bias, int bias_dt) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * M;
+  if (row >= n) return;
+  const uint8_t* wr = w + row * row_bytes;
+  float acc[M];
+#pragma unroll
+  for (int t = 0; t < M; ++t) acc[t] = 0.0f;
+  for (int64_t base = 0; base < k; base += 256) {
+    const int64_t e = base + lane * 8;
+    if (e >= k) break;
+    float v[8];
+    dequant8<F>(wr, e, v);
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      if (t0 + t < m) {
+        float xf[8];
+        load_x8(x + (t0 + t) * k + e, xvec, xf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[t] = fmaf(v[i], xf[i], acc[t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (lane == 0 && t0 + t < m) {
+      float val = s + (bias ? load_any(bias, bias_dt, row) : 0.0f);
+      TO* o = out + (t0 + t) * n + row;
+      if (accumulate) val += to_f(*o);
+      *o = from_f<TO>(val);
+    }
+  }
+}
+
+// Tensor-core tiles: 128 tokens x 64 weight rows per block of 4 warps (each
+// warp 32 tokens x 64 rows), k steps of 32; W dequantized into shared memory
+// in the activation type.
+constexpr int kMmaBM = 128, kMmaBN = 64, kMmaBK = 32, kMmaLds = kMmaBK + 8;
+
+template <int F, typename T, typename TO>
+__global__ void __launch_bounds__(128)
+    quant_mma_kernel(const T* __restrict__ x, int64_t m, int64_t k, bool xvec,
+                     const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n,
+                     TO* __restrict__ out, bool accumulate, const void* bias, int bias_dt) {
+  __shared__ __align__(16) T xs[kMmaBM][kMmaLds];
+  __shared__ __align__(16) T ws[kMmaBN][kMmaLds];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMmaBM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaBN;
+  float acc[2][8][4];
+#pragma unroll
+  for (int a = 0; a < 2; ++a)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[a][j][q] = 0.0f;
+
+  for (int64_t k0 = 0; k0 < k; k0 += kMmaBK) {
+    // x tile: 128 rows x 32, one row per thread.
+    {
+      const int64_t gm = m0 + tid;
+      T* dst = &xs[tid][0];
+      if (gm < m) {
+        const T* src = x + gm * k + k0;
+        if (xvec) {
+#pragma unroll
+          for (int c = 0; c < kMmaBK; c += 8)
+            *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
+        } else {
+#pragma unroll
+          for (int c = 0; c < kMmaBK; ++c) dst[c] = src[c];
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < kMmaBK; c += 8)
+          *reinterpret_cast<uint4*>(dst + c) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    // W tile: 64 rows x 32, half a row (16 elements) per thread.
+    {
+      const int r = tid >> 1, c = (tid & 1) * 16;
+      const int64_t gn = n0 + r;
+      T* dst = &ws[r][c];
+      if (gn < n) {
+        const uint8_t* wr = w + gn * row_bytes;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v[8];
+          dequant8<F>(wr, k0 + c + 8 * h, v);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dst[8 * h + i] = from_f<T>(v[i]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) dst[i] = from_f<T>(0.0f);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kMmaBK; kk += 16) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const int ar = warp * 32 + s * 16 + g;
+        a[s][0] = *reinterpret_cast<const uint32_t*>(&xs[ar][kk + 2 * tq]);
+        a[s][1] = *reinterpret_cast<const uint32_t*>(&xs[ar + 8][kk + 2 * tq]);
+        a[s][2] = *reinterpret_cast<const uint32_t*>(&xs[ar][kk + 2 * tq + 8]);
+        a[s][3] = *reinterpret_cast<const uint32_t*>(&xs[ar + 8][kk + 2 * tq + 8]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int br = j * 8 + g;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ws[br][kk + 2 * tq]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&ws[br][kk + 2 * tq + 8]);
+        mma16816<T>(acc[0][j], a[0], b0, b1);
+        mma16816<T>(acc[1][j], a[1], b0, b1);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t gm = m0 + warp * 32 + s * 16 + g + (q >> 1) * 8;
+        const int64_t gn = n0 + j * 8 + 2 * tq + (q & 1);
+        if (gm < m && gn < n) {
+          float val = acc[s][j][q] + (bias ? load_any(bias, bias_dt, gn) : 0.0f);
+          TO* o = out + gm * n + gn;
+          if (accumulate) val += to_f(*o);
+          *o = from_f<TO>(val);
+        }
+      }
+    }
+  }
+}
+
+template <int F, typename TO>
+__global__ void quant_embedding_kernel(const uint32_t* __restrict__ ids, const uint8_t* table,
+                                       int64_t row_bytes, int64_t vocab, int64_t hidden,
+                                       TO* __restrict__ out) {
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  uint32_t id = ids[t];
+  if (id >= vocab) id = static_cast<uint32_t>(vocab - 1);
+  const uint8_t* row = table + static_cast<int64_t>(id) * row_bytes;
+  for (int64_t e = static_cast<int64_t>(threadIdx.x) * 8; e < hidden; e += blockDim.x * 8) {
+    float v[8];
+    dequant8<F>(row, e, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[t * hidden + e + i] = from_f<TO>(v[i]);
+  }
+}
+
+bool aligned16(const void* p, int64_t k, int64_t elem) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (k * elem) % 16 == 0;
+}
+
+}  // namespace
+
+bool quant_gemm_supported(DType x_dt, DType w_dt, DType out_dt) {
+  return qfmt(w_dt) >= 0 && small_ok(x_dt) && (out_dt == DType::kF32 || out_dt == x_dt);
+}
+
+Status launch_quant_gemm(cudaStream_t s, const void* x, DType x_dt, int64_t m, int64_t k,
+                         const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
+                         bool accumulate, const void* bias, DType bias_dt) {
+  if (m == 0 || n == 0) return Status::ok();
+  if (!quant_gemm_supported(x_dt, w_dt, out_dt))
+    return unsupported(std::string("quant gemm: ") + std::string(dtype_name(x_dt)) + " x " +
+                       std::string(dtype_name(w_dt)) + " -> " + std::string(dtype_name(out_dt)));
+  if (k % dtype_block_elems(w_dt) != 0) return unsupported("quant gemm: k is not whole blocks");
+  if (bias && !small_ok(bias_dt)) return bad_dtype("quant gemm bias", bias_dt);
+  const int64_t row_bytes = dtype_bytes(w_dt, k);
+  const bool xvec = aligned16(x, k, dtype_bytes(x_dt, 1));
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int bdt = dt_code(bias_dt);
+  const bool mma = x_dt != DType::kF32 && m > 8;
+  bool ok = dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    dispatch_float(x_dt, [&](auto tx) {
+      using TX = decltype(tx);
+      auto run = [&](auto to) {
+        using TO = decltype(to);
+        TO* o = static_cast<TO*>(out);
+        const TX* xp = static_cast<const TX*>(x);
+        if constexpr (!std::is_same_v<TX, float>) {
+          if (mma) {
+            dim3 grid(static_cast<unsigned>((n + kMmaBN - 1) / kMmaBN),
+                      static_cast<unsigned>((m + kMmaBM - 1) / kMmaBM));
+            quant_mma_kernel<F, TX, TO>
+                <<<grid, 128, 0, s>>>(xp, m, k, xvec, wb, row_bytes, n, o, accumulate, bias, bdt);
+            return;
+          }
+        }
+        const unsigned rows = static_cast<unsigned>((n + kGemvWarps - 1) / kGemvWarps);
+        if (m == 1) {
+          quant_gemv_kernel<F, TX, TO, 1><<<dim3(rows, 1), kGemvWarps * 32, 0, s>>>(
+              xp, m, k, xvec, wb, row_bytes, n, o, accumulate, bias, bdt);
+        } else {
+          quant_gemv_kernel<F, TX, TO, 8>
+              <<<dim3(rows, static_cast<unsigned>((m + 7) / 8)), kGemvWarps * 32, 0, s>>>(
+                  xp, m, k, xvec, wb, row_bytes, n, o, accumulate, bias, bdt);
+        }
+      };
+      if (out_dt == DType::kF32) {
+        run(float{});
+      } else if constexpr (!std::is_same_v<TX, float>) {
+        run(TX{});
+      }
+    });
+  });
+  if (!ok) return bad_dtype("quant gemm", w_dt);
+  return check_launch("quant_gemm");
+}
+
+Status launch_quant_embedding(cudaStream_t s, const uint32_t* ids, int64_t tokens,
+                              const void* table, DType table_dt, int64_t vocab, int64_t hidden,
+                              void* out, DType out_dt) {
+  if (tokens == 0) return Status::ok();
+  if (hidden % dtype_block_elems(table_dt) != 0)
+    return unsupported("quant embedding: rows are not whole blocks");
+  const int64_t row_bytes = dtype_bytes(table_dt, hidden);
+  bool ok = dispatch_fmt(table_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    dispatch_float(out_dt, [&](auto to) {
+      using TO = decltype(to);
+      (void)launch_pdl(quant_embedding_kernel<F, TO>, static_cast<unsigned>(tokens), 128, 0, s, ids,
+                       static_cast<const uint8_t*>(table), row_bytes, vocab, hidden,
+                       static_cast<TO*>(out));
+    });
+  });
+  if (!ok) return bad_dtype("quant embedding", table_dt);
+  return check_launch("quant_embedding");
+}
+
+}  // namespace ferrite::cuda
