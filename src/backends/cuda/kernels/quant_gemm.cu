@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/quant_gemm.cuh"
@@ -55,6 +57,17 @@ __device__ __forceinline__ float ld_half(const uint8_t* p) {
   return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p))));
 }
 __device__ __forceinline__ uint32_t ldb(const uint8_t* p) { return __ldg(p); }
+// Eight bytes at a 2-byte aligned address (blocks of 34, 18 and 210 bytes
+// keep only that alignment), as four 16-bit loads.
+__device__ __forceinline__ void ld8(const uint8_t* p, uint32_t (&q)[8]) {
+  const auto* h = reinterpret_cast<const unsigned short*>(p);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t w = __ldg(h + j);
+    q[2 * j] = w & 0xFF;
+    q[2 * j + 1] = w >> 8;
+  }
+}
 
 // Elements e .. e + 7 (e a multiple of 8) of a weight row in format F, as
 // the reference dequantization defines them (tensor/dtype.h): the same f32
@@ -65,18 +78,19 @@ __device__ __forceinline__ void dequant8(const uint8_t* row, int64_t e, float (&
     const uint8_t* b = row + (e >> 5) * 34;
     const int off = static_cast<int>(e & 31);
     const float d = ld_half(b);
+    uint32_t q[8];
+    ld8(b + 2 + off, q);
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-      v[i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(ldb(b + 2 + off + i))), d);
+    for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(q[i])), d);
   } else if constexpr (F == kFmtQ4_0) {
     const uint8_t* b = row + (e >> 5) * 18;
     const int off = static_cast<int>(e & 31);
     const float d = ld_half(b);
-    const uint8_t* q = b + 2 + (off & 15);
+    uint32_t q[8];
+    ld8(b + 2 + (off & 15), q);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t byte = ldb(q + i);
-      const int qi = off < 16 ? static_cast<int>(byte & 15) : static_cast<int>(byte >> 4);
+      const int qi = off < 16 ? static_cast<int>(q[i] & 15) : static_cast<int>(q[i] >> 4);
       v[i] = __fmul_rn(static_cast<float>(qi - 8), d);
     }
   } else if constexpr (F == kFmtQ4_K || F == kFmtQ5_K) {
@@ -116,11 +130,13 @@ __device__ __forceinline__ void dequant8(const uint8_t* row, int64_t e, float (&
     const float d = ld_half(b + 208);
     const int sc = static_cast<int8_t>(ldb(b + 192 + 8 * half + (l >> 4) + 2 * qt));
     const float ds = __fmul_rn(d, static_cast<float>(sc));
+    uint32_t lq[8], hq[8];
+    ld8(ql, lq);
+    ld8(qh, hq);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t lo = ldb(ql + i);
-      const uint32_t nib = qt < 2 ? (lo & 15) : (lo >> 4);
-      const uint32_t hi = (ldb(qh + i) >> (2 * qt)) & 3;
+      const uint32_t nib = qt < 2 ? (lq[i] & 15) : (lq[i] >> 4);
+      const uint32_t hi = (hq[i] >> (2 * qt)) & 3;
       v[i] = __fmul_rn(ds, static_cast<float>(static_cast<int>(nib | (hi << 4)) - 32));
     }
   }
@@ -150,45 +166,57 @@ __device__ __forceinline__ void load_x8(const TX* p, bool vec, float (&f)[8]) {
   for (int i = 0; i < 8; ++i) f[i] = to_f(p[i]);
 }
 
-constexpr int kGemvWarps = 4;  // weight rows per block
+constexpr int kGemvWarps = 4;  // warps per block
+constexpr int kGemvRows = 2;   // weight rows per warp (independent streams)
 
-// One warp per weight row n, tokens [blockIdx.y * M, + M).
+// One warp per kGemvRows weight rows, tokens [blockIdx.y * M, + M).
 template <int F, typename TX, typename TO, int M>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     quant_gemv_kernel(const TX* __restrict__ x, int64_t m, int64_t k, bool xvec,
                       const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n,
                       TO* __restrict__ out, bool accumulate, const void* bias, int bias_dt) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp) * kGemvRows;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * M;
-  if (row >= n) return;
-  const uint8_t* wr = w + row * row_bytes;
-  float acc[M];
+  if (row0 >= n) return;
+  const uint8_t* wr[kGemvRows];
 #pragma unroll
-  for (int t = 0; t < M; ++t) acc[t] = 0.0f;
+  for (int r = 0; r < kGemvRows; ++r) wr[r] = w + (row0 + r < n ? row0 + r : row0) * row_bytes;
+  float acc[kGemvRows][M];
+#pragma unroll
+  for (int r = 0; r < kGemvRows; ++r)
+#pragma unroll
+    for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
   for (int64_t base = 0; base < k; base += 256) {
     const int64_t e = base + lane * 8;
     if (e >= k) break;
-    float v[8];
-    dequant8<F>(wr, e, v);
+    float v[kGemvRows][8];
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) dequant8<F>(wr[r], e, v[r]);
 #pragma unroll
     for (int t = 0; t < M; ++t) {
       if (t0 + t < m) {
         float xf[8];
         load_x8(x + (t0 + t) * k + e, xvec, xf);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[t] = fmaf(v[i], xf[i], acc[t]);
+        for (int r = 0; r < kGemvRows; ++r)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[r][t] = fmaf(v[r][i], xf[i], acc[r][t]);
       }
     }
   }
 #pragma unroll
-  for (int t = 0; t < M; ++t) {
-    const float s = warp_sum(acc[t]);
-    if (lane == 0 && t0 + t < m) {
-      float val = s + (bias ? load_any(bias, bias_dt, row) : 0.0f);
-      TO* o = out + (t0 + t) * n + row;
-      if (accumulate) val += to_f(*o);
-      *o = from_f<TO>(val);
+  for (int r = 0; r < kGemvRows; ++r) {
+    const int64_t row = row0 + r;
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float s = warp_sum(acc[r][t]);
+      if (lane == 0 && t0 + t < m && row < n) {
+        float val = s + (bias ? load_any(bias, bias_dt, row) : 0.0f);
+        TO* o = out + (t0 + t) * n + row;
+        if (accumulate) val += to_f(*o);
+        *o = from_f<TO>(val);
+      }
     }
   }
 }
@@ -205,6 +233,11 @@ __global__ void __launch_bounds__(128)
                      TO* __restrict__ out, bool accumulate, const void* bias, int bias_dt) {
   __shared__ __align__(16) T xs[kMmaBM][kMmaLds];
   __shared__ __align__(16) T ws[kMmaBN][kMmaLds];
+  // bf16 keeps 8 bits of a dequantized weight: the remainder goes in a
+  // second tile (w = hi + lo, two mma), so the product carries the weights
+  // to about 16 bits, as the f16 tile does in one.
+  constexpr bool kSplit = std::is_same_v<T, __nv_bfloat16>;
+  __shared__ __align__(16) T ws_lo[kSplit ? kMmaBN : 1][kMmaLds];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMmaBM;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaBN;
@@ -249,11 +282,18 @@ __global__ void __launch_bounds__(128)
           float v[8];
           dequant8<F>(wr, k0 + c + 8 * h, v);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) dst[8 * h + i] = from_f<T>(v[i]);
+          for (int i = 0; i < 8; ++i) {
+            const T hi = from_f<T>(v[i]);
+            dst[8 * h + i] = hi;
+            if constexpr (kSplit) ws_lo[r][c + 8 * h + i] = from_f<T>(v[i] - to_f(hi));
+          }
         }
       } else {
 #pragma unroll
-        for (int i = 0; i < 16; ++i) dst[i] = from_f<T>(0.0f);
+        for (int i = 0; i < 16; ++i) {
+          dst[i] = from_f<T>(0.0f);
+          if constexpr (kSplit) ws_lo[r][c + i] = from_f<T>(0.0f);
+        }
       }
     }
     __syncthreads();
@@ -275,6 +315,12 @@ __global__ void __launch_bounds__(128)
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&ws[br][kk + 2 * tq + 8]);
         mma16816<T>(acc[0][j], a[0], b0, b1);
         mma16816<T>(acc[1][j], a[1], b0, b1);
+        if constexpr (kSplit) {
+          const uint32_t l0 = *reinterpret_cast<const uint32_t*>(&ws_lo[br][kk + 2 * tq]);
+          const uint32_t l1 = *reinterpret_cast<const uint32_t*>(&ws_lo[br][kk + 2 * tq + 8]);
+          mma16816<T>(acc[0][j], a[0], l0, l1);
+          mma16816<T>(acc[1][j], a[1], l0, l1);
+        }
       }
     }
     __syncthreads();
@@ -356,7 +402,8 @@ Status launch_quant_gemm(cudaStream_t s, const void* x, DType x_dt, int64_t m, i
             return;
           }
         }
-        const unsigned rows = static_cast<unsigned>((n + kGemvWarps - 1) / kGemvWarps);
+        const unsigned rows =
+            static_cast<unsigned>((n + kGemvWarps * kGemvRows - 1) / (kGemvWarps * kGemvRows));
         if (m == 1) {
           quant_gemv_kernel<F, TX, TO, 1><<<dim3(rows, 1), kGemvWarps * 32, 0, s>>>(
               xp, m, k, xvec, wb, row_bytes, n, o, accumulate, bias, bdt);
