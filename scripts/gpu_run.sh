@@ -131,11 +131,11 @@ if [ "${FERRITE_NCU:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
   done
 fi
 
-# Variants (environment switches) against the default run above
+# Variants (tuning variables, docs/tuning.md) against the default run above
 # (FERRITE_AB=1; FERRITE_AB_VARIANTS, FERRITE_AB_MODELS).
 if [ $RUN_BENCH -eq 1 ] && [ "${FERRITE_AB:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
   for am in ${FERRITE_AB_MODELS:-qwen3-8b}; do
-    for v in ${FERRITE_AB_VARIANTS:-FERRITE_GEMV_MAX_M=2 FERRITE_LT_PICK=first FERRITE_FUSED_NORM=0}; do
+    for v in ${FERRITE_AB_VARIANTS:-FERRITE_CUDA_GRAPHS=0}; do
       log "== variant $v ($am)"
       env "$v" timeout 120 "$BUILD/ferrite" bench --model "$ROOT/configs/$am" --dummy-weights \
         --device cuda --batch 1 8 128 --prompt-len 1024 --decode-prompt-len 128 --gen-len 32 \

@@ -36,11 +36,22 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+std::atomic<int> g_global_threads{0};
+std::atomic<bool> g_global_made{false};
+}  // namespace
+
+bool ThreadPool::configure_global(int threads) {
+  if (threads <= 0) return true;  // keep the default
+  if (g_global_made.load()) return global().size() == threads;
+  g_global_threads.store(threads);
+  return true;
+}
+
 ThreadPool& ThreadPool::global() {
   static ThreadPool* pool = [] {
-    int n = 0;
-    if (const char* env = std::getenv("FERRITE_THREADS")) n = std::atoi(env);
-    return new ThreadPool(n);
+    g_global_made.store(true);
+    return new ThreadPool(g_global_threads.load());
   }();
   return *pool;
 }

@@ -37,7 +37,11 @@ class ThreadPool {
   // a thread; small n runs inline on the caller.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
-  // The process-wide pool (FERRITE_THREADS overrides the size).
+  // The size of the process-wide pool when it is made (at its first use):
+  // threads > 0 sets it (Tuning::threads); <= 0 keeps one per hardware
+  // thread. False when the pool exists already with another size.
+  static bool configure_global(int threads);
+  // The process-wide pool.
   static ThreadPool& global();
 
  private:

@@ -71,7 +71,8 @@ Result<RunnerOptions> runner_options(const ModelFlags& f) {
   if (!(f.kv_cache_gib > 0) || f.kv_cache_gib > 4096)
     return invalid_argument("--kv-cache-gib must be positive");
   if (f.threads < 0 || f.threads > 1024) return invalid_argument("--threads must be in [0, 1024]");
-  if (f.threads > 0) setenv("FERRITE_THREADS", std::to_string(f.threads).c_str(), 1);
+  FERRITE_ASSIGN_OR_RETURN(o.tuning, Tuning::from_environment());
+  if (f.threads > 0) o.tuning.threads = f.threads;
   o.limits.max_sequences = f.max_num_seqs;
   o.limits.max_tokens = f.max_num_batched_tokens;
   o.limits.max_context = f.max_model_len;

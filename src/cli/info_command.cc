@@ -1,5 +1,7 @@
 // ferrite info --model DIR: the resolved plan (node -> provider), weight,
-// KV and state memory. Reads headers only: works for models that do not fit.
+// KV and state memory, the tuning in effect. Reads headers only: works for
+// models that do not fit. `ferrite info --tuning-table`: the tuning
+// variables (the table of docs/tuning.md).
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -13,10 +15,18 @@ namespace ferrite::cli {
 void register_info(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<ModelFlags>();
   auto catalog = std::make_shared<bool>(false);
+  auto tuning_table = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("info", "print the resolved plan and memory of a model");
-  add_model_flags(cmd, f.get());
+  add_model_flags(cmd, f.get(), /*model_required=*/false);
   cmd->add_flag("--catalog", *catalog, "also print the backend's capability catalog");
-  cmd->callback([f, catalog, exit_code] {
+  cmd->add_flag("--tuning-table", *tuning_table,
+                "print the table of tuning variables (docs/tuning.md) and exit");
+  cmd->callback([f, catalog, tuning_table, exit_code] {
+    if (*tuning_table) {
+      std::printf("%s", tuning_docs_table().c_str());
+      *exit_code = 0;
+      return;
+    }
     auto options = runner_options(*f);
     if (!options.is_ok()) {
       *exit_code = report_error(options.status());
@@ -28,6 +38,7 @@ void register_info(CLI::App& app, int* exit_code) {
       return;
     }
     std::printf("%s", report->to_string().c_str());
+    std::printf("tuning: %s\n", options->tuning.to_string().c_str());
     // What `serve --enable-prefix-cache` would reserve for a hybrid model's
     // state snapshots (the engine's defaults).
     if (report->state_bytes_per_sequence > 0 && report->kv_bytes_per_token > 0) {

@@ -51,6 +51,7 @@ Result<PlanReport> make_report(const ModelConfig& config,
   PlanOptions po;
   po.activation_dtype = options.activation_dtype;
   po.limits = options.limits;
+  po.tuning = options.tuning;
   po.limits.max_context =
       std::min<int64_t>(options.limits.max_context, config.max_position_embeddings);
   FERRITE_ASSIGN_OR_RETURN(r.plan, plan_program(*program, registry, po));
@@ -165,6 +166,7 @@ Result<PlanReport> ModelRunner::plan_only(const RunnerOptions& options) {
 Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& options) {
   auto r = std::unique_ptr<ModelRunner>(new ModelRunner());
   r->options_ = options;
+  ThreadPool::configure_global(static_cast<int>(options.tuning.threads));
   FERRITE_ASSIGN_OR_RETURN(r->device_, make_device(options.device));
   FERRITE_ASSIGN_OR_RETURN(r->registry_, make_registry(options.device, options.providers));
   FERRITE_ASSIGN_OR_RETURN(r->source_, open_model(options.load));
@@ -182,7 +184,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
 #ifdef FERRITE_HAVE_CUDA
   if (options.device == "cuda") {
     CudaExecOptions co;
-    co.graphs = options.cuda_graphs;
+    co.graphs = options.tuning.cuda_graphs;
+    co.profile = options.tuning.profile;
+    co.ncu_decode_step = options.tuning.ncu_decode_step;
     co.max_tokens = r->report_.plan.limits.max_tokens;
     co.max_sequences = r->report_.plan.limits.max_sequences;
     co.max_context = r->report_.plan.limits.max_context;

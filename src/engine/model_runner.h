@@ -9,6 +9,7 @@
 #include "models/loader.h"
 #include "runtime/executor.h"
 #include "runtime/registry.h"
+#include "runtime/tuning.h"
 
 namespace ferrite {
 
@@ -17,7 +18,7 @@ struct RunnerOptions {
   std::string device = "cpu";      // "cpu" | "cuda"
   std::string providers = "fast";  // CPU provider set: "fast" | "reference"
   DType activation_dtype = DType::kF32;
-  bool cuda_graphs = true;  // replay decode steps as CUDA graphs
+  Tuning tuning;  // knobs (runtime/tuning.h): CPU threads, CUDA graphs, profiling
   StepLimits limits;
   CacheConfig cache;
 };

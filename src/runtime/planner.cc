@@ -177,6 +177,7 @@ Result<ResolvedPlan> plan_program(const ModelProgram& program, const Registry& r
 
   uint64_t h = fnv1a(program.family);
   h = hash_combine(h, static_cast<uint64_t>(plan.activation_dtype));
+  h = hash_combine(h, options.tuning.fingerprint());
   for (const PlannedNode& n : plan.nodes) {
     plan.workspace_bytes = std::max(plan.workspace_bytes, n.workspace_bytes);
     h = hash_combine(h, n.signature.contract->fingerprint());

@@ -9,6 +9,7 @@
 
 #include "runtime/program.h"
 #include "runtime/registry.h"
+#include "runtime/tuning.h"
 
 namespace ferrite {
 
@@ -17,6 +18,8 @@ struct PlanOptions {
   StepLimits limits;
   // Provider name substrings to prefer (e.g. "reference" for the oracle set).
   std::string prefer;
+  // The knobs the bound plan runs with (part of the fingerprint).
+  Tuning tuning;
 };
 
 struct PlannedNode {

@@ -60,7 +60,7 @@ std::unique_ptr<ModelRunner> open_runner(const std::string& dir, DType act, bool
   o.device = "cuda";
   o.activation_dtype = act;
   o.load.program.kv_dtype = act;
-  o.cuda_graphs = graphs;
+  o.tuning.cuda_graphs = graphs;
   o.limits.max_tokens = 1300;
   o.limits.max_sequences = 8;
   o.limits.max_context = 1024;

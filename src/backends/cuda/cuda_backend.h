@@ -30,6 +30,11 @@ struct CudaExecOptions {
   // batch-size bucket and replay them. Off: the same padded kernels run
   // eagerly (bitwise identical results).
   bool graphs = true;
+  // Tuning::profile: the eager-step GPU-time profiler (profiler.h).
+  bool profile = false;
+  // Tuning::ncu_decode_step: the K-th graph replay runs inside a profiler
+  // range (cudaProfilerStart / Stop) for ncu; 0: none.
+  int64_t ncu_decode_step = 0;
   // Initial capacity of the step binding buffer (grows on eager steps).
   int64_t max_tokens = 512;
   int64_t max_sequences = 64;

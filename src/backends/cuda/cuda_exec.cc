@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/profiler.h"
 #include "backends/cuda/kernels/attention_prefill.cuh"
 #include "base/hash.h"
 
@@ -246,7 +247,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
   CudaExecOptions options_;
   BackendState st_;
   bool graphs_ = true;
-  int64_t ncu_step_ = env_int("FERRITE_NCU_DECODE_STEP", 0);
+  int64_t ncu_step_ = options_.ncu_decode_step;
   int32_t* host_ = nullptr;
   int32_t* dev_ = nullptr;
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_blocks_ = 0;
@@ -290,7 +291,8 @@ Result<std::shared_ptr<void>> make_cuda_exec_context(Device& device, const CudaE
   if (!d) return invalid_argument("make_cuda_exec_context: not a CUDA device");
   auto exec = std::make_shared<cuda::CudaExec>(*d, options);
   FERRITE_RETURN_IF_ERROR(exec->init());
-  exec->set_graphs(options.graphs && cuda::env_switch_on("FERRITE_CUDA_GRAPHS"));
+  exec->set_graphs(options.graphs);
+  if (options.profile) cuda::set_profiling(true);
   ctx->device = &device;
   ctx->stream = exec->state().stream;
   ctx->preparer = exec.get();

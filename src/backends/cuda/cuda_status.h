@@ -19,17 +19,6 @@ Status cuda_error(cudaError_t e, const char* what);
     if (ferrite_cuda_e_ != cudaSuccess) return ::ferrite::cuda::cuda_error(ferrite_cuda_e_, #expr); \
   } while (0)
 
-// Switches and knobs of the backend (A/B runs): a switch is on unless its
-// variable starts with '0'; a number falls back to `otherwise` when unset.
-inline bool env_switch_on(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && e[0] == '0');
-}
-inline int64_t env_int(const char* name, int64_t otherwise) {
-  const char* e = std::getenv(name);
-  return e ? std::atoll(e) : otherwise;
-}
-
 // The launch error of the kernels just recorded (configuration errors show
 // here; faults inside kernels surface at the next synchronisation).
 inline Status check_launch(const char* what) {

@@ -73,20 +73,15 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
     // Skinny products (decode batches) get few output tiles: above 8 rows,
     // among the heuristic's candidates take the first that fills most of the
     // GPU (waves >= 0.75, split-K variants included), else the fullest one.
-    // FERRITE_LT_PICK=first keeps the heuristic's first choice.
     cublasLtMatmulHeuristicResult_t res[16];
     int found = 0;
     if (cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 16, res, &found) ==
             CUBLAS_STATUS_SUCCESS &&
         found > 0) {
-      static const bool first_only = [] {
-        const char* e = std::getenv("FERRITE_LT_PICK");
-        return e && std::string(e) == "first";
-      }();
       int pick = 0;
       // Measured on the H200 (Qwen3-8B decode): the first choice wins at 8
       // rows, the fullest at 128.
-      if (!first_only && m > 8 && res[0].wavesCount < 0.75f) {
+      if (m > 8 && res[0].wavesCount < 0.75f) {
         int fullest = 0;
         pick = -1;
         for (int i = 0; i < found; ++i) {

@@ -1,6 +1,7 @@
 #include "backends/cuda/profiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -60,13 +61,10 @@ Profiler& profiler() {
 
 }  // namespace
 
-bool profiling_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("FERRITE_PROFILE");
-    return e && e[0] == '1';
-  }();
-  return on;
-}
+std::atomic<bool> g_profiling{false};
+
+void set_profiling(bool on) { g_profiling.store(on); }
+bool profiling_enabled() { return g_profiling.load(std::memory_order_relaxed); }
 
 void profile_mark(cudaStream_t stream, const char* label, bool capturing) {
   if (!profiling_enabled() || capturing) return;

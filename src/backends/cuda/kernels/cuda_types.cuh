@@ -87,11 +87,12 @@ bool dispatch_float(DType dt, F&& f) {
 //    every block of this one has started (it still waits in its pdl_wait).
 // Both are no-ops when the kernel was launched normally.
 //
-// FERRITE_PDL: "weights" (default) launches only the weight-streaming GEMVs
-// with PDL (launch_pdl_weights), "all" (or 1) every kernel launched through
-// launch_pdl too, 0 none. Measured on the H200 (bench b1 / b8 / b128): PDL
-// on the GEMVs lifts Qwen3-0.6B batch 1 by 11 % and is neutral on 8B; on
-// every small kernel as well it costs 3-6 % at batch 1-8.
+// Only the weight-streaming GEMVs are launched with PDL (launch_pdl_weights);
+// launch_pdl launches normally. Settled on the H200 (docs/perf-log.md,
+// bench b1 / b8 / b128): PDL on the GEMVs lifts Qwen3-0.6B batch 1 by 11 %
+// and is neutral on 8B; on every small kernel as well it cost 3-6 % at
+// batch 1-8 and 14 % at 0.6B b128. (The kernels keep their pdl_wait() /
+// pdl_launch_dependents() calls: no-ops without the attribute.)
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -101,16 +102,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-inline int pdl_mode() {  // 0 off, 1 all, 2 weight-streaming kernels only
-  static const int mode = [] {
-    const char* e = std::getenv("FERRITE_PDL");
-    if (e && e[0] == '0') return 0;
-    if (e && (e[0] == '1' || e[0] == 'a')) return 1;
-    return 2;
-  }();
-  return mode;
 }
 
 template <typename... KArgs, typename... Args>
@@ -134,14 +125,14 @@ cudaError_t launch_maybe_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3
 template <typename... KArgs, typename... Args>
 cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                        cudaStream_t s, Args&&... args) {
-  return launch_maybe_pdl(pdl_mode() == 1, kernel, grid, block, smem, s,
+  return launch_maybe_pdl(false, kernel, grid, block, smem, s,
                           std::forward<Args>(args)...);
 }
 // The same for kernels that stream weights before their pdl_wait().
 template <typename... KArgs, typename... Args>
 cudaError_t launch_pdl_weights(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                cudaStream_t s, Args&&... args) {
-  return launch_maybe_pdl(pdl_mode() != 0, kernel, grid, block, smem, s,
+  return launch_maybe_pdl(true, kernel, grid, block, smem, s,
                           std::forward<Args>(args)...);
 }
 

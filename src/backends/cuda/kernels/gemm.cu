@@ -413,12 +413,10 @@ void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w,
 }
 
 // Blocks of `kernel` (256 threads, `smem` bytes) that are resident on the
-// GPU at once, capped at `groups`; FERRITE_GEMV_PERSISTENT=0: one block per
-// group (the pre-persistent launch, for A/B runs).
+// GPU at once, capped at `groups` (a resident grid looping over the column
+// groups beat a block per group: Qwen3-0.6B b1 891 -> 962 tok/s).
 template <typename K>
 int resident_grid(K kernel, int groups, size_t smem) {
-  static const bool persistent = env_switch_on("FERRITE_GEMV_PERSISTENT");
-  if (!persistent) return groups;
   // Occupancy queries cost microseconds: one per (kernel, smem, device).
   static std::mutex mu;
   static std::map<std::pair<const void*, std::pair<size_t, int>>, int> cache;
@@ -437,15 +435,11 @@ int resident_grid(K kernel, int groups, size_t smem) {
   return std::min(groups, it->second);
 }
 
-// Default 2, measured on the H200 (bench, batch 1 / 2 / 4 / 8): at 2 rows
-// the GEMV beats cuBLASLt + the unfused norm (Qwen3-0.6B batch 2: 1,042 ->
-// 1,601 tok/s; Qwen3-8B: 322 -> 367); at 4 it is worse for 8B (642 ->
-// 615) and at 8 worse for both.
-int gemv_max_rows() {
-  static const int v =
-      static_cast<int>(std::clamp<int64_t>(env_int("FERRITE_GEMV_MAX_M", 2), 0, 8));
-  return v;
-}
+// 2, measured on the H200 (bench, batch 1 / 2 / 4 / 8): at 2 rows the GEMV
+// beats cuBLASLt + the unfused norm (Qwen3-0.6B batch 2: 1,042 -> 1,601
+// tok/s; Qwen3-8B: 322 -> 367); at 4 it is worse for 8B (642 -> 615) and
+// at 8 worse for both.
+constexpr int64_t kGemvMaxRows = 2;
 
 }  // namespace
 
@@ -479,8 +473,7 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
 constexpr int64_t kGemvMultiSmem = 48 * 1024;  // normalised x rows, no opt-in needed
 
 bool gemv_multi_supported(int64_t m, int64_t k, DType act) {
-  static const bool on = env_switch_on("FERRITE_FUSED_NORM");
-  return on && m * k * dtype_bytes(act, 1) <= kGemvMultiSmem;
+  return m * k * dtype_bytes(act, 1) <= kGemvMultiSmem;
 }
 
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
@@ -524,7 +517,7 @@ Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
 }
 
 bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt) {
-  return m >= 1 && m <= gemv_max_rows() && k % 8 == 0 && act == w_dt &&
+  return m >= 1 && m <= kGemvMaxRows && k % 8 == 0 && act == w_dt &&
          (act == DType::kBF16 || act == DType::kF16) && (out_dt == act || out_dt == DType::kF32);
 }
 

@@ -27,15 +27,14 @@ bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt);
 // Several decode products over one RMS-normalised x in one launch:
 // out_i = rms_norm(x, norm) W_i^T for up to 3 segments (Q/K/V), or with
 // `swiglu` (2 segments, gate then up, equal n) out_0 = silu(n Wg^T) * (n Wu^T).
-// Weights, norm and outputs of `act`. Rows up to FERRITE_GEMV_MAX_M (default
-// 2) take the GEMV path; more go to cuBLASLt.
+// Weights, norm and outputs of `act`. Up to 2 rows take the GEMV path; more
+// go to cuBLASLt.
 struct GemvSegment {
   const void* w;
   void* out;
   int64_t n;
 };
-// m x k normalised rows fit the kernel's shared memory; FERRITE_FUSED_NORM=0
-// turns the fused path off.
+// m x k normalised rows fit the kernel's shared memory.
 bool gemv_multi_supported(int64_t m, int64_t k, DType act);
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
                          const GemvSegment* segs, int count, DType act, bool swiglu,

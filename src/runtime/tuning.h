@@ -1,0 +1,56 @@
+// Tuning: every knob of the engine that is not a model or request setting,
+// in one typed struct (RunnerOptions::tuning). It is parsed once (the CLI
+// reads the environment into it, flags override), printed by `ferrite
+// info`, and part of the plan fingerprint. No other code reads the
+// environment for tuning.
+//
+// The table below is the only list: docs/tuning.md holds the table that
+// tuning_docs_table() generates (tests/runtime checks they match).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace ferrite {
+
+// X(type, field, environment variable, default, what it does)
+#define FERRITE_TUNING_KNOBS(X)                                                                   \
+  X(int64_t, threads, "FERRITE_THREADS", 0,                                                       \
+    "CPU worker threads of the process-wide pool, 0..1024 (0: one per hardware thread); "         \
+    "`--threads` sets it too")                                                                    \
+  X(bool, cuda_graphs, "FERRITE_CUDA_GRAPHS", true,                                               \
+    "CUDA: replay decode steps as graphs per batch-size bucket (0: the same padded kernels run "  \
+    "eagerly; results are bitwise equal)")                                                        \
+  X(bool, profile, "FERRITE_PROFILE", false,                                                      \
+    "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
+    "with FERRITE_CUDA_GRAPHS=0)")                                                                \
+  X(int64_t, ncu_decode_step, "FERRITE_NCU_DECODE_STEP", 0,                                       \
+    "CUDA: the K-th graph replay runs inside a profiler range, for `ncu --profile-from-start "    \
+    "off` (0: none)")
+
+struct Tuning {
+#define FERRITE_TUNING_FIELD(type, field, env, def, doc) type field = def;
+  FERRITE_TUNING_KNOBS(FERRITE_TUNING_FIELD)
+#undef FERRITE_TUNING_FIELD
+
+  // The defaults overridden by every variable of the table that is set
+  // (`lookup` is std::getenv unless a test passes its own). Booleans take
+  // 0/1/false/true/off/on/no/yes; a malformed value is an error naming it.
+  static Result<Tuning> from_environment(
+      const std::function<const char*(const char*)>& lookup = nullptr);
+  // Sets the knob of that variable from text (the parser above).
+  Status set(std::string_view variable, std::string_view value);
+
+  uint64_t fingerprint() const;
+  std::string to_string() const;  // "threads=0 cuda_graphs=1 ..."
+  bool operator==(const Tuning&) const = default;
+};
+
+// The markdown table of every knob (variable, type, default, what).
+std::string tuning_docs_table();
+
+}  // namespace ferrite
