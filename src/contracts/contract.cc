@@ -9,7 +9,8 @@ namespace ferrite {
 namespace {
 
 template <typename T>
-const T* get_if_type(const std::map<std::string, AttrValue>& m, const std::string& name) {
+const T* get_if_type(const std::map<std::string, AttrValue, std::less<>>& m,
+                     std::string_view name) {
   auto it = m.find(name);
   if (it == m.end()) return nullptr;
   const T* v = std::get_if<T>(&it->second);
@@ -35,19 +36,19 @@ std::string attr_value_string(const AttrValue& v) {
 
 }  // namespace
 
-uint64_t Attributes::u(const std::string& name) const {
+uint64_t Attributes::u(std::string_view name) const {
   const uint64_t* v = get_if_type<uint64_t>(values_, name);
   return v ? *v : 0;
 }
-double Attributes::f(const std::string& name) const {
+double Attributes::f(std::string_view name) const {
   const double* v = get_if_type<double>(values_, name);
   return v ? *v : 0.0;
 }
-bool Attributes::b(const std::string& name) const {
+bool Attributes::b(std::string_view name) const {
   const bool* v = get_if_type<bool>(values_, name);
   return v ? *v : false;
 }
-const std::string& Attributes::e(const std::string& name) const {
+const std::string& Attributes::e(std::string_view name) const {
   static const std::string kEmpty;
   const std::string* v = get_if_type<std::string>(values_, name);
   return v ? *v : kEmpty;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -41,17 +42,18 @@ class Attributes {
     values_[name] = std::move(v);
     return *this;
   }
-  bool has(const std::string& name) const { return values_.count(name) != 0; }
-  uint64_t u(const std::string& name) const;
-  double f(const std::string& name) const;
-  bool b(const std::string& name) const;
-  const std::string& e(const std::string& name) const;
-  const std::map<std::string, AttrValue>& values() const { return values_; }
+  // Lookups by name copy no string (a transparent map).
+  bool has(std::string_view name) const { return values_.find(name) != values_.end(); }
+  uint64_t u(std::string_view name) const;
+  double f(std::string_view name) const;
+  bool b(std::string_view name) const;
+  const std::string& e(std::string_view name) const;
+  const std::map<std::string, AttrValue, std::less<>>& values() const { return values_; }
   uint64_t fingerprint() const;
   std::string to_string() const;  // "heads=16 eps=1e-06 ..."
 
  private:
-  std::map<std::string, AttrValue> values_;
+  std::map<std::string, AttrValue, std::less<>> values_;
 };
 
 enum class BindingKind {

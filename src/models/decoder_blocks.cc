@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include "contracts/causal_paged_attention.h"
+#include "contracts/dense_swiglu.h"
+#include "contracts/last_token_dense_linear.h"
+#include "contracts/rms_norm.h"
+#include "contracts/token_embedding.h"
 
 namespace ferrite {
 
@@ -35,9 +39,10 @@ void add_embedding(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
   declare_weight(p, o, embed, {c.vocab_size, c.hidden_size});
   ProgramNode n;
   n.name = "embed";
-  n.contract_id = "token_embedding";
   n.attrs.set("vocab_size", u(c.vocab_size)).set("hidden_size", u(c.hidden_size));
-  n.bindings = {BindingRef::value("ids"), BindingRef::weight(embed), BindingRef::value("hidden")};
+  n.bind(token_embedding::contract(), {{"ids", BindingRef::value("ids")},
+                                       {"table", BindingRef::weight(embed)},
+                                       {"out", BindingRef::value("hidden")}});
   p.nodes.push_back(std::move(n));
 }
 
@@ -70,7 +75,6 @@ void add_attention(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
 
   ProgramNode n;
   n.name = fmt::format("layers.{}.attention", layer);
-  n.contract_id = "causal_paged_attention";
   n.attrs.set("hidden_size", u(c.hidden_size))
       .set("num_heads", u(c.num_heads))
       .set("num_kv_heads", u(c.num_kv_heads))
@@ -92,19 +96,20 @@ void add_attention(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
   auto opt = [&](bool present, const std::string& s) {
     return present ? BindingRef::weight(pre + s) : BindingRef::none();
   };
-  n.bindings = {BindingRef::value("hidden"),
-                w("input_layernorm.weight"),
-                w("self_attn.q_proj.weight"),
-                w("self_attn.k_proj.weight"),
-                w("self_attn.v_proj.weight"),
-                w("self_attn.o_proj.weight"),
-                opt(f.qk_norm, "self_attn.q_norm.weight"),
-                opt(f.qk_norm, "self_attn.k_norm.weight"),
-                opt(c.attention_bias, "self_attn.q_proj.bias"),
-                opt(c.attention_bias, "self_attn.k_proj.bias"),
-                opt(c.attention_bias, "self_attn.v_proj.bias"),
-                BindingRef::state(kname),
-                BindingRef::state(vname)};
+  n.bind(causal_paged_attention::contract(),
+         {{"hidden", BindingRef::value("hidden")},
+          {"input_norm", w("input_layernorm.weight")},
+          {"q_proj", w("self_attn.q_proj.weight")},
+          {"k_proj", w("self_attn.k_proj.weight")},
+          {"v_proj", w("self_attn.v_proj.weight")},
+          {"o_proj", w("self_attn.o_proj.weight")},
+          {"q_norm", opt(f.qk_norm, "self_attn.q_norm.weight")},
+          {"k_norm", opt(f.qk_norm, "self_attn.k_norm.weight")},
+          {"q_bias", opt(c.attention_bias, "self_attn.q_proj.bias")},
+          {"k_bias", opt(c.attention_bias, "self_attn.k_proj.bias")},
+          {"v_bias", opt(c.attention_bias, "self_attn.v_proj.bias")},
+          {"k_cache", BindingRef::state(kname)},
+          {"v_cache", BindingRef::state(vname)}});
   p.nodes.push_back(std::move(n));
 }
 
@@ -117,16 +122,16 @@ void add_dense_mlp(ModelProgram& p, const ModelConfig& c, const ProgramOptions& 
   declare_weight(p, o, pre + "mlp.down_proj.weight", {c.hidden_size, intermediate_size});
   ProgramNode n;
   n.name = fmt::format("layers.{}.mlp", layer);
-  n.contract_id = "dense_swiglu";
   n.attrs.set("hidden_size", u(c.hidden_size))
       .set("intermediate_size", u(intermediate_size))
       .set("eps", c.rms_norm_eps)
       .set("zero_centred", zero_centred);
-  n.bindings = {BindingRef::value("hidden"),
-                BindingRef::weight(pre + "post_attention_layernorm.weight"),
-                BindingRef::weight(pre + "mlp.gate_proj.weight"),
-                BindingRef::weight(pre + "mlp.up_proj.weight"),
-                BindingRef::weight(pre + "mlp.down_proj.weight")};
+  n.bind(dense_swiglu::contract(),
+         {{"hidden", BindingRef::value("hidden")},
+          {"norm", BindingRef::weight(pre + "post_attention_layernorm.weight")},
+          {"gate", BindingRef::weight(pre + "mlp.gate_proj.weight")},
+          {"up", BindingRef::weight(pre + "mlp.up_proj.weight")},
+          {"down", BindingRef::weight(pre + "mlp.down_proj.weight")}});
   p.nodes.push_back(std::move(n));
 }
 
@@ -135,12 +140,12 @@ void add_head(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o, bo
   declare_weight(p, o, final_norm, {c.hidden_size});
   ProgramNode norm;
   norm.name = "final_norm";
-  norm.contract_id = "rms_norm";
   norm.attrs.set("hidden_size", u(c.hidden_size))
       .set("eps", c.rms_norm_eps)
       .set("zero_centred", zero_centred);
-  norm.bindings = {BindingRef::value("hidden"), BindingRef::weight(final_norm),
-                   BindingRef::value("normed")};
+  norm.bind(rms_norm::contract(), {{"x", BindingRef::value("hidden")},
+                                   {"weight", BindingRef::weight(final_norm)},
+                                   {"out", BindingRef::value("normed")}});
   p.nodes.push_back(std::move(norm));
 
   std::string head = c.weight_prefix + "embed_tokens.weight";
@@ -150,10 +155,10 @@ void add_head(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o, bo
   }
   ProgramNode lm;
   lm.name = "lm_head";
-  lm.contract_id = "last_token_dense_linear";
   lm.attrs.set("hidden_size", u(c.hidden_size)).set("vocab_size", u(c.vocab_size));
-  lm.bindings = {BindingRef::value("normed"), BindingRef::weight(head),
-                 BindingRef::value("logits")};
+  lm.bind(last_token_dense_linear::contract(), {{"hidden", BindingRef::value("normed")},
+                                                {"lm_head", BindingRef::weight(head)},
+                                                {"logits", BindingRef::value("logits")}});
   p.nodes.push_back(std::move(lm));
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "contracts/gated_delta_recurrent_attention.h"
+#include "contracts/routed_shared_swiglu_moe.h"
+#include "contracts/routed_swiglu_moe.h"
 
 namespace ferrite {
 
@@ -134,7 +136,6 @@ void add_moe_mlp(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o,
   }
   ProgramNode n;
   n.name = fmt::format("layers.{}.moe", layer);
-  n.contract_id = shared ? "routed_shared_swiglu_moe" : "routed_swiglu_moe";
   n.attrs.set("hidden_size", u(H))
       .set("num_experts", u(E))
       .set("top_k", u(s.top_k))
@@ -143,14 +144,23 @@ void add_moe_mlp(ModelProgram& p, const ModelConfig& c, const ProgramOptions& o,
       .set("eps", c.rms_norm_eps)
       .set("zero_centred", s.zero_centred);
   if (shared) n.attrs.set("shared_intermediate_size", u(s.shared_intermediate_size));
-  n.bindings = {BindingRef::value("hidden"),
-                BindingRef::weight(pre + "post_attention_layernorm.weight"),
-                BindingRef::weight(pre + "mlp.gate.weight"), BindingRef::weight(gate_up),
-                BindingRef::weight(down)};
+  auto w = [&](const std::string& name) { return BindingRef::weight(pre + name); };
+  const std::pair<std::string_view, BindingRef> routed[] = {
+      {"hidden", BindingRef::value("hidden")},
+      {"norm", w("post_attention_layernorm.weight")},
+      {"router", w("mlp.gate.weight")},
+      {"gate_up", BindingRef::weight(gate_up)},
+      {"down", BindingRef::weight(down)}};
   if (shared) {
-    for (const char* w : {"mlp.shared_expert_gate.weight", "mlp.shared_expert.gate_proj.weight",
-                          "mlp.shared_expert.up_proj.weight", "mlp.shared_expert.down_proj.weight"})
-      n.bindings.push_back(BindingRef::weight(pre + w));
+    n.bind(routed_shared_swiglu_moe::contract(),
+           {routed[0], routed[1], routed[2], routed[3], routed[4],
+            {"shared_gate_weight", w("mlp.shared_expert_gate.weight")},
+            {"shared_gate", w("mlp.shared_expert.gate_proj.weight")},
+            {"shared_up", w("mlp.shared_expert.up_proj.weight")},
+            {"shared_down", w("mlp.shared_expert.down_proj.weight")}});
+  } else {
+    n.bind(routed_swiglu_moe::contract(),
+           {routed[0], routed[1], routed[2], routed[3], routed[4]});
   }
   p.nodes.push_back(std::move(n));
 }
@@ -234,7 +244,6 @@ void add_gated_delta(ModelProgram& p, const ModelConfig& c, const ProgramOptions
 
   ProgramNode n;
   n.name = fmt::format("layers.{}.linear_attention", layer);
-  n.contract_id = "gated_delta_recurrent_attention";
   n.attrs.set("hidden_size", u(H))
       .set("num_k_heads", u(Hk))
       .set("num_v_heads", u(Hv))
@@ -244,19 +253,20 @@ void add_gated_delta(ModelProgram& p, const ModelConfig& c, const ProgramOptions
       .set("eps", c.rms_norm_eps)
       .set("zero_centred", true);
   auto w = [&](const std::string& name) { return BindingRef::weight(la + name); };
-  n.bindings = {BindingRef::value("hidden"),
-                BindingRef::weight(pre + "input_layernorm.weight"),
-                w("in_proj_qkv.weight"),
-                w("in_proj_z.weight"),
-                w("in_proj_b.weight"),
-                w("in_proj_a.weight"),
-                w("conv1d.weight"),
-                w("A_log"),
-                w("dt_bias"),
-                w("norm.weight"),
-                w("out_proj.weight"),
-                BindingRef::state(conv_state),
-                BindingRef::state(delta_state)};
+  n.bind(gated_delta_recurrent_attention::contract(),
+         {{"hidden", BindingRef::value("hidden")},
+          {"input_norm", BindingRef::weight(pre + "input_layernorm.weight")},
+          {"in_proj_qkv", w("in_proj_qkv.weight")},
+          {"in_proj_z", w("in_proj_z.weight")},
+          {"in_proj_b", w("in_proj_b.weight")},
+          {"in_proj_a", w("in_proj_a.weight")},
+          {"conv_weight", w("conv1d.weight")},
+          {"a_log", w("A_log")},
+          {"dt_bias", w("dt_bias")},
+          {"norm", w("norm.weight")},
+          {"out_proj", w("out_proj.weight")},
+          {"conv_state", BindingRef::state(conv_state)},
+          {"delta_state", BindingRef::state(delta_state)}});
   p.nodes.push_back(std::move(n));
 }
 

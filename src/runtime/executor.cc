@@ -83,6 +83,7 @@ Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const Mode
   for (int32_t slot = 0; slot < num_slots; ++slot)
     FERRITE_RETURN_IF_ERROR(bp->reset_state_slot(slot));
 
+  bp->bind_views();
   FERRITE_ASSIGN_OR_RETURN(bp->workspace_,
                            DeviceBuffer::allocate(device, bp->plan_.workspace_bytes));
   FERRITE_ASSIGN_OR_RETURN(bp->tokens_out_,
@@ -205,10 +206,10 @@ Status BoundPlan::validate_batch(const StepBatch& batch) const {
 }
 
 Status BoundPlan::run_node(const PlannedNode& node, const StepBatch& batch,
-                           const SamplingBatch* sampling, std::vector<TensorView> bindings) {
+                           const SamplingBatch* sampling, std::span<const TensorView> bindings) {
   Invocation inv;
   inv.signature = &node.signature;
-  inv.bindings = std::move(bindings);
+  inv.bindings = bindings;
   inv.batch = &batch;
   inv.sampling = sampling;
   inv.workspace = workspace_.data();
@@ -237,9 +238,11 @@ Status BoundPlan::forward(const StepBatch& batch) {
   return Status::ok();
 }
 
-Status BoundPlan::run_nodes(const StepBatch& batch) {
+void BoundPlan::bind_views() {
+  bound_nodes_.clear();
+  bound_nodes_.reserve(plan_.nodes.size());
   for (const PlannedNode& node : plan_.nodes) {
-    std::vector<TensorView> bindings;
+    BoundNode bn;
     for (const BindingRef& ref : node.node->bindings) {
       TensorView v;
       switch (ref.source) {
@@ -247,13 +250,13 @@ Status BoundPlan::run_nodes(const StepBatch& batch) {
           break;
         case BindingRef::Source::kValue: {
           const ValueDecl* decl = program_.find_value(ref.name);
-          int64_t rows =
-              decl->rows == ValueRows::kTokens ? batch.num_tokens() : batch.num_sequences();
           v.data = values_.at(ref.name).data();
           v.dtype = decl->activation_dtype ? plan_.activation_dtype : decl->dtype;
+          // The first dimension is the step's tokens or sequences.
           v.shape = decl->width == 1 && decl->rows == ValueRows::kTokens && !decl->activation_dtype
-                        ? Shape{rows}
-                        : Shape{rows, decl->width};
+                        ? Shape{0}
+                        : Shape{0, decl->width};
+          bn.step_rows.push_back({static_cast<int32_t>(bn.views.size()), decl->rows});
           break;
         }
         case BindingRef::Source::kWeight:
@@ -263,9 +266,19 @@ Status BoundPlan::run_nodes(const StepBatch& batch) {
           v = state_views_.at(ref.name);
           break;
       }
-      bindings.push_back(v);
+      bn.views.push_back(v);
     }
-    FERRITE_RETURN_IF_ERROR(run_node(node, batch, nullptr, std::move(bindings)));
+    bound_nodes_.push_back(std::move(bn));
+  }
+}
+
+Status BoundPlan::run_nodes(const StepBatch& batch) {
+  const int64_t tokens = batch.num_tokens(), sequences = batch.num_sequences();
+  for (size_t i = 0; i < plan_.nodes.size(); ++i) {
+    BoundNode& bn = bound_nodes_[i];
+    for (const BoundNode::StepRows& r : bn.step_rows)
+      bn.views[r.index].shape[0] = r.rows == ValueRows::kTokens ? tokens : sequences;
+    FERRITE_RETURN_IF_ERROR(run_node(plan_.nodes[i], batch, nullptr, bn.views));
   }
   return Status::ok();
 }
@@ -322,7 +335,7 @@ Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sam
     }
     bindings[at(am::kAllowed, ts::kAllowed)] = TensorView{bits, DType::kU32, Shape{s, words}};
   }
-  FERRITE_RETURN_IF_ERROR(run_node(node, batch, &sampling, std::move(bindings)));
+  FERRITE_RETURN_IF_ERROR(run_node(node, batch, &sampling, bindings));
   tokens->resize(s);
   FERRITE_RETURN_IF_ERROR(device_.copy_to_host(tokens->data(), tokens_out_.data(), 4 * s));
   if (logprobs) {

@@ -83,7 +83,19 @@ class BoundPlan {
   Status run_nodes(const StepBatch& batch);
   Status copy_snapshot(int32_t slot, int32_t snapshot, StateCopyDirection direction);
   Status run_node(const PlannedNode& node, const StepBatch& batch, const SamplingBatch* sampling,
-                  std::vector<TensorView> bindings);
+                  std::span<const TensorView> bindings);
+  // Resolves every node's binding views once (at bind): a step only sets
+  // the row count of its per-step values.
+  void bind_views();
+  struct BoundNode {
+    std::vector<TensorView> views;  // the node's bindings, schema order
+    struct StepRows {
+      int32_t index;   // a value binding: its first dimension is the step's
+      ValueRows rows;  // tokens or sequences
+    };
+    std::vector<StepRows> step_rows;
+  };
+  std::vector<BoundNode> bound_nodes_;  // one per plan_.nodes
 
   ResolvedPlan plan_;
   ModelProgram program_;  // a copy: plan_ nodes point into it

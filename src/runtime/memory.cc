@@ -4,21 +4,6 @@
 
 namespace ferrite {
 
-Status LinearArena::init(Device& device, int64_t bytes) {
-  FERRITE_ASSIGN_OR_RETURN(buffer_, DeviceBuffer::allocate(device, static_cast<size_t>(bytes)));
-  used_ = 0;
-  return Status::ok();
-}
-
-void* LinearArena::allocate(int64_t bytes) {
-  int64_t start = (used_ + 255) / 256 * 256;
-  FERRITE_CHECK(start + bytes <= capacity())
-      << "arena overflow: " << start + bytes << " > " << capacity();
-  used_ = start + bytes;
-  if (used_ > high_water_) high_water_ = used_;
-  return static_cast<char*>(buffer_.data()) + start;
-}
-
 void PagePool::init(int32_t num_pages, int32_t page_size) {
   FERRITE_CHECK(page_size > 0);
   page_size_ = page_size;

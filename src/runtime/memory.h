@@ -1,6 +1,7 @@
-// Memory of a bound plan: the per-step arena, the KV page pool and the
-// recurrent state slots. All storage is allocated on the plan's device at
-// bind time, sized from the plan; nothing is allocated per step.
+// Memory of a bound plan: the KV page pool and the recurrent state slots.
+// All storage is allocated on the plan's device at bind time, sized from
+// the plan; nothing is allocated per step (a step's scratch is the plan's
+// workspace buffer, carved by the provider that runs).
 #pragma once
 
 #include <cstdint>
@@ -10,23 +11,6 @@
 #include "runtime/device.h"
 
 namespace ferrite {
-
-// Bump allocator over one device buffer, reset at every step.
-class LinearArena {
- public:
-  LinearArena() = default;
-  Status init(Device& device, int64_t bytes);
-  // 256-byte aligned; checks capacity (the plan sized it, so overflow is a bug).
-  void* allocate(int64_t bytes);
-  void reset() { used_ = 0; }
-  int64_t capacity() const { return static_cast<int64_t>(buffer_.size()); }
-  int64_t high_water() const { return high_water_; }
-
- private:
-  DeviceBuffer buffer_;
-  int64_t used_ = 0;
-  int64_t high_water_ = 0;
-};
 
 // Fixed-size KV pages handed out by id. Page ids index every KV state tensor
 // ([pages, page_size, ...]) of the model at once. Reference counts let the

@@ -3,12 +3,76 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "base/hash.h"
 
 namespace ferrite {
 
 namespace {
+
+// A declared dimension's size: a literal, an unsigned attribute of the node,
+// or nullopt (a derived size such as q_rows, an absent optional attribute,
+// pages / page_size / slots): not checked.
+std::optional<int64_t> dim_size(const std::string& d, const Attributes& attrs) {
+  if (!d.empty() && d.find_first_not_of("0123456789") == std::string::npos)
+    return std::stoll(d);
+  auto it = attrs.values().find(d);
+  if (it == attrs.values().end()) return std::nullopt;
+  if (const uint64_t* v = std::get_if<uint64_t>(&it->second)) return static_cast<int64_t>(*v);
+  return std::nullopt;
+}
+
+std::string dims_string(const std::vector<std::string>& dims, const Attributes& attrs) {
+  std::string s;
+  for (const std::string& d : dims) {
+    if (!s.empty()) s += ", ";
+    std::optional<int64_t> v = dim_size(d, attrs);
+    s += v && d != std::to_string(*v) ? fmt::format("{}={}", d, *v) : d;
+  }
+  return "[" + s + "]";
+}
+
+// The declared dims of `spec` against a bound weight / state shape (state:
+// its leading pages, page_size or slots dims are the pool's, not the
+// declaration's). Empty when they agree where both are known.
+std::string check_shape(const BindingSpec& spec, const Attributes& attrs, const Shape& shape,
+                        bool state) {
+  std::vector<std::string> dims = spec.dims;
+  if (state)
+    while (!dims.empty() && (dims.front() == "pages" || dims.front() == "page_size" ||
+                             dims.front() == "slots"))
+      dims.erase(dims.begin());
+  if (dims.empty()) return {};
+  bool ok = static_cast<int>(dims.size()) == shape.rank();
+  for (int i = 0; ok && i < shape.rank(); ++i) {
+    std::optional<int64_t> v = dim_size(dims[i], attrs);
+    if (v && *v != shape[i]) ok = false;
+  }
+  if (ok) return {};
+  return fmt::format("is {}, the contract declares {}", shape.to_string(),
+                     dims_string(dims, attrs));
+}
+
+// The same for a per-step value: rows of the step's tokens or sequences,
+// `width` elements each.
+std::string check_value(const BindingSpec& spec, const Attributes& attrs, const ValueDecl& v) {
+  if (spec.dims.empty()) return {};
+  const std::string& lead = spec.dims.front();
+  const char* rows = v.rows == ValueRows::kTokens ? "tokens" : "sequences";
+  if ((lead == "tokens" || lead == "sequences") && lead != rows)
+    return fmt::format("has a row per {}, the contract declares {}", rows,
+                       dims_string(spec.dims, attrs));
+  int64_t width = 1;
+  for (size_t i = 1; i < spec.dims.size(); ++i) {
+    std::optional<int64_t> d = dim_size(spec.dims[i], attrs);
+    if (!d) return {};
+    width *= *d;
+  }
+  if (width == v.width) return {};
+  return fmt::format("has {} elements per row, the contract declares {}", v.width,
+                     dims_string(spec.dims, attrs));
+}
 
 // Builds the signature of a node; appends problems to `errors`.
 NodeSignature make_signature(const ModelProgram& program, const ProgramNode& node,
@@ -39,6 +103,10 @@ NodeSignature make_signature(const ModelProgram& program, const ProgramNode& nod
           errors->push_back(fmt::format("node {}: unknown value '{}'", node.name, ref.name));
         } else {
           dt = v->activation_dtype ? activation_dtype : v->dtype;
+          std::string bad = check_value(specs[i], node.attrs, *v);
+          if (!bad.empty())
+            errors->push_back(fmt::format("node {} ({}): value '{}' bound to '{}' {}", node.name,
+                                          schema.id(), ref.name, specs[i].role, bad));
         }
         break;
       }
@@ -56,6 +124,10 @@ NodeSignature make_signature(const ModelProgram& program, const ProgramNode& nod
             errors->push_back(fmt::format(
                 "node {}: weight '{}' has rows of {} elements, not whole {} blocks of {}",
                 node.name, ref.name, row, dtype_name(w->dtype), block));
+          std::string bad = check_shape(specs[i], node.attrs, w->shape, /*state=*/false);
+          if (!bad.empty())
+            errors->push_back(fmt::format("node {} ({}): weight '{}' bound to '{}' {}", node.name,
+                                          schema.id(), ref.name, specs[i].role, bad));
         }
         break;
       }
@@ -65,6 +137,10 @@ NodeSignature make_signature(const ModelProgram& program, const ProgramNode& nod
           errors->push_back(fmt::format("node {}: undeclared state '{}'", node.name, ref.name));
         } else {
           dt = s->dtype;
+          std::string bad = check_shape(specs[i], node.attrs, s->shape, /*state=*/true);
+          if (!bad.empty())
+            errors->push_back(fmt::format("node {} ({}): state '{}' bound to '{}' {}", node.name,
+                                          schema.id(), ref.name, specs[i].role, bad));
         }
         break;
       }

@@ -2,6 +2,17 @@
 
 namespace ferrite {
 
+void ProgramNode::bind(const ContractSchema& contract,
+                       std::initializer_list<std::pair<std::string_view, BindingRef>> roles) {
+  contract_id = contract.id();
+  bindings.assign(contract.bindings().size(), BindingRef::none());
+  for (const auto& [role, ref] : roles) {
+    const int i = contract.binding_index(std::string(role));
+    FERRITE_CHECK(i >= 0) << contract.id() << " has no binding '" << role << "'";
+    bindings[i] = ref;
+  }
+}
+
 const WeightDecl* ModelProgram::find_weight(const std::string& name) const {
   for (const WeightDecl& w : weights)
     if (w.name == name) return &w;

@@ -7,7 +7,10 @@
 // per-sequence persistent tensors (KV pages, recurrent slots).
 #pragma once
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "contracts/contract.h"
@@ -72,7 +75,12 @@ struct ProgramNode {
   std::string name;         // "layers.3.attention"
   std::string contract_id;  // "causal_paged_attention"
   Attributes attrs;
-  std::vector<BindingRef> bindings;  // the contract's binding order
+  std::vector<BindingRef> bindings;  // the contract's binding order (see bind())
+  // Sets contract_id and the bindings by role: roles left out are absent
+  // (the planner reports a required one). A role the contract does not
+  // have is a programming error (checked).
+  void bind(const ContractSchema& contract,
+            std::initializer_list<std::pair<std::string_view, BindingRef>> roles);
 };
 
 struct ModelProgram {

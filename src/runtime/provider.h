@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,9 @@ struct ExecContext {
 
 struct Invocation {
   const NodeSignature* signature = nullptr;
-  std::vector<TensorView> bindings;  // schema binding order; absent: data == nullptr
+  // Schema binding order; absent: data == nullptr. A view of views the
+  // executor resolved when the plan was bound (nothing is built per step).
+  std::span<const TensorView> bindings;
   const StepBatch* batch = nullptr;
   const SamplingBatch* sampling = nullptr;  // sampler contracts only
   void* workspace = nullptr;

@@ -106,6 +106,7 @@ Result<std::vector<HostTensor>> run_provider(const Case& c, std::vector<HostTens
   std::vector<DeviceBuffer> buffers;
   Invocation inv;
   inv.signature = &sig;
+  std::vector<TensorView> views;
   for (const HostTensor& t : bindings) {
     TensorView v;
     if (t.present()) {
@@ -114,8 +115,9 @@ Result<std::vector<HostTensor>> run_provider(const Case& c, std::vector<HostTens
       v = TensorView{buf.data(), t.dtype, t.shape};
       buffers.push_back(std::move(buf));
     }
-    inv.bindings.push_back(v);
+    views.push_back(v);
   }
+  inv.bindings = views;
   const int64_t ws = provider.workspace_bytes(sig, limits);
   FERRITE_ASSIGN_OR_RETURN(auto workspace, DeviceBuffer::allocate(dev, std::max<int64_t>(ws, 1)));
   inv.workspace = workspace.data();

@@ -57,6 +57,24 @@ TEST(PlannerTest, ResolvesEveryNodeToAProvider) {
   EXPECT_NE(plan->to_string().find("norm"), std::string::npos);
 }
 
+// The planner checks the contracts' declared dims against what a program
+// binds: a weight of the wrong shape, a value of the wrong width.
+TEST(PlannerTest, DeclaredDimsAreCheckedAgainstBoundShapes) {
+  auto registry = make_cpu_registry(CpuProviderSet::kBoth);
+  ModelProgram p = tiny_program(DType::kF32);
+  p.weights[1].shape = Shape{5};  // rms_norm weight: [hidden_size] = [4]
+  p.values[2].width = 3;          // "normed": [tokens, hidden_size]
+  auto plan = plan_program(p, *registry, PlanOptions{});
+  ASSERT_FALSE(plan.is_ok());
+  const std::string msg = plan.status().message();
+  EXPECT_NE(msg.find("weight 'norm' bound to 'weight' is [5], the contract declares "
+                     "[hidden_size=4]"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("value 'normed' bound to 'out' has 3 elements per row"), std::string::npos)
+      << msg;
+}
+
 TEST(PlannerTest, OneErrorNamesEveryMissingCapability) {
   auto registry = make_cpu_registry(CpuProviderSet::kBoth);
   ModelProgram p = tiny_program(DType::kQ8_0);  // a q8_0 norm of 4: not whole blocks
