@@ -8,6 +8,12 @@
 #
 #   scripts/gpu_run.sh [--no-bench] [--bench-only] [models...]
 #
+# A/B against another version in the same run: FERRITE_BASELINE=DIR (a
+# source tree, e.g. `git archive <commit> CMakeLists.txt src | tar x -C
+# DIR`) is built beside the main build (ferrite only) and benchmarked with
+# the same flags right after each model; the summary ends with both tables
+# side by side.
+#
 # Dev packages the machine lacks (PCRE2, cpp-httplib) travel as .deb files
 # in .deb/ (git-ignored; `apt-get download libpcre2-dev libpcre2-8-0
 # libcpp-httplib-dev libcpp-httplib0.11 libbrotli1 libbrotli-dev zlib1g-dev
@@ -55,8 +61,22 @@ fi
 T0=$(date +%s)
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF > "$LOGS/build.log" 2>&1
+BASE="${FERRITE_BASELINE:-}"
+BASE_BUILD="$BUILD-baseline"
+if [ -n "$BASE" ]; then
+  ( cmake -S "$BASE" -B "$BASE_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF -DFERRITE_BUILD_TESTS=OFF \
+      > "$LOGS/build-baseline.log" 2>&1 &&
+    ninja -C "$BASE_BUILD" ferrite >> "$LOGS/build-baseline.log" 2>&1 ) &
+  BASE_PID=$!
+fi
 ninja -C "$BUILD" -k 0 cuda_test conformance_test engine_test ferrite >> "$LOGS/build.log" 2>&1
 log "build: rc=$? in $(( $(date +%s) - T0 )) s"
+if [ -n "$BASE" ]; then
+  wait "$BASE_PID"
+  log "baseline build ($BASE): rc=$? in $(( $(date +%s) - T0 )) s"
+  grep -E "error|FAILED" "$LOGS/build-baseline.log" | head -10 | tee -a "$SUMMARY"
+fi
 grep -E "error|FAILED" "$LOGS/build.log" | head -20 | tee -a "$SUMMARY"
 
 # --- tests -----------------------------------------------------------------
@@ -92,7 +112,37 @@ if [ $RUN_BENCH -eq 1 ] && [ -x "$BUILD/ferrite" ]; then
     rc=$?
     cat "$LOGS/bench-$m.log" | grep -vE "^\s*$" | tail -8 | tee -a "$SUMMARY"
     log "bench $m: rc=$rc in $(( $(date +%s) - TB )) s"
+    if [ -n "$BASE" ] && [ -x "$BASE_BUILD/ferrite" ]; then
+      timeout 200 "$BASE_BUILD/ferrite" bench --model "$ROOT/configs/$m" --dummy-weights \
+        --device cuda --batch 1 2 4 8 32 128 --prompt-len 4096 --decode-prompt-len 128 \
+        --gen-len 64 --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/bench-$m-baseline.log" 2>&1
+      rc=$?
+      grep -E "^(prefill|decode)" "$LOGS/bench-$m-baseline.log" | sed 's/^/baseline: /' | tee -a "$SUMMARY"
+      log "bench $m (baseline): rc=$rc"
+    fi
   done
+  if [ -n "$BASE" ]; then
+    log "== A/B: tokens/s, this tree vs baseline ($BASE)"
+    python3 - "$LOGS" "${MODELS[@]}" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import re, sys
+logs, models = sys.argv[1], sys.argv[2:]
+def rows(path):
+    out = {}
+    try:
+        for line in open(path):
+            m = re.match(r"(prefill\s+\d+ tokens|decode\s+batch\s+\d+):\s+([\d.]+) tokens/s", line)
+            if m: out[re.sub(r"\s+", " ", m.group(1))] = float(m.group(2))
+    except OSError:
+        pass
+    return out
+print(f"{'model':<16} {'row':<22} {'this':>10} {'baseline':>10} {'ratio':>7}")
+for m in models:
+    a, b = rows(f"{logs}/bench-{m}.log"), rows(f"{logs}/bench-{m}-baseline.log")
+    for k in a:
+        if k in b and b[k] > 0:
+            print(f"{m:<16} {k:<22} {a[k]:>10.1f} {b[k]:>10.1f} {a[k] / b[k]:>7.3f}")
+PY
+  fi
 fi
 # Where the GPU time goes (eager, FERRITE_PROFILE=1; FERRITE_PROFILE_RUN=1).
 if [ "${FERRITE_PROFILE_RUN:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
