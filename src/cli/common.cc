@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/thread_pool.h"
+
 namespace ferrite::cli {
 
 void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required) {
@@ -73,6 +75,8 @@ Result<RunnerOptions> runner_options(const ModelFlags& f) {
   if (f.threads < 0 || f.threads > 1024) return invalid_argument("--threads must be in [0, 1024]");
   FERRITE_ASSIGN_OR_RETURN(o.tuning, Tuning::from_environment());
   if (f.threads > 0) o.tuning.threads = f.threads;
+  // The process-wide pool is made at its first use, after this.
+  ThreadPool::configure_global(static_cast<int>(o.tuning.threads));
   o.limits.max_sequences = f.max_num_seqs;
   o.limits.max_tokens = f.max_num_batched_tokens;
   o.limits.max_context = f.max_model_len;
