@@ -1,5 +1,9 @@
 // ferrite bench: prefill and decode tokens/s of a model (real or dummy
-// weights), and decode as a fraction of the memory-bandwidth roofline:
+// weights), and decode as a fraction of the memory-bandwidth roofline. Decode
+// is timed over pure decode steps: every prompt of the batch is prefilled
+// first (llama-batched-bench's order); when the prompts do not fit in one
+// step, a second run reports what mixed steps (decode beside prompt chunks,
+// as serving schedules them) achieve:
 //   roofline tokens/s = batch * bandwidth / (weight bytes read per step
 //                                            + KV bytes read per step)
 // with the bandwidth measured on this machine in the same run (CPU: a
@@ -207,29 +211,55 @@ int run_bench(const BenchFlags& f) {
       reqs[i].prompt = random_prompt(f.decode_prompt_len, vocab, 100 + i);
       reqs[i].max_tokens = f.gen_len;
     }
+    // Every prompt of the batch is prefilled before decoding starts (as
+    // llama-batched-bench does); the decode figure is that of the pure
+    // decode steps that follow: batch tokens per step, nothing else.
+    GenerateOptions pure;
+    pure.prefill_first = true;
     {  // warm-up: captures the decode graph of this batch size
       std::vector<GenerationRequest> warm = reqs;
       for (auto& w : warm) w.max_tokens = 3;
-      auto r = generate(runner, warm);
+      auto r = generate(runner, warm, pure);
       if (!r.is_ok()) return report_error(r.status());
     }
     GenerationStats stats;
-    auto r = generate(runner, reqs, nullptr, &stats);
+    auto r = generate(runner, reqs, pure, nullptr, &stats);
     if (!r.is_ok()) return report_error(r.status());
-    double tps = stats.decode_tokens / stats.decode_seconds;
-    // Average context over the decode steps: prompt + half the generation.
-    double avg_ctx = f.decode_prompt_len + f.gen_len / 2.0;
-    double bytes_per_step = w_step + batch * avg_ctx * kv_per_token;
-    double roofline = bandwidth > 0 ? batch * bandwidth / bytes_per_step : 0;
+    double tps = stats.pure_decode_tokens_per_s();
+    double roofline = decode_roofline_tokens_per_s(batch, bandwidth, w_step, kv_per_token,
+                                                   f.decode_prompt_len, f.gen_len);
+    double bytes_per_step =
+        w_step + batch * (f.decode_prompt_len + f.gen_len / 2.0) * kv_per_token;
     double fraction = roofline > 0 ? tps / roofline : 0;
-    out["decode"].push_back({{"batch", batch},
-                             {"tokens_per_s", tps},
-                             {"roofline_tokens_per_s", roofline},
-                             {"roofline_fraction", fraction},
-                             {"bytes_per_step", bytes_per_step}});
-    if (!f.json)
+    nlohmann::json entry = {{"batch", batch},
+                            {"tokens_per_s", tps},
+                            {"decode_steps", stats.pure_decode_steps},
+                            {"roofline_tokens_per_s", roofline},
+                            {"roofline_fraction", fraction},
+                            {"bytes_per_step", bytes_per_step}};
+    // Mixed steps: the same batch scheduled as a server does (decode tokens
+    // beside other sequences' prompt chunks), when its prompts do not fit in
+    // one step. Their decode and prompt tokens per second of those steps.
+    GenerationStats mixed;
+    if (static_cast<int64_t>(batch) * f.decode_prompt_len > runner.bound().plan().limits.max_tokens) {
+      auto m = generate(runner, reqs, GenerateOptions{}, nullptr, &mixed);
+      if (!m.is_ok()) return report_error(m.status());
+    }
+    if (mixed.mixed_steps > 0) {
+      entry["mixed"] = {{"steps", mixed.mixed_steps},
+                        {"decode_tokens_per_s", mixed.mixed_decode_tokens / mixed.mixed_seconds},
+                        {"prompt_tokens_per_s", mixed.mixed_prompt_tokens / mixed.mixed_seconds}};
+    }
+    out["decode"].push_back(entry);
+    if (!f.json) {
       std::printf("decode   batch %3d: %10.1f tokens/s  (roofline %.1f tokens/s, %.1f%%)\n", batch,
                   tps, roofline, 100 * fraction);
+      if (mixed.mixed_steps > 0)
+        std::printf("  mixed  batch %3d: %10.1f decode tokens/s beside %.1f prompt tokens/s (%lld steps)\n",
+                    batch, mixed.mixed_decode_tokens / mixed.mixed_seconds,
+                    mixed.mixed_prompt_tokens / mixed.mixed_seconds,
+                    static_cast<long long>(mixed.mixed_steps));
+    }
   }
   if (f.json) {
     std::printf("%s\n", out.dump(2).c_str());

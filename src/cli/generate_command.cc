@@ -113,7 +113,7 @@ int run_generate(const GenerateFlags& f) {
     j["output_tokens"] = r.tokens;
     if (tokenizer) j["text"] = text;
     j["prompt_tokens"] = req.prompt.size();
-    j["finish_reason"] = std::string(finish_reason_name(r.finish));
+    j["finish_reason"] = std::string(engine_finish_name(r.finish));
     j["prefill_tokens_per_s"] =
         stats.prefill_seconds > 0 ? stats.prefill_tokens / stats.prefill_seconds : 0.0;
     j["decode_tokens_per_s"] =
@@ -122,14 +122,14 @@ int run_generate(const GenerateFlags& f) {
   } else if (tokenizer) {
     std::printf("%s\n", text.c_str());
     std::fprintf(stderr, "finish_reason=%s prompt=%zu generated=%zu\n",
-                 std::string(finish_reason_name(r.finish)).c_str(), req.prompt.size(),
+                 std::string(engine_finish_name(r.finish)).c_str(), req.prompt.size(),
                  r.tokens.size());
   } else {
     std::string s;
     for (uint32_t t : r.tokens) s += (s.empty() ? "" : ",") + std::to_string(t);
     std::printf("%s\n", s.c_str());
     std::fprintf(stderr, "finish_reason=%s prompt=%zu generated=%zu\n",
-                 std::string(finish_reason_name(r.finish)).c_str(), req.prompt.size(),
+                 std::string(engine_finish_name(r.finish)).c_str(), req.prompt.size(),
                  r.tokens.size());
   }
   return 0;

@@ -1,6 +1,7 @@
 // Engine: the serving core on one ModelRunner. Clients submit() requests from
 // any thread and read their tokens from a RequestStream; one engine thread
-// owns the device and runs the scheduler:
+// owns the device and runs the scheduler (engine/scheduler.h, the same one
+// generate() runs on its caller's thread). The scheduler's policy:
 //
 //   each step packs the decode token of every running sequence and chunks of
 //   prompts (running first, then newly admitted ones, FIFO) under the token
@@ -40,150 +41,17 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
-#include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/engine_types.h"
 #include "engine/model_runner.h"
-#include "engine/prefix_cache.h"
-#include "runtime/step_batch.h"
-#include "runtime/token_constraint.h"
+#include "engine/scheduler.h"
 
 namespace ferrite {
-
-struct EngineOptions {
-  bool prefix_cache = false;
-  int32_t max_waiting = 1024;  // queued requests beyond this: resource_exhausted
-  // Prompt tokens per sequence per step (0: the budget); recurrent models
-  // round it up to a multiple of kRecurrentSplitAlign.
-  int32_t prefill_chunk = 0;
-  // Hybrid models with the prefix cache: memory of the recurrent-state
-  // snapshots, as a fraction of the KV pool's bytes (allocated beside it
-  // when the engine starts; at least one snapshot slot), in (0, 1].
-  double snapshot_memory_fraction = 0.25;
-  // Interval snapshots every this many pages of a prompt (0: the fewest
-  // pages whose KV outweighs one snapshot / snapshot_memory_fraction);
-  // rounded up to a multiple of kRecurrentSplitAlign positions.
-  int32_t snapshot_interval_pages = 0;
-};
-
-// Recurrent models: prefill chunks end on multiples of this many positions
-// (lcm with the page size), and
-inline constexpr int32_t kRecurrentSplitAlign = 64;
-// a prompt's last chunk has at least this many tokens (below it the delta
-// rule takes its recurrent form, above its chunked one: see engine.h's top).
-inline constexpr int32_t kRecurrentMinSpan = 16;
-
-struct EngineRequest {
-  std::vector<uint32_t> prompt;
-  int32_t max_tokens = 16;  // >= 1
-  SamplingParams sampling;
-  std::vector<uint32_t> stop_ids;  // generation ends after emitting one of these
-  int32_t logprobs = -1;           // -1: none; k >= 0: chosen token + top k
-  // Grammar / structured-output constraint (runtime/token_constraint.h),
-  // used on the engine thread only: every drawn token is one it allows; the
-  // request finishes with kStop once it is terminated. Null: unconstrained.
-  std::shared_ptr<TokenConstraint> constraint;
-};
-
-enum class EngineFinish { kLength, kStop, kCancelled, kError };
-std::string_view engine_finish_name(EngineFinish f);  // "length", "stop", "cancelled", "error"
-
-struct TokenLogprob {
-  uint32_t token = 0;
-  float logprob = 0;
-};
-
-struct TokenOutput {
-  uint32_t token = 0;
-  float logprob = 0;              // valid when the request asked for logprobs
-  std::vector<TokenLogprob> top;  // the top-k alternatives, best first
-};
-
-// What a client reads: tokens as they are produced, then one finish.
-class RequestStream {
- public:
-  struct Update {
-    std::vector<TokenOutput> tokens;
-    bool finished = false;
-    EngineFinish finish = EngineFinish::kLength;
-    Status error;
-  };
-
-  uint64_t id() const { return id_; }
-  int32_t prompt_tokens() const { return prompt_tokens_; }
-  // Prompt tokens served from the prefix cache (first admission).
-  int32_t cached_tokens() const { return cached_tokens_.load(); }
-  // Waits up to `timeout` for news; returns what arrived since the last call
-  // (empty and unfinished on timeout).
-  Update next(std::chrono::milliseconds timeout);
-  // Stops generation; the engine frees the sequence at its next step and
-  // finishes the stream with kCancelled (unless it finished before).
-  void cancel();
-  bool cancel_requested() const { return cancel_.load(); }
-
- private:
-  friend class Engine;
-  void push(TokenOutput t);
-  void finish(EngineFinish f, Status error);
-
-  uint64_t id_ = 0;
-  int32_t prompt_tokens_ = 0;
-  std::atomic<int32_t> cached_tokens_{0};
-  std::atomic<bool> cancel_{false};
-  class Engine* engine_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<TokenOutput> pending_;
-  bool finished_ = false;
-  bool finish_taken_ = false;
-  EngineFinish finish_ = EngineFinish::kLength;
-  Status error_;
-};
-
-// Fixed-bucket histogram (Prometheus semantics: cumulative when rendered).
-struct Histogram {
-  std::vector<double> bounds;
-  std::vector<uint64_t> counts;  // bounds.size() + 1 (the last is +Inf)
-  double sum = 0;
-  uint64_t count = 0;
-  explicit Histogram(std::vector<double> b = {})
-      : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
-  void observe(double v);
-};
-
-struct EngineMetrics {
-  uint64_t requests_submitted = 0;
-  uint64_t requests_finished[4] = {0, 0, 0, 0};  // by EngineFinish
-  uint64_t requests_rejected = 0;                // queue full
-  uint64_t prompt_tokens = 0;
-  uint64_t generation_tokens = 0;
-  uint64_t preemptions = 0;
-  uint64_t prefix_cache_queries = 0;  // tokens looked up
-  uint64_t prefix_cache_hits = 0;     // tokens found
-  uint64_t steps = 0;
-  double step_seconds = 0;  // time in forward + sampling
-  int32_t running = 0;
-  int32_t waiting = 0;
-  int32_t kv_pages_used = 0;
-  int32_t kv_pages_total = 0;
-  int32_t prefix_cache_pages = 0;
-  // Hybrid models: recurrent-state snapshots held by the prefix cache, and
-  // the slots reserved for them (0 without the cache or recurrent state).
-  int32_t prefix_cache_snapshots = 0;
-  int32_t prefix_cache_snapshot_slots = 0;
-  Histogram ttft{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
-  Histogram itl{
-      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
-  Histogram e2e{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
-};
 
 class Engine {
  public:
@@ -211,54 +79,36 @@ class Engine {
   EngineMetrics metrics() const;
   ModelRunner& runner() { return runner_; }
   int64_t max_context() const;
-  bool prefix_cache_enabled() const { return cache_ != nullptr; }
+  bool prefix_cache_enabled() const { return scheduler_->prefix_cache_enabled(); }
   // Snapshot slots and interval of a hybrid model's prefix cache (zeros
   // otherwise).
-  const SnapshotBudget& snapshot_budget() const { return snapshot_budget_; }
+  const SnapshotBudget& snapshot_budget() const { return scheduler_->snapshot_budget(); }
   void shutdown();
 
  private:
   friend class RequestStream;
-  struct Seq;
   Engine(ModelRunner& runner, EngineOptions options);
   void loop();
   void wake();
-  bool step();  // false when there was nothing to do
-  void finish(Seq& s, EngineFinish f, Status error = Status::ok());
-  void release(Seq& s);
-  void preempt(std::unique_ptr<Seq> s);
-  int32_t free_pages_with_eviction() const;
-  bool ensure_pages(Seq& s, int64_t positions);
-  void update_gauges();
-  // Recurrent models (align_ > 0): prefill split rules and snapshots.
-  bool valid_split(int64_t position, int64_t prompt_len) const;
-  int32_t plan_chunk(const Seq& s, int64_t budget, int64_t chunk, bool alone) const;
-  int32_t resume_from_snapshot(Seq& s, int32_t matched_pages);
-  std::vector<int64_t> snapshot_positions(const Seq& s, int64_t kv_matched) const;
-  Status take_snapshot(Seq& s);
 
   ModelRunner& runner_;
   EngineOptions options_;
-  std::unique_ptr<PrefixCache> cache_;
-  int64_t align_ = 0;  // recurrent models: the prefill split alignment (positions)
-  SnapshotBudget snapshot_budget_;
+  std::unique_ptr<StepExecutor> executor_;
+  std::unique_ptr<Scheduler> scheduler_;  // engine thread only (but metrics())
   std::thread thread_;
 
   std::mutex inbox_mu_;
   std::condition_variable inbox_cv_;
-  std::vector<std::unique_ptr<Seq>> inbox_;
+  struct Pending {
+    EngineRequest request;
+    std::shared_ptr<RequestStream> stream;
+    std::chrono::steady_clock::time_point arrival;
+  };
+  std::vector<Pending> inbox_;
   bool stop_ = false;
   bool wake_pending_ = false;
-  std::atomic<int32_t> queued_{0};  // inbox + waiting
+  std::atomic<int32_t> inbox_count_{0};
   uint64_t next_id_ = 1;
-
-  // Engine thread only.
-  std::vector<std::unique_ptr<Seq>> running_;
-  std::deque<std::unique_ptr<Seq>> waiting_;
-  std::vector<uint32_t> allowed_;  // the step's allowed-id bitmap (constrained steps)
-
-  mutable std::mutex metrics_mu_;
-  EngineMetrics metrics_;
 };
 
 }  // namespace ferrite
