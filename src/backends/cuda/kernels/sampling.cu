@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(const float* logits
 // reference: value descending, id ascending).
 namespace lp {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 
 struct FMax {
