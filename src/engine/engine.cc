@@ -38,7 +38,10 @@ RequestStream::Update RequestStream::next(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !pending_.empty() || (finished_ && !finish_taken_); });
   Update u;
-  u.tokens.swap(pending_);
+  // A copy: pending_ keeps its capacity, so the engine thread's push()
+  // allocates nothing once warm.
+  u.tokens.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.end()));
+  pending_.clear();
   if (finished_ && !finish_taken_) {
     finish_taken_ = true;
     u.finished = true;

@@ -107,7 +107,13 @@ void Scheduler::add(EngineRequest request, std::shared_ptr<RequestStream> stream
   auto seq = std::make_unique<Seq>();
   seq->id = stream->id();
   seq->stream = std::move(stream);
+  // Sized once for the whole generation: the step loop does not allocate.
+  const int64_t positions = std::min<int64_t>(
+      static_cast<int64_t>(request.prompt.size()) + request.max_tokens, executor_.limits().max_context);
+  seq->tokens.reserve(static_cast<size_t>(positions));
   seq->tokens = request.prompt;
+  seq->pages.reserve(static_cast<size_t>(executor_.pages().pages_for(positions)));
+  seq->hashes.reserve(seq->pages.capacity());
   seq->prompt_len = request.prompt.size();
   seq->req = std::move(request);
   seq->arrival = arrival;

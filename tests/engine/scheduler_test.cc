@@ -6,10 +6,25 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
+#include <new>
 
 #include "engine/generator.h"
 #include "engine/scheduler.h"
+
+namespace ferrite {
+// Heap allocations made on this thread while counting (issue 11 item 6).
+thread_local bool g_counting = false;
+thread_local int64_t g_allocations = 0;
+}  // namespace ferrite
+
+void* operator new(std::size_t n) {
+  if (ferrite::g_counting) ++ferrite::g_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+// (The default operator delete frees with std::free.)
 
 namespace ferrite {
 namespace {
@@ -41,7 +56,7 @@ class FakeExecutor final : public StepExecutor {
   Status restore_snapshot(int32_t, int32_t) override { return Status::ok(); }
 
   void run(Step& step, StepResult* r) override {
-    steps.push_back(step);  // a copy: the test inspects the values
+    if (record) steps.push_back(step);  // a copy: the test inspects the values
     if (fail_next) {
       fail_next = false;
       r->status = internal_error("injected");
@@ -79,6 +94,7 @@ class FakeExecutor final : public StepExecutor {
   static constexpr int64_t kVocab = 64;
   std::function<double(const Step&)> timing;  // the step's simulated seconds
   std::vector<Step> steps;
+  bool record = true;
   bool fail_next = false;
 
  private:
@@ -284,6 +300,37 @@ TEST(Scheduler, ConstraintsAndLogprobsReachTheStep) {
     }
   }
   EXPECT_TRUE(saw);
+}
+
+// Once warm, a step (schedule, run on the fake device, update with tokens
+// pushed to the streams) allocates nothing on the host: buffers are reused,
+// sequences are sized for their whole generation at admission. (Prefix-cache
+// insertions, once per completed page with the cache on, do allocate.)
+TEST(Scheduler, WarmStepsAllocateNothing) {
+  FakeExecutor ex(256, 64, 8);
+  ex.record = false;
+  auto s = Scheduler::create(ex, {});
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    EngineRequest r = request(3 * i, 9 + i, 60);
+    if (i % 2) r.sampling.temperature = 0.8f;
+    streams.push_back(std::make_shared<RequestStream>());
+    (*s)->add(r, streams.back(), std::chrono::steady_clock::now());
+  }
+  for (int i = 0; i < 8; ++i) (*s)->step();  // prefill and the first decode steps
+  for (auto& st : streams) (void)st->next(std::chrono::milliseconds(0));
+  g_allocations = 0;
+  int ran = 0;
+  for (int i = 0; i < 30; ++i) {
+    g_counting = true;
+    ran += (*s)->step().ran;
+    g_counting = false;
+    // The clients read their tokens (the copy they get is theirs).
+    for (auto& st : streams) EXPECT_EQ(st->next(std::chrono::milliseconds(0)).tokens.size(), 1u);
+  }
+  EXPECT_EQ(ran, 30);
+  EXPECT_EQ(g_allocations, 0) << "heap allocations in 30 warm decode steps";
+  (*s)->cancel_all();
 }
 
 // The bench's decode figure never exceeds its memory roofline. The fake
