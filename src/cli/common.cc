@@ -12,7 +12,7 @@ namespace ferrite::cli {
 void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required) {
   auto* m = app->add_option("--model", f->model,
                             "model folder: config.json + safetensors (or only config.json "
-                            "with --dummy-weights)");
+                            "with --dummy-weights), or a GGUF file (FILE.gguf)");
   if (model_required) m->required();
   app->add_flag("--dummy-weights", f->dummy_weights,
                 "random weights for the config, allocated directly (benchmarks at real sizes)");

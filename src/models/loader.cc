@@ -11,6 +11,7 @@
 
 #include "base/thread_pool.h"
 #include "models/dummy_formats.h"
+#include "models/gguf_model.h"
 
 namespace ferrite {
 
@@ -195,6 +196,7 @@ Status check_weight_total(const ModelProgram& p, const std::string& model_dir) {
 }  // namespace
 
 Result<ModelSource> open_model(const LoadOptions& options) {
+  if (is_gguf_path(options.model_dir)) return open_gguf_model(options);
   ModelSource src;
   FERRITE_ASSIGN_OR_RETURN(src.config, load_model_config(options.model_dir));
   FERRITE_ASSIGN_OR_RETURN(src.family, find_family(src.config.model_type));
@@ -247,6 +249,7 @@ Result<ModelSource> open_model(const LoadOptions& options) {
 
 Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src, Device& device,
                                                          const LoadOptions& options) {
+  if (src.gguf && !options.dummy_weights) return materialize_gguf_weights(src, device);
   auto store = std::make_unique<WeightStore>();
   if (!options.dummy_weights) {
     store->keep_alive(src.checkpoint);

@@ -16,7 +16,9 @@
 namespace ferrite {
 
 struct LoadOptions {
-  std::string model_dir;  // holds config.json (+ safetensors unless dummy)
+  // A folder with config.json (+ safetensors unless dummy), or a GGUF file
+  // (FILE.gguf, or any shard of FILE-0000K-of-0000N.gguf).
+  std::string model_dir;
   bool dummy_weights = false;
   DType dummy_dtype = DType::kBF16;  // or a GGUF block format (models/dummy_formats.h)
   bool dummy_k_m_mix = false;        // with q4_k: llama.cpp's Q4_K_M mix (q6_k tensors)
@@ -24,11 +26,16 @@ struct LoadOptions {
   ProgramOptions program;
 };
 
+struct GgufWeights;  // models/gguf_model.cc
+
 struct ModelSource {
   ModelConfig config;
   const ModelFamily* family = nullptr;
   ModelProgram program;                               // weight dtypes are the stored ones
   std::shared_ptr<SafetensorsCheckpoint> checkpoint;  // null with dummy weights
+  // GGUF files (model_dir names a .gguf file): the tensors and how each
+  // weight is made from them; null for safetensors and dummy weights.
+  std::shared_ptr<const GgufWeights> gguf;
 };
 
 // Reads config.json, builds the program and checks it against the checkpoint

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
 
@@ -128,6 +129,7 @@ Result<ChatTemplate> load_template(const std::string& path) {
 }  // namespace
 
 Result<ChatTemplate> ChatTemplate::load(const std::string& path) {
+  if (is_gguf_file(path)) return load_gguf_chat_template(path);
   try {
     return load_template(path);
   } catch (const std::bad_alloc&) {

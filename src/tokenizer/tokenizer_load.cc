@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
 
@@ -551,6 +552,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view tokeniz
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path_or_model_dir) {
+  if (is_gguf_file(path_or_model_dir)) return load_gguf_tokenizer(path_or_model_dir);
   namespace fs = std::filesystem;
   fs::path path(path_or_model_dir);
   std::error_code ec;
