@@ -281,7 +281,7 @@ def llama3_rope_freqs(cfg):
 def write_gguf(gguf, family, cfg, tensors, path, outtype, split_max_tensors=0):
     arch = ARCH[cfg["model_type"]]
     GT = gguf.GGMLQuantizationType
-    ftype = {"f32": 0, "f16": 1, "bf16": 32}[outtype]
+    ftype = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2}[outtype]
     w = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
     w.add_type("model")
     w.add_name(f"ferrite-tiny-{family}")
@@ -363,6 +363,15 @@ def write_gguf(gguf, family, cfg, tensors, path, outtype, split_max_tensors=0):
             w.add_tensor(name, t, raw_dtype=GT.F32)
         elif outtype == "f16":
             w.add_tensor(name, t.astype(np.float16), raw_dtype=GT.F16)
+        elif outtype in ("q8_0", "q4_0"):
+            # The converter's --outtype q8_0 (gguf-py's quantizer, bitwise ggml's
+            # reference); q4_0 the same way, all matrices (llama-quantize would
+            # keep the output head in q6_k / q8_0).
+            qt = GT.Q8_0 if outtype == "q8_0" else GT.Q4_0
+            try:
+                w.add_tensor(name, gguf.quants.quantize(t, qt), raw_dtype=qt)
+            except gguf.QuantError:
+                w.add_tensor(name, t.astype(np.float16), raw_dtype=GT.F16)
         else:
             w.add_tensor(name, gguf.quants.quantize(t, GT.BF16), raw_dtype=GT.BF16)
     w.write_header_to_file()
@@ -371,16 +380,91 @@ def write_gguf(gguf, family, cfg, tensors, path, outtype, split_max_tensors=0):
     w.close()
 
 
+# Wider twins for the block formats: every row a whole number of 256-element
+# K-quant blocks (the tiny models' 64-wide rows only fit 32-element blocks, and
+# llama-quantize falls back to other types for them). Random weights as
+# make_golden_models.py draws them; goldens come from transformers on the
+# dequantized weights (scripts/make_gguf_goldens.py, GPU machine).
+WIDE = {
+    "qwen3w": {"model_type": "qwen3", "vocab_size": 512, "hidden_size": 256, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+               "intermediate_size": 256, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+               "rope_theta": 10000.0, "tie_word_embeddings": True},
+    "qwen3moew": {"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 256,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "head_dim": 64, "intermediate_size": 256, "moe_intermediate_size": 256,
+                  "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
+                  "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+                  "tie_word_embeddings": False},
+}
+
+
+def wide_weights(cfg, seed):
+    rng = np.random.default_rng(seed)
+    H, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    hd, nh, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+
+    def mat(o, i):
+        return (rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)
+
+    def norm(n):
+        return (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": rng.standard_normal((V, H)).astype(np.float32)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        w[p + "input_layernorm.weight"] = norm(H)
+        w[p + "post_attention_layernorm.weight"] = norm(H)
+        w[p + "self_attn.q_proj.weight"] = mat(nh * hd, H)
+        w[p + "self_attn.k_proj.weight"] = mat(nkv * hd, H)
+        w[p + "self_attn.v_proj.weight"] = mat(nkv * hd, H)
+        w[p + "self_attn.o_proj.weight"] = mat(H, nh * hd)
+        w[p + "self_attn.q_norm.weight"] = norm(hd)
+        w[p + "self_attn.k_norm.weight"] = norm(hd)
+        if "num_experts" in cfg:
+            I = cfg["moe_intermediate_size"]
+            w[p + "mlp.gate.weight"] = mat(cfg["num_experts"], H)
+            for e in range(cfg["num_experts"]):
+                w[p + f"mlp.experts.{e}.gate_proj.weight"] = mat(I, H)
+                w[p + f"mlp.experts.{e}.up_proj.weight"] = mat(I, H)
+                w[p + f"mlp.experts.{e}.down_proj.weight"] = mat(H, I)
+        else:
+            I = cfg["intermediate_size"]
+            w[p + "mlp.gate_proj.weight"] = mat(I, H)
+            w[p + "mlp.up_proj.weight"] = mat(I, H)
+            w[p + "mlp.down_proj.weight"] = mat(H, I)
+    # Logits of std ~5: the final norm scales hidden states of rms 1 against
+    # (tied or untied) head rows of norm ~sqrt(H) (embedding) or ~1 (lm_head).
+    head_scale = 1.0 if cfg["tie_word_embeddings"] else np.sqrt(H)
+    w["model.norm.weight"] = (norm(H) * 5 / np.sqrt(H) * head_scale).astype(np.float32)
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = mat(V, H)
+    # bf16 values, as the tiny checkpoints.
+    return {k: ((v.view(np.uint32) + 0x8000) & 0xffff0000).view(np.float32) for k, v in w.items()}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf-py", required=True, help="llama.cpp's gguf-py folder (peer bundle)")
     ap.add_argument("--models", default=os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--families", nargs="*", default=FAMILIES)
+    ap.add_argument("--wide", action="store_true",
+                    help="write the wide twins (WIDE) as f16 GGUF + config.json instead")
     args = ap.parse_args()
     sys.path.insert(0, args.gguf_py)
     import gguf  # noqa: E402
     os.makedirs(args.out, exist_ok=True)
+    if args.wide:
+        for i, (name, cfg) in enumerate(WIDE.items()):
+            tensors = convert_tensors(cfg, ARCH[cfg["model_type"]], wide_weights(cfg, 4242 + i))
+            for outtype in ("f16", "q8_0", "q4_0"):
+                write_gguf(gguf, name, cfg, tensors, os.path.join(args.out, f"{name}-{outtype}.gguf"),
+                           outtype)
+            with open(os.path.join(args.out, f"{name}.config.json"), "w") as f:
+                json.dump(cfg, f, indent=1)
+            print("wrote", name)
+        return
     for family in args.families:
         d = os.path.join(args.models, family)
         cfg = json.load(open(os.path.join(d, "config.json")))
