@@ -89,7 +89,7 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     device = torch.device(args.device)
-    seed = mg.parse_args([]).seed
+    seed = mg.parse_args(["unused"]).seed
     rng = np.random.default_rng(seed)
     prompts = {"short": [int(x) for x in rng.integers(3, mg.VOCAB, mg.SHORT_LEN)],
                "long": [int(x) for x in rng.integers(3, mg.VOCAB, mg.LONG_LEN)]}

@@ -1,4 +1,4 @@
-// gated_delta_recurrent_attention 1.0: the Gated DeltaNet linear-attention
+// gated_delta_recurrent_attention 1.1: the Gated DeltaNet linear-attention
 // block (Qwen3-Next / Qwen3.5) with its pre-norm and its residual add, over
 // per-sequence recurrent state (a conv state and a delta-rule state).
 //
@@ -8,7 +8,7 @@
 //   c[ch, t] = silu(sum_{j<K} conv[ch, j] * x[ch, t-K+1+j]), where inputs
 //     before the sequence's first position are zero and earlier steps' inputs
 //     come from the conv state (the last K-1 inputs of every channel);
-//   per value head h (key head h / (Hv/Hk)), in f32:
+//   per value head h (key head h / (Hv/Hk); with tiled_value_heads, h % Hk), in f32:
 //     beta = sigmoid(b_h), g = -exp(A_log_h) * softplus(a_h + dt_bias_h)
 //     q = q * rsqrt(sum q^2 + 1e-6) / sqrt(dk),  k = k * rsqrt(sum k^2 + 1e-6)
 //     S = exp(g) S; d = beta (v - S^T k); S = S + k d^T; o = S^T q
@@ -18,6 +18,11 @@
 // The weights are in the separate layout of Qwen3.5 (in_proj_qkv, in_proj_z,
 // in_proj_b, in_proj_a); Qwen3-Next's grouped in_proj_qkvz / in_proj_ba are
 // regrouped into it by the loader's weight materializer (models/qwen3_next.cc).
+// Value heads are numbered grouped by key head (Hugging Face: head g r + i
+// belongs to key head g) or, with tiled_value_heads (1.1; llama.cpp's
+// Qwen3.5 GGUF files store them so), tiled (head i Hk + g belongs to key head
+// g); every per-value-head tensor (V rows and channels, z, b, a, A_log,
+// dt_bias, out_proj columns, the delta state) uses that one numbering.
 //
 // Bindings:
 //   hidden      [tokens, hidden_size] activation, read-write
@@ -61,12 +66,17 @@ struct Params {
   uint64_t hidden_size, num_k_heads, num_v_heads, k_head_dim, v_head_dim, conv_kernel;
   double eps;
   bool zero_centred;
+  bool tiled_value_heads;
+  uint64_t key_head_of(uint64_t v_head) const {
+    return tiled_value_heads ? v_head % num_k_heads : v_head / (num_v_heads / num_k_heads);
+  }
   uint64_t key_dim() const { return num_k_heads * k_head_dim; }
   uint64_t value_dim() const { return num_v_heads * v_head_dim; }
   uint64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
   static Params from(const Attributes& a) {
     return {a.u("hidden_size"), a.u("num_k_heads"), a.u("num_v_heads"), a.u("k_head_dim"),
-            a.u("v_head_dim"),  a.u("conv_kernel"), a.f("eps"),         a.b("zero_centred")};
+            a.u("v_head_dim"),  a.u("conv_kernel"), a.f("eps"),         a.b("zero_centred"),
+            a.b("tiled_value_heads")};
   }
 };
 
@@ -74,7 +84,7 @@ inline const ContractSchema& contract() {
   using K = BindingKind;
   using A = Access;
   static const ContractSchema s(
-      "gated_delta_recurrent_attention", 1, 0,
+      "gated_delta_recurrent_attention", 1, 1,
       {{"hidden_size", AttrType::kUnsigned},
        {"num_k_heads", AttrType::kUnsigned},
        {"num_v_heads", AttrType::kUnsigned},
@@ -82,7 +92,8 @@ inline const ContractSchema& contract() {
        {"v_head_dim", AttrType::kUnsigned},
        {"conv_kernel", AttrType::kUnsigned},
        {"eps", AttrType::kFloat},
-       {"zero_centred", AttrType::kBool, false}},
+       {"zero_centred", AttrType::kBool, false},
+       {"tiled_value_heads", AttrType::kBool, false}},
       {{"hidden", K::kActivation, A::kReadWrite, {"tokens", "hidden_size"}},
        {"input_norm", K::kWeight, A::kRead, {"hidden_size"}},
        {"in_proj_qkv", K::kWeight, A::kRead, {"conv_dim", "hidden_size"}},

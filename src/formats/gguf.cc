@@ -272,6 +272,8 @@ std::optional<DType> gguf_dtype_from_ggml_type(uint32_t ggml_type) {
       return DType::kBF16;
     case kGgmlTypeQ8_0:
       return DType::kQ8_0;
+    case kGgmlTypeQ4_0:
+      return DType::kQ4_0;
     case kGgmlTypeQ4_K:
       return DType::kQ4_K;
     case kGgmlTypeQ5_K:

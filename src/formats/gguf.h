@@ -26,8 +26,8 @@
 //     dimension (ne[0]) not a multiple of the block size, an offset not aligned,
 //     tensor data past the end of the file or overlapping another tensor;
 //   - unsupported: version other than 2 or 3, nested arrays, a ggml type
-//     Ferrite does not read (supported: F32, F16, BF16, Q8_0, Q4_K, Q5_K,
-//     Q6_K, I32, I64).
+//     Ferrite does not read (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K,
+//     Q5_K, Q6_K, I32, I64).
 //
 // Ownership and thread safety: as SafetensorsFile. Strings and tensor data
 // are views into the mapping and live as long as the GgufFile.
@@ -69,6 +69,7 @@ std::string_view gguf_type_name(GgufType t);  // "u32", "string", "array", ...
 // ggml tensor type numbers that Ferrite reads.
 inline constexpr uint32_t kGgmlTypeF32 = 0;
 inline constexpr uint32_t kGgmlTypeF16 = 1;
+inline constexpr uint32_t kGgmlTypeQ4_0 = 2;
 inline constexpr uint32_t kGgmlTypeQ8_0 = 8;
 inline constexpr uint32_t kGgmlTypeQ4_K = 12;
 inline constexpr uint32_t kGgmlTypeQ5_K = 13;

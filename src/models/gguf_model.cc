@@ -442,19 +442,17 @@ struct Piece {
 enum class Elementwise { kNone, kMinusOne, kLogOfNegated };
 
 // How one program weight is made: the pieces' rows concatenated, then rows
-// and column chunks permuted, then an elementwise f32 transform.
+// permuted, then an elementwise f32 transform.
 struct WeightPlan {
   Shape shape;
   DType dtype = DType::kF32;
   std::vector<Piece> pieces;
   std::vector<int64_t> row_perm;  // out row r = in row row_perm[r]
-  std::vector<int64_t> col_perm;  // out chunk c = in chunk col_perm[c] of every row
-  int64_t col_chunk = 0;          // elements per column chunk
   Elementwise op = Elementwise::kNone;
   bool zero_copy() const {
     return pieces.size() == 1 && pieces[0].row_begin == 0 &&
            pieces[0].rows == (pieces[0].tensor->shape.rank() ? pieces[0].tensor->shape[0] : 1) &&
-           row_perm.empty() && col_perm.empty() && op == Elementwise::kNone;
+           row_perm.empty() && op == Elementwise::kNone;
   }
 };
 
@@ -634,33 +632,18 @@ class Planner {
     const int64_t dk = j.get_int("linear_key_head_dim").value();
     const int64_t dv = j.get_int("linear_value_head_dim").value();
     const int64_t r = Hv / Hk;
-    // Qwen3.5's converter reorders value heads to tiled order: out (grouped)
-    // head g * r + i is stored as tiled head i * Hk + g.
-    const bool tiled = arch_.tiled_v_heads && Hk != Hv;
-    auto v_perm = [&](int64_t offset, int64_t total, int64_t hd) {
-      std::vector<int64_t> perm(total);
-      for (int64_t x = 0; x < total; ++x) perm[x] = x;
-      if (!tiled) return std::vector<int64_t>{};
-      for (int64_t g = 0; g < Hk; ++g)
-        for (int64_t i = 0; i < r; ++i)
-          for (int64_t e = 0; e < hd; ++e)
-            perm[offset + (g * r + i) * hd + e] = offset + (i * Hk + g) * hd + e;
-      return perm;
-    };
-    const int64_t conv_dim = 2 * Hk * dk + Hv * dv;
+    // Qwen3.5's converter stores value heads in tiled order (head i Hk + g
+    // of key head g): kept as they are, the node reads them so
+    // (tiled_value_heads, set in open_gguf_model).
     if (rest == "in_proj_qkv.weight") {
       if (file_.find(b("attn_qkv.weight")) == nullptr && file_.find(b("ssm_in.weight")))
         return legacy_qkvz(w, layer, Hk, dk, r * dv, /*z=*/false);
-      auto p = whole(w, {b("attn_qkv.weight")});
-      if (p) p->row_perm = v_perm(2 * Hk * dk, conv_dim, dv);
-      return p;
+      return whole(w, {b("attn_qkv.weight")});
     }
     if (rest == "in_proj_z.weight") {
       if (file_.find(b("attn_gate.weight")) == nullptr && file_.find(b("ssm_in.weight")))
         return legacy_qkvz(w, layer, Hk, dk, r * dv, /*z=*/true);
-      auto p = whole(w, {b("attn_gate.weight")});
-      if (p) p->row_perm = v_perm(0, Hv * dv, dv);
-      return p;
+      return whole(w, {b("attn_gate.weight")});
     }
     if (rest == "in_proj_b.weight" || rest == "in_proj_a.weight") {
       const bool is_a = rest == "in_proj_a.weight";
@@ -673,47 +656,17 @@ class Planner {
         for (int64_t g = 0; g < Hk; ++g) p.pieces.push_back({ba, g * 2 * r + (is_a ? r : 0), r});
         return p;
       }
-      auto p = whole(w, {b(is_a ? "ssm_alpha.weight" : "ssm_beta.weight")});
-      if (p) p->row_perm = v_perm(0, Hv, 1);
-      return p;
+      return whole(w, {b(is_a ? "ssm_alpha.weight" : "ssm_beta.weight")});
     }
-    if (rest == "conv1d.weight") {
-      auto p = whole(w, {b("ssm_conv1d.weight")});
-      if (p) p->row_perm = v_perm(2 * Hk * dk, conv_dim, 1 * dv);
-      return p;
-    }
+    if (rest == "conv1d.weight") return whole(w, {b("ssm_conv1d.weight")});
     if (rest == "A_log") {
       auto p = whole(w, {b("ssm_a")});
-      if (p) {
-        p->row_perm = v_perm(0, Hv, 1);
-        set_op(&*p, Elementwise::kLogOfNegated, w.name);
-      }
+      if (p) set_op(&*p, Elementwise::kLogOfNegated, w.name);
       return p;
     }
-    if (rest == "dt_bias") {
-      auto p = whole(w, {b("ssm_dt.bias")});
-      if (p) p->row_perm = v_perm(0, Hv, 1);
-      return p;
-    }
+    if (rest == "dt_bias") return whole(w, {b("ssm_dt.bias")});
     if (rest == "norm.weight") return whole(w, {b("ssm_norm.weight")});
-    if (rest == "out_proj.weight") {
-      auto p = whole(w, {b("ssm_out.weight")});
-      if (p && tiled) {
-        if (dv % dtype_block_elems(p->dtype) != 0) {
-          problems.push_back(fmt::format(
-              "{}: {} columns are in tiled value-head order, and heads of {} columns do not "
-              "divide its {} blocks of {}: cannot be reordered without requantizing",
-              b("ssm_out.weight"), dtype_name(p->dtype), dv, dtype_name(p->dtype),
-              dtype_block_elems(p->dtype)));
-          return std::nullopt;
-        }
-        p->col_chunk = dv;
-        p->col_perm.resize(Hv);
-        for (int64_t g = 0; g < Hk; ++g)
-          for (int64_t i = 0; i < r; ++i) p->col_perm[g * r + i] = i * Hk + g;
-      }
-      return p;
-    }
+    if (rest == "out_proj.weight") return whole(w, {b("ssm_out.weight")});
     return unknown(w);
   }
 
@@ -755,7 +708,7 @@ void build_weight(const WeightPlan& p, uint8_t* dst) {
   const DType src_dtype = p.pieces[0].tensor->dtype;
   const int64_t src_bytes = dtype_bytes(src_dtype, numel);
   std::vector<uint8_t> staged;
-  const bool transform = p.op != Elementwise::kNone || !p.row_perm.empty() || !p.col_perm.empty();
+  const bool transform = p.op != Elementwise::kNone || !p.row_perm.empty();
   uint8_t* cat = transform ? (staged.resize(src_bytes), staged.data()) : dst;
   int64_t off = 0;
   for (const Piece& piece : p.pieces) {
@@ -765,7 +718,7 @@ void build_weight(const WeightPlan& p, uint8_t* dst) {
   }
   FERRITE_CHECK(off == src_bytes);
   if (!transform) return;
-  // 2. Rows and column chunks, still in the stored type.
+  // 2. Rows, still in the stored type.
   const int64_t rows = p.shape.rank() == 0 ? 1 : p.shape[0];
   const int64_t row_bytes = rows == 0 ? 0 : src_bytes / rows;
   std::vector<uint8_t> moved(src_bytes);
@@ -773,13 +726,7 @@ void build_weight(const WeightPlan& p, uint8_t* dst) {
     const int64_t from = p.row_perm.empty() ? r : p.row_perm[r];
     const uint8_t* in = cat + from * row_bytes;
     uint8_t* out = moved.data() + r * row_bytes;
-    if (p.col_perm.empty()) {
-      std::memcpy(out, in, row_bytes);
-    } else {
-      const int64_t cb = dtype_bytes(src_dtype, p.col_chunk);
-      for (size_t c = 0; c < p.col_perm.size(); ++c)
-        std::memcpy(out + c * cb, in + p.col_perm[c] * cb, cb);
-    }
+    std::memcpy(out, in, row_bytes);
   }
   // 3. The elementwise transform (f32 out), or the result as it is.
   if (p.op == Elementwise::kNone) {
@@ -809,6 +756,11 @@ Result<ModelSource> open_gguf_model(const LoadOptions& options) {
   if (po.max_context > src.config.max_position_embeddings)
     po.max_context = src.config.max_position_embeddings;
   FERRITE_ASSIGN_OR_RETURN(src.program, src.family->build(src.config, po));
+  if (arch->tiled_v_heads) {
+    // The file's value heads stay in the converter's tiled order.
+    for (ProgramNode& n : src.program.nodes)
+      if (n.contract_id == "gated_delta_recurrent_attention") n.attrs.set("tiled_value_heads", true);
+  }
   if (options.dummy_weights) return src;
 
   auto weights = std::make_shared<GgufWeights>();

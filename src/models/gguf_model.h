@@ -14,7 +14,8 @@
 //     loaded), dt_bias as ssm_dt.bias, conv1d squeezed to [channels, K],
 //     in_proj_qkvz split into attn_qkv + attn_gate; `qwen35*`: value heads
 //     reordered from grouped (per key head) to tiled order when there are
-//     more value than key heads (put back in grouped order);
+//     more value than key heads (kept: the gated-delta nodes read them
+//     tiled, attribute tiled_value_heads);
 //   - MoE experts stacked per layer (ffn_{gate,up,down}_exps), gate and up
 //     interleaved into the program's [E, 2, I, H] at load.
 //

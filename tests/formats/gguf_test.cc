@@ -325,8 +325,8 @@ TEST_F(GgufTest, AlignmentErrors) {
 
 TEST_F(GgufTest, TensorErrors) {
   const std::string w = f32_bytes({1, 2, 3, 4});
-  EXPECT_TRUE(has_error(open_status(GgufBuilder().tensor("q", {32}, 2 /*Q4_0*/, w).bytes()),
-                        StatusCode::kUnsupported, {path_, "'q'", "Q4_0"}));
+  EXPECT_TRUE(has_error(open_status(GgufBuilder().tensor("q", {32}, 6 /*Q5_0*/, w).bytes()),
+                        StatusCode::kUnsupported, {path_, "'q'", "Q5_0"}));
   EXPECT_TRUE(has_error(open_status(GgufBuilder().tensor("x", {4}, 999, w).bytes()),
                         StatusCode::kUnsupported, {"'x'", "type 999"}));
   EXPECT_TRUE(

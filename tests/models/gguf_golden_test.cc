@@ -135,5 +135,73 @@ std::vector<GgufCase> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Files, GgufGoldenTest, testing::ValuesIn(all_cases()), case_name);
 
+#ifdef FERRITE_GGUF_QUANT_FILES
+// Block formats: the 256-wide twins (make_gguf_models.py --wide) in Q8_0 and
+// Q4_0 (gguf-py, as the converter's --outtype q8_0) and Q4_K_M / Q5_K_M /
+// Q6_K (llama-quantize, mixed types per tensor as it chooses them), against
+// transformers float32 on the weights gguf-py dequantizes from each file
+// (make_gguf_goldens.py, goldens in tests/models/gguf/quant/<stem>/). The
+// block weights are read as blocks (never expanded): the weights' stored
+// types are the file's.
+class GgufQuantGoldenTest : public testing::TestWithParam<GgufCase> {
+ protected:
+  static constexpr double kTolerance = 2e-3;
+
+  void SetUp() override {
+    const std::string dir = kModelsDir + "gguf/quant/";
+    ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(dir + GetParam().family, &golden_));
+    auto r = ModelRunner::open(options_for(dir + GetParam().file, GetParam().providers));
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    runner_ = std::move(r).value();
+  }
+
+  golden::Goldens golden_;
+  std::unique_ptr<ModelRunner> runner_;
+};
+
+TEST_P(GgufQuantGoldenTest, PrefillLogitsOfLastPositions) {
+  golden::check_prefill_logits(*runner_, golden_, kTolerance);
+}
+
+TEST_P(GgufQuantGoldenTest, CachedDecodeLogits) {
+  golden::check_cached_decode_logits(*runner_, golden_, kTolerance);
+}
+
+TEST_P(GgufQuantGoldenTest, GreedyTokensAndStoredTypes) {
+  std::vector<GenerationRequest> reqs;
+  std::vector<std::vector<uint32_t>> want;
+  for (const char* which : {"short", "long"}) {
+    const auto& p = golden_.prompt(which);
+    GenerationRequest r;
+    r.prompt = p["ids"].get<std::vector<uint32_t>>();
+    want.push_back(p["greedy_tokens"].get<std::vector<uint32_t>>());
+    r.max_tokens = static_cast<int32_t>(want.back().size());
+    reqs.push_back(r);
+  }
+  auto out = generate(*runner_, reqs);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ((*out)[i].tokens, want[i]) << "request " << i;
+  // Every weight in the type the file stores it in (golden.json's tensor_types).
+  const auto& types = golden_.json["tensor_types"];
+  const WeightStore& store = runner_->bound().weights();
+  const TensorView* q = store.find("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_NE(q, nullptr);
+  std::string want_q = types["blk.0.attn_q.weight"].get<std::string>();
+  std::string got_q(dtype_name(q->dtype));
+  for (char& c : got_q) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  EXPECT_EQ(got_q, want_q);
+}
+
+std::vector<GgufCase> quant_cases() {
+  std::vector<GgufCase> cases;
+  for (const char* stem : FERRITE_GGUF_QUANT_FILES)
+    for (const char* providers : {"reference", "fast"})
+      cases.push_back({std::string(stem) + ".gguf", stem, providers});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, GgufQuantGoldenTest, testing::ValuesIn(quant_cases()), case_name);
+#endif  // FERRITE_GGUF_QUANT_FILES
+
 }  // namespace
 }  // namespace ferrite

@@ -74,7 +74,7 @@ class GatedDeltaReference final : public Provider {
         if (Kc > 1) std::copy_n(x.data(), C, cs + (Kc - 2) * C);
         // The delta rule, per value head.
         for (int64_t h = 0; h < Hv; ++h) {
-          const int64_t kh = h / r;
+          const int64_t kh = static_cast<int64_t>(p.key_head_of(h));
           const float* qs = &c[kh * dk];
           const float* ks = &c[Hk * dk + kh * dk];
           const float* vs = &c[2 * Hk * dk + h * dv];
@@ -246,8 +246,9 @@ class GatedDeltaFast final : public Provider {
     const Params& p;
     int64_t Hk, Hv, dk, dv, C, VD, r, h;
     float A = 0, dt_bias = 0;
-    const float* q(const float* x, int64_t t) const { return x + t * C + (h / r) * dk; }
-    const float* k(const float* x, int64_t t) const { return x + t * C + Hk * dk + (h / r) * dk; }
+    int64_t kh() const { return static_cast<int64_t>(p.key_head_of(h)); }
+    const float* q(const float* x, int64_t t) const { return x + t * C + kh() * dk; }
+    const float* k(const float* x, int64_t t) const { return x + t * C + Hk * dk + kh() * dk; }
     const float* v(const float* x, int64_t t) const { return x + t * C + 2 * Hk * dk + h * dv; }
     float g(const float* aa, int64_t t) const {
       const float a = aa[t * Hv + h] + dt_bias;

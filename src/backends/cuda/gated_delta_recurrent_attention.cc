@@ -32,6 +32,7 @@ class GatedDelta final : public Provider {
     GatedDeltaShape g;
     g.dk = static_cast<int32_t>(p.k_head_dim);
     g.dv = static_cast<int32_t>(p.v_head_dim);
+    g.tiled = p.tiled_value_heads ? 1 : 0;
     if (gated_delta_smem_bytes(g) > 200 * 1024)
       return unsupported("cuda.gated_delta_recurrent_attention: k_head_dim too large");
     return Status::ok();
@@ -94,6 +95,7 @@ class GatedDelta final : public Provider {
     g.hv = static_cast<int32_t>(p.num_v_heads);
     g.dk = static_cast<int32_t>(p.k_head_dim);
     g.dv = static_cast<int32_t>(p.v_head_dim);
+    g.tiled = p.tiled_value_heads ? 1 : 0;
     g.eps = static_cast<float>(p.eps);
     int64_t max_span = 0;
     for (const SequenceSlice& sq : inv.batch->sequences)

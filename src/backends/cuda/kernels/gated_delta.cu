@@ -88,7 +88,7 @@ __device__ __forceinline__ DeltaBlock delta_block(const StepMeta& meta, const De
   b.c0 = static_cast<int>(blockIdx.x % ns) * kDvSlice;
   b.h = static_cast<int>((blockIdx.x / ns) % g.hv);
   b.s = static_cast<int>(blockIdx.x / (int64_t(ns) * g.hv));
-  b.kh = b.h / (g.hv / g.hk);
+  b.kh = g.tiled ? b.h % g.hk : b.h / (g.hv / g.hk);
   b.first = seq_first(meta, b.s);
   b.n = meta.seq_last_row[b.s] - b.first + 1;
   b.slot = meta.seq_state_slot[b.s];

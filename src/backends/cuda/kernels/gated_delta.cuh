@@ -18,6 +18,7 @@ namespace ferrite::cuda {
 // slot < 0 (graph padding) reads zero state and writes none.
 struct GatedDeltaShape {
   int32_t hk = 0, hv = 0, dk = 0, dv = 0;
+  int32_t tiled = 0;  // value head h uses key head h % hk (else h / (hv / hk))
   float eps = 1e-6f;  // the gated norm's
 };
 // x [tokens, conv_dim] f32 in place: causal depthwise conv over each
