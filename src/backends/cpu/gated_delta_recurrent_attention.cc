@@ -45,7 +45,6 @@ class GatedDeltaReference final : public Provider {
     const int64_t Kc = static_cast<int64_t>(p.conv_kernel);
     const int64_t C = static_cast<int64_t>(p.conv_dim());
     const int64_t VD = Hv * dv;
-    const int64_t r = Hv / Hk;
     const auto& b = inv.bindings;
     float* hidden = b[kHidden].as<float>();
     float* conv_state = b[kConvState].as<float>();
