@@ -7,8 +7,12 @@
 // --shared-prefix-len N puts the same N ids (words; a system message for
 // chat) before every prompt: a shared system prompt, for prefix caching
 // (the warm-up request caches it).
-// Reports per run: TTFT, TPOT, ITL (mean, p50, p99), output tokens/s,
-// requests/s, errors. When the server exposes Ferrite's /metrics, also the
+// Reports per run: TTFT, TPOT, ITL, E2E (mean, p50, p90, p95, p99), output
+// tokens/s, requests/s, errors, and the prompt length the server counted
+// (usage.prompt_tokens). ITL is per token: each stream asks for logprobs,
+// whose entries count the tokens of every SSE chunk (a server may pack
+// several in one); a chunk's gap is spread over its tokens (--itl-per-chunk:
+// per chunk, no logprobs). When the server exposes Ferrite's /metrics, also the
 // engine's compute time per generated token and the rest (the server's own
 // overhead per token: HTTP, JSON, detokenization, scheduling, idle).
 #include <fmt/format.h>
@@ -21,6 +25,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -57,13 +62,28 @@ struct BenchServeFlags {
   bool json_out = false;
   std::string json_file;
   double timeout_s = 600;
+  bool itl_per_chunk = false;
 };
+
+// A 401 says what to do about it.
+std::string http_error(int status, const std::string& body) {
+  if (status == 401)
+    return "HTTP 401: the server requires an API key: pass --api-key KEY (or set FERRITE_API_KEY "
+           "or OPENAI_API_KEY)";
+  std::string msg = fmt::format("HTTP {}", status);
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message") && j["error"]["message"].is_string())
+    msg += ": " + j["error"]["message"].get<std::string>().substr(0, 300);
+  return msg;
+}
 
 struct Outcome {
   bool ok = false;
   std::string error;
   double ttft = 0, e2e = 0;
   int64_t output_tokens = 0;
+  int64_t prompt_tokens = -1;  // as the server counted them (usage)
   std::vector<double> itl;
 };
 
@@ -113,6 +133,14 @@ class Runner {
     b["temperature"] = 0.0;
     b["stream"] = true;
     b["stream_options"] = {{"include_usage", true}};
+    if (!f_.itl_per_chunk) {  // logprob entries count the tokens of each chunk
+      if (f_.endpoint == "chat") {
+        b["logprobs"] = true;
+        b["top_logprobs"] = 0;
+      } else {
+        b["logprobs"] = 0;
+      }
+    }
     static const char* words[] = {"the",  "of",   "and",  "a",   "to",   "in",  "is",
                                   "you",  "that", "it",   "he",  "was",  "for", "on",
                                   "are",  "as",   "with", "his", "they", "at",  "be",
@@ -160,7 +188,7 @@ class Runner {
     req.set_header("Content-Type", "application/json");
     if (!f_.api_key.empty()) req.set_header("Authorization", "Bearer " + f_.api_key);
     std::string buf;
-    int64_t chunks = 0, usage_tokens = -1;
+    int64_t chunks = 0, usage_tokens = -1, tokens_seen = 0;
     bool done = false;
     auto t0 = Clock::now();
     auto last = t0;
@@ -183,8 +211,10 @@ class Runner {
           err = j["error"].value("message", "error");
           continue;
         }
-        if (j.contains("usage") && j["usage"].is_object())
+        if (j.contains("usage") && j["usage"].is_object()) {
           usage_tokens = j["usage"].value("completion_tokens", -1);
+          o.prompt_tokens = j["usage"].value("prompt_tokens", -1);
+        }
         if (!j.contains("choices") || j["choices"].empty()) continue;
         const json& c = j["choices"][0];
         std::string piece;
@@ -192,14 +222,26 @@ class Runner {
         if (c.contains("delta") && c["delta"].contains("content") &&
             c["delta"]["content"].is_string())
           piece = c["delta"]["content"];
-        if (piece.empty()) continue;
+        // Tokens in this chunk: its logprob entries (1 without them).
+        int64_t n = piece.empty() ? 0 : 1;
+        if (c.contains("logprobs") && c["logprobs"].is_object()) {
+          const json& lp = c["logprobs"];
+          if (lp.contains("content") && lp["content"].is_array())
+            n = static_cast<int64_t>(lp["content"].size());
+          else if (lp.contains("tokens") && lp["tokens"].is_array())
+            n = static_cast<int64_t>(lp["tokens"].size());
+        }
+        if (n <= 0) continue;
         auto now = Clock::now();
-        if (chunks == 0)
+        if (chunks == 0) {
           o.ttft = std::chrono::duration<double>(now - t0).count();
-        else
-          o.itl.push_back(std::chrono::duration<double>(now - last).count());
+        } else {
+          const double gap = std::chrono::duration<double>(now - last).count();
+          for (int64_t k = 0; k < n; ++k) o.itl.push_back(gap / n);
+        }
         last = now;
         ++chunks;
+        tokens_seen += n;
       }
       return true;
     };
@@ -210,7 +252,7 @@ class Runner {
       return o;
     }
     if (res->status != 200) {
-      o.error = fmt::format("HTTP {}", res->status);
+      o.error = http_error(res->status, res->body);
       return o;
     }
     if (!err.empty()) {
@@ -221,7 +263,7 @@ class Runner {
       o.error = "stream ended without [DONE]";
       return o;
     }
-    o.output_tokens = usage_tokens >= 0 ? usage_tokens : chunks;
+    o.output_tokens = usage_tokens >= 0 ? usage_tokens : tokens_seen;
     o.ok = true;
     return o;
   }
@@ -245,8 +287,12 @@ class Runner {
     httplib::Headers h;
     if (!f_.api_key.empty()) h.emplace("Authorization", "Bearer " + f_.api_key);
     auto res = c->Get((t_.base_path + "/v1/models").c_str(), h);
-    if (!res || res->status != 200)
-      return unavailable("cannot list models at " + f_.url + " (is the server up?)");
+    if (!res)
+      return unavailable(fmt::format("cannot reach {} ({}): is the server up?", f_.url,
+                                     httplib::to_string(res.error())));
+    if (res->status != 200)
+      return unavailable(fmt::format("GET {}/v1/models: {}", f_.url,
+                                     http_error(res->status, res->body)));
     json j = json::parse(res->body, nullptr, false);
     if (j.is_discarded() || !j.contains("data") || j["data"].empty())
       return unavailable("the server lists no model");
@@ -320,7 +366,7 @@ class Runner {
     double duration = std::chrono::duration<double>(Clock::now() - t0).count();
     auto after = engine_counters();
     std::vector<double> ttft, tpot, itl, e2e;
-    int64_t out_tokens = 0, ok = 0;
+    int64_t out_tokens = 0, ok = 0, in_tokens = 0, in_counted = 0;
     std::vector<std::string> errors;
     for (const Outcome& o : outcomes) {
       if (!o.ok) {
@@ -329,6 +375,10 @@ class Runner {
       }
       ++ok;
       out_tokens += o.output_tokens;
+      if (o.prompt_tokens >= 0) {
+        in_tokens += o.prompt_tokens;
+        ++in_counted;
+      }
       ttft.push_back(o.ttft);
       e2e.push_back(o.e2e);
       if (o.output_tokens > 1) tpot.push_back((o.e2e - o.ttft) / (o.output_tokens - 1));
@@ -339,6 +389,8 @@ class Runner {
               {"request_rate", rate > 0 ? json(rate) : json("inf")},
               {"num_prompts", f_.num_prompts},
               {"input_len", f_.input_len},
+              // What the server counted (usage.prompt_tokens), per request.
+              {"mean_input_tokens", in_counted ? json(double(in_tokens) / in_counted) : json(nullptr)},
               {"shared_prefix_len", f_.shared_prefix_len},
               {"output_len", f_.output_len},
               {"completed", ok},
@@ -349,10 +401,14 @@ class Runner {
               {"output_tokens", out_tokens},
               {"output_throughput", out_tokens / duration},
               {"total_token_throughput",
-               (out_tokens + ok * (f_.input_len + f_.shared_prefix_len)) / duration}};
+               (out_tokens + (in_counted == ok ? in_tokens
+                                               : ok * (f_.input_len + f_.shared_prefix_len))) /
+                   duration}};
     auto stats = [&](const char* name, const std::vector<double>& v) {
       r[std::string(name) + "_ms"] = {{"mean", 1e3 * mean(v)},
                                       {"p50", 1e3 * percentile(v, 0.5)},
+                                      {"p90", 1e3 * percentile(v, 0.9)},
+                                      {"p95", 1e3 * percentile(v, 0.95)},
                                       {"p99", 1e3 * percentile(v, 0.99)}};
     };
     stats("ttft", ttft);
@@ -378,10 +434,14 @@ class Runner {
                 r["request_throughput"].get<double>(), r["output_throughput"].get<double>(),
                 r["total_token_throughput"].get<double>(),
                 static_cast<long long>(r["errors"].get<int64_t>()));
+    if (!r["mean_input_tokens"].is_null())
+      std::printf("  input tokens per request (server's count): %.1f\n",
+                  r["mean_input_tokens"].get<double>());
     for (const char* k : {"ttft", "tpot", "itl", "e2e"}) {
       const json& s = r[std::string(k) + "_ms"];
-      std::printf("  %-4s ms: mean %9.3f   p50 %9.3f   p99 %9.3f\n", k, s["mean"].get<double>(),
-                  s["p50"].get<double>(), s["p99"].get<double>());
+      std::printf("  %-4s ms: mean %9.3f   p50 %9.3f   p90 %9.3f   p95 %9.3f   p99 %9.3f\n", k,
+                  s["mean"].get<double>(), s["p50"].get<double>(), s["p90"].get<double>(),
+                  s["p95"].get<double>(), s["p99"].get<double>());
     }
     if (r.contains("server")) {
       const json& s = r["server"];
@@ -484,7 +544,8 @@ void register_bench_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--url", f->url, "server base URL");
   cmd->add_option("--model", f->model, "model id (default: the first of /v1/models)");
   cmd->add_option("--endpoint", f->endpoint, "completions or chat");
-  cmd->add_option("--api-key", f->api_key, "bearer token");
+  cmd->add_option("--api-key", f->api_key,
+                  "bearer token (default: $FERRITE_API_KEY, else $OPENAI_API_KEY)");
   cmd->add_option("--input-len", f->input_len, "prompt tokens per request");
   cmd->add_option("--shared-prefix-len", f->shared_prefix_len,
                   "tokens of one shared prefix before every prompt (a system prompt)");
@@ -501,7 +562,14 @@ void register_bench_serve(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", f->json_out, "print JSON instead of text");
   cmd->add_option("--json-file", f->json_file, "also write the JSON report here");
   cmd->add_option("--timeout", f->timeout_s, "per-request read timeout, seconds");
-  cmd->callback([f, exit_code] { *exit_code = run_bench_serve(*f); });
+  cmd->add_flag("--itl-per-chunk", f->itl_per_chunk,
+                "ITL per SSE chunk, without asking for logprobs (default: per token)");
+  cmd->callback([f, exit_code] {
+    if (f->api_key.empty())
+      for (const char* env : {"FERRITE_API_KEY", "OPENAI_API_KEY"})
+        if (const char* v = std::getenv(env); v && *v && f->api_key.empty()) f->api_key = v;
+    *exit_code = run_bench_serve(*f);
+  });
 }
 
 }  // namespace ferrite::cli

@@ -154,7 +154,7 @@ void register_generate(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-p", f->top_p, "1 = off");
   cmd->add_option("--min-p", f->min_p, "0 = off");
   cmd->add_option("--repetition-penalty", f->repetition_penalty, "1 = off");
-  cmd->add_option("--sampling-seed", f->sampling_seed, "seed of the sampler");
+  cmd->add_option("--seed,--sampling-seed", f->sampling_seed, "seed of the sampler");
   cmd->add_option("--prefill-chunk", f->prefill_chunk, "prompt tokens per step (0 = budget)");
   cmd->callback([f, exit_code] { *exit_code = run_generate(*f); });
 }

@@ -14,6 +14,7 @@ namespace ferrite::cli {
 
 void register_info(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<ModelFlags>();
+  f->capacity_check = false;  // info plans; it allocates nothing
   auto catalog = std::make_shared<bool>(false);
   auto tuning_table = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("info", "print the resolved plan and memory of a model");

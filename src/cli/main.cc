@@ -7,6 +7,9 @@
 int main(int argc, char** argv) {
   CLI::App app{"ferrite: a C++ LLM inference and serving engine"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ferrite ") + FERRITE_VERSION + " (commit " + FERRITE_COMMIT + ")");
+  // Every option's default is shown in --help (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
   int exit_code = 0;
   ferrite::cli::register_generate(app, &exit_code);
   ferrite::cli::register_info(app, &exit_code);

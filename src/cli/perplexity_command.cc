@@ -209,6 +209,8 @@ int run_perplexity(PerplexityFlags f) {
   if (f.stride == 0) f.stride = std::max<int64_t>(1, f.ctx / 2);
   if (f.stride < 1 || f.stride > f.ctx)
     return report_error(invalid_argument("--stride must be in [1, --ctx-size]"));
+  // The KV cache holds one window (0: the model's context, issue 18).
+  if (f.model.max_model_len == 0) f.model.max_model_len = f.ctx;
   if (f.ctx > f.model.max_model_len)
     return report_error(invalid_argument(
         fmt::format("--ctx-size {} exceeds --max-model-len {}", f.ctx, f.model.max_model_len)));

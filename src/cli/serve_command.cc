@@ -9,7 +9,11 @@
 #include <thread>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/serving_common.h"
@@ -36,6 +40,8 @@ struct ServeFlags {
   double request_timeout_s = 1800;
   double shutdown_timeout_s = 10;
   bool log_requests = false;
+  bool disable_log_stats = false;
+  double log_stats_interval_s = 10;
 };
 
 std::chrono::milliseconds millis(double seconds) {
@@ -51,6 +57,8 @@ int run_serve(const ServeFlags& f) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  if (!(f.log_stats_interval_s > 0) || f.log_stats_interval_s > 86400)
+    return report_error(invalid_argument("--log-stats-interval must be in (0, 86400] seconds"));
   if (f.port < 0 || f.port > 65535)
     return report_error(invalid_argument("--port must be in [0, 65535]"));
   if (f.max_connections < 1) return report_error(invalid_argument("--max-connections must be >= 1"));
@@ -73,6 +81,8 @@ int run_serve(const ServeFlags& f) {
   so.model_name = f.served_model_name.empty() ? m.name : f.served_model_name;
   so.request_timeout = std::chrono::seconds(static_cast<int64_t>(f.request_timeout_s));
   so.log_requests = f.log_requests;
+  m.generation.apply(&so.sampling_defaults);
+  if (m.generation.max_new_tokens) so.default_max_tokens = *m.generation.max_new_tokens;
   so.transport.max_body_bytes = f.max_body_bytes;
   so.transport.max_connections = f.max_connections;
   so.transport.head_timeout = millis(f.header_timeout_s);
@@ -105,17 +115,57 @@ int run_serve(const ServeFlags& f) {
     if (!clean) std::fprintf(stderr, "ferrite serve: some responses did not end in time\n");
     server.stop();
   });
-  std::fprintf(stderr,
-               "ferrite serve: model %s (%s), %d KV pages of %d tokens, prefix cache %s\n"
-               "ferrite serve: listening on http://%s:%d%s\n",
-               so.model_name.c_str(), m.dir.c_str(), m.runner->bound().pages().num_pages(),
-               m.runner->bound().pages().page_size(),
-               m.engine->prefix_cache_enabled() ? "on" : "off",
+  m.name = so.model_name;
+  std::fprintf(stderr, "%s", startup_summary(m, "ferrite serve: ").c_str());
+  std::fprintf(stderr, "ferrite serve: listening on http://%s:%d%s\n",
                so.host.find(':') != std::string::npos ? ("[" + so.host + "]").c_str()
                                                       : so.host.c_str(),
                server.port(), so.api_key.empty() ? "" : " (API key required)");
   std::fflush(stderr);
+  // The periodic throughput line (as vLLM's), while there is traffic.
+  std::mutex stats_mu;
+  std::condition_variable stats_cv;
+  bool stats_stop = false;
+  std::thread stats;
+  if (!f.disable_log_stats) {
+    stats = std::thread([&] {
+      using Clock = std::chrono::steady_clock;
+      EngineMetrics prev = m.engine->metrics();
+      auto t_prev = Clock::now();
+      std::unique_lock<std::mutex> lock(stats_mu);
+      while (!stats_cv.wait_for(lock, millis(f.log_stats_interval_s), [&] { return stats_stop; })) {
+        EngineMetrics cur = m.engine->metrics();
+        const auto now = Clock::now();
+        const double dt = std::chrono::duration<double>(now - t_prev).count();
+        const uint64_t dp = cur.prompt_tokens - prev.prompt_tokens;
+        const uint64_t dg = cur.generation_tokens - prev.generation_tokens;
+        if (dp || dg || cur.running || cur.waiting) {
+          std::fprintf(
+              stderr,
+              "%s\n",
+              fmt::format("ferrite serve: avg prompt throughput: {:.1f} tokens/s, avg generation "
+                          "throughput: {:.1f} tokens/s, running: {} reqs, waiting: {} reqs, KV "
+                          "cache usage: {:.1f}%, prefix cache hit rate: {:.1f}%",
+                          dp / dt, dg / dt, cur.running, cur.waiting,
+                          cur.kv_pages_total ? 100.0 * cur.kv_pages_used / cur.kv_pages_total : 0.0,
+                          cur.prefix_cache_queries
+                              ? 100.0 * cur.prefix_cache_hits / cur.prefix_cache_queries
+                              : 0.0)
+                  .c_str());
+          std::fflush(stderr);
+        }
+        prev = std::move(cur);
+        t_prev = now;
+      }
+    });
+  }
   st = server.serve();
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats_stop = true;
+  }
+  stats_cv.notify_all();
+  if (stats.joinable()) stats.join();
   exiting = true;
   if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);
   signals.join();
@@ -174,7 +224,14 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--shutdown-timeout", f->shutdown_timeout_s,
                   "seconds running requests get to finish after SIGTERM / Ctrl-C")
       ->capture_default_str();
-  cmd->add_flag("--log-requests", f->log_requests, "log every HTTP request to stderr");
+  cmd->add_flag("--log-requests", f->log_requests,
+                "log every request to stderr: generations with their id, status, tokens in / "
+                "out, TTFT and latency when they end");
+  cmd->add_flag("--disable-log-stats", f->disable_log_stats,
+                "no periodic throughput line (prompt / generation tokens/s, running, waiting, "
+                "KV cache usage)");
+  cmd->add_option("--log-stats-interval", f->log_stats_interval_s,
+                  "seconds between throughput lines (printed while there is traffic)");
   cmd->callback([f, exit_code] { *exit_code = run_serve(*f); });
 }
 

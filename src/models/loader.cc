@@ -251,11 +251,18 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
                                                          const LoadOptions& options) {
   if (src.gguf && !options.dummy_weights) return materialize_gguf_weights(src, device);
   auto store = std::make_unique<WeightStore>();
+  int64_t total_bytes = 0, done_bytes = 0;
+  for (const WeightDecl& w : src.program.weights) total_bytes += dtype_bytes(w.dtype, w.shape.numel());
+  auto progress = [&](const WeightDecl& w) {
+    done_bytes += dtype_bytes(w.dtype, w.shape.numel());
+    if (options.progress) options.progress(done_bytes, total_bytes);
+  };
   if (!options.dummy_weights) {
     store->keep_alive(src.checkpoint);
     for (const WeightDecl& w : src.program.weights) {
       if (!w.sources.empty()) {
         FERRITE_RETURN_IF_ERROR(materialize_one(*src.checkpoint, w, device, store.get()));
+        progress(w);
         continue;
       }
       const SafetensorsTensor* t = src.checkpoint->find(w.name);
@@ -271,6 +278,7 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
         store->add(w.name, TensorView{buf.data(), t->dtype, t->shape});
         store->own(std::move(buf));
       }
+      progress(w);
     }
     return store;
   }
@@ -295,6 +303,7 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
     }
     store->add(w.name, TensorView{buf.data(), w.dtype, w.shape});
     store->own(std::move(buf));
+    progress(w);
   }
   return store;
 }

@@ -4,6 +4,7 @@
 // elsewhere, or random dummy weights at any size).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,8 @@ struct LoadOptions {
   bool dummy_k_m_mix = false;        // with q4_k: llama.cpp's Q4_K_M mix (q6_k tensors)
   uint64_t seed = 0;
   ProgramOptions program;
+  // Called by materialize_weights after each weight: (bytes done, total).
+  std::function<void(int64_t, int64_t)> progress;
 };
 
 struct GgufWeights;  // models/gguf_model.cc

@@ -103,6 +103,18 @@ bool is_loopback_name(const std::string& h) {
          (h.size() > 10 && h.compare(h.size() - 10, 10, ".localhost") == 0);
 }
 
+// What --log-requests and the request-level histograms need of one
+// generation (touched by its handler thread only).
+struct RequestTrace {
+  std::string id;
+  std::string endpoint;
+  Clock::time_point start = Clock::now(), first{};
+  std::string finish = "abort";  // until the response says otherwise
+  void token_seen() {
+    if (first == Clock::time_point{}) first = Clock::now();
+  }
+};
+
 std::string finish_name(EngineFinish f, bool stopped) {
   if (stopped || f == EngineFinish::kStop) return "stop";
   return "length";
@@ -125,6 +137,13 @@ struct OpenAIServer::Impl {
   std::map<std::pair<std::string, int>, uint64_t> http_requests;  // (route, status)
   std::atomic<uint64_t> client_disconnects{0};
   std::atomic<uint64_t> request_timeouts{0};
+  // Request-level histograms measured here (vLLM's names in /metrics).
+  mutable std::mutex request_hist_mu;
+  Histogram decode_time{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+  Histogram prompt_len{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000,
+                        100000}};
+  Histogram output_len{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000}};
+  void request_done(const RequestTrace& t, const RequestStream& s, int64_t completion_tokens);
 
   std::mutex streams_mu;
   std::condition_variable streams_cv;
@@ -145,6 +164,8 @@ struct OpenAIServer::Impl {
     request_ctx.max_prompt_bytes = max_prompt_bytes_for(tokenizer, engine.max_context());
     request_ctx.special_tokens_in_prompts = options.special_tokens_in_prompts;
     request_ctx.limits = options.limits;
+    request_ctx.sampling_defaults = options.sampling_defaults;
+    request_ctx.default_max_tokens = options.default_max_tokens;
 
     for (const std::string& h : options.allowed_hosts) {
       if (h == "*") any_host = true;
@@ -297,10 +318,14 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
                 {"prompt_tokens_details", {{"cached_tokens", stream->cached_tokens()}}}};
   };
   auto* self = this;
-  auto releaser = [stream, self](bool success) {
+  auto trace = std::make_shared<RequestTrace>();
+  trace->id = id;
+  trace->endpoint = endpoint;
+  auto releaser = [stream, self, trace, text](bool success) {
     if (!success) ++self->client_disconnects;
     stream->cancel();  // no-op when it already finished
     self->untrack(stream);
+    self->request_done(*trace, *stream, text->completion_tokens());
   };
   const auto started = Clock::now();
   const auto timeout = options.request_timeout;
@@ -373,7 +398,9 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
           continue;
         }
         idle_since = Clock::now();
+        if (!u.tokens.empty()) trace->token_seen();
         if (auto err = cut_short(u, *text)) {
+          trace->finish = err->code.empty() ? "error" : err->code;
           write(json::parse(api_error_body(*err)));
           sink.write("data: [DONE]\n\n", 14);
           sink.done();
@@ -396,6 +423,7 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
         if (done) {
           if (text->stopped()) stream->cancel();
           std::string reason = finish_name(u.finish, text->stopped());
+          trace->finish = reason;
           bool ok = write(choice(chat_api ? json::object() : json(""), nullptr, reason));
           if (ok && p->include_usage) {
             json chunk = {{"id", id},       {"object", object},         {"created", created},
@@ -434,7 +462,9 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
         }
         continue;
       }
+      if (!u.tokens.empty()) trace->token_seen();
       if (auto err = cut_short(u, *text)) {
+        trace->finish = err->code.empty() ? "error" : err->code;
         std::string s = api_error_body(*err);
         sink.write(s.data(), s.size());
         sink.done();
@@ -456,6 +486,7 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
       c["logprobs"] = p->logprobs >= 0 ? completion_logprobs(entries, 0) : json(nullptr);
     }
     c["finish_reason"] = finish_name(finish, text->stopped());
+    trace->finish = c["finish_reason"].get<std::string>();
     json out = {{"id", id},
                 {"object", object},
                 {"created", created},
@@ -468,6 +499,26 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
     return true;
   };
   res.set_chunked_content_provider("application/json", provider, releaser);
+}
+
+void OpenAIServer::Impl::request_done(const RequestTrace& t, const RequestStream& s,
+                                      int64_t completion_tokens) {
+  const auto end = Clock::now();
+  const bool any = t.first != Clock::time_point{};
+  const double latency = std::chrono::duration<double>(end - t.start).count();
+  const double ttft = any ? std::chrono::duration<double>(t.first - t.start).count() : 0;
+  {
+    std::lock_guard<std::mutex> lock(request_hist_mu);
+    if (any) decode_time.observe(std::chrono::duration<double>(end - t.first).count());
+    prompt_len.observe(s.prompt_tokens());
+    output_len.observe(static_cast<double>(completion_tokens));
+  }
+  if (options.log_requests)
+    std::fprintf(stderr,
+                 "ferrite serve: %s POST %s 200 prompt_tokens=%d cached_tokens=%d "
+                 "completion_tokens=%lld finish=%s ttft=%.3fs latency=%.3fs\n",
+                 t.id.c_str(), t.endpoint.c_str(), s.prompt_tokens(), s.cached_tokens(),
+                 static_cast<long long>(completion_tokens), t.finish.c_str(), ttft, latency);
 }
 
 std::string OpenAIServer::Impl::metrics_text() const {
@@ -541,6 +592,60 @@ std::string OpenAIServer::Impl::metrics_text() const {
   histogram("ferrite_time_to_first_token_seconds", "Time to first token.", m.ttft);
   histogram("ferrite_inter_token_latency_seconds", "Time between tokens of a sequence.", m.itl);
   histogram("ferrite_e2e_request_latency_seconds", "Request latency, submit to finish.", m.e2e);
+  // vLLM's names (docs/serving.md, "Metrics"), labelled with the model.
+  const std::string model = "model_name=\"" + label_value(options.model_name) + "\"";
+  auto vgauge = [&](const char* name, const char* help, double v) {
+    s += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{{}}} {}\n", name, help, name, name,
+                     model, v);
+  };
+  auto vcounter = [&](const char* name, const char* help, double v) {
+    s += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{{{}}} {}\n", name, help, name, name,
+                     model, v);
+  };
+  auto vhistogram = [&](const char* name, const char* help, const Histogram& h) {
+    s += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      s += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, model, h.bounds[i], cum);
+    }
+    s += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name,
+                     model, h.count, name, model, h.sum, name, model, h.count);
+  };
+  const double kv_usage =
+      m.kv_pages_total > 0 ? static_cast<double>(m.kv_pages_used) / m.kv_pages_total : 0.0;
+  vgauge("vllm:num_requests_running", "Requests in the running batch.", m.running);
+  vgauge("vllm:num_requests_waiting", "Requests waiting for admission.", m.waiting);
+  vgauge("vllm:kv_cache_usage_perc", "Fraction of the KV cache in use (1 = full).", kv_usage);
+  vgauge("vllm:gpu_cache_usage_perc", "Same as vllm:kv_cache_usage_perc (older name).", kv_usage);
+  vcounter("vllm:prompt_tokens_total", "Prompt tokens of admitted requests.", m.prompt_tokens);
+  vcounter("vllm:generation_tokens_total", "Generated tokens.", m.generation_tokens);
+  vcounter("vllm:num_preemptions_total", "Sequences preempted (recomputed later).",
+           m.preemptions);
+  vcounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+           m.prefix_cache_queries);
+  vcounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+           m.prefix_cache_hits);
+  s += "# HELP vllm:request_success_total Finished requests, by finish reason.\n"
+       "# TYPE vllm:request_success_total counter\n";
+  {
+    static const char* kReason[4] = {"length", "stop", "abort", "error"};
+    for (int i = 0; i < 4; ++i)
+      s += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", model,
+                       kReason[i], m.requests_finished[i]);
+  }
+  vhistogram("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
+  vhistogram("vllm:inter_token_latency_seconds", "Time between tokens of a sequence.", m.itl);
+  vhistogram("vllm:time_per_output_token_seconds",
+             "Same as vllm:inter_token_latency_seconds (older name).", m.itl);
+  vhistogram("vllm:e2e_request_latency_seconds", "Request latency, submit to finish.", m.e2e);
+  {
+    std::lock_guard<std::mutex> lock(request_hist_mu);
+    vhistogram("vllm:request_decode_time_seconds",
+               "Time from a request's first token to its end (server side).", decode_time);
+    vhistogram("vllm:request_prompt_tokens", "Prompt tokens per request.", prompt_len);
+    vhistogram("vllm:request_generation_tokens", "Generated tokens per request.", output_len);
+  }
   {
     std::lock_guard<std::mutex> lock(counters_mu);
     s += "# HELP ferrite_http_requests_total HTTP requests, by route and status.\n"
@@ -608,7 +713,12 @@ Status OpenAIServer::bind() {
   if (im->options.log_requests) {
     // The route, never the raw path or headers (no key or body in logs).
     http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      std::fprintf(stderr, "%s %s -> %d\n", req.method.c_str(), route_label(req.path),
+      const std::string route = route_label(req.path);
+      // Generations that ran are logged with their tokens and timings
+      // when they end (request_done).
+      if (res.status == 200 && (route == "/v1/chat/completions" || route == "/v1/completions"))
+        return;
+      std::fprintf(stderr, "ferrite serve: %s %s %d\n", req.method.c_str(), route.c_str(),
                    res.status);
     });
   }
@@ -643,7 +753,8 @@ Status OpenAIServer::bind() {
     json m = {{"id", im->options.model_name},
               {"object", "model"},
               {"created", unix_time()},
-              {"owned_by", "ferrite"}};
+              {"owned_by", "ferrite"},
+              {"max_model_len", im->engine.max_context()}};
     res.set_content(m.dump(), "application/json");
   });
   http.Post("/v1/chat/completions", [im](const httplib::Request& req, httplib::Response& res) {

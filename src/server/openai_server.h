@@ -50,6 +50,9 @@ struct ServerOptions {
   int http_threads = 0;  // 0: enough for the engine's queue and sequences
   bool log_requests = false;
   RequestLimits limits;
+  // Sampling of fields a request leaves out (generation_config.json).
+  SamplingParams sampling_defaults = RequestContext{}.sampling_defaults;
+  int64_t default_max_tokens = 0;  // > 0: max_tokens when not given
   TransportOptions transport;  // host / port / workers are set from the above
 };
 

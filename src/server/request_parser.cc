@@ -292,11 +292,21 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
   bool given = false;
   API_TRY(get_int(body, "max_tokens", 1, ctx_len, &mt, &given));
   API_TRY(get_int(body, "max_completion_tokens", 1, ctx_len, &mt, &given));
-  if (given) max_tokens = std::min<int64_t>(mt, ctx_len - static_cast<int64_t>(prompt.size()));
+  // As vLLM: prompt + max_tokens beyond the context is a 400, not a clamp.
+  if (given && mt > max_tokens)
+    return too_long(ctx, body.contains("max_tokens") ? "max_tokens" : "max_completion_tokens",
+                    fmt::format("however, you requested {} tokens ({} in the {}, {} in the "
+                                "completion); reduce the length of the {} or the completion",
+                                static_cast<int64_t>(prompt.size()) + mt, prompt.size(),
+                                chat_api ? "messages" : "prompt", mt,
+                                chat_api ? "messages" : "prompt"));
+  if (given) max_tokens = mt;
+  if (!given && ctx.default_max_tokens > 0)
+    max_tokens = std::min<int64_t>(max_tokens, ctx.default_max_tokens);
   p->max_tokens_given = given;
   // Sampling.
   SamplingParams& s = p->engine.sampling;
-  s.temperature = 1.0f;
+  s = ctx.sampling_defaults;
   API_TRY(get_float(body, "temperature", 0, 2, &s.temperature));
   API_TRY(get_float(body, "top_p", 0, 1, &s.top_p));
   if (s.top_p <= 0) return bad_request("'top_p' must be in (0, 1]", "top_p");

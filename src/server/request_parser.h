@@ -48,6 +48,14 @@ struct RequestContext {
   size_t max_prompt_bytes = SIZE_MAX;
   bool special_tokens_in_prompts = false;  // completions: parse "<|...|>" text
   RequestLimits limits;
+  // Sampling of the fields a request leaves out: OpenAI's (temperature 1),
+  // or the model's generation_config.json (serve --generation-config).
+  SamplingParams sampling_defaults = [] {
+    SamplingParams s;
+    s.temperature = 1.0f;
+    return s;
+  }();
+  int64_t default_max_tokens = 0;  // > 0: max_tokens when not given (max_new_tokens)
 };
 
 // max_context * the byte length of the tokenizer's longest token.

@@ -197,5 +197,44 @@ expect "generate --prompt without a tokenizer" "tokenizer" -- \
 expect "two prompt kinds at once" "exactly one" -- \
   "$FERRITE" generate --model "$GOOD" --prompt-ids 1 --prompt "Hello"
 
+# First contact (issue 18): each common mistake gets its own message.
+SERVE=("$FERRITE" serve --port 0)
+expect "a path that does not exist" "does not exist" -- "${SERVE[@]}" "$WORK/no/such/dir"
+expect "a Hugging Face id" "Hugging Face.*does not download.*local folder" -- \
+  "${SERVE[@]}" Qwen/Qwen3-0.6B
+printf 'GGUF' >"$WORK/model.gguf"
+expect "a .gguf file" "GGUF" -- "${SERVE[@]}" "$WORK/model.gguf"
+expect "a file instead of a folder" "is a file" -- "${SERVE[@]}" "$GOOD/config.json"
+expect "a folder without config.json" "no config.json" -- "${SERVE[@]}" "$WORK"
+expect "run with a hub id" "Hugging Face" -- "$FERRITE" run Qwen/Qwen3-0.6B "Hello"
+if ! "$FERRITE" info --model "$GOOD" --device cuda >/dev/null 2>&1; then
+  expect "--device cuda without a GPU" "device cuda.*(no CUDA backend|no usable NVIDIA GPU).*--device cpu" -- \
+    "${SERVE[@]}" -m "$WORK/created" --device cuda
+fi
+# Capacity: the context is the model's; beyond it is an error, as is a KV
+# cache that cannot hold one sequence of it.
+expect "--max-model-len above the model's" "longer than the model's context of 4096" -- \
+  "${SERVE[@]}" "$WORK/created" --max-model-len 100000
+expect "a KV cache too small for one sequence" "less than one sequence.*--max-model-len [0-9]+ or less.*--kv-cache-gib" -- \
+  "${SERVE[@]}" "$WORK/created" --kv-cache-gib 0.0001
+expect "--gpu-memory-utilization out of range" "gpu-memory-utilization" -- \
+  "${SERVE[@]}" "$WORK/created" --gpu-memory-utilization 1.5
+expect "--generation-config that does not exist" "generation-config" -- \
+  "${SERVE[@]}" "$WORK/created" --generation-config "$WORK/nowhere"
+echo '{"temperature": "hot"}' >"$WORK/created/generation_config.json"
+expect "a bad generation_config.json" "temperature" -- "${SERVE[@]}" "$WORK/created"
+rm "$WORK/created/generation_config.json"
+expect "--chat-template file that does not exist" "chat-template" -- \
+  "${SERVE[@]}" "$WORK/created" --chat-template "$WORK/nowhere.jinja"
+# Conventions: --version, defaults in --help, positional model or -m.
+expect_ok "--version" "^ferrite [0-9]+\.[0-9]+" -- "$FERRITE" --version
+expect_ok "--help shows defaults" "device TEXT=cpu" -- "$FERRITE" serve --help
+expect_ok "--help: vLLM's flag names" "enable-prefix-caching" -- \
+  "$FERRITE" serve --help
+expect_ok "generate takes the model as a positional" '"output_tokens":' -- \
+  "$FERRITE" generate "$GOOD" --prompt-ids 1,2 --max-tokens 2 --json
+expect_ok "generate takes -m and --seed" '"output_tokens":' -- \
+  "$FERRITE" generate -m "$GOOD" --prompt-ids 1,2 --max-tokens 2 --temperature 1 --seed 7 --json
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# `ferrite run`: one-shot, interactive chat with history and /clear, and
-# Ctrl-C (SIGINT) stopping a reply without quitting.
+# `ferrite run` with piped stdin: one-shot, chat with history and /clear,
+# no prompt and no colour in the output, [MODEL] [PROMPT] positionals, and
+# Ctrl-C (SIGINT) stopping a reply without quitting. The terminal side
+# (editing, history, multi-line, /help) is run_tty_test.py.
 # Usage: run_test.sh FERRITE_BINARY
 set -uo pipefail
 trap '' PIPE  # a dead reader of the FIFO must fail the test, not kill it
@@ -29,14 +31,25 @@ out=$(timeout 60 "$FERRITE" run --model "$WORK/small" --max-tokens 8 "Hello" 2>&
 rc=$?
 check "one-shot reply" $(( rc != 0 || ${#out} == 0 )) "exit $rc, output '$out'"
 
-# Interactive: two turns, /clear, /exit.
-out=$(printf 'Hello\nAgain\n/clear\nThird\n/exit\n' |
+# Positional model and prompt (as `ollama run MODEL PROMPT`).
+out=$(timeout 60 "$FERRITE" run "$WORK/small" --max-tokens 4 Hello there 2>&1)
+rc=$?
+check "positional model and prompt" $(( rc != 0 || $(grep -c 'tok/s' <<<"$out") != 1 )) "exit $rc: $out"
+
+# Piped chat: two turns, /clear, /help, /exit; no prompt, no escape codes.
+out=$(printf 'Hello\nAgain\n/clear\n/?\nThird\n/exit\n' |
       timeout 60 "$FERRITE" run --model "$WORK/small" --max-tokens 4 2>&1)
 rc=$?
-prompts=$(grep -o '>>> ' <<<"$out" | wc -l)
-check "interactive turns" $(( rc != 0 || prompts < 4 )) "exit $rc, $prompts prompts: $out"
+replies=$(grep -c 'tok/s' <<<"$out")
+check "piped turns" $(( rc != 0 || replies != 3 )) "exit $rc, $replies replies: $out"
 grep -q "conversation cleared" <<<"$out"
 check "/clear" $? "$out"
+grep -q "/bye" <<<"$out"
+check "/? prints the commands" $? "$out"
+! grep -q '>>> ' <<<"$out"
+check "no prompt on piped stdin" $? "$out"
+! grep -q $'\x1b\[' <<<"$out"
+check "no colour off a terminal" $? "$out"
 
 # Ctrl-C during a long reply stops it; the session goes on.
 mkfifo "$WORK/in"
@@ -49,14 +62,15 @@ PID=$!
 WATCHDOG=$!
 exec 3>"$WORK/in"
 echo "Tell me a long story" >&3
-# Interrupt once the reply is streaming (the first prompt is echoed as ">>> "
-# and the reply follows it), not while the model is still loading.
+# Interrupt once the reply is streaming (no prompt on piped stdin: the
+# first bytes of the output are the reply), not while the model is loading.
 for _ in $(seq 600); do
-  [[ $(tr -d '\000' <"$WORK/out" | sed -n 's/^>>> //p' | head -1 | wc -c) -gt 20 ]] && break
+  [[ $(tr -d '\000' <"$WORK/out" | wc -c) -gt 20 ]] && break
   sleep 0.1
 done
 kill -INT "$PID"
 sleep 1
+echo "/?" >&3
 echo "/exit" >&3
 exec 3>&-
 wait "$PID"
@@ -67,9 +81,30 @@ kill "$WATCHDOG" 2>/dev/null
 out=$(tr -d '\000' <"$WORK/out")
 grep -q "\[stopped\]" <<<"$out"
 check "Ctrl-C stops the reply" $? "$out"
-prompts=$(grep -o '>>> ' <<<"$out" | wc -l)
-# A second prompt after the stopped reply, then a clean /exit.
-check "the session survives Ctrl-C" $(( rc != 0 || prompts < 2 )) "exit $rc, $prompts prompts"
+# The session reads on after the stopped reply, then exits cleanly.
+grep -q "/bye" <<<"$out"
+check "the session survives Ctrl-C" $(( rc != 0 || $? != 0 )) "exit $rc: $out"
+
+# Two Ctrl-C in a row mid-reply: out at once (130), no hang.
+rm -f "$WORK/in"; mkfifo "$WORK/in"
+"$FERRITE" run --model "$WORK/slow" --max-tokens 4000 --ignore-eos --threads 1 \
+  <"$WORK/in" >"$WORK/out2" 2>&1 &
+PID=$!
+exec 3>"$WORK/in"
+echo "Tell me a long story" >&3
+for _ in $(seq 600); do
+  [[ $(tr -d '\000' <"$WORK/out2" | wc -c) -gt 20 ]] && break
+  sleep 0.1
+done
+kill -INT "$PID"; sleep 0.05; kill -INT "$PID"
+for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+gone=$(kill -0 "$PID" 2>/dev/null && echo 0 || echo 1)
+kill -9 "$PID" 2>/dev/null
+wait "$PID"
+rc=$?
+PID=""
+exec 3>&-
+check "two Ctrl-C exit at once" $(( gone != 1 || rc != 130 )) "exit $rc, gone $gone"
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

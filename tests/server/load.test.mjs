@@ -34,8 +34,10 @@ test('64 concurrent greedy streams equal serial runs', async () => {
 });
 
 test('preemption under a tiny KV pool completes every request', async () => {
-  // 2 layers x 2 KV heads x 16 dims x K,V x f32 = 512 B/token: 16 pages of 16 tokens.
-  const s = await startServer(['--max-num-seqs', '16', '--kv-cache-gib', String(16 * 16 * 512 / 2 ** 30)]);
+  // 2 layers x 2 KV heads x 16 dims x K,V x f32 = 512 B/token: 64 pages of 16 tokens, one
+  // sequence of the 1024-token context (the least the server starts with), while 16 requests
+  // of ~90 tokens want 96 pages.
+  const s = await startServer(['--max-num-seqs', '16', '--kv-cache-gib', String(64 * 16 * 512 / 2 ** 30)]);
   try {
     const client = new OpenAI({ baseURL: s.url + '/v1', apiKey: 'x', maxRetries: 0, timeout: 120000 });
     const ps = prompts(16).map((p) => p + ' '.repeat(4) + p);

@@ -122,6 +122,36 @@ TEST_F(RequestParserTest, LimitsNameTheField) {
   EXPECT_EQ(parse(R"({"model":"other","prompt":"a"})", false, &p)->status, 404);
 }
 
+// Issue 18: prompt + max_tokens beyond the context is a 400 (as vLLM), not
+// a silent clamp; without max_tokens the rest of the context (or the
+// model's generation_config max_new_tokens) is the limit; fields a request
+// leaves out take the sampling defaults (generation_config.json).
+TEST_F(RequestParserTest, MaxTokensBeyondTheContextIsAnError) {
+  ParsedRequest p;
+  auto e = parse(R"({"prompt":[1,2,3,4],"max_tokens":253})", false, &p);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 400);
+  EXPECT_EQ(e->code, "context_length_exceeded");
+  EXPECT_EQ(e->param, "max_tokens");
+  EXPECT_NE(e->message.find("257 tokens (4 in the prompt, 253 in the completion)"),
+            std::string::npos)
+      << e->message;
+  ParsedRequest fits;
+  ASSERT_FALSE(parse(R"({"prompt":[1,2,3,4],"max_tokens":252})", false, &fits));
+  EXPECT_EQ(fits.engine.max_tokens, 252);
+  ParsedRequest rest;
+  ASSERT_FALSE(parse(R"({"prompt":[1,2,3,4]})", false, &rest));
+  EXPECT_EQ(rest.engine.max_tokens, 252);
+  ctx_.default_max_tokens = 7;
+  ctx_.sampling_defaults.temperature = 0.25f;
+  ctx_.sampling_defaults.top_k = 5;
+  ParsedRequest defaults;
+  ASSERT_FALSE(parse(R"({"prompt":[1,2,3,4],"top_k":3})", false, &defaults));
+  EXPECT_EQ(defaults.engine.max_tokens, 7);
+  EXPECT_EQ(defaults.engine.sampling.temperature, 0.25f);
+  EXPECT_EQ(defaults.engine.sampling.top_k, 3);
+}
+
 TEST_F(RequestParserTest, StopFilterHoldsBackPartialStops) {
   StopFilter f({"Hello", "ab"});
   bool hit = false;
