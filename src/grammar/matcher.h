@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -20,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/status.h"
 #include "grammar/grammar.h"
 #include "runtime/token_constraint.h"
 #include "tokenizer/tokenizer.h"
@@ -100,6 +102,43 @@ class GrammarMatcher : public TokenConstraint {
   std::vector<uint32_t> end_ids_;
   StackSet state_;
   bool terminated_ = false;
+};
+
+}  // namespace ferrite::grammar
+
+namespace ferrite::grammar {
+
+// Compiled grammars by key (e.g. the schema's compact JSON), least recently
+// used dropped past `capacity`. Thread-safe.
+class GrammarCache {
+ public:
+  explicit GrammarCache(size_t capacity = 64) : capacity_(capacity) {}
+  // The cached grammar of `key`, else build() compiled and cached (errors
+  // are not cached).
+  template <typename F>
+  Result<std::shared_ptr<const CompiledGrammar>> get(const std::string& key, F&& build) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->first == key) {
+          auto v = it->second;
+          entries_.splice(entries_.begin(), entries_, it);
+          return v;
+        }
+    }
+    Result<Grammar> g = build();
+    if (!g.is_ok()) return g.status();
+    auto cg = std::make_shared<const CompiledGrammar>(std::move(g).value());
+    std::lock_guard<std::mutex> l(mu_);
+    entries_.emplace_front(key, cg);
+    if (entries_.size() > capacity_) entries_.pop_back();
+    return cg;
+  }
+
+ private:
+  size_t capacity_;
+  std::mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> entries_;
 };
 
 }  // namespace ferrite::grammar

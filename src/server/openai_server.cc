@@ -8,8 +8,11 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <functional>
+#include <optional>
 #include <set>
 
+#include "server/chat_output.h"
 #include "server/stream_text.h"
 
 namespace ferrite {
@@ -75,7 +78,7 @@ std::string label_value(std::string_view s) {
 // Metrics label for a request path: one of the routes, never the raw path
 // (a client could otherwise grow /metrics without bound or inject lines).
 const char* route_label(const std::string& path) {
-  static const char* kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models",
+  static const char* kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models",
                                   "/health", "/metrics"};
   for (const char* r : kRoutes)
     if (path == r) return r;
@@ -128,6 +131,8 @@ struct OpenAIServer::Impl {
   const ChatTemplate* chat;
   ServerOptions options;
   RequestContext request_ctx;
+  grammar::GrammarCache grammars;
+  std::shared_ptr<const grammar::TokenVocab> vocab;  // structured outputs
   std::unique_ptr<HttpTransport> http;
   std::set<std::string> allowed_hosts;  // host parts; empty with any_host
   bool any_host = false;
@@ -166,6 +171,9 @@ struct OpenAIServer::Impl {
     request_ctx.limits = options.limits;
     request_ctx.sampling_defaults = options.sampling_defaults;
     request_ctx.default_max_tokens = options.default_max_tokens;
+    request_ctx.grammars = &grammars;
+    if (chat) chat_template_features(*chat, &request_ctx);
+    vocab = grammar::TokenVocab::build(tokenizer, static_cast<size_t>(request_ctx.vocab_size));
 
     for (const std::string& h : options.allowed_hosts) {
       if (h == "*") any_host = true;
@@ -206,7 +214,12 @@ struct OpenAIServer::Impl {
 
   // Pre-routing checks; true when `res` already holds the answer.
   bool refuse(const httplib::Request& req, httplib::Response& res);
-  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat_api);
+  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat_api,
+                       bool responses_api = false);
+  template <typename Choices, typename Usage, typename Pump, typename Releaser>
+  void handle_responses(httplib::Response& res, std::shared_ptr<ParsedRequest> p, Choices choices,
+                        const std::string& id, int64_t created, Usage usage, Pump pump,
+                        Releaser releaser);
   std::string metrics_text() const;
   void track(const std::shared_ptr<RequestStream>& s) {
     std::lock_guard<std::mutex> lock(streams_mu);
@@ -271,9 +284,45 @@ bool OpenAIServer::Impl::refuse(const httplib::Request& req, httplib::Response& 
   return false;
 }
 
+namespace {
+
+// One choice of a request: its sequence and what turns its tokens into text.
+struct Choice {
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<TextStream> text;
+  std::unique_ptr<ChatOutput> out;
+  std::optional<RequestStream::Update> pending;  // read before the writer started
+  bool done = false;
+  bool echoed = false;
+  EngineFinish finish = EngineFinish::kLength;
+  std::string text_total;  // completions
+  json entries = json::array();
+  size_t text_offset = 0;
+  size_t calls_sent = 0;
+};
+
+json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, bool with_index) {
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json c = {{"id", calls[k].id},
+              {"type", "function"},
+              {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (with_index) {
+      json w = {{"index", first_index + k}};
+      w.update(c);
+      c = std::move(w);
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
 void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res,
-                                         bool chat_api) {
-  const std::string endpoint = chat_api ? "/v1/chat/completions" : "/v1/completions";
+                                         bool chat_api, bool responses_api) {
+  const std::string endpoint =
+      responses_api ? "/v1/responses" : chat_api ? "/v1/chat/completions" : "/v1/completions";
   if (draining) {
     send_error(res, ApiError{503, "the server is shutting down", "server_error", {},
                              "server_shutdown"});
@@ -281,61 +330,104 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
     return;
   }
   auto p = std::make_shared<ParsedRequest>();
-  if (auto e = parse_request(request_ctx, req.body, chat_api, p.get())) {
-    send_error(res, *e);
-    count(endpoint, e->status);
+  std::optional<ApiError> perr = responses_api
+                                     ? parse_responses_request(request_ctx, req.body, p.get())
+                                     : parse_request(request_ctx, req.body, chat_api, p.get());
+  if (perr) {
+    send_error(res, *perr);
+    count(endpoint, perr->status);
     return;
   }
-  auto submitted = engine.submit(p->engine);
-  if (!submitted.is_ok()) {
-    const Status& st = submitted.status();
-    ApiError e;
-    if (st.code() == StatusCode::kResourceExhausted) {
-      e = ApiError{429, st.message(), "rate_limit_exceeded", {}, "queue_full"};
-      res.set_header("Retry-After", "1");
-    } else if (st.code() == StatusCode::kInvalidArgument) {
-      e = bad_request(st.message());
-    } else {
-      e = ApiError{503, st.message(), "server_error", {}, {}};
+  auto choices = std::make_shared<std::vector<Choice>>(p->n);
+  auto abandon = [&](size_t upto) {
+    for (size_t k = 0; k < upto; ++k) {
+      (*choices)[k].stream->cancel();
+      untrack((*choices)[k].stream);
     }
-    send_error(res, e);
-    count(endpoint, e.status);
-    return;
+  };
+  const auto started = Clock::now();
+  for (int32_t i = 0; i < p->n; ++i) {
+    EngineRequest r = p->engine;
+    r.sampling.seed = p->engine.sampling.seed + static_cast<uint64_t>(i);
+    r.constraint = make_constraint(*p, vocab, request_ctx.stop_ids);
+    auto submitted = engine.submit(std::move(r));
+    if (!submitted.is_ok()) {
+      abandon(i);
+      const Status& st = submitted.status();
+      ApiError e;
+      if (st.code() == StatusCode::kResourceExhausted) {
+        e = ApiError{429, st.message(), "rate_limit_exceeded", {}, "queue_full"};
+        res.set_header("Retry-After", "1");
+      } else if (st.code() == StatusCode::kInvalidArgument) {
+        e = bad_request(st.message());
+      } else {
+        e = ApiError{503, st.message(), "server_error", {}, {}};
+      }
+      send_error(res, e);
+      count(endpoint, e.status);
+      return;
+    }
+    Choice& c = (*choices)[i];
+    c.stream = std::move(submitted).value();
+    track(c.stream);
+    c.text = std::make_unique<TextStream>(tokenizer, p->stop, chat_api, p->logprobs);
+    c.out = std::make_unique<ChatOutput>(p->reasoning, p->reasoning_open, p->tool_format);
+    // n > 1 with the prefix cache: the other choices start once the first
+    // has computed the prompt, so they share its KV pages.
+    if (i == 0 && p->n > 1 && engine.prefix_cache_enabled()) {
+      while (Clock::now() - started < std::chrono::seconds(60)) {
+        RequestStream::Update u = c.stream->next(std::chrono::milliseconds(100));
+        if (!u.tokens.empty() || u.finished) {
+          c.pending = std::move(u);
+          break;
+        }
+      }
+    }
   }
   count(endpoint, 200);
-  std::shared_ptr<RequestStream> stream = std::move(submitted).value();
-  track(stream);
-  const std::string id = random_request_id(chat_api ? "chatcmpl-" : "cmpl-");
+  const std::string id = random_request_id(responses_api ? "resp_" : chat_api ? "chatcmpl-" : "cmpl-");
   const int64_t created = unix_time();
   const std::string model = options.model_name;
   const std::string object =
       chat_api ? (p->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  auto text = std::make_shared<TextStream>(tokenizer, p->stop, chat_api, p->logprobs);
-  auto usage = [stream, text] {
-    return json{{"prompt_tokens", stream->prompt_tokens()},
-                {"completion_tokens", text->completion_tokens()},
-                {"total_tokens", stream->prompt_tokens() + text->completion_tokens()},
-                {"prompt_tokens_details", {{"cached_tokens", stream->cached_tokens()}}}};
+  auto usage = [choices, responses_api] {
+    int64_t completion = 0;
+    for (const Choice& c : *choices) completion += c.text->completion_tokens();
+    const Choice& c0 = (*choices)[0];
+    const int64_t prompt = c0.stream->prompt_tokens();
+    if (responses_api)
+      return json{{"input_tokens", prompt},
+                  {"input_tokens_details", {{"cached_tokens", c0.stream->cached_tokens()}}},
+                  {"output_tokens", completion},
+                  {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                  {"total_tokens", prompt + completion}};
+    return json{{"prompt_tokens", prompt},
+                {"completion_tokens", completion},
+                {"total_tokens", prompt + completion},
+                {"prompt_tokens_details", {{"cached_tokens", c0.stream->cached_tokens()}}}};
   };
   auto* self = this;
   auto trace = std::make_shared<RequestTrace>();
   trace->id = id;
   trace->endpoint = endpoint;
-  auto releaser = [stream, self, trace, text](bool success) {
+  auto releaser = [choices, self, trace](bool success) {
     if (!success) ++self->client_disconnects;
-    stream->cancel();  // no-op when it already finished
-    self->untrack(stream);
-    self->request_done(*trace, *stream, text->completion_tokens());
+    int64_t completion = 0;
+    for (Choice& c : *choices) {
+      c.stream->cancel();  // no-op when it already finished
+      self->untrack(c.stream);
+      completion += c.text->completion_tokens();
+    }
+    self->request_done(*trace, *(*choices)[0].stream, completion);
   };
-  const auto started = Clock::now();
   const auto timeout = options.request_timeout;
   auto timed_out = std::make_shared<bool>(false);
   // Cancels a generation past the request timeout (checked while waiting).
-  auto check_timeout = [stream, started, timeout, timed_out, self] {
+  auto check_timeout = [choices, started, timeout, timed_out, self] {
     if (timeout.count() > 0 && !*timed_out && Clock::now() - started > timeout) {
       *timed_out = true;
       ++self->request_timeouts;
-      stream->cancel();
+      for (Choice& c : *choices) c.stream->cancel();
     }
   };
   // Why a stream was cut short by the server (shutdown, timeout), if it was.
@@ -354,6 +446,73 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
                       {}, "server_shutdown"};
     return std::nullopt;
   };
+  // Reads the choices until all are done. on_piece(i, choice, text, entries,
+  // finished) consumes what arrived (false: the client went away); on_idle()
+  // keeps the connection checked. *error: why the server cut the request.
+  using PieceFn = std::function<bool(size_t, Choice&, const std::string&, json&, bool)>;
+  auto finish_reason = [](const Choice& c) -> std::string {
+    if (!c.out->calls().empty()) return "tool_calls";
+    return finish_name(c.finish, c.text->stopped());
+  };
+  auto pump = [choices, check_timeout, cut_short, trace, finish_reason](const PieceFn& on_piece,
+                                                  const std::function<bool()>& on_idle,
+                                                  std::optional<ApiError>* error) -> bool {
+    auto idle_since = Clock::now();
+    const auto wait = std::chrono::milliseconds(std::max<int64_t>(2, 100 / choices->size()));
+    for (;;) {
+      bool all_done = true, any = false;
+      for (size_t i = 0; i < choices->size(); ++i) {
+        Choice& c = (*choices)[i];
+        if (c.done) continue;
+        all_done = false;
+        RequestStream::Update u;
+        if (c.pending) {
+          u = std::move(*c.pending);
+          c.pending.reset();
+        } else {
+          u = c.stream->next(wait);
+        }
+        check_timeout();
+        if (u.tokens.empty() && !u.finished) continue;
+        any = true;
+        if (!u.tokens.empty()) trace->token_seen();
+        if (auto err = cut_short(u, *c.text)) {
+          trace->finish = err->code.empty() ? "error" : err->code;
+          *error = err;
+          for (Choice& o : *choices) o.stream->cancel();
+          return true;
+        }
+        json entries = json::array();
+        std::string piece = c.text->consume(u, &entries);
+        const bool fin = u.finished || c.text->stopped();
+        if (fin) {
+          c.done = true;
+          c.finish = u.finished ? u.finish : EngineFinish::kStop;
+          if (c.text->stopped()) c.stream->cancel();
+        }
+        if (!on_piece(i, c, piece, entries, fin)) {
+          for (Choice& o : *choices) o.stream->cancel();
+          return false;
+        }
+        if (fin && i == 0) trace->finish = finish_reason(c);
+      }
+      if (all_done) return true;
+      if (any) {
+        idle_since = Clock::now();
+      } else if (Clock::now() - idle_since > std::chrono::milliseconds(200)) {
+        if (!on_idle()) {
+          for (Choice& o : *choices) o.stream->cancel();
+          return false;
+        }
+        idle_since = Clock::now();
+      }
+    }
+  };
+
+  if (responses_api) {
+    handle_responses(res, p, choices, id, created, usage, pump, releaser);
+    return;
+  }
 
   if (p->stream) {
     auto provider = [=](size_t, httplib::DataSink& sink) -> bool {
@@ -361,8 +520,8 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
         std::string s = sse_event(chunk);
         return sink.write(s.data(), s.size());
       };
-      auto choice = [&](json delta_or_text, json logprobs, json finish) {
-        json c = {{"index", 0}};
+      auto chunk_of = [&](size_t index, json delta_or_text, json logprobs, json finish) {
+        json c = {{"index", index}};
         if (chat_api)
           c["delta"] = std::move(delta_or_text);
         else
@@ -377,65 +536,67 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
         if (p->include_usage) chunk["usage"] = nullptr;
         return chunk;
       };
-      if (chat_api && !write(choice({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) {
-        stream->cancel();
-        return false;
-      }
-      size_t text_offset = 0;
-      auto idle_since = Clock::now();
-      for (;;) {
-        RequestStream::Update u = stream->next(std::chrono::milliseconds(100));
-        check_timeout();
-        if (u.tokens.empty() && !u.finished) {
-          if (Clock::now() - idle_since > std::chrono::milliseconds(200)) {
-            // An SSE comment: detects a client that went away.
-            if (!sink.write(": ping\n\n", 8)) {
-              stream->cancel();
-              return false;
-            }
-            idle_since = Clock::now();
-          }
-          continue;
-        }
-        idle_since = Clock::now();
-        if (!u.tokens.empty()) trace->token_seen();
-        if (auto err = cut_short(u, *text)) {
-          trace->finish = err->code.empty() ? "error" : err->code;
-          write(json::parse(api_error_body(*err)));
-          sink.write("data: [DONE]\n\n", 14);
-          sink.done();
-          return true;
-        }
-        json entries = json::array();
-        std::string piece = text->consume(u, &entries);
-        bool done = u.finished || text->stopped();
-        if (!piece.empty() || !entries.empty()) {
-          json lp = nullptr;
-          if (p->logprobs >= 0)
-            lp = chat_api ? json{{"content", entries}} : completion_logprobs(entries, text_offset);
-          text_offset += piece.size();
-          json delta = chat_api ? json{{"content", piece}} : json(piece);
-          if (!write(choice(delta, lp, nullptr))) {
-            stream->cancel();
+      if (chat_api)
+        for (size_t i = 0; i < choices->size(); ++i)
+          if (!write(chunk_of(i, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)))
             return false;
+      PieceFn on_piece = [&](size_t i, Choice& c, const std::string& piece, json& entries,
+                             bool fin) -> bool {
+        json lp = nullptr;
+        if (p->logprobs >= 0 && !entries.empty())
+          lp = chat_api ? json{{"content", entries}} : completion_logprobs(entries, c.text_offset);
+        if (!chat_api) {
+          std::string t = piece;
+          if (p->echo && !c.echoed) {
+            t = p->echo_text + t;
+            c.echoed = true;
+          }
+          c.text_offset += piece.size();
+          if ((!t.empty() || !lp.is_null()) && !write(chunk_of(i, t, lp, nullptr))) return false;
+        } else {
+          ChatOutput::Delta d = c.out->feed(piece);
+          if (fin) {
+            ChatOutput::Delta e = c.out->finish();
+            d.reasoning += e.reasoning;
+            d.content += e.content;
+            d.calls.insert(d.calls.end(), e.calls.begin(), e.calls.end());
+          }
+          if (!d.reasoning.empty() &&
+              !write(chunk_of(i, {{"reasoning_content", d.reasoning}}, d.content.empty() ? lp : json(nullptr), nullptr)))
+            return false;
+          if (!d.reasoning.empty() && d.content.empty()) lp = nullptr;
+          if ((!d.content.empty() || !lp.is_null()) &&
+              !write(chunk_of(i, {{"content", d.content}}, lp, nullptr)))
+            return false;
+          if (!d.calls.empty()) {
+            if (!write(chunk_of(i, {{"tool_calls", tool_calls_json(d.calls, c.calls_sent, true)}},
+                                nullptr, nullptr)))
+              return false;
+            c.calls_sent += d.calls.size();
           }
         }
-        if (done) {
-          if (text->stopped()) stream->cancel();
-          std::string reason = finish_name(u.finish, text->stopped());
-          trace->finish = reason;
-          bool ok = write(choice(chat_api ? json::object() : json(""), nullptr, reason));
-          if (ok && p->include_usage) {
-            json chunk = {{"id", id},       {"object", object},         {"created", created},
-                          {"model", model}, {"choices", json::array()}, {"usage", usage()}};
-            ok = write(chunk);
-          }
-          ok = ok && sink.write("data: [DONE]\n\n", 14);
-          if (!ok) return false;
-          sink.done();
-          return true;
-        }
+        if (fin && !write(chunk_of(i, chat_api ? json::object() : json(""), nullptr, finish_reason(c))))
+          return false;
+        return true;
+      };
+      std::optional<ApiError> err;
+      if (!pump(on_piece, [&] { return sink.write(": ping\n\n", 8); }, &err)) return false;
+      if (err) {
+        write(json::parse(api_error_body(*err)));
+        sink.write("data: [DONE]\n\n", 14);
+        sink.done();
+        return true;
       }
+      bool ok = true;
+      if (p->include_usage) {
+        json chunk = {{"id", id},       {"object", object},         {"created", created},
+                      {"model", model}, {"choices", json::array()}, {"usage", usage()}};
+        ok = write(chunk);
+      }
+      ok = ok && sink.write("data: [DONE]\n\n", 14);
+      if (!ok) return false;
+      sink.done();
+      return true;
     };
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", provider, releaser);
@@ -445,53 +606,52 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
   // Whole response: chunked too, with JSON whitespace while idle so that a
   // client that went away is noticed.
   auto provider = [=](size_t, httplib::DataSink& sink) -> bool {
-    std::string out_text;
-    json entries = json::array();
-    EngineFinish finish = EngineFinish::kLength;
-    auto idle_since = Clock::now();
-    for (;;) {
-      RequestStream::Update u = stream->next(std::chrono::milliseconds(100));
-      check_timeout();
-      if (u.tokens.empty() && !u.finished) {
-        if (Clock::now() - idle_since > std::chrono::milliseconds(200)) {
-          if (!sink.write(" ", 1)) {
-            stream->cancel();
-            return false;
-          }
-          idle_since = Clock::now();
-        }
-        continue;
+    PieceFn on_piece = [&](size_t, Choice& c, const std::string& piece, json& entries,
+                           bool fin) -> bool {
+      for (json& e : entries) c.entries.push_back(std::move(e));
+      if (chat_api) {
+        c.out->feed(piece);
+        if (fin) c.out->finish();
+      } else {
+        c.text_total += piece;
       }
-      if (!u.tokens.empty()) trace->token_seen();
-      if (auto err = cut_short(u, *text)) {
-        trace->finish = err->code.empty() ? "error" : err->code;
-        std::string s = api_error_body(*err);
-        sink.write(s.data(), s.size());
-        sink.done();
-        return true;
-      }
-      out_text += text->consume(u, &entries);
-      if (u.finished || text->stopped()) {
-        finish = u.finish;
-        break;
-      }
+      return true;
+    };
+    std::optional<ApiError> err;
+    if (!pump(on_piece, [&] { return sink.write(" ", 1); }, &err)) return false;
+    if (err) {
+      std::string s = api_error_body(*err);
+      sink.write(s.data(), s.size());
+      sink.done();
+      return true;
     }
-    if (text->stopped()) stream->cancel();
-    json c = {{"index", 0}};
-    if (chat_api) {
-      c["message"] = {{"role", "assistant"}, {"content", out_text}};
-      c["logprobs"] = p->logprobs >= 0 ? json{{"content", entries}} : json(nullptr);
-    } else {
-      c["text"] = out_text;
-      c["logprobs"] = p->logprobs >= 0 ? completion_logprobs(entries, 0) : json(nullptr);
+    json list = json::array();
+    for (size_t i = 0; i < choices->size(); ++i) {
+      Choice& ch = (*choices)[i];
+      json c = {{"index", i}};
+      if (chat_api) {
+        json msg = {{"role", "assistant"}};
+        const bool calls = !ch.out->calls().empty();
+        const std::string& content = ch.out->content();
+        msg["content"] = calls && content.find_first_not_of(" \t\r\n") == std::string::npos
+                             ? json(nullptr)
+                             : json(content);
+        if (!ch.out->reasoning().empty()) msg["reasoning_content"] = ch.out->reasoning();
+        if (calls) msg["tool_calls"] = tool_calls_json(ch.out->calls(), 0, false);
+        c["message"] = msg;
+        c["logprobs"] = p->logprobs >= 0 ? json{{"content", ch.entries}} : json(nullptr);
+      } else {
+        c["text"] = (p->echo ? p->echo_text : std::string()) + ch.text_total;
+        c["logprobs"] = p->logprobs >= 0 ? completion_logprobs(ch.entries, 0) : json(nullptr);
+      }
+      c["finish_reason"] = finish_reason(ch);
+      list.push_back(c);
     }
-    c["finish_reason"] = finish_name(finish, text->stopped());
-    trace->finish = c["finish_reason"].get<std::string>();
     json out = {{"id", id},
                 {"object", object},
                 {"created", created},
                 {"model", model},
-                {"choices", json::array({c})},
+                {"choices", list},
                 {"usage", usage()}};
     std::string s = out.dump(-1, ' ', false, json::error_handler_t::replace);
     if (!sink.write(s.data(), s.size())) return false;
@@ -519,6 +679,191 @@ void OpenAIServer::Impl::request_done(const RequestTrace& t, const RequestStream
                  "completion_tokens=%lld finish=%s ttft=%.3fs latency=%.3fs\n",
                  t.id.c_str(), t.endpoint.c_str(), s.prompt_tokens(), s.cached_tokens(),
                  static_cast<long long>(completion_tokens), t.finish.c_str(), ttft, latency);
+template <typename Choices, typename Usage, typename Pump, typename Releaser>
+void OpenAIServer::Impl::handle_responses(httplib::Response& res, std::shared_ptr<ParsedRequest> p,
+                                          Choices choices, const std::string& id,
+                                          int64_t created, Usage usage, Pump pump,
+                                          Releaser releaser) {
+  const std::string model = options.model_name;
+  const std::string suffix = id.substr(5);
+  auto base = [=](const std::string& status) {
+    json r = {{"id", id},         {"object", "response"},     {"created_at", created},
+              {"status", status}, {"error", nullptr},         {"incomplete_details", nullptr}};
+    for (const auto& [k, v] : p->responses_echo.items()) r[k] = v;
+    r["model"] = model;
+    r["output"] = json::array();
+    r["previous_response_id"] = nullptr;
+    r["reasoning"] = {{"effort", nullptr}, {"summary", nullptr}};
+    r["store"] = false;
+    r["truncation"] = "disabled";
+    r["usage"] = nullptr;
+    r["user"] = nullptr;
+    return r;
+  };
+  auto message_item = [=](const std::string& text, const std::string& status) {
+    return json{{"type", "message"},
+                {"id", "msg_" + suffix},
+                {"status", status},
+                {"role", "assistant"},
+                {"content", status == "in_progress"
+                                ? json::array()
+                                : json::array({{{"type", "output_text"},
+                                                {"text", text},
+                                                {"annotations", json::array()}}})}};
+  };
+  auto reasoning_item = [=](const std::string& text) {
+    return json{{"type", "reasoning"},
+                {"id", "rs_" + suffix},
+                {"summary", json::array()},
+                {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
+  };
+  auto call_item = [](const ToolCall& c, const std::string& status) {
+    return json{{"type", "function_call"},
+                {"id", "fc_" + c.id.substr(5)},
+                {"call_id", c.id},
+                {"name", c.name},
+                {"arguments", status == "in_progress" ? std::string() : c.arguments},
+                {"status", status}};
+  };
+  auto final_response = [=]() {
+    Choice& c = (*choices)[0];
+    const bool calls = !c.out->calls().empty();
+    const bool incomplete = !calls && c.finish == EngineFinish::kLength;
+    json r = base(incomplete ? "incomplete" : "completed");
+    if (incomplete) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+    if (!c.out->reasoning().empty()) r["output"].push_back(reasoning_item(c.out->reasoning()));
+    const std::string& content = c.out->content();
+    if (!calls || content.find_first_not_of(" \t\r\n") != std::string::npos)
+      r["output"].push_back(message_item(content, "completed"));
+    for (const ToolCall& t : c.out->calls()) r["output"].push_back(call_item(t, "completed"));
+    r["usage"] = usage();
+    return r;
+  };
+  using PieceFn = std::function<bool(size_t, Choice&, const std::string&, json&, bool)>;
+  if (!p->stream) {
+    auto provider = [=](size_t, httplib::DataSink& sink) -> bool {
+      PieceFn on_piece = [&](size_t, Choice& c, const std::string& piece, json&, bool fin) {
+        c.out->feed(piece);
+        if (fin) c.out->finish();
+        return true;
+      };
+      std::optional<ApiError> err;
+      if (!pump(on_piece, [&] { return sink.write(" ", 1); }, &err)) return false;
+      std::string s = err ? api_error_body(*err)
+                          : final_response().dump(-1, ' ', false, json::error_handler_t::replace);
+      if (!sink.write(s.data(), s.size())) return false;
+      sink.done();
+      return true;
+    };
+    res.set_chunked_content_provider("application/json", provider, releaser);
+    return;
+  }
+  auto provider = [=](size_t, httplib::DataSink& sink) -> bool {
+    int64_t seq = 0;
+    auto event = [&](const std::string& type, json data) {
+      json e = {{"type", type}, {"sequence_number", seq++}};
+      e.update(data);
+      std::string s = "event: " + type + "\ndata: " +
+                      e.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+      return sink.write(s.data(), s.size());
+    };
+    if (!event("response.created", {{"response", base("in_progress")}}) ||
+        !event("response.in_progress", {{"response", base("in_progress")}}))
+      return false;
+    int64_t next_index = 0, reasoning_index = -1, message_index = -1;
+    bool reasoning_closed = false;
+    std::string reasoning, text;
+    const std::string msg_id = "msg_" + suffix;
+    auto close_reasoning = [&]() {
+      if (reasoning_index < 0 || reasoning_closed) return true;
+      reasoning_closed = true;
+      return event("response.output_item.done",
+                   {{"output_index", reasoning_index}, {"item", reasoning_item(reasoning)}});
+    };
+    PieceFn on_piece = [&](size_t, Choice& c, const std::string& piece, json&, bool fin) -> bool {
+      ChatOutput::Delta d = c.out->feed(piece);
+      if (fin) {
+        ChatOutput::Delta e = c.out->finish();
+        d.reasoning += e.reasoning;
+        d.content += e.content;
+        d.calls.insert(d.calls.end(), e.calls.begin(), e.calls.end());
+      }
+      if (!d.reasoning.empty()) {
+        if (reasoning_index < 0) {
+          reasoning_index = next_index++;
+          json item = reasoning_item("");
+          item["content"] = json::array();
+          if (!event("response.output_item.added", {{"output_index", reasoning_index}, {"item", item}}))
+            return false;
+        }
+        reasoning += d.reasoning;
+        if (!event("response.reasoning_text.delta", {{"item_id", "rs_" + suffix},
+                                                     {"output_index", reasoning_index},
+                                                     {"content_index", 0},
+                                                     {"delta", d.reasoning}}))
+          return false;
+      }
+      if (!d.content.empty()) {
+        if (!close_reasoning()) return false;
+        if (message_index < 0) {
+          message_index = next_index++;
+          if (!event("response.output_item.added", {{"output_index", message_index},
+                                                   {"item", message_item("", "in_progress")}}) ||
+              !event("response.content_part.added",
+                     {{"item_id", msg_id}, {"output_index", message_index}, {"content_index", 0},
+                      {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}))
+            return false;
+        }
+        text += d.content;
+        if (!event("response.output_text.delta", {{"item_id", msg_id},
+                                                  {"output_index", message_index},
+                                                  {"content_index", 0},
+                                                  {"delta", d.content},
+                                                  {"logprobs", json::array()}}))
+          return false;
+      }
+      for (const ToolCall& t : d.calls) {
+        if (!close_reasoning()) return false;
+        const int64_t idx = next_index++;
+        const std::string item_id = "fc_" + t.id.substr(5);
+        if (!event("response.output_item.added", {{"output_index", idx}, {"item", call_item(t, "in_progress")}}) ||
+            !event("response.function_call_arguments.delta",
+                   {{"item_id", item_id}, {"output_index", idx}, {"delta", t.arguments}}) ||
+            !event("response.function_call_arguments.done",
+                   {{"item_id", item_id}, {"output_index", idx}, {"arguments", t.arguments}}) ||
+            !event("response.output_item.done", {{"output_index", idx}, {"item", call_item(t, "completed")}}))
+          return false;
+      }
+      return true;
+    };
+    std::optional<ApiError> err;
+    if (!pump(on_piece, [&] { return sink.write(": ping\n\n", 8); }, &err)) return false;
+    if (err) {
+      json r = base("failed");
+      r["error"] = {{"code", err->code.empty() ? "server_error" : err->code}, {"message", err->message}};
+      event("response.failed", {{"response", r}});
+      sink.done();
+      return true;
+    }
+    if (!close_reasoning()) return false;
+    if (message_index >= 0) {
+      json part = {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+      if (!event("response.output_text.done", {{"item_id", msg_id}, {"output_index", message_index},
+                                               {"content_index", 0}, {"text", text}, {"logprobs", json::array()}}) ||
+          !event("response.content_part.done", {{"item_id", msg_id}, {"output_index", message_index},
+                                                {"content_index", 0}, {"part", part}}) ||
+          !event("response.output_item.done", {{"output_index", message_index},
+                                               {"item", message_item(text, "completed")}}))
+        return false;
+    }
+    json r = final_response();
+    const std::string type = r["status"] == "incomplete" ? "response.incomplete" : "response.completed";
+    if (!event(type, {{"response", r}})) return false;
+    sink.done();
+    return true;
+  };
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", provider, releaser);
 }
 
 std::string OpenAIServer::Impl::metrics_text() const {
@@ -762,6 +1107,9 @@ Status OpenAIServer::bind() {
   });
   http.Post("/v1/completions", [im](const httplib::Request& req, httplib::Response& res) {
     im->handle_generate(req, res, false);
+  });
+  http.Post("/v1/responses", [im](const httplib::Request& req, httplib::Response& res) {
+    im->handle_generate(req, res, true, true);
   });
   http.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
     res.status = 204;  // reached only for allowed origins (refuse() answers the rest)

@@ -9,6 +9,8 @@
 #include <random>
 #include <set>
 
+#include "grammar/json_schema.h"
+
 namespace ferrite {
 
 namespace {
@@ -91,7 +93,38 @@ ApiError too_long(const RequestContext& ctx, const char* param, std::string what
                   "invalid_request_error", param, "context_length_exceeded"};
 }
 
-// The chat messages as the template sees them (text parts joined).
+// The text of a message's content (a string, null, or text parts).
+std::optional<ApiError> content_text(const json& m, std::string* out) {
+  out->clear();
+  auto c = m.find("content");
+  if (c == m.end() || c->is_null()) return std::nullopt;
+  if (c->is_string()) {
+    *out = c->get<std::string>();
+    return std::nullopt;
+  }
+  if (c->is_array()) {
+    for (const json& part : *c) {
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string() ||
+          !part.contains("text") || !part["text"].is_string())
+        return bad_request("only text content parts are supported", "messages");
+      const std::string t = part["type"].get<std::string>();
+      if (t != "text" && t != "input_text" && t != "output_text")
+        return bad_request("only text content parts are supported", "messages");
+      *out += part["text"].get<std::string>();
+    }
+    return std::nullopt;
+  }
+  return bad_request("'content' must be a string or an array of text parts", "messages");
+}
+
+std::string hermes_call_text(const std::string& name, const json& arguments) {
+  json call = {{"name", name}, {"arguments", arguments}};
+  return "<tool_call>\n" + call.dump(-1, ' ', false, json::error_handler_t::replace) +
+         "\n</tool_call>";
+}
+
+// The chat messages as the template sees them (text parts joined; tool
+// calls with their arguments as objects, as templates expect).
 std::optional<ApiError> chat_messages(const RequestContext& ctx, const json& body,
                                       json* messages, size_t* text_bytes) {
   auto it = body.find("messages");
@@ -110,30 +143,208 @@ std::optional<ApiError> chat_messages(const RequestContext& ctx, const json& bod
     std::string r = role->get<std::string>();
     if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
       return bad_request("unknown message role '" + r + "'", "messages");
-    for (const char* k : {"tool_calls", "function_call"})
-      if (auto t = m.find(k); t != m.end() && !t->is_null() && !(t->is_array() && t->empty()))
-        return bad_request(fmt::format("messages with '{}' are not supported yet (tool calling)",
-                                       k),
-                           "messages");
+    if (auto t = m.find("function_call"); t != m.end() && !t->is_null())
+      return bad_request("'function_call' messages are deprecated; use 'tool_calls'", "messages");
     std::string content;
-    auto c = m.find("content");
-    if (c != m.end() && c->is_string()) {
-      content = c->get<std::string>();
-    } else if (c != m.end() && c->is_array()) {
-      for (const json& part : *c) {
-        if (!part.is_object() || !part.contains("type") || !part["type"].is_string() ||
-            part["type"].get<std::string>() != "text" || !part.contains("text") ||
-            !part["text"].is_string())
-          return bad_request("only text content parts are supported", "messages");
-        content += part["text"].get<std::string>();
-      }
-    } else if (c != m.end() && !c->is_null()) {
-      return bad_request("'content' must be a string or an array of text parts", "messages");
-    }
+    API_TRY(content_text(m, &content));
     *text_bytes += content.size();
-    messages->push_back({{"role", r == "developer" ? "system" : r}, {"content", content}});
+    json out = {{"role", r == "developer" ? "system" : r}, {"content", content}};
+    if (auto t = m.find("tool_calls"); t != m.end() && !t->is_null()) {
+      if (r != "assistant" || !t->is_array())
+        return bad_request("'tool_calls' must be an array on an assistant message", "messages");
+      json calls = json::array();
+      for (const json& c : *t) {
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+            !c["function"].contains("name") || !c["function"]["name"].is_string())
+          return bad_request("each tool call needs a 'function' with a string 'name'",
+                             "messages");
+        const json& f = c["function"];
+        json args = json::object();
+        if (f.contains("arguments") && f["arguments"].is_string()) {
+          const std::string& a = f["arguments"].get_ref<const std::string&>();
+          *text_bytes += a.size();
+          args = json::parse(a, nullptr, false);
+          if (args.is_discarded()) args = a;
+        } else if (f.contains("arguments") && !f["arguments"].is_null()) {
+          args = f["arguments"];
+        }
+        json call = {{"id", c.contains("id") && c["id"].is_string() ? c["id"] : json("call_0")},
+                     {"type", "function"},
+                     {"function", {{"name", f["name"]}, {"arguments", args}}}};
+        calls.push_back(call);
+      }
+      if (ctx.template_renders_tools) {
+        out["tool_calls"] = calls;
+      } else {
+        std::string text = content;
+        for (const json& c : calls)
+          text += (text.empty() ? "" : "\n") +
+                  hermes_call_text(c["function"]["name"].get<std::string>(), c["function"]["arguments"]);
+        out["content"] = text;
+      }
+    }
+    if (r == "tool") {
+      if (auto id = m.find("tool_call_id"); id != m.end() && id->is_string()) out["tool_call_id"] = *id;
+      if (auto n = m.find("name"); n != m.end() && n->is_string()) out["name"] = *n;
+      if (!ctx.template_renders_tools) {
+        out = {{"role", "user"}, {"content", "<tool_response>\n" + content + "\n</tool_response>"}};
+      }
+    }
+    messages->push_back(std::move(out));
   }
   return std::nullopt;
+}
+
+bool valid_function_name(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
+      return false;
+  return true;
+}
+
+// tools + tool_choice: the tools for the template (null when none apply)
+// and the functions a constrained call may use (empty: unconstrained).
+std::optional<ApiError> parse_tools(const json& body, json* tools, json* forced) {
+  *tools = nullptr;
+  *forced = json::array();
+  json list = json::array();
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return bad_request("'tools' must be an array", "tools");
+    if (it->size() > 128) return bad_request("at most 128 tools", "tools");
+    for (const json& t : *it) {
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+          !t["function"].is_object())
+        return bad_request("each tool must be {\"type\": \"function\", \"function\": {...}}", "tools");
+      const json& f = t["function"];
+      if (!f.contains("name") || !f["name"].is_string() ||
+          !valid_function_name(f["name"].get<std::string>()))
+        return bad_request("a function name must be 1 to 64 letters, digits, '_', '-' or '.'",
+                           "tools");
+      if (f.contains("parameters") && !f["parameters"].is_object() && !f["parameters"].is_null())
+        return bad_request("function 'parameters' must be a JSON schema object", "tools");
+      list.push_back(t);
+    }
+  }
+  std::string mode = list.empty() ? "none" : "auto";
+  std::string named;
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      mode = it->get<std::string>();
+      if (mode != "none" && mode != "auto" && mode != "required")
+        return bad_request("'tool_choice' must be none, auto, required or a function",
+                           "tool_choice");
+    } else if (it->is_object() && it->value("type", "") == "function" && it->contains("function") &&
+               (*it)["function"].is_object() && (*it)["function"].contains("name") &&
+               (*it)["function"]["name"].is_string()) {
+      mode = "named";
+      named = (*it)["function"]["name"].get<std::string>();
+    } else {
+      return bad_request("'tool_choice' must be none, auto, required or "
+                         "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                         "tool_choice");
+    }
+    if (mode != "none" && list.empty())
+      return bad_request("'tool_choice' needs 'tools'", "tool_choice");
+  }
+  if (mode == "none") return std::nullopt;
+  *tools = list;
+  if (mode == "required") *forced = list;
+  if (mode == "named") {
+    for (const json& t : list)
+      if (t["function"]["name"] == named) forced->push_back(t);
+    if (forced->empty())
+      return bad_request(fmt::format("'tool_choice' names '{}', which is not in 'tools'",
+                                     named.substr(0, 64)),
+                         "tool_choice");
+  }
+  return std::nullopt;
+}
+
+// The grammar of one call of one of `functions` in the model's syntax.
+Result<grammar::Grammar> tool_call_grammar(const json& functions, ToolCallFormat format) {
+  grammar::JsonGrammar jg;
+  grammar::Builder& b = jg.builder();
+  std::vector<grammar::Builder::Seq> alts;
+  for (const json& t : functions) {
+    const json& f = t["function"];
+    json params = f.contains("parameters") && f["parameters"].is_object() ? f["parameters"]
+                                                                          : json::object();
+    if (!params.contains("type") && !params.contains("properties") && !params.contains("$ref") &&
+        !params.contains("anyOf"))
+      params["type"] = "object";
+    auto v = jg.value(params, params);
+    if (!v.is_ok())
+      return invalid_argument(fmt::format("function '{}': {}", f["name"].get<std::string>(),
+                                          v.status().message()));
+    const std::string name = f["name"].get<std::string>();
+    if (format == ToolCallFormat::kLlama3Json)
+      alts.push_back(grammar::Builder::cat({b.lit("{\"name\": "), jg.string_literal(name),
+                                            b.lit(", \"parameters\": "), *v, b.lit("}")}));
+    else
+      alts.push_back(grammar::Builder::cat({b.lit("<tool_call>\n{\"name\": "),
+                                            jg.string_literal(name), b.lit(", \"arguments\": "), *v,
+                                            b.lit("}\n</tool_call>")}));
+  }
+  return jg.finish(b.alt(std::move(alts)));
+}
+
+Result<std::shared_ptr<const grammar::CompiledGrammar>> cached_grammar(
+    const RequestContext& ctx, const std::string& key,
+    const std::function<Result<grammar::Grammar>()>& build) {
+  if (ctx.grammars) return ctx.grammars->get(key, build);
+  Result<grammar::Grammar> g = build();
+  if (!g.is_ok()) return g.status();
+  return std::make_shared<const grammar::CompiledGrammar>(std::move(g).value());
+}
+
+// response_format -> the grammar (null for text).
+std::optional<ApiError> parse_response_format(const RequestContext& ctx, const json& body,
+                                              std::shared_ptr<const grammar::CompiledGrammar>* g) {
+  auto it = body.find("response_format");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const json& rf = *it;
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    return bad_request("'response_format' must be an object with a string 'type'",
+                       "response_format");
+  const std::string type = rf["type"].get<std::string>();
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> r =
+      std::shared_ptr<const grammar::CompiledGrammar>();
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    r = cached_grammar(ctx, "json_object", [] { return Result<grammar::Grammar>(grammar::json_object_grammar()); });
+  } else if (type == "json_schema") {
+    if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+      return bad_request("response_format json_schema needs a 'json_schema' object",
+                         "response_format");
+    const json& js = rf["json_schema"];
+    if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())
+      return bad_request("'json_schema.strict' must be a boolean", "response_format");
+    json schema = js.contains("schema") ? js["schema"] : json::object();
+    if (!schema.is_object() && !schema.is_boolean())
+      return bad_request("'json_schema.schema' must be a JSON schema object", "response_format");
+    const std::string key = "schema:" + schema.dump();
+    r = cached_grammar(ctx, key, [&] { return grammar::json_schema_grammar(schema); });
+  } else {
+    return bad_request(fmt::format("response_format type '{}' is not supported (text, "
+                                   "json_object, json_schema)",
+                                   type.substr(0, 64)),
+                       "response_format");
+  }
+  if (!r.is_ok()) return bad_request("response_format: " + r.status().message(), "response_format");
+  *g = std::move(r).value();
+  return std::nullopt;
+}
+
+std::string tools_system_prompt(const json& tools) {
+  std::string s =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const json& t : tools) s += "\n" + t.dump(-1, ' ', false, json::error_handler_t::replace);
+  s += "\n</tools>\n\nFor each function call, return a json object with function name and "
+       "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+       "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+  return s;
 }
 
 // Every top-level field must be one the server implements, or one that
@@ -143,12 +354,12 @@ std::optional<ApiError> check_fields(const json& body, bool chat_api) {
   static const std::set<std::string> kCommon = {
       "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
       "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed",
-      "ignore_eos", "stop", "logprobs", "n",
+      "ignore_eos", "stop", "logprobs", "n", "response_format",
       // Accepted and without effect on the answer.
       "user", "metadata", "service_tier", "store"};
   static const std::set<std::string> kChat = {"messages", "max_completion_tokens",
                                               "top_logprobs", "chat_template_kwargs",
-                                              "response_format", "tool_choice", "tools",
+                                              "tool_choice", "tools",
                                               "logit_bias", "parallel_tool_calls"};
   static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix",
                                                      "logit_bias"};
@@ -163,27 +374,12 @@ std::optional<ApiError> check_fields(const json& body, bool chat_api) {
     auto it = body.find(k);
     return it != body.end() && !it->is_null();
   };
-  // Known fields whose default is all the server does so far.
-  if (present("tools") && !(body["tools"].is_array() && body["tools"].empty()))
-    return bad_request("'tools' is not supported yet (tool calling)", "tools");
-  if (present("tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto")
-    return bad_request("'tool_choice' is not supported yet (tool calling)", "tool_choice");
   if (present("parallel_tool_calls") && !body["parallel_tool_calls"].is_boolean())
     return bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
-  if (present("response_format")) {
-    const json& rf = body["response_format"];
-    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
-      return bad_request("'response_format' must be an object with a string 'type'",
-                         "response_format");
-    if (rf["type"] != "text")
-      return bad_request(fmt::format("response_format type '{}' is not supported yet",
-                                     rf["type"].get<std::string>().substr(0, 64)),
-                         "response_format");
-  }
   if (present("logit_bias") && !(body["logit_bias"].is_object() && body["logit_bias"].empty()))
     return bad_request("'logit_bias' is not supported yet", "logit_bias");
-  if (present("echo") && body["echo"] != false)
-    return bad_request("'echo' is not supported yet", "echo");
+  if (present("echo") && !body["echo"].is_boolean())
+    return bad_request("'echo' must be a boolean", "echo");
   if (present("best_of") && body["best_of"] != 1)
     return bad_request("'best_of' other than 1 is not supported", "best_of");
   if (present("suffix")) return bad_request("'suffix' is not supported", "suffix");
@@ -227,6 +423,20 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
   }
   int64_t n = 1;
   API_TRY(get_int(body, "n", 1, ctx.limits.max_n, &n));
+  p->n = static_cast<int32_t>(n);
+  // Structured output: response_format, or a forced tool call.
+  API_TRY(parse_response_format(ctx, body, &p->grammar));
+  json tools = nullptr, forced = json::array();
+  if (chat_api) API_TRY(parse_tools(body, &tools, &forced));
+  if (!forced.empty()) {
+    const ToolCallFormat fmt = ctx.tool_format;
+    auto g = cached_grammar(ctx,
+                            fmt::format("tools:{}:{}", static_cast<int>(fmt), forced.dump()),
+                            [&] { return tool_call_grammar(forced, fmt); });
+    if (!g.is_ok()) return bad_request("tools: " + g.status().message(), "tools");
+    p->grammar = std::move(g).value();
+  }
+  if (!tools.is_null()) p->tool_format = ctx.tool_format;
   API_TRY(get_bool(body, "stream", &p->stream));
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return bad_request("'stream_options' must be an object", "stream_options");
@@ -251,9 +461,39 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
         return bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
       kwargs = *k;  // e.g. {"enable_thinking": false}; data: never special tokens
     }
-    auto ids = ctx.chat->render_tokens(*ctx.tokenizer, messages, nullptr, true, kwargs);
+    for (const char* key : {"enable_thinking", "reasoning_effort"})
+      if (auto k = body.find(key); k != body.end() && !k->is_null() && !kwargs.contains(key))
+        kwargs[key] = *k;
+    // A constrained answer is the JSON itself: no think block before it.
+    if (p->grammar && ctx.reasoning && !kwargs.contains("enable_thinking"))
+      kwargs["enable_thinking"] = false;
+    json template_tools = nullptr;
+    if (!tools.is_null()) {
+      if (ctx.template_renders_tools) {
+        template_tools = tools;
+      } else {
+        // The template knows no tools: describe them in the system prompt.
+        const std::string sys = tools_system_prompt(tools);
+        if (!messages.empty() && messages[0]["role"] == "system")
+          messages[0]["content"] = messages[0]["content"].get<std::string>() + "\n\n" + sys;
+        else
+          messages.insert(messages.begin(), json{{"role", "system"}, {"content", sys}});
+      }
+    }
+    auto ids = ctx.chat->render_tokens(*ctx.tokenizer, messages, template_tools, true, kwargs);
     if (!ids.is_ok()) return bad_request("chat template: " + ids.status().message(), "messages");
     prompt = std::move(ids).value();
+    if (ctx.reasoning && !p->grammar) {
+      p->reasoning = true;
+      const size_t tail = std::min<size_t>(prompt.size(), 4);
+      auto t = ctx.tokenizer->decode(
+          std::span<const uint32_t>(prompt.data() + prompt.size() - tail, tail), false);
+      if (t.is_ok()) {
+        std::string_view v = *t;
+        while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+        p->reasoning_open = v.size() >= 7 && v.substr(v.size() - 7) == "<think>";
+      }
+    }
   } else {
     auto it = body.find("prompt");
     if (it == body.end()) return bad_request("'prompt' is required", "prompt");
@@ -269,6 +509,7 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
           text, true, ctx.special_tokens_in_prompts ? SpecialText::kParse : SpecialText::kPlain);
       if (!ids.is_ok()) return bad_request(ids.status().message(), "prompt");
       prompt = std::move(ids).value();
+      p->echo_text = text;
     } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_number()) {
       if (static_cast<int64_t>(pr->size()) >= ctx.max_context)
         return too_long(ctx, "prompt", fmt::format("the prompt has {} tokens", pr->size()));
@@ -277,6 +518,8 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
           return bad_request("'prompt' token ids must be integers in the vocabulary", "prompt");
         prompt.push_back(static_cast<uint32_t>(t.get<int64_t>()));
       }
+      auto text = ctx.tokenizer->decode(prompt, true);
+      if (text.is_ok()) p->echo_text = *text;
     } else {
       return bad_request(
           "'prompt' must be a string, one string in an array, or an array of token ids", "prompt");
@@ -321,6 +564,7 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
     if (!it->is_number_integer()) return bad_request("'seed' must be an integer", "seed");
     s.seed =
         it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
+    p->seed_given = true;
   } else {
     s.seed = random_request_seed();
   }
@@ -369,7 +613,32 @@ std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_vie
   p->engine.max_tokens = static_cast<int32_t>(max_tokens);
   p->engine.logprobs = p->logprobs;
   if (!ignore_eos) p->engine.stop_ids = ctx.stop_ids;
+  if (!chat_api) API_TRY(get_bool(body, "echo", &p->echo));
+  if (!p->echo) p->echo_text.clear();
   return std::nullopt;
+}
+
+std::shared_ptr<TokenConstraint> make_constraint(const ParsedRequest& p,
+                                                 std::shared_ptr<const grammar::TokenVocab> vocab,
+                                                 const std::vector<uint32_t>& end_ids) {
+  if (!p.grammar || !vocab) return nullptr;
+  return std::make_shared<grammar::GrammarMatcher>(p.grammar, std::move(vocab), end_ids);
+}
+
+void chat_template_features(const ChatTemplate& chat, RequestContext* ctx) {
+  const std::string& src = chat.source();
+  ctx->template_renders_tools = src.find("tools") != std::string::npos;
+  ctx->reasoning = src.find("<think>") != std::string::npos;
+  if (src.find("<tool_call>") != std::string::npos)
+    ctx->tool_format = ToolCallFormat::kHermes;
+  else if (ctx->template_renders_tools && (src.find("<|python_tag|>") != std::string::npos ||
+                                           src.find("\"parameters\"") != std::string::npos ||
+                                           src.find("<|eom_id|>") != std::string::npos))
+    ctx->tool_format = ToolCallFormat::kLlama3Json;
+  else
+    ctx->tool_format = ToolCallFormat::kHermes;
+  if (ctx->tool_format == ToolCallFormat::kHermes && src.find("<tool_call>") == std::string::npos)
+    ctx->template_renders_tools = false;  // mentions tools but not in a syntax we parse
 }
 
 std::string random_request_id(const char* prefix) {
@@ -392,6 +661,145 @@ std::string api_error_body(const ApiError& e) {
               {"param", e.param.empty() ? json(nullptr) : json(e.param)},
               {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
   return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace ferrite
+
+namespace ferrite {
+
+std::optional<ApiError> parse_responses_request(const RequestContext& ctx,
+                                                std::string_view body_text, ParsedRequest* p) {
+  const int depth_limit = ctx.limits.max_json_depth;
+  if (json_depth(body_text, depth_limit) > depth_limit)
+    return bad_request(fmt::format("the JSON body nests deeper than {} levels", depth_limit));
+  json body = json::parse(body_text.begin(), body_text.end(), nullptr, false);
+  if (body.is_discarded()) return bad_request("the body is not valid JSON (or not valid UTF-8)");
+  if (!body.is_object()) return bad_request("the body must be a JSON object");
+  static const std::set<std::string> kFields = {
+      "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "stream",
+      "tools", "tool_choice", "text", "parallel_tool_calls", "store", "metadata", "user",
+      "previous_response_id", "reasoning", "truncation", "include", "seed", "top_k",
+      "service_tier", "stream_options"};
+  for (const auto& [key, value] : body.items())
+    if (!kFields.count(key))
+      return bad_request(fmt::format("unknown or unsupported field '{}'", key.substr(0, 64)),
+                         key.substr(0, 64));
+  if (body.contains("previous_response_id") && !body["previous_response_id"].is_null())
+    return bad_request(
+        "'previous_response_id' is not supported: this server stores no responses (store: "
+        "false semantics); send the whole conversation in 'input'",
+        "previous_response_id");
+  if (body.contains("store") && !body["store"].is_null() && !body["store"].is_boolean())
+    return bad_request("'store' must be a boolean", "store");
+  if (body.contains("truncation") && !body["truncation"].is_null() &&
+      body["truncation"] != "disabled" && body["truncation"] != "auto")
+    return bad_request("'truncation' must be 'disabled' or 'auto'", "truncation");
+  json chat = json::object();
+  for (const char* k : {"model", "temperature", "top_p", "stream", "parallel_tool_calls",
+                        "seed", "top_k", "stream_options"})
+    if (body.contains(k)) chat[k] = body[k];
+  if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null())
+    chat["max_tokens"] = body["max_output_tokens"];
+  json messages = json::array();
+  if (auto it = body.find("instructions"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return bad_request("'instructions' must be a string", "instructions");
+    messages.push_back({{"role", "system"}, {"content", *it}});
+  }
+  auto in = body.find("input");
+  if (in == body.end() || in->is_null()) return bad_request("'input' is required", "input");
+  if (in->is_string()) {
+    messages.push_back({{"role", "user"}, {"content", *in}});
+  } else if (in->is_array()) {
+    for (const json& item : *in) {
+      if (!item.is_object()) return bad_request("each input item must be an object", "input");
+      const std::string type = item.value("type", "message");
+      if (type == "message") {
+        if (!item.contains("role") || !item["role"].is_string())
+          return bad_request("an input message needs a string 'role'", "input");
+        json m = {{"role", item["role"]}};
+        if (item.contains("content")) m["content"] = item["content"];
+        messages.push_back(m);
+      } else if (type == "function_call") {
+        if (!item.contains("name") || !item["name"].is_string())
+          return bad_request("a function_call item needs a string 'name'", "input");
+        json call = {{"id", item.value("call_id", "call_0")},
+                     {"type", "function"},
+                     {"function", {{"name", item["name"]}, {"arguments", item.value("arguments", "{}")}}}};
+        if (!messages.empty() && messages.back()["role"] == "assistant" &&
+            messages.back().contains("tool_calls"))
+          messages.back()["tool_calls"].push_back(call);
+        else
+          messages.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({call})}});
+      } else if (type == "function_call_output") {
+        json out = item.contains("output") ? item["output"] : json("");
+        if (!out.is_string()) out = out.dump();
+        messages.push_back({{"role", "tool"}, {"tool_call_id", item.value("call_id", "")}, {"content", out}});
+      } else if (type == "reasoning") {
+        continue;
+      } else {
+        return bad_request(fmt::format("input items of type '{}' are not supported", type.substr(0, 64)),
+                           "input");
+      }
+    }
+  } else {
+    return bad_request("'input' must be a string or an array of items", "input");
+  }
+  chat["messages"] = messages;
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return bad_request("'tools' must be an array", "tools");
+    json tools = json::array();
+    for (const json& t : *it) {
+      if (!t.is_object() || t.value("type", "") != "function")
+        return bad_request("only tools of type 'function' are supported", "tools");
+      json f = {{"name", t.contains("name") ? t["name"] : json(nullptr)}};
+      if (t.contains("description")) f["description"] = t["description"];
+      if (t.contains("parameters")) f["parameters"] = t["parameters"];
+      tools.push_back({{"type", "function"}, {"function", f}});
+    }
+    chat["tools"] = tools;
+  }
+  if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
+    if (it->is_object() && it->value("type", "") == "function" && it->contains("name"))
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*it)["name"]}}}};
+    else
+      chat["tool_choice"] = *it;
+  }
+  if (auto it = body.find("text"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return bad_request("'text' must be an object", "text");
+    if (auto f = it->find("format"); f != it->end() && !f->is_null()) {
+      if (!f->is_object() || !f->contains("type") || !(*f)["type"].is_string())
+        return bad_request("'text.format' must be an object with a string 'type'", "text");
+      const std::string type = (*f)["type"].get<std::string>();
+      if (type == "json_schema") {
+        json js = {{"name", f->value("name", "response")}};
+        if (f->contains("schema")) js["schema"] = (*f)["schema"];
+        if (f->contains("strict")) js["strict"] = (*f)["strict"];
+        chat["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
+      } else {
+        chat["response_format"] = {{"type", type}};
+      }
+    }
+  }
+  auto e = parse_request(ctx, chat.dump(), true, p);
+  if (e) {
+    if (e->param == "messages") e->param = "input";
+    if (e->param == "response_format") e->param = "text";
+    if (e->param == "max_tokens") e->param = "max_output_tokens";
+    return e;
+  }
+  p->responses = true;
+  json echo = json::object();
+  echo["instructions"] = body.value("instructions", json(nullptr));
+  echo["max_output_tokens"] = body.value("max_output_tokens", json(nullptr));
+  echo["tools"] = body.value("tools", json::array());
+  echo["tool_choice"] = body.value("tool_choice", json("auto"));
+  echo["text"] = body.value("text", json{{"format", {{"type", "text"}}}});
+  echo["temperature"] = body.value("temperature", json(1.0));
+  echo["top_p"] = body.value("top_p", json(1.0));
+  echo["parallel_tool_calls"] = body.value("parallel_tool_calls", json(true));
+  echo["metadata"] = body.value("metadata", json::object());
+  p->responses_echo = echo;
+  return std::nullopt;
 }
 
 }  // namespace ferrite

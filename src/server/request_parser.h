@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "grammar/matcher.h"
 #include "server/api_error.h"
+#include "server/chat_output.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,7 +32,7 @@ struct RequestLimits {
   size_t max_messages = 4096;      // chat messages per request
   size_t max_stop_strings = 16;    // entries of "stop"
   size_t max_stop_bytes = 1024;    // bytes of one stop string
-  int64_t max_n = 1;               // choices per request ("n")
+  int64_t max_n = 16;              // choices per request ("n")
   int64_t max_logprobs = 20;       // top_logprobs / logprobs
 };
 
@@ -56,7 +58,19 @@ struct RequestContext {
     return s;
   }();
   int64_t default_max_tokens = 0;  // > 0: max_tokens when not given (max_new_tokens)
+  // Structured outputs: compiled grammars by schema (null: compiled per
+  // request). The server builds the matchers (make_constraint).
+  grammar::GrammarCache* grammars = nullptr;
+  // From the chat template (chat_template_features()): how tool calls are
+  // written, whether the template renders `tools` itself (else the server
+  // adds a Hermes-style system prompt), whether it thinks (<think>).
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  bool template_renders_tools = false;
+  bool reasoning = false;
 };
+
+// What a chat template supports, from its source.
+void chat_template_features(const ChatTemplate& chat, RequestContext* ctx);
 
 // max_context * the byte length of the tokenizer's longest token.
 size_t max_prompt_bytes_for(const Tokenizer& tokenizer, int64_t max_context);
@@ -69,7 +83,32 @@ struct ParsedRequest {
   EngineRequest engine;
   int32_t logprobs = -1;  // -1 none, else top-k
   bool max_tokens_given = false;
+  int32_t n = 1;           // choices; choice i samples with seed + i
+  bool seed_given = false;
+  // Structured output: every choice gets a matcher of this grammar.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Tool calls parsed from the output (tools given and tool_choice != none).
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
+  bool reasoning = false;       // split <think>...</think> into reasoning_content
+  bool reasoning_open = false;  // the prompt opened the think block
+  bool echo = false;            // completions: the prompt text precedes the answer
+  std::string echo_text;
+  // /v1/responses: what the response object echoes back.
+  bool responses = false;
+  nlohmann::ordered_json responses_echo;
 };
+
+// The matcher of one choice (null when the request is unconstrained).
+std::shared_ptr<TokenConstraint> make_constraint(const ParsedRequest& p,
+                                                 std::shared_ptr<const grammar::TokenVocab> vocab,
+                                                 const std::vector<uint32_t>& end_ids);
+
+// /v1/responses: the body is translated to a chat request (input and
+// instructions -> messages, text.format -> response_format, tools and
+// tool_choice to the chat shapes, max_output_tokens -> max_tokens) and
+// parsed as one. previous_response_id is a 400 (nothing is stored).
+std::optional<ApiError> parse_responses_request(const RequestContext& ctx, std::string_view body,
+                                                ParsedRequest* out);
 
 // Parses and validates `body`; nullopt on success (then *out is filled).
 std::optional<ApiError> parse_request(const RequestContext& ctx, std::string_view body,

@@ -23,7 +23,8 @@ export function tinyModel() {
 
 export async function startServer(extraArgs = [], { model = tinyModel() } = {}) {
   if (!existsSync(BIN)) throw new Error(`no ferrite binary at ${BIN}`);
-  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0',
+  // model null: the embedded default model.
+  const args = ['serve', ...(model ? ['--model', model] : []), '--host', '127.0.0.1', '--port', '0',
     '--threads', '1', '--max-model-len', '1024', ...extraArgs];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';

@@ -25,7 +25,7 @@ const cases = [
   ['top_p 0', '{"prompt":"a","top_p":0}'],
   ['absurd top_k', '{"prompt":"a","top_k":1e30}'],
   ['penalty', '{"prompt":"a","presence_penalty":99}'],
-  ['n=3', '{"prompt":"a","n":3}'],
+  ['n=17', '{"prompt":"a","n":17}'],
   ['logprobs 1000', '{"prompt":"a","logprobs":1000}'],
   ['token id out of vocab', '{"prompt":[1,2,99999999]}'],
   ['negative token id', '{"prompt":[-1]}'],

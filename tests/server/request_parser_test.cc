@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "server/request_parser.h"
@@ -98,7 +99,7 @@ TEST_F(RequestParserTest, LimitsNameTheField) {
     const char* body;
     const char* param;
   } cases[] = {
-      {R"({"prompt":"a","n":2})", "n"},
+      {R"({"prompt":"a","n":17})", "n"},
       {R"({"prompt":"a","max_tokens":0})", "max_tokens"},
       {R"({"prompt":"a","max_tokens":257})", "max_tokens"},
       {R"({"prompt":"a","logprobs":21})", "logprobs"},
@@ -168,6 +169,77 @@ TEST(ApiErrorTest, InvalidUtf8InMessagesIsReplacedNotThrown) {
   std::string body = api_error_body(e);
   auto j = nlohmann::json::parse(body);
   EXPECT_EQ(j["error"]["param"], "model");
+}
+
+}  // namespace
+}  // namespace ferrite
+
+namespace ferrite {
+namespace {
+
+// Tools, tool calls and reasoning through Qwen3's own template.
+TEST_F(RequestParserTest, ToolsAndReasoningThroughTheTemplate) {
+  chat_template_features(*chat_, &ctx_);
+  EXPECT_EQ(ctx_.tool_format, ToolCallFormat::kHermes);
+  EXPECT_TRUE(ctx_.template_renders_tools);
+  EXPECT_TRUE(ctx_.reasoning);
+  ctx_.max_context = 4096;
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"add","parameters":{"type":"object",)"
+      R"("properties":{"a":{"type":"integer"}},"required":["a"]}}}])";
+  ParsedRequest p;
+  ASSERT_FALSE(parse(R"({"messages":[{"role":"user","content":"add 1"},)"
+                     R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",)"
+                     R"("function":{"name":"add","arguments":"{\"a\": 1}"}}]},)"
+                     R"({"role":"tool","tool_call_id":"call_1","content":"2"}],)" + tools + "}",
+                     true, &p));
+  auto text = tokenizer_->decode(p.engine.prompt, false);
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_NE(text->find("<tools>"), std::string::npos) << *text;
+  EXPECT_NE(text->find("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}"), std::string::npos) << *text;
+  EXPECT_NE(text->find("<tool_response>\n2\n</tool_response>"), std::string::npos) << *text;
+  EXPECT_EQ(p.tool_format, ToolCallFormat::kHermes);
+  EXPECT_TRUE(p.reasoning);
+  EXPECT_FALSE(p.grammar);
+  // required: a constrained call, and no think block before it.
+  ParsedRequest r;
+  ASSERT_FALSE(parse(R"({"messages":[{"role":"user","content":"add 1"}],"tool_choice":"required",)" + tools + "}",
+                     true, &r));
+  ASSERT_TRUE(r.grammar);
+  EXPECT_FALSE(r.reasoning);
+  text = tokenizer_->decode(r.engine.prompt, false);
+  EXPECT_NE(text->find("<think>\n\n</think>"), std::string::npos) << *text;
+  auto vocab = grammar::TokenVocab::build(*tokenizer_, tokenizer_->vocab_size());
+  auto m = make_constraint(r, vocab, tokenizer_->stop_ids());
+  std::vector<uint32_t> mask((vocab->vocab_size() + 31) / 32);
+  m->fill_mask(mask);
+  const uint32_t tc = *tokenizer_->token_to_id("<tool_call>");
+  EXPECT_TRUE((mask[tc / 32] >> (tc % 32)) & 1);
+  // Bad tools are 400s naming the field.
+  for (auto [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
+           {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})", "tool_choice"},
+           {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"zz"}},)" + tools + "}", "tool_choice"},
+           {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"not":{}}}}}}]})", "tools"}}) {
+    ParsedRequest q;
+    auto e = parse(body, true, &q);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
+}
+
+TEST_F(RequestParserTest, Llama3TemplateWritesJsonToolCalls) {
+  auto llama = ChatTemplate::from_source(
+      [] {
+        std::ifstream in(std::filesystem::path(FERRITE_SOURCE_DIR) / "tests/tokenizer/data/templates/llama3_1_tools.jinja");
+        return std::string(std::istreambuf_iterator<char>(in), {});
+      }());
+  ASSERT_TRUE(llama.is_ok());
+  RequestContext c;
+  chat_template_features(*llama, &c);
+  EXPECT_EQ(c.tool_format, ToolCallFormat::kLlama3Json);
+  EXPECT_TRUE(c.template_renders_tools);
+  EXPECT_FALSE(c.reasoning);
 }
 
 }  // namespace

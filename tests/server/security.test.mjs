@@ -247,10 +247,10 @@ test('Host, Origin and Content-Type checks (DNS rebinding, cross-site requests)'
 test('fields the server does not implement are a 400 naming them, never ignored', async () => {
   const chat = (extra) => JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 1, ...extra });
   const cases = [
-    [{ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
+    [{ tools: [{ type: 'function', function: { name: 'bad name!', parameters: {} } }] }, 'tools'],
     [{ tool_choice: 'required' }, 'tool_choice'],
     [{ response_format: { type: 'bogus' } }, 'response_format'],
-    [{ response_format: { type: 'json_object' } }, 'response_format'],
+    [{ response_format: { type: 'json_schema', json_schema: { schema: { type: 'array', uniqueItems: true } } } }, 'response_format'],
     [{ logit_bias: { 1: 5 } }, 'logit_bias'],
     [{ frobnicate: true }, 'frobnicate'],
     [{ functions: [] }, 'functions'],
@@ -261,9 +261,9 @@ test('fields the server does not implement are a 400 naming them, never ignored'
     assert.equal(r.json.error.param, param, JSON.stringify(extra));
   }
   const withCalls = JSON.stringify({ messages: [{ role: 'user', content: 'hi' },
-    { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] }] });
-  assert.equal((await postRaw(server.url, '/v1/chat/completions', withCalls)).status, 400);
-  for (const [extra, param] of [[{ echo: true }, 'echo'], [{ best_of: 3 }, 'best_of'], [{ suffix: 'x' }, 'suffix']]) {
+    { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { arguments: '{}' } }] }] });
+  assert.equal((await postRaw(server.url, '/v1/chat/completions', withCalls)).status, 400, 'a tool call without a name');
+  for (const [extra, param] of [[{ echo: 'yes' }, 'echo'], [{ best_of: 3 }, 'best_of'], [{ suffix: 'x' }, 'suffix']]) {
     const r = await postRaw(server.url, '/v1/completions', JSON.stringify({ prompt: 'a', max_tokens: 1, ...extra }));
     assert.equal(r.status, 400, JSON.stringify(extra));
     assert.equal(r.json.error.param, param);
