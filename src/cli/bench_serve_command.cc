@@ -63,6 +63,7 @@ struct BenchServeFlags {
   std::string json_file;
   double timeout_s = 600;
   bool itl_per_chunk = false;
+  std::string extra_body;  // JSON object merged into every request body
 };
 
 // A 401 says what to do about it.
@@ -174,6 +175,7 @@ class Runner {
     } else {
       b["prompt"] = ids;
     }
+    if (!f_.extra_body.empty()) b.update(json::parse(f_.extra_body, nullptr, false));
     return b;
   }
 
@@ -478,6 +480,8 @@ int run_bench_serve(const BenchServeFlags& f) {
   Runner runner(f, *target);
   Status st = runner.resolve_model();
   if (!st.is_ok()) return report_error(st);
+  if (!f.extra_body.empty() && !json::parse(f.extra_body, nullptr, false).is_object())
+    return report_error(invalid_argument("--extra-body must be a JSON object"));
   std::vector<std::pair<int32_t, double>> runs;
   std::vector<std::string> labels;
   for (int32_t c : f.concurrency) {
@@ -564,6 +568,8 @@ void register_bench_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--timeout", f->timeout_s, "per-request read timeout, seconds");
   cmd->add_flag("--itl-per-chunk", f->itl_per_chunk,
                 "ITL per SSE chunk, without asking for logprobs (default: per token)");
+  cmd->add_option("--extra-body", f->extra_body,
+                  "JSON object merged into every request body, e.g. a response_format");
   cmd->callback([f, exit_code] {
     if (f->api_key.empty())
       for (const char* env : {"FERRITE_API_KEY", "OPENAI_API_KEY"})

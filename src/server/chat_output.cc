@@ -58,7 +58,41 @@ void ChatOutput::emit_content(Delta* d, const std::string& s) {
   content_ += t;
 }
 
+// Qwen3-Coder / Qwen3.5 XML calls: <function=NAME><parameter=K>V</parameter>...</function>
+// (values that parse as JSON are taken as JSON, the rest as strings).
+bool parse_xml_call(const std::string& text, ToolCall* c) {
+  size_t f = text.find("<function=");
+  if (f == std::string::npos || text.find_first_not_of(" \t\r\n") != f) return false;
+  size_t close = text.find('>', f);
+  if (close == std::string::npos) return false;
+  c->name = text.substr(f + 10, close - f - 10);
+  json args = json::object();
+  size_t pos = close + 1;
+  for (;;) {
+    size_t ps = text.find("<parameter=", pos);
+    if (ps == std::string::npos) break;
+    size_t pe = text.find('>', ps);
+    size_t end = text.find("</parameter>", pe == std::string::npos ? ps : pe);
+    if (pe == std::string::npos || end == std::string::npos) return false;
+    std::string key = text.substr(ps + 11, pe - ps - 11);
+    std::string value = text.substr(pe + 1, end - pe - 1);
+    if (!value.empty() && value.front() == '\n') value.erase(0, 1);
+    if (!value.empty() && value.back() == '\n') value.pop_back();
+    json v = json::parse(value, nullptr, false);
+    args[key] = v.is_discarded() ? json(value) : v;
+    pos = end + 12;
+  }
+  c->id = random_tool_call_id();
+  c->arguments = args.dump(-1, ' ', false, json::error_handler_t::replace);
+  return !c->name.empty();
+}
+
 bool ChatOutput::parse_call(const std::string& text, Delta* d) {
+  if (ToolCall x; parse_xml_call(text, &x)) {
+    d->calls.push_back(x);
+    calls_.push_back(std::move(x));
+    return true;
+  }
   json j = json::parse(text, nullptr, false);
   std::vector<json> items;
   if (j.is_discarded()) {

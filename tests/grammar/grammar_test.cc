@@ -200,12 +200,18 @@ void check_against_brute_force(const std::string& vocab_name) {
       {json::parse(R"({"type":"string","pattern":"^[A-Z][a-z]+ \\d{2}$"})"), "\"Hello 42\""},
   };
   std::vector<uint32_t> mask((vocab->vocab_size() + 31) / 32);
-  for (const Doc& d : docs) {
+  for (size_t di = 0; di < docs.size(); ++di) {
+    const Doc& d = docs[di];
     auto cg = std::make_shared<CompiledGrammar>(compile(d.schema));
     GrammarMatcher m(cg, vocab, ends);
     auto ids = tok->encode(d.text, false);
     ASSERT_TRUE(ids.is_ok());
     for (size_t step = 0; step <= ids->size(); ++step) {
+      // Every step of the first document, every third of the others (time).
+      if (di > 0 && step % 3 != 0 && step != ids->size()) {
+        ASSERT_TRUE(m.accept((*ids)[step])) << "step " << step;
+        continue;
+      }
       m.fill_mask(mask);
       size_t n_allowed = 0;
       for (uint32_t id = 0; id < vocab->vocab_size(); ++id) {

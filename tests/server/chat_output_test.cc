@@ -55,6 +55,12 @@ TEST(ChatOutputTest, HermesToolCalls) {
     EXPECT_EQ(s.calls[0].arguments, "{\"a\":1}");
     EXPECT_EQ(s.calls[1].arguments, "{}");
     EXPECT_EQ(s.calls[0].id.rfind("call_", 0), 0u);
+    Split xml = run("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+                    false, false, ToolCallFormat::kHermes, step);
+    ASSERT_EQ(xml.calls.size(), 1u);
+    EXPECT_EQ(xml.calls[0].name, "get_weather");
+    EXPECT_EQ(xml.calls[0].arguments, "{\"city\":\"Paris\",\"days\":3}");
     Split bad = run("<tool_call>not json</tool_call>", false, false, ToolCallFormat::kHermes, step);
     EXPECT_TRUE(bad.calls.empty());
     EXPECT_EQ(bad.content, "<tool_call>not json</tool_call>");

@@ -1,5 +1,5 @@
 // Structured outputs, tools, n > 1, echo and /v1/responses through the
-// official client, on the embedded random-weight default model: random
+// official client, on a random-weight model (ferrite create-model): random
 // weights choose any token they are allowed to, so every answer that parses
 // and validates shows that the masks, not the model, made it valid.
 import { test, before, after } from 'node:test';
@@ -11,7 +11,7 @@ const OpenAI = await loadOpenAI();
 let server, client, model;
 
 before(async () => {
-  server = await startServer(['--enable-prefix-cache'], { model: null });
+  server = await startServer(['--enable-prefix-cache']);
   client = new OpenAI({ baseURL: server.url + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
   model = (await client.models.list()).data[0].id;
 });
