@@ -679,6 +679,8 @@ void OpenAIServer::Impl::request_done(const RequestTrace& t, const RequestStream
                  "completion_tokens=%lld finish=%s ttft=%.3fs latency=%.3fs\n",
                  t.id.c_str(), t.endpoint.c_str(), s.prompt_tokens(), s.cached_tokens(),
                  static_cast<long long>(completion_tokens), t.finish.c_str(), ttft, latency);
+}
+
 template <typename Choices, typename Usage, typename Pump, typename Releaser>
 void OpenAIServer::Impl::handle_responses(httplib::Response& res, std::shared_ptr<ParsedRequest> p,
                                           Choices choices, const std::string& id,
