@@ -134,7 +134,7 @@ const schemaOf = (name) => tools.find((t) => t.function.name === name).function.
 test('tools: required and named calls validate; finish_reason tool_calls', async () => {
   for (const [choice, want] of [['required', null], [{ type: 'function', function: { name: 'add' } }, 'add']]) {
     const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Weather in Paris?' }],
-      tools, tool_choice: choice, n: 3, temperature: 1, seed: 11, max_tokens: 500 });
+      tools, tool_choice: choice, n: 3, temperature: 1, seed: 11, max_tokens: 300 });
     for (const c of r.choices) {
       assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c.message));
       assert.equal(c.message.tool_calls.length, 1);
@@ -150,7 +150,7 @@ test('tools: required and named calls validate; finish_reason tool_calls', async
 
 test('tools streamed: tool_calls deltas reassemble; multi-turn tool results go back', async () => {
   const stream = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Weather?' }],
-    tools, tool_choice: 'required', temperature: 1, seed: 5, max_tokens: 500, stream: true });
+    tools, tool_choice: 'required', temperature: 1, seed: 5, max_tokens: 300, stream: true });
   const calls = [];
   let finish = null;
   for await (const chunk of stream) {
@@ -220,7 +220,7 @@ test('/v1/responses: text, instructions, json_schema, tools, streaming events', 
     text: { format: { type: 'json_schema', name: 'p', schema: person, strict: true } }, max_output_tokens: 900 });
   assert.equal(j.status, 'completed');
   checkJson(j.output_text, person, 'responses json_schema');
-  const t = await client.responses.create({ model, input: 'Add', max_output_tokens: 500,
+  const t = await client.responses.create({ model, input: 'Add', max_output_tokens: 300,
     tools: tools.map((x) => ({ type: 'function', name: x.function.name, parameters: x.function.parameters })),
     tool_choice: 'required' });
   const call = t.output.find((o) => o.type === 'function_call');
