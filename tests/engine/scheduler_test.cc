@@ -24,7 +24,11 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-// (The default operator delete frees with std::free.)
+// The matching deletes free with std::free: replacing only operator new
+// leaves the runtime's (or ASan's) delete, which reports malloc / delete
+// mismatches under the sanitizers.
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace ferrite {
 namespace {
