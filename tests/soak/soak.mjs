@@ -398,8 +398,26 @@ function checkWhole(r, v) {
   return null;
 }
 
+// A valid body whose prompt plus max_tokens runs past the context is refused
+// with 400 context_length_exceeded (as vLLM and OpenAI do). The driver cannot
+// count the prompt's tokens itself, so such a refusal is clean only when the
+// server's own account of it is consistent: the completion it names is the
+// max_tokens that was asked for, and prompt + completion exceeds the context.
+function contextRefusal(r, v) {
+  if (r.status !== 400) return false;
+  let j;
+  try { j = JSON.parse(r.body); } catch { return false; }
+  if (j?.error?.code !== 'context_length_exceeded') return false;
+  const m = /requested (\d+) tokens \((\d+) in the (?:prompt|messages), (\d+) in the completion\)/.exec(j.error.message || '');
+  if (!m) return false;
+  const [total, prompt, completion] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  const mt = v.params.max_tokens ?? v.params.max_completion_tokens;
+  return completion === mt && total === prompt + completion && total > MAX_LEN && prompt < MAX_LEN;
+}
+
 async function doValid(v, action) {
   const r = await request('POST', v.path, v.body);
+  if (contextRefusal(r, v)) return record(action, 'context_400', null, r.ms);
   const bad = classifyHttp(r, 200) ?? (v.stream ? checkStream(r, v) : checkWhole(r, v));
   if (bad) record(action, bad[0], { ...bad[1], path: v.path, req: v.body.slice(0, 300) }, r.ms);
   else record(action, 'completed', null, r.ms);
@@ -411,6 +429,7 @@ async function doAbortStream() {
   const byEvents = rand() < 0.7;
   const r = await request('POST', v.path, v.body, byEvents ? { abortAfterEvents: ri(1, 12) } : { abortAfterMs: ri(5, 300) });
   if (r.aborted) return record('abort_stream', 'client_aborted', null, r.ms);
+  if (contextRefusal(r, v)) return record('abort_stream', 'context_400', null, r.ms);
   const bad = classifyHttp(r, 200) ?? checkStream(r, v);
   if (bad) record('abort_stream', bad[0], { ...bad[1], req: v.body.slice(0, 300) }, r.ms);
   else record('abort_stream', 'completed', null, r.ms);
@@ -421,6 +440,7 @@ async function doCancel() {
   const v = validRequest({ forceLong: rand() < 0.7 });
   const r = await request('POST', v.path, v.body, { abortAfterMs: ri(0, 60) });
   if (r.aborted) return record('cancel', 'client_aborted', null, r.ms);
+  if (contextRefusal(r, v)) return record('cancel', 'context_400', null, r.ms);
   const bad = classifyHttp(r, 200) ?? (v.stream ? checkStream(r, v) : checkWhole(r, v));
   if (bad) record('cancel', bad[0], { ...bad[1], req: v.body.slice(0, 300) }, r.ms);
   else record('cancel', 'completed', null, r.ms);
@@ -437,7 +457,7 @@ const MALFORMED = [
   ['float max_tokens', '/v1/completions', '{"prompt":"a","max_tokens":2.5}', 400],
   ['string temperature', '/v1/chat/completions', '{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}', 400],
   ['top_p 0', '/v1/completions', '{"prompt":"a","top_p":0}', 400],
-  ['n=2', '/v1/completions', '{"prompt":"a","n":2}', 400],
+  ['n=17', '/v1/completions', '{"prompt":"a","n":17}', 400],
   ['logprobs 1000', '/v1/completions', '{"prompt":"a","logprobs":1000}', 400],
   ['token id out of vocab', '/v1/completions', '{"prompt":[1,2,99999999]}', 400],
   ['messages not array', '/v1/chat/completions', '{"messages":"hi"}', 400],
