@@ -28,7 +28,73 @@ bool all_space(std::string_view s) {
   return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
+// {"name": "<name>", "arguments": {   (or "parameters") at the start of a
+// Hermes call body: the header of a call whose arguments can stream.
+enum class Header { kNeedMore, kNo, kYes };
+Header match_call_header(const std::string& s, std::string* name, size_t* consumed) {
+  size_t i = 0;
+  auto ws = [&] {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) ++i;
+  };
+  auto lit = [&](std::string_view t) {
+    const size_t n = std::min(t.size(), s.size() - i);
+    if (s.compare(i, n, t.data(), n) != 0) return Header::kNo;
+    if (n < t.size()) return Header::kNeedMore;
+    i += n;
+    return Header::kYes;
+  };
+  auto next = [&](std::string_view t) {
+    ws();
+    return lit(t);
+  };
+  for (std::string_view t : {"{", "\"name\"", ":"})
+    if (Header h = next(t); h != Header::kYes) return h;
+  ws();
+  if (i >= s.size()) return Header::kNeedMore;
+  if (s[i] != '"') return Header::kNo;
+  const size_t start = i++;
+  for (bool esc = false;; ++i) {
+    if (i >= s.size()) return Header::kNeedMore;
+    const char c = s[i];
+    if (esc) esc = false;
+    else if (c == '\\') esc = true;
+    else if (c == '"') break;
+    else if (static_cast<unsigned char>(c) < 0x20) return Header::kNo;
+  }
+  ++i;
+  json n = json::parse(s.substr(start, i - start), nullptr, false);
+  if (!n.is_string() || n.get<std::string>().empty()) return Header::kNo;
+  if (Header h = next(","); h != Header::kYes) return h;
+  ws();
+  const size_t key = i;
+  Header h = lit("\"arguments\"");
+  if (h == Header::kNo) i = key, h = lit("\"parameters\"");
+  if (h != Header::kYes) return h;
+  if (h = next(":"); h != Header::kYes) return h;
+  ws();
+  if (i >= s.size()) return Header::kNeedMore;
+  if (s[i] != '{') return Header::kNo;
+  *name = n.get<std::string>();
+  *consumed = i;
+  return Header::kYes;
+}
+
 }  // namespace
+
+void ChatOutput::Delta::add_call(ToolCallDelta c) {
+  if (!calls.empty() && calls.back().index == c.index) {
+    calls.back().arguments += c.arguments;
+    calls.back().done = calls.back().done || c.done;
+    return;
+  }
+  calls.push_back(std::move(c));
+}
+
+void ChatOutput::Delta::append(Delta&& later) {
+  reasoning += later.reasoning;
+  content += later.content;
+  for (ToolCallDelta& c : later.calls) add_call(std::move(c));
+}
 
 std::string random_tool_call_id() {
   static std::mutex mu;
@@ -89,7 +155,7 @@ bool parse_xml_call(const std::string& text, ToolCall* c) {
 
 bool ChatOutput::parse_call(const std::string& text, Delta* d) {
   if (ToolCall x; parse_xml_call(text, &x)) {
-    d->calls.push_back(x);
+    d->add_call({calls_.size(), x.id, x.name, x.arguments, true});
     calls_.push_back(std::move(x));
     return true;
   }
@@ -130,10 +196,81 @@ bool ChatOutput::parse_call(const std::string& text, Delta* d) {
     out.push_back(std::move(c));
   }
   for (ToolCall& c : out) {
-    d->calls.push_back(c);
+    d->add_call({calls_.size(), c.id, c.name, c.arguments, true});
     calls_.push_back(std::move(c));
   }
   return true;
+}
+
+ChatOutput::Step ChatOutput::stream_call(Delta* d, bool final) {
+  if (call_state_ == CallState::kUndecided) {
+    std::string name;
+    size_t consumed = 0;
+    Header h = match_call_header(buf_, &name, &consumed);
+    // A header still incomplete when the call closes (or the text ends) is
+    // no streamable call: the whole-call path decides what it is.
+    if (h == Header::kNeedMore) {
+      if (!final && buf_.find(kCallClose) == std::string::npos) return Step::kWait;
+      h = Header::kNo;
+    }
+    if (h == Header::kNo) {
+      call_state_ = CallState::kWhole;
+      return Step::kNotStreamable;
+    }
+    ToolCall c{random_tool_call_id(), std::move(name), ""};
+    d->add_call({calls_.size(), c.id, c.name, "", false});
+    calls_.push_back(std::move(c));
+    buf_.erase(0, consumed);
+    call_state_ = CallState::kStreaming;
+    args_depth_ = 0;
+    args_in_string_ = args_escape_ = args_done_ = false;
+  }
+  const size_t index = calls_.size() - 1;
+  if (!args_done_) {
+    // The arguments object ends where its brackets balance (strings and
+    // escapes tracked). A '<' outside a string cannot be JSON: the model
+    // broke off the arguments (e.g. wrote </tool_call> early); the call then
+    // ends at its close tag with what was streamed.
+    size_t i = 0;
+    for (; i < buf_.size() && !args_done_; ++i) {
+      const char ch = buf_[i];
+      if (args_in_string_) {
+        if (args_escape_) args_escape_ = false;
+        else if (ch == '\\') args_escape_ = true;
+        else if (ch == '"') args_in_string_ = false;
+      } else if (ch == '"') {
+        args_in_string_ = true;
+      } else if (ch == '{' || ch == '[') {
+        ++args_depth_;
+      } else if (ch == '}' || ch == ']') {
+        if (--args_depth_ == 0) args_done_ = true;
+      } else if (ch == '<') {
+        args_done_ = true;
+        break;
+      }
+    }
+    if (i > 0) {
+      std::string piece = buf_.substr(0, i);
+      calls_[index].arguments += piece;
+      d->add_call({index, "", "", std::move(piece), false});
+      buf_.erase(0, i);
+    }
+    if (!args_done_) {
+      if (!final) return Step::kWait;
+      call_cut_short_ = true;  // the text ended inside the arguments
+      d->add_call({index, "", "", "", true});
+      buf_.clear();
+      call_state_ = CallState::kUndecided;
+      return Step::kDone;
+    }
+  }
+  const size_t at = buf_.find(kCallClose);
+  if (at == std::string::npos && !final) return Step::kWait;
+  d->add_call({index, "", "", "", true});
+  buf_.erase(0, at == std::string::npos ? buf_.size() : at + kCallClose.size());
+  call_state_ = CallState::kUndecided;
+  after_call_ = true;
+  return Step::kDone;
 }
 
 void ChatOutput::run(Delta* d, bool final) {
@@ -180,16 +317,24 @@ void ChatOutput::run(Delta* d, bool final) {
       case Mode::kContent: {
         if (format_ == ToolCallFormat::kHermes) {
           size_t at = buf_.find(kCallOpen);
+          // Whitespace right after a call is held: dropped when another call
+          // or the end follows, shown when text does (so the answer does not
+          // depend on how the text was cut into pieces).
           if (at != std::string::npos) {
             std::string before = buf_.substr(0, at);
-            if (!(calls_.size() && all_space(before))) emit_content(d, before);
+            if (!(after_call_ && all_space(before))) emit_content(d, before);
             buf_.erase(0, at + kCallOpen.size());
             mode_ = Mode::kToolCall;
             continue;
           }
           size_t keep = final ? 0 : partial_tag(buf_, kCallOpen);
           std::string out = buf_.substr(0, buf_.size() - keep);
-          if (!(calls_.size() && all_space(out))) emit_content(d, out);
+          if (after_call_ && all_space(out)) {
+            if (final) buf_.clear();
+            return;
+          }
+          emit_content(d, out);
+          after_call_ = false;
           buf_.erase(0, buf_.size() - keep);
           return;
         }
@@ -212,15 +357,28 @@ void ChatOutput::run(Delta* d, bool final) {
         return;
       }
       case Mode::kToolCall: {
+        if (call_state_ != CallState::kWhole) {
+          const Step st = stream_call(d, final);
+          if (st == Step::kWait) return;
+          if (st == Step::kDone) {
+            mode_ = Mode::kContent;
+            if (final && buf_.empty()) return;
+            continue;
+          }
+        }
         size_t at = buf_.find(kCallClose);
         if (at == std::string::npos && !final) return;
         std::string body = buf_.substr(0, at);
-        if (!parse_call(body, d)) {
+        if (parse_call(body, d)) {
+          after_call_ = true;
+        } else {
           // Not a call after all: the text stays content.
           emit_content(d, std::string(kCallOpen) + body + (at == std::string::npos ? "" : std::string(kCallClose)));
+          after_call_ = false;
         }
         buf_.erase(0, at == std::string::npos ? buf_.size() : at + kCallClose.size());
         mode_ = Mode::kContent;
+        call_state_ = CallState::kUndecided;
         if (final && buf_.empty()) return;
         continue;
       }

@@ -298,21 +298,33 @@ struct Choice {
   std::string text_total;  // completions
   json entries = json::array();
   size_t text_offset = 0;
-  size_t calls_sent = 0;
 };
 
-json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, bool with_index) {
+json tool_calls_json(const std::vector<ToolCall>& calls) {
   json out = json::array();
-  for (size_t k = 0; k < calls.size(); ++k) {
-    json c = {{"id", calls[k].id},
-              {"type", "function"},
-              {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
-    if (with_index) {
-      json w = {{"index", first_index + k}};
-      w.update(c);
-      c = std::move(w);
+  for (const ToolCall& c : calls)
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
+// A streamed chunk's "tool_calls": a call's first delta carries index, id,
+// type and name; later ones the index and the next piece of the arguments
+// (OpenAI's streaming form). Deltas with nothing to show are left out.
+json tool_call_deltas_json(const std::vector<ToolCallDelta>& calls) {
+  json out = json::array();
+  for (const ToolCallDelta& c : calls) {
+    if (c.id.empty() && c.arguments.empty()) continue;
+    json w = {{"index", c.index}};
+    if (!c.id.empty()) {
+      w["id"] = c.id;
+      w["type"] = "function";
+      w["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    } else {
+      w["function"] = {{"arguments", c.arguments}};
     }
-    out.push_back(c);
+    out.push_back(std::move(w));
   }
   return out;
 }
@@ -451,7 +463,9 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
   // keeps the connection checked. *error: why the server cut the request.
   using PieceFn = std::function<bool(size_t, Choice&, const std::string&, json&, bool)>;
   auto finish_reason = [](const Choice& c) -> std::string {
-    if (!c.out->calls().empty()) return "tool_calls";
+    // A call cut short by max_tokens finishes as "length" (its arguments are
+    // incomplete); otherwise any call makes it "tool_calls".
+    if (!c.out->calls().empty() && !c.out->call_cut_short()) return "tool_calls";
     return finish_name(c.finish, c.text->stopped());
   };
   auto pump = [choices, check_timeout, cut_short, trace, finish_reason](const PieceFn& on_piece,
@@ -555,12 +569,7 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
           if ((!t.empty() || !lp.is_null()) && !write(chunk_of(i, t, lp, nullptr))) return false;
         } else {
           ChatOutput::Delta d = c.out->feed(piece);
-          if (fin) {
-            ChatOutput::Delta e = c.out->finish();
-            d.reasoning += e.reasoning;
-            d.content += e.content;
-            d.calls.insert(d.calls.end(), e.calls.begin(), e.calls.end());
-          }
+          if (fin) d.append(c.out->finish());
           if (!d.reasoning.empty() &&
               !write(chunk_of(i, {{"reasoning_content", d.reasoning}}, d.content.empty() ? lp : json(nullptr), nullptr)))
             return false;
@@ -568,12 +577,9 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
           if ((!d.content.empty() || !lp.is_null()) &&
               !write(chunk_of(i, {{"content", d.content}}, lp, nullptr)))
             return false;
-          if (!d.calls.empty()) {
-            if (!write(chunk_of(i, {{"tool_calls", tool_calls_json(d.calls, c.calls_sent, true)}},
-                                nullptr, nullptr)))
-              return false;
-            c.calls_sent += d.calls.size();
-          }
+          if (json calls = tool_call_deltas_json(d.calls);
+              !calls.empty() && !write(chunk_of(i, {{"tool_calls", std::move(calls)}}, nullptr, nullptr)))
+            return false;
         }
         if (fin && !write(chunk_of(i, chat_api ? json::object() : json(""), nullptr, finish_reason(c))))
           return false;
@@ -637,7 +643,7 @@ void OpenAIServer::Impl::handle_generate(const httplib::Request& req, httplib::R
                              ? json(nullptr)
                              : json(content);
         if (!ch.out->reasoning().empty()) msg["reasoning_content"] = ch.out->reasoning();
-        if (calls) msg["tool_calls"] = tool_calls_json(ch.out->calls(), 0, false);
+        if (calls) msg["tool_calls"] = tool_calls_json(ch.out->calls());
         c["message"] = msg;
         c["logprobs"] = p->logprobs >= 0 ? json{{"content", ch.entries}} : json(nullptr);
       } else {
@@ -773,6 +779,7 @@ void OpenAIServer::Impl::handle_responses(httplib::Response& res, std::shared_pt
         !event("response.in_progress", {{"response", base("in_progress")}}))
       return false;
     int64_t next_index = 0, reasoning_index = -1, message_index = -1;
+    std::vector<int64_t> call_output_index;  // tool call -> its output_index
     bool reasoning_closed = false;
     std::string reasoning, text;
     const std::string msg_id = "msg_" + suffix;
@@ -784,12 +791,7 @@ void OpenAIServer::Impl::handle_responses(httplib::Response& res, std::shared_pt
     };
     PieceFn on_piece = [&](size_t, Choice& c, const std::string& piece, json&, bool fin) -> bool {
       ChatOutput::Delta d = c.out->feed(piece);
-      if (fin) {
-        ChatOutput::Delta e = c.out->finish();
-        d.reasoning += e.reasoning;
-        d.content += e.content;
-        d.calls.insert(d.calls.end(), e.calls.begin(), e.calls.end());
-      }
+      if (fin) d.append(c.out->finish());
       if (!d.reasoning.empty()) {
         if (reasoning_index < 0) {
           reasoning_index = next_index++;
@@ -824,16 +826,26 @@ void OpenAIServer::Impl::handle_responses(httplib::Response& res, std::shared_pt
                                                   {"logprobs", json::array()}}))
           return false;
       }
-      for (const ToolCall& t : d.calls) {
+      for (const ToolCallDelta& t : d.calls) {
         if (!close_reasoning()) return false;
-        const int64_t idx = next_index++;
-        const std::string item_id = "fc_" + t.id.substr(5);
-        if (!event("response.output_item.added", {{"output_index", idx}, {"item", call_item(t, "in_progress")}}) ||
+        if (!t.id.empty()) {
+          call_output_index.resize(t.index + 1, -1);
+          call_output_index[t.index] = next_index++;
+          if (!event("response.output_item.added", {{"output_index", call_output_index[t.index]},
+                                                   {"item", call_item({t.id, t.name, ""}, "in_progress")}}))
+            return false;
+        }
+        const ToolCall& call = c.out->calls()[t.index];
+        const int64_t idx = call_output_index[t.index];
+        const std::string item_id = "fc_" + call.id.substr(5);
+        if (!t.arguments.empty() &&
             !event("response.function_call_arguments.delta",
-                   {{"item_id", item_id}, {"output_index", idx}, {"delta", t.arguments}}) ||
-            !event("response.function_call_arguments.done",
-                   {{"item_id", item_id}, {"output_index", idx}, {"arguments", t.arguments}}) ||
-            !event("response.output_item.done", {{"output_index", idx}, {"item", call_item(t, "completed")}}))
+                   {{"item_id", item_id}, {"output_index", idx}, {"delta", t.arguments}}))
+          return false;
+        if (t.done &&
+            (!event("response.function_call_arguments.done",
+                    {{"item_id", item_id}, {"output_index", idx}, {"arguments", call.arguments}}) ||
+             !event("response.output_item.done", {{"output_index", idx}, {"item", call_item(call, "completed")}})))
           return false;
       }
       return true;

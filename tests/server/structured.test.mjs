@@ -152,10 +152,11 @@ test('tools streamed: tool_calls deltas reassemble; multi-turn tool results go b
   const stream = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Weather?' }],
     tools, tool_choice: 'required', temperature: 1, seed: 5, max_tokens: 300, stream: true });
   const calls = [];
-  let finish = null;
+  let finish = null, argPieces = 0;
   for await (const chunk of stream) {
     for (const c of chunk.choices) {
       for (const d of c.delta?.tool_calls ?? []) {
+        if (d.function?.arguments) argPieces++;
         calls[d.index] ??= { id: '', name: '', arguments: '' };
         if (d.id) calls[d.index].id = d.id;
         if (d.function?.name) calls[d.index].name += d.function.name;
@@ -167,6 +168,8 @@ test('tools streamed: tool_calls deltas reassemble; multi-turn tool results go b
   assert.equal(finish, 'tool_calls');
   assert.equal(calls.length, 1);
   checkJson(calls[0].arguments, schemaOf(calls[0].name), 'streamed tool call');
+  // The arguments stream as they are generated, not in one piece at the end.
+  assert.ok(argPieces > 3, `arguments came in ${argPieces} piece(s)`);
   // The call and its result go back through the template.
   const r = await client.chat.completions.create({ model, tools, max_tokens: 8, messages: [
     { role: 'user', content: 'Weather?' },
@@ -240,6 +243,21 @@ test('/v1/responses: text, instructions, json_schema, tools, streaming events', 
     assert.ok(types.has(ty), ty);
   checkJson(text, schemas[2], 'responses stream');
   assert.equal(done.output[0].content[0].text, text);
+  // A streamed tool call: added, argument deltas (several), done with the
+  // reassembled arguments, item done.
+  const ts = await client.responses.create({ model, input: 'Add', max_output_tokens: 300, stream: true,
+    tools: tools.map((x) => ({ type: 'function', name: x.function.name, parameters: x.function.parameters })),
+    tool_choice: 'required' });
+  let args = '', argDeltas = 0, argsDone = null, item = null;
+  for await (const ev of ts) {
+    if (ev.type === 'response.function_call_arguments.delta') args += ev.delta, argDeltas++;
+    if (ev.type === 'response.function_call_arguments.done') argsDone = ev.arguments;
+    if (ev.type === 'response.output_item.done' && ev.item.type === 'function_call') item = ev.item;
+  }
+  assert.ok(argDeltas > 3, `arguments came in ${argDeltas} delta(s)`);
+  assert.equal(argsDone, args);
+  assert.equal(item?.arguments, args);
+  checkJson(args, schemaOf(item.name), 'responses streamed tool call');
   // Multi-turn input with function_call items; previous_response_id is refused.
   const m = await client.responses.create({ model, max_output_tokens: 5, input: [
     { role: 'user', content: 'Add' },
