@@ -13,7 +13,9 @@
 //   flops = 2 * tokens * (matrix weights) + causal attention
 //           (4 * heads * head_dim * tokens * (tokens + 1) / 2 per layer).
 // Every figure is measured after a warm-up run of the same shape (graph
-// capture, cuBLASLt heuristics and module loads stay out of the numbers).
+// capture, cuBLASLt heuristics and module loads stay out of the numbers),
+// --repetitions times (3): the mean and the sample standard deviation are
+// reported (llama-bench -r), each run's figure in the JSON.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,7 +45,29 @@ struct BenchFlags {
   std::vector<int32_t> batches = {1};
   int32_t decode_prompt_len = 16;
   double peak_tflops = 0;  // 0: 790 on CUDA (bf16 H200), none on CPU
+  int32_t repetitions = 3;  // measured runs per figure (after one warm-up)
   bool json = false;
+};
+
+// Mean and sample standard deviation of repeated measurements (llama-bench's
+// avg and stdev); the deviation is 0 for one run.
+struct Spread {
+  std::vector<double> runs;
+  double mean() const {
+    double s = 0;
+    for (double v : runs) s += v;
+    return runs.empty() ? 0 : s / runs.size();
+  }
+  double stddev() const {
+    if (runs.size() < 2) return 0;
+    const double m = mean();
+    double s = 0;
+    for (double v : runs) s += (v - m) * (v - m);
+    return std::sqrt(s / (runs.size() - 1));
+  }
+  nlohmann::json to_json() const {
+    return {{"mean", mean()}, {"stddev", stddev()}, {"runs", runs}};
+  }
 };
 
 // Device-to-device copy bandwidth (bytes read + written per second), median
@@ -143,11 +167,34 @@ std::vector<uint32_t> random_prompt(int32_t n, int64_t vocab, uint32_t seed) {
 }
 
 int run_bench(const BenchFlags& f) {
-  auto options = runner_options(f.model);
-  if (!options.is_ok()) return report_error(options.status());
   if (f.prompt_len < 1 || f.gen_len < 2 || f.decode_prompt_len < 1)
     return report_error(
         invalid_argument("--prompt-len >= 1, --gen-len >= 2, --decode-prompt-len >= 1"));
+  if (f.repetitions < 1 || f.repetitions > 1000)
+    return report_error(invalid_argument("--repetitions must be in [1, 1000]"));
+  // The context the measurements need: within the model's (or
+  // --max-model-len), past it only with --allow-long-max-model-len.
+  const int64_t needed = std::max(f.prompt_len, f.decode_prompt_len + f.gen_len) + 1;
+  Capacity cap;
+  auto options = runner_options(f.model, &cap);
+  if (!options.is_ok()) return report_error(options.status());
+  if (needed > cap.max_model_len) {
+    if (f.model.max_model_len != 0)
+      return report_error(invalid_argument(fmt::format(
+          "--prompt-len {} / --decode-prompt-len {} + --gen-len {} need a context of {} tokens; "
+          "--max-model-len is {}",
+          f.prompt_len, f.decode_prompt_len, f.gen_len, needed, cap.max_model_len)));
+    if (!f.model.allow_long_max_model_len)
+      return report_error(invalid_argument(fmt::format(
+          "--prompt-len {} / --decode-prompt-len {} + --gen-len {} need a context of {} tokens, "
+          "longer than the model's {} (max_position_embeddings): use shorter lengths, or add "
+          "--allow-long-max-model-len to measure past it",
+          f.prompt_len, f.decode_prompt_len, f.gen_len, needed, cap.model_max_len)));
+    ModelFlags longer = f.model;
+    longer.max_model_len = needed;
+    options = runner_options(longer, &cap);
+    if (!options.is_ok()) return report_error(options.status());
+  }
   int32_t max_batch = 1;
   for (int32_t b : f.batches) {
     if (b < 1) return report_error(invalid_argument("--batch values must be >= 1"));
@@ -157,9 +204,6 @@ int run_bench(const BenchFlags& f) {
   options->limits.max_tokens = std::max<int64_t>(options->limits.max_tokens, max_batch);
   // The prompt runs as one step.
   options->limits.max_tokens = std::max<int64_t>(options->limits.max_tokens, f.prompt_len);
-  options->limits.max_context = std::max<int64_t>(
-      options->limits.max_context, std::max(f.prompt_len, f.decode_prompt_len + f.gen_len) + 1);
-  options->load.program.max_context = options->limits.max_context;
   auto runner_or = ModelRunner::open(*options);
   if (!runner_or.is_ok()) return report_error(runner_or.status());
   ModelRunner& runner = **runner_or;
@@ -172,6 +216,7 @@ int run_bench(const BenchFlags& f) {
       (f.peak_tflops > 0 ? f.peak_tflops : (options->device == "cuda" ? 790.0 : 0.0)) * 1e12;
   nlohmann::json out;
   out["model"] = runner.config().model_type;
+  out["repetitions"] = f.repetitions;
   out["device"] = runner.device().name();
   out["weight_bytes"] = runner.program().weight_bytes();
   out["memory_bandwidth_gb_s"] = bandwidth / 1e9;
@@ -181,22 +226,26 @@ int run_bench(const BenchFlags& f) {
     GenerationRequest req;
     req.prompt = random_prompt(f.prompt_len, vocab, 1);
     req.max_tokens = 1;
-    GenerationStats stats;
-    for (int run = 0; run < 2; ++run) {
-      stats = GenerationStats{};
+    Spread rate;  // tokens/s of each measured run
+    for (int run = 0; run <= f.repetitions; ++run) {  // run 0: the warm-up
+      GenerationStats stats;
       auto r = generate(runner, {req}, nullptr, &stats);
       if (!r.is_ok()) return report_error(r.status());
+      if (run > 0) rate.runs.push_back(stats.prefill_tokens / stats.prefill_seconds);
     }
-    double tps = stats.prefill_tokens / stats.prefill_seconds;
+    const double tps = rate.mean();
     const double flops = prefill_flops(runner, f.prompt_len);
-    const double flop_fraction = peak_flops > 0 ? flops / stats.prefill_seconds / peak_flops : 0;
+    const double flops_per_s = flops * tps / f.prompt_len;
+    const double flop_fraction = peak_flops > 0 ? flops_per_s / peak_flops : 0;
     out["prefill"] = {{"prompt_tokens", f.prompt_len},
                       {"tokens_per_s", tps},
-                      {"tflops", flops / stats.prefill_seconds / 1e12},
+                      {"tokens_per_s_stddev", rate.stddev()},
+                      {"tokens_per_s_runs", rate.runs},
+                      {"tflops", flops_per_s / 1e12},
                       {"peak_fraction", flop_fraction}};
     if (!f.json) {
-      std::printf("prefill  %5d tokens: %10.1f tokens/s  (%.1f GFLOP/s", f.prompt_len, tps,
-                  flops / stats.prefill_seconds / 1e9);
+      std::printf("prefill  %5d tokens: %10.1f tokens/s ± %.1f  (%.1f GFLOP/s", f.prompt_len,
+                  tps, rate.stddev(), flops_per_s / 1e9);
       // The fraction only where a peak is known (--peak-tflops, or the GPU's).
       if (peak_flops > 0)
         std::printf(", %.1f%% of %.0f TFLOP/s", 100 * flop_fraction, peak_flops / 1e12);
@@ -222,10 +271,16 @@ int run_bench(const BenchFlags& f) {
       auto r = generate(runner, warm, pure);
       if (!r.is_ok()) return report_error(r.status());
     }
-    GenerationStats stats;
-    auto r = generate(runner, reqs, pure, nullptr, &stats);
-    if (!r.is_ok()) return report_error(r.status());
-    double tps = stats.pure_decode_tokens_per_s();
+    Spread rate;
+    int64_t decode_steps = 0;
+    for (int run = 0; run < f.repetitions; ++run) {
+      GenerationStats stats;
+      auto r = generate(runner, reqs, pure, nullptr, &stats);
+      if (!r.is_ok()) return report_error(r.status());
+      rate.runs.push_back(stats.pure_decode_tokens_per_s());
+      decode_steps = stats.pure_decode_steps;
+    }
+    const double tps = rate.mean();
     double roofline = decode_roofline_tokens_per_s(batch, bandwidth, w_step, kv_per_token,
                                                    f.decode_prompt_len, f.gen_len);
     double bytes_per_step =
@@ -233,32 +288,43 @@ int run_bench(const BenchFlags& f) {
     double fraction = roofline > 0 ? tps / roofline : 0;
     nlohmann::json entry = {{"batch", batch},
                             {"tokens_per_s", tps},
-                            {"decode_steps", stats.pure_decode_steps},
+                            {"tokens_per_s_stddev", rate.stddev()},
+                            {"tokens_per_s_runs", rate.runs},
+                            {"decode_steps", decode_steps},
                             {"roofline_tokens_per_s", roofline},
                             {"roofline_fraction", fraction},
                             {"bytes_per_step", bytes_per_step}};
     // Mixed steps: the same batch scheduled as a server does (decode tokens
     // beside other sequences' prompt chunks), when its prompts do not fit in
     // one step. Their decode and prompt tokens per second of those steps.
-    GenerationStats mixed;
+    Spread mixed_decode, mixed_prompt;
+    int64_t mixed_steps = 0;
     if (static_cast<int64_t>(batch) * f.decode_prompt_len > runner.bound().plan().limits.max_tokens) {
-      auto m = generate(runner, reqs, GenerateOptions{}, nullptr, &mixed);
-      if (!m.is_ok()) return report_error(m.status());
+      for (int run = 0; run < f.repetitions; ++run) {
+        GenerationStats mixed;
+        auto m = generate(runner, reqs, GenerateOptions{}, nullptr, &mixed);
+        if (!m.is_ok()) return report_error(m.status());
+        if (mixed.mixed_steps == 0) break;
+        mixed_steps = mixed.mixed_steps;
+        mixed_decode.runs.push_back(mixed.mixed_decode_tokens / mixed.mixed_seconds);
+        mixed_prompt.runs.push_back(mixed.mixed_prompt_tokens / mixed.mixed_seconds);
+      }
     }
-    if (mixed.mixed_steps > 0) {
-      entry["mixed"] = {{"steps", mixed.mixed_steps},
-                        {"decode_tokens_per_s", mixed.mixed_decode_tokens / mixed.mixed_seconds},
-                        {"prompt_tokens_per_s", mixed.mixed_prompt_tokens / mixed.mixed_seconds}};
+    if (mixed_steps > 0) {
+      entry["mixed"] = {{"steps", mixed_steps},
+                        {"decode_tokens_per_s", mixed_decode.mean()},
+                        {"decode_tokens_per_s_stddev", mixed_decode.stddev()},
+                        {"prompt_tokens_per_s", mixed_prompt.mean()},
+                        {"prompt_tokens_per_s_stddev", mixed_prompt.stddev()}};
     }
     out["decode"].push_back(entry);
     if (!f.json) {
-      std::printf("decode   batch %3d: %10.1f tokens/s  (roofline %.1f tokens/s, %.1f%%)\n", batch,
-                  tps, roofline, 100 * fraction);
-      if (mixed.mixed_steps > 0)
-        std::printf("  mixed  batch %3d: %10.1f decode tokens/s beside %.1f prompt tokens/s (%lld steps)\n",
-                    batch, mixed.mixed_decode_tokens / mixed.mixed_seconds,
-                    mixed.mixed_prompt_tokens / mixed.mixed_seconds,
-                    static_cast<long long>(mixed.mixed_steps));
+      std::printf("decode   batch %3d: %10.1f tokens/s ± %.1f  (roofline %.1f tokens/s, %.1f%%)\n",
+                  batch, tps, rate.stddev(), roofline, 100 * fraction);
+      if (mixed_steps > 0)
+        std::printf("  mixed  batch %3d: %10.1f decode tokens/s ± %.1f beside %.1f prompt tokens/s (%lld steps)\n",
+                    batch, mixed_decode.mean(), mixed_decode.stddev(), mixed_prompt.mean(),
+                    static_cast<long long>(mixed_steps));
     }
   }
   if (f.json) {
@@ -266,9 +332,9 @@ int run_bench(const BenchFlags& f) {
   } else {
     std::printf(
         "weights %.1f MB, weight bytes read per decode token (batch 1) %.1f MB, "
-        "memory bandwidth %.1f GB/s (%s)\n",
+        "memory bandwidth %.1f GB/s (%s); mean ± standard deviation of %d runs\n",
         runner.program().weight_bytes() / 1e6, weight_bytes_per_step(runner, 1) / 1e6,
-        bandwidth / 1e9, runner.device().name().c_str());
+        bandwidth / 1e9, runner.device().name().c_str(), f.repetitions);
   }
   return 0;
 }
@@ -285,6 +351,9 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_option("--decode-prompt-len", f->decode_prompt_len, "prompt tokens before decoding");
   cmd->add_option("--peak-tflops", f->peak_tflops,
                   "dense matrix peak for the prefill fraction (default: 790 on cuda)");
+  cmd->add_option("-r,--repetitions", f->repetitions,
+                  "measured runs per figure, after one warm-up (mean and standard deviation "
+                  "reported, as llama-bench -r)");
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->callback([f, exit_code] { *exit_code = run_bench(*f); });
 }

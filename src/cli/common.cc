@@ -41,7 +41,11 @@ void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required, bool pos
   app->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens per step");
   app->add_option("--max-model-len", f->max_model_len,
                   "context length per sequence, prompt + output (0: the model's "
-                  "max_position_embeddings)");
+                  "max_position_embeddings; above it only with --allow-long-max-model-len)");
+  app->add_flag("--allow-long-max-model-len", f->allow_long_max_model_len,
+                "allow a --max-model-len above the model's max_position_embeddings (positions "
+                "the model was not trained on: its output there is often garbage; as vLLM's "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)");
   app->add_option("--page-size", f->page_size, "KV cache page size in tokens");
   app->add_option("--kv-cache-gib", f->kv_cache_gib,
                   "memory for the KV cache, GiB (0: from the device's memory: "
@@ -211,11 +215,21 @@ Result<RunnerOptions> runner_options(const ModelFlags& f, Capacity* capacity) {
     model_len = pr.config.max_position_embeddings;
   }
   int64_t max_len = f.max_model_len == 0 ? model_len : f.max_model_len;
-  if (max_len > model_len)
+  if (max_len > model_len && !f.allow_long_max_model_len)
     return invalid_argument(fmt::format(
         "--max-model-len {} is longer than the model's context of {} tokens "
-        "(max_position_embeddings in {}/config.json); pass --max-model-len {} or less",
-        max_len, model_len, f.model, model_len));
+        "(max_position_embeddings in {}{}): pass --max-model-len {} or less, or add "
+        "--allow-long-max-model-len to use positions the model was not trained on (its "
+        "output there is often garbage)",
+        max_len, model_len, f.model,
+        std::filesystem::is_directory(f.model) ? "/config.json" : "", model_len));
+  if (max_len > model_len)
+    std::fprintf(stderr,
+                 "warning: --max-model-len %lld is longer than the model's context of %lld "
+                 "tokens (--allow-long-max-model-len): output past %lld tokens may be garbage\n",
+                 static_cast<long long>(max_len), static_cast<long long>(model_len),
+                 static_cast<long long>(model_len));
+  o.load.program.allow_long_context = max_len > model_len;
   o.limits.max_sequences = f.max_num_seqs;
   o.limits.max_tokens = f.max_num_batched_tokens;
   o.limits.max_context = max_len;

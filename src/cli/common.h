@@ -23,6 +23,7 @@ struct ModelFlags {
   int64_t max_num_seqs = 16;
   int64_t max_num_batched_tokens = 512;
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings
+  bool allow_long_max_model_len = false;  // a --max-model-len above the model's
   int64_t page_size = 16;
   double kv_cache_gib = 0;  // 0: from the device's memory
   double gpu_memory_utilization = 0.9;

@@ -216,8 +216,10 @@ std::string startup_summary(ServingModel& m, const std::string& prefix) {
   s += fmt::format(
       "{}max context {} tokens{}, max {} sequences, {} tokens per step, prefix cache {}\n",
       prefix, c.max_model_len,
-      c.max_model_len == c.model_max_len ? " (the model's)"
-                                         : fmt::format(" (the model's: {})", c.model_max_len),
+      c.max_model_len == c.model_max_len ? std::string(" (the model's)")
+      : c.max_model_len > c.model_max_len
+          ? fmt::format(" (above the model's {}: --allow-long-max-model-len)", c.model_max_len)
+          : fmt::format(" (the model's: {})", c.model_max_len),
       o.limits.max_sequences, o.limits.max_tokens,
       m.engine->prefix_cache_enabled() ? "on" : "off");
   if (!m.generation.empty())

@@ -31,8 +31,28 @@ void Histogram::observe(double v) {
   ++count;
 }
 
+void EngineMetrics::observe_finished(const RequestTimes& t) {
+  using Tp = Clock::time_point;
+  auto secs = [](Tp a, Tp b) { return std::chrono::duration<double>(b - a).count(); };
+  e2e.observe(secs(t.arrival, t.finished));
+  vllm_e2e.observe(secs(t.arrival, t.finished));
+  if (t.scheduled == Tp{}) return;
+  vllm_queue.observe(secs(t.arrival, t.scheduled));
+  if (t.first_token == Tp{}) return;
+  vllm_prefill.observe(secs(t.scheduled, t.first_token));
+  vllm_decode.observe(secs(t.first_token, t.last_token));
+  vllm_inference.observe(secs(t.scheduled, t.last_token));
+  vllm_request_tpot.observe(
+      t.generated > 1 ? secs(t.first_token, t.last_token) / (t.generated - 1) : 0.0);
+}
+
 // ---------------------------------------------------------------------------
 // RequestStream
+
+RequestTimes RequestStream::times() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return times_;
+}
 
 RequestStream::Update RequestStream::next(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
@@ -65,11 +85,12 @@ void RequestStream::push(TokenOutput t) {
   cv_.notify_all();
 }
 
-void RequestStream::finish(EngineFinish f, Status error) {
+void RequestStream::finish(EngineFinish f, Status error, const RequestTimes& times) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     finished_ = true;
+    times_ = times;
     finish_ = f;
     error_ = std::move(error);
   }

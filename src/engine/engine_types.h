@@ -57,6 +57,21 @@ struct EngineRequest {
 };
 
 enum class EngineFinish { kLength, kStop, kCancelled, kError };
+
+// When one request passed each stage of its life in the engine (steady
+// clock; a default-constructed time point: not reached). vLLM's request
+// intervals come from them (EngineMetrics::observe_finished):
+//   queue = scheduled - arrival, prefill = first_token - scheduled,
+//   decode = last_token - first_token, inference = last_token - scheduled,
+//   e2e = finished - arrival.
+struct RequestTimes {
+  std::chrono::steady_clock::time_point arrival;      // submit()
+  std::chrono::steady_clock::time_point scheduled;    // first admission to the running batch
+  std::chrono::steady_clock::time_point first_token;  // first generated token
+  std::chrono::steady_clock::time_point last_token;   // last generated token
+  std::chrono::steady_clock::time_point finished;     // the finish
+  int32_t generated = 0;                              // tokens generated
+};
 std::string_view engine_finish_name(EngineFinish f);  // "length", "stop", "cancelled", "error"
 
 struct TokenLogprob {
@@ -87,6 +102,8 @@ class RequestStream {
   // Waits up to `timeout` for news; returns what arrived since the last call
   // (empty and unfinished on timeout).
   Update next(std::chrono::milliseconds timeout);
+  // The request's stage times; complete once next() has returned the finish.
+  RequestTimes times() const;
   // Stops generation; the engine frees the sequence at its next step and
   // finishes the stream with kCancelled (unless it finished before).
   void cancel();
@@ -96,15 +113,16 @@ class RequestStream {
   friend class Engine;
   friend class Scheduler;
   void push(TokenOutput t);
-  void finish(EngineFinish f, Status error);
+  void finish(EngineFinish f, Status error, const RequestTimes& times = {});
 
   uint64_t id_ = 0;
   int32_t prompt_tokens_ = 0;
   std::atomic<int32_t> cached_tokens_{0};
   std::atomic<bool> cancel_{false};
   class Engine* engine_ = nullptr;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
+  RequestTimes times_;
   std::vector<TokenOutput> pending_;
   bool finished_ = false;
   bool finish_taken_ = false;
@@ -147,6 +165,31 @@ struct EngineMetrics {
   Histogram itl{
       {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram e2e{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
+
+  // vLLM's histograms (/metrics, the vllm: names), with vLLM's buckets
+  // (vllm/v1/metrics/loggers.py). TTFT and ITL are observed per token, the
+  // request intervals once per finished request (observe_finished).
+  static std::vector<double> vllm_latency_buckets() {
+    return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  }
+  static std::vector<double> vllm_tpot_buckets() {
+    return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+            0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+  }
+  Histogram vllm_ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                       1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}};
+  Histogram vllm_itl{vllm_tpot_buckets()};
+  Histogram vllm_e2e{vllm_latency_buckets()};
+  Histogram vllm_queue{vllm_latency_buckets()};
+  Histogram vllm_prefill{vllm_latency_buckets()};
+  Histogram vllm_decode{vllm_latency_buckets()};
+  Histogram vllm_inference{vllm_latency_buckets()};
+  Histogram vllm_request_tpot{vllm_tpot_buckets()};  // per request: decode / (generated - 1)
+  // A finished request: e2e always; the queue time once it was scheduled;
+  // prefill, decode, inference and per-request TPOT once it produced a
+  // token (vLLM: TPOT 0 for a single token).
+  void observe_finished(const RequestTimes& t);
 };
 
 }  // namespace ferrite

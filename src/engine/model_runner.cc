@@ -52,8 +52,9 @@ Result<PlanReport> make_report(const ModelConfig& config,
   po.activation_dtype = options.activation_dtype;
   po.limits = options.limits;
   po.tuning = options.tuning;
-  po.limits.max_context =
-      std::min<int64_t>(options.limits.max_context, config.max_position_embeddings);
+  if (!options.load.program.allow_long_context)
+    po.limits.max_context =
+        std::min<int64_t>(options.limits.max_context, config.max_position_embeddings);
   FERRITE_ASSIGN_OR_RETURN(r.plan, plan_program(*program, registry, po));
   r.weight_bytes = program->weight_bytes();
   for (const StateDecl& s : program->states) {

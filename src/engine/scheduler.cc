@@ -43,6 +43,7 @@ struct Scheduler::Seq {
   int32_t step_tokens = 0;  // tokens of it in the scheduled step
   Clock::time_point arrival;
   Clock::time_point last_token;
+  RequestTimes times;  // stage times, handed to the stream at the finish
 };
 
 Scheduler::Scheduler(StepExecutor& executor, EngineOptions options)
@@ -116,7 +117,7 @@ void Scheduler::add(EngineRequest request, std::shared_ptr<RequestStream> stream
   seq->hashes.reserve(seq->pages.capacity());
   seq->prompt_len = request.prompt.size();
   seq->req = std::move(request);
-  seq->arrival = arrival;
+  seq->arrival = seq->times.arrival = arrival;
   waiting_.push_back(std::move(seq));
   ++waiting_count_;
 }
@@ -160,10 +161,12 @@ void Scheduler::finish(Seq& s, EngineFinish f, Status error) {
     std::lock_guard<std::mutex> lock(metrics_mu_);
     metrics_.kv_pages_used = executor_.pages().used_pages();
   }
-  s.stream->finish(f, std::move(error));
+  s.times.finished = Clock::now();
+  s.times.generated = s.generated;
+  s.stream->finish(f, std::move(error), s.times);
   std::lock_guard<std::mutex> lock(metrics_mu_);
   ++metrics_.requests_finished[static_cast<int>(f)];
-  metrics_.e2e.observe(std::chrono::duration<double>(Clock::now() - s.arrival).count());
+  metrics_.observe_finished(s.times);
 }
 
 void Scheduler::preempt(std::unique_ptr<Seq> s) {
@@ -423,6 +426,7 @@ bool Scheduler::schedule(Step* step) {
     }
     if (first) {
       s.admitted_once = true;
+      s.times.scheduled = Clock::now();
       s.stream->cached_tokens_ = matched * ps;
       std::lock_guard<std::mutex> lock(metrics_mu_);
       metrics_.prompt_tokens += s.prompt_len;
@@ -541,12 +545,18 @@ void Scheduler::update(const Step& step, const StepResult& result) {
     ++new_tokens;
     {
       std::lock_guard<std::mutex> lock(metrics_mu_);
-      if (s.generated == 1)
-        metrics_.ttft.observe(std::chrono::duration<double>(now - s.arrival).count());
-      else
-        metrics_.itl.observe(std::chrono::duration<double>(now - s.last_token).count());
+      if (s.generated == 1) {
+        const double ttft = std::chrono::duration<double>(now - s.arrival).count();
+        metrics_.ttft.observe(ttft);
+        metrics_.vllm_ttft.observe(ttft);
+        s.times.first_token = now;
+      } else {
+        const double itl = std::chrono::duration<double>(now - s.last_token).count();
+        metrics_.itl.observe(itl);
+        metrics_.vllm_itl.observe(itl);
+      }
     }
-    s.last_token = now;
+    s.last_token = s.times.last_token = now;
     s.stream->push(std::move(out));
     if (stop_id || (r.constraint && r.constraint->is_terminated())) {
       finish(s, EngineFinish::kStop);

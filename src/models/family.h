@@ -16,6 +16,9 @@ struct ProgramOptions {
   DType weight_dtype = DType::kBF16;  // declared dtype; the loader replaces it by the stored one
   DType kv_dtype = DType::kF32;       // KV cache element type
   int64_t max_context = 4096;         // positions per sequence (<= max_position_embeddings)
+  // max_context may exceed max_position_embeddings (--allow-long-max-model-len);
+  // otherwise it is cut to it.
+  bool allow_long_context = false;
 };
 
 struct ModelFamily {

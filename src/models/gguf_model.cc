@@ -753,7 +753,7 @@ Result<ModelSource> open_gguf_model(const LoadOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(src.family, find_family(src.config.model_type));
   ProgramOptions po = options.program;
   po.weight_dtype = options.dummy_weights ? options.dummy_dtype : DType::kF32;
-  if (po.max_context > src.config.max_position_embeddings)
+  if (po.max_context > src.config.max_position_embeddings && !po.allow_long_context)
     po.max_context = src.config.max_position_embeddings;
   FERRITE_ASSIGN_OR_RETURN(src.program, src.family->build(src.config, po));
   if (arch->tiled_v_heads) {

@@ -206,7 +206,7 @@ Result<ModelSource> open_model(const LoadOptions& options) {
     po.weight_dtype = dummy_blocks ? DType::kF32 : options.dummy_dtype;
   else if (src.config.torch_dtype)
     po.weight_dtype = *src.config.torch_dtype;
-  if (po.max_context > src.config.max_position_embeddings)
+  if (po.max_context > src.config.max_position_embeddings && !po.allow_long_context)
     po.max_context = src.config.max_position_embeddings;
   FERRITE_ASSIGN_OR_RETURN(src.program, src.family->build(src.config, po));
   if (dummy_blocks)

@@ -125,6 +125,15 @@ std::string finish_name(EngineFinish f, bool stopped) {
 
 }  // namespace
 
+// vLLM's build_1_2_5_buckets(max): 1, 2, 5, 10, 20, 50, ... while <= max.
+static std::vector<double> one_two_five_buckets(int64_t max) {
+  std::vector<double> b;
+  for (int64_t e = 1; e <= max; e *= 10)
+    for (int64_t m : {1, 2, 5})
+      if (m * e <= max) b.push_back(static_cast<double>(m * e));
+  return b;
+}
+
 struct OpenAIServer::Impl {
   Engine& engine;
   const Tokenizer& tokenizer;
@@ -142,12 +151,12 @@ struct OpenAIServer::Impl {
   std::map<std::pair<std::string, int>, uint64_t> http_requests;  // (route, status)
   std::atomic<uint64_t> client_disconnects{0};
   std::atomic<uint64_t> request_timeouts{0};
-  // Request-level histograms measured here (vLLM's names in /metrics).
+  // Request-level token histograms measured here (vLLM's names and
+  // buckets: 1, 2, 5, 10, 20, 50, ... up to the context); the timing ones
+  // are the engine's (EngineMetrics).
   mutable std::mutex request_hist_mu;
-  Histogram decode_time{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
-  Histogram prompt_len{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000,
-                        100000}};
-  Histogram output_len{{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000}};
+  Histogram prompt_len{one_two_five_buckets(engine.max_context())};
+  Histogram output_len{one_two_five_buckets(engine.max_context())};
   void request_done(const RequestTrace& t, const RequestStream& s, int64_t completion_tokens);
 
   std::mutex streams_mu;
@@ -675,7 +684,6 @@ void OpenAIServer::Impl::request_done(const RequestTrace& t, const RequestStream
   const double ttft = any ? std::chrono::duration<double>(t.first - t.start).count() : 0;
   {
     std::lock_guard<std::mutex> lock(request_hist_mu);
-    if (any) decode_time.observe(std::chrono::duration<double>(end - t.first).count());
     prompt_len.observe(s.prompt_tokens());
     output_len.observe(static_cast<double>(completion_tokens));
   }
@@ -993,15 +1001,28 @@ std::string OpenAIServer::Impl::metrics_text() const {
       s += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", model,
                        kReason[i], m.requests_finished[i]);
   }
-  vhistogram("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
-  vhistogram("vllm:inter_token_latency_seconds", "Time between tokens of a sequence.", m.itl);
+  // vLLM's buckets; the intervals of each request from the engine's record
+  // of it (RequestTimes: submit, first scheduled, first and last token).
+  vhistogram("vllm:time_to_first_token_seconds", "Time to first token, submit to first token.",
+             m.vllm_ttft);
+  vhistogram("vllm:inter_token_latency_seconds", "Time between tokens of a sequence.",
+             m.vllm_itl);
   vhistogram("vllm:time_per_output_token_seconds",
-             "Same as vllm:inter_token_latency_seconds (older name).", m.itl);
-  vhistogram("vllm:e2e_request_latency_seconds", "Request latency, submit to finish.", m.e2e);
+             "Same as vllm:inter_token_latency_seconds (older name).", m.vllm_itl);
+  vhistogram("vllm:request_time_per_output_token_seconds",
+             "Per request: decode time / (generated tokens - 1).", m.vllm_request_tpot);
+  vhistogram("vllm:e2e_request_latency_seconds", "Request latency, submit to finish.",
+             m.vllm_e2e);
+  vhistogram("vllm:request_queue_time_seconds",
+             "Time in the WAITING phase: submit to first scheduled.", m.vllm_queue);
+  vhistogram("vllm:request_inference_time_seconds",
+             "Time in the RUNNING phase: first scheduled to last token.", m.vllm_inference);
+  vhistogram("vllm:request_prefill_time_seconds",
+             "Time in the PREFILL phase: first scheduled to first token.", m.vllm_prefill);
+  vhistogram("vllm:request_decode_time_seconds",
+             "Time in the DECODE phase: first token to last token.", m.vllm_decode);
   {
     std::lock_guard<std::mutex> lock(request_hist_mu);
-    vhistogram("vllm:request_decode_time_seconds",
-               "Time from a request's first token to its end (server side).", decode_time);
     vhistogram("vllm:request_prompt_tokens", "Prompt tokens per request.", prompt_len);
     vhistogram("vllm:request_generation_tokens", "Generated tokens per request.", output_len);
   }

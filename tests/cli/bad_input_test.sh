@@ -213,8 +213,27 @@ if ! "$FERRITE" info --model "$GOOD" --device cuda >/dev/null 2>&1; then
 fi
 # Capacity: the context is the model's; beyond it is an error, as is a KV
 # cache that cannot hold one sequence of it.
-expect "--max-model-len above the model's" "longer than the model's context of 4096" -- \
+# Past the model's context only with the explicit opt-in, named in the
+# error, for serve, run, generate and bench alike.
+LONG="longer than the model's context of 4096.*--allow-long-max-model-len"
+expect "serve --max-model-len above the model's" "$LONG" -- \
   "${SERVE[@]}" "$WORK/created" --max-model-len 100000
+expect "run --max-model-len above the model's" "$LONG" -- \
+  "$FERRITE" run "$WORK/created" "Hello" --max-model-len 5000
+expect "generate --max-model-len above the model's" "$LONG" -- \
+  "$FERRITE" generate "$GOOD" --prompt-ids 1,2 --max-model-len 5000
+expect "bench past the model's context" "longer than the model's 4096.*--allow-long-max-model-len" -- \
+  "$FERRITE" bench "$GOOD" --prompt-len 5000
+expect "bench past --max-model-len" "need a context of 5001 tokens; --max-model-len is 1024" -- \
+  "$FERRITE" bench "$GOOD" --prompt-len 5000 --max-model-len 1024
+# With it: a 4150-token prompt in a 4200-token context, and a warning.
+LONG_IDS=$(seq -s, 1 4150 | awk -v RS=, -v ORS=, '{print $1 % 200 + 1}' | sed 's/,$//')
+expect_ok "--allow-long-max-model-len: a prompt past the model's context" \
+  "generated=2" -- "$FERRITE" generate "$GOOD" --prompt-ids "$LONG_IDS" --max-tokens 2 \
+  --max-model-len 4200 --allow-long-max-model-len
+expect_ok "--allow-long-max-model-len warns" "warning: --max-model-len 4200 is longer than the model's" -- \
+  "$FERRITE" generate "$GOOD" --prompt-ids 1,2 --max-tokens 2 --max-model-len 4200 \
+  --allow-long-max-model-len
 expect "a KV cache too small for one sequence" "less than one sequence.*--max-model-len [0-9]+ or less.*--kv-cache-gib" -- \
   "${SERVE[@]}" "$WORK/created" --kv-cache-gib 0.0001
 expect "--gpu-memory-utilization out of range" "gpu-memory-utilization" -- \
@@ -235,6 +254,24 @@ expect_ok "generate takes the model as a positional" '"output_tokens":' -- \
   "$FERRITE" generate "$GOOD" --prompt-ids 1,2 --max-tokens 2 --json
 expect_ok "generate takes -m and --seed" '"output_tokens":' -- \
   "$FERRITE" generate -m "$GOOD" --prompt-ids 1,2 --max-tokens 2 --temperature 1 --seed 7 --json
+
+# bench -r: mean and sample standard deviation of the runs, in the text and
+# the JSON (each run's figure listed).
+expect_ok "bench -r 3 prints mean ± stddev" "prefill +[0-9]+ tokens: +[0-9.]+ tokens/s ± [0-9.]+.*decode +batch +2: +[0-9.]+ tokens/s ± [0-9.]+.*of 3 runs" -- \
+  bash -c "'$FERRITE' bench '$GOOD' --prompt-len 32 --gen-len 8 --batch 1 2 -r 3 | tr '\n' ' '"
+"$FERRITE" bench "$GOOD" --prompt-len 32 --gen-len 8 --batch 1 2 --repetitions 4 --json \
+  >"$WORK/bench.json" 2>/dev/null
+expect_ok "bench --json: runs, mean and stddev agree" "^spread ok$" -- python3 -c '
+import json, statistics, sys
+j = json.load(open(sys.argv[1]))
+assert j["repetitions"] == 4
+for e in [j["prefill"]] + j["decode"]:
+    runs = e["tokens_per_s_runs"]
+    assert len(runs) == 4, runs
+    assert abs(e["tokens_per_s"] - statistics.mean(runs)) <= 1e-6 * e["tokens_per_s"], e
+    assert abs(e["tokens_per_s_stddev"] - statistics.stdev(runs)) <= 1e-6 * e["tokens_per_s"], e
+print("spread ok")' "$WORK/bench.json"
+expect "bench -r 0" "repetitions" -- "$FERRITE" bench "$GOOD" -r 0
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

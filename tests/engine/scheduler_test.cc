@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <new>
+#include <thread>
 
 #include "engine/generator.h"
 #include "engine/scheduler.h"
@@ -335,6 +336,94 @@ TEST(Scheduler, WarmStepsAllocateNothing) {
   EXPECT_EQ(ran, 30);
   EXPECT_EQ(g_allocations, 0) << "heap allocations in 30 warm decode steps";
   (*s)->cancel_all();
+}
+
+// vLLM's request intervals (issue 18): the stage times of a request and the
+// histogram bucket each interval lands in, from known times.
+TEST(RequestTimes, IntervalsLandInVllmBuckets) {
+  using std::chrono::duration_cast;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto at = [&](double s) {
+    return t0 + duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+  };
+  RequestTimes t;
+  t.arrival = t0;
+  t.scheduled = at(0.4);     // queue 0.4: the le=0.5 bucket
+  t.first_token = at(1.2);   // prefill 0.8: le=0.8
+  t.last_token = at(3.2);    // decode 2.0: le=2.0; inference 2.8: le=5.0
+  t.finished = at(3.25);     // e2e 3.25: le=5.0
+  t.generated = 5;           // per-request TPOT 2.0 / 4 = 0.5: le=0.5
+  EngineMetrics m;
+  m.observe_finished(t);
+  auto bucket = [](const Histogram& h) {  // the upper bound of the one observation
+    for (size_t i = 0; i < h.counts.size(); ++i)
+      if (h.counts[i]) return i < h.bounds.size() ? h.bounds[i] : -1.0;
+    return -2.0;
+  };
+  EXPECT_EQ(bucket(m.vllm_queue), 0.5);
+  EXPECT_EQ(bucket(m.vllm_prefill), 0.8);
+  EXPECT_EQ(bucket(m.vllm_decode), 2.0);
+  EXPECT_EQ(bucket(m.vllm_inference), 5.0);
+  EXPECT_EQ(bucket(m.vllm_e2e), 5.0);
+  EXPECT_EQ(bucket(m.vllm_request_tpot), 0.5);
+  EXPECT_NEAR(m.vllm_inference.sum, 2.8, 1e-6);
+  EXPECT_NEAR(m.vllm_request_tpot.sum, 0.5, 1e-6);
+  // Never scheduled (cancelled while waiting): e2e only; scheduled without
+  // a token: e2e and queue.
+  RequestTimes waiting;
+  waiting.arrival = t0;
+  waiting.finished = at(0.1);
+  m.observe_finished(waiting);
+  RequestTimes no_token = waiting;
+  no_token.scheduled = at(0.05);
+  m.observe_finished(no_token);
+  EXPECT_EQ(m.vllm_e2e.count, 3u);
+  EXPECT_EQ(m.vllm_queue.count, 2u);
+  EXPECT_EQ(m.vllm_prefill.count, 1u);
+  EXPECT_EQ(m.vllm_decode.count, 1u);
+  // vLLM's bucket lists.
+  EXPECT_EQ(m.vllm_e2e.bounds.size(), 21u);
+  EXPECT_EQ(m.vllm_e2e.bounds.back(), 7680.0);
+  EXPECT_EQ(m.vllm_ttft.bounds.size(), 22u);
+  EXPECT_EQ(m.vllm_itl.bounds.front(), 0.01);
+}
+
+// The scheduler records the stage times: one sequence at a time, steps of
+// 100 ms (real sleeps). A runs 6 steps (prefill + first token, 5 decode
+// steps); B waits for all of them, so its queue time is in [0.6, 0.8): the
+// le=0.8 bucket; its prefill is one step, its decode 3.
+TEST(Scheduler, QueuePrefillAndDecodeTimesOfEachRequest) {
+  FakeExecutor ex(64, 64, 1);
+  ex.timing = [](const Step&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return 0.1;
+  };
+  auto s = Scheduler::create(ex, {});
+  ASSERT_TRUE(s.is_ok());
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  auto out = run_all(**s, {request(1, 4, 6), request(2, 4, 4)}, &streams);
+  ASSERT_EQ(out[1].tokens.size(), 4u);
+  auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const RequestTimes a = streams[0]->times(), b = streams[1]->times();
+  EXPECT_EQ(a.generated, 6);
+  EXPECT_EQ(b.generated, 4);
+  EXPECT_LT(secs(a.arrival, a.scheduled), 0.1);
+  EXPECT_GE(secs(a.scheduled, a.first_token), 0.1);
+  EXPECT_GE(secs(a.first_token, a.last_token), 0.5);
+  EXPECT_GE(secs(b.arrival, b.scheduled), 0.6);  // A's six steps
+  EXPECT_GE(secs(b.scheduled, b.first_token), 0.1);
+  EXPECT_GE(secs(b.first_token, b.last_token), 0.3);
+  EXPECT_LE(secs(b.last_token, b.finished), 0.05);
+  const EngineMetrics m = (*s)->metrics();
+  for (const Histogram* h : {&m.vllm_e2e, &m.vllm_queue, &m.vllm_prefill, &m.vllm_decode,
+                             &m.vllm_inference, &m.vllm_request_tpot, &m.vllm_ttft})
+    EXPECT_EQ(h->count, 2u);  // one per request
+  EXPECT_EQ(m.vllm_itl.count, 5u + 3u);  // one per token after the first
+  // B's queue time in le=0.8 (index 2), A's in le=0.3 (index 0).
+  EXPECT_EQ(m.vllm_queue.counts[0], 1u);
+  EXPECT_EQ(m.vllm_queue.counts[2], 1u) << "B queued " << secs(b.arrival, b.scheduled) << " s";
+  // The intervals add up: inference = prefill + decode, per request.
+  EXPECT_NEAR(m.vllm_inference.sum, m.vllm_prefill.sum + m.vllm_decode.sum, 1e-6);
 }
 
 // The bench's decode figure never exceeds its memory roofline. The fake

@@ -111,6 +111,69 @@ test('/metrics: vLLM names with a model_name label, KV usage, request histograms
   assert.ok(m['vllm:e2e_request_latency_seconds_bucket{model_name="tiny",le="+Inf"}'] >= 1);
 });
 
+// Prometheus histogram from /metrics text: { bounds, counts (cumulative), sum, count }.
+async function histogram(url, name, label = 'model_name="tiny"') {
+  const text = await (await fetch(url + '/metrics')).text();
+  const h = { bounds: [], counts: [], sum: NaN, count: NaN };
+  for (const line of text.split('\n')) {
+    let m = line.match(new RegExp(`^${name}_bucket\\{${label},le="([^"]+)"\\} (\\S+)$`));
+    if (m) { h.bounds.push(m[1] === '+Inf' ? Infinity : Number(m[1])); h.counts.push(Number(m[2])); }
+    m = line.match(new RegExp(`^${name}_(sum|count)\\{${label}\\} (\\S+)$`));
+    if (m) h[m[1]] = Number(m[2]);
+  }
+  return h;
+}
+
+test('/metrics: vLLM\'s queue, prefill, decode, inference, e2e, TTFT and TPOT histograms, vLLM\'s buckets', async () => {
+  const latency = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680, Infinity];
+  const tpot = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, Infinity];
+  const ttft = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560, Infinity];
+  const names = { 'vllm:request_queue_time_seconds': latency, 'vllm:request_prefill_time_seconds': latency,
+    'vllm:request_decode_time_seconds': latency, 'vllm:request_inference_time_seconds': latency,
+    'vllm:e2e_request_latency_seconds': latency, 'vllm:time_to_first_token_seconds': ttft,
+    'vllm:request_time_per_output_token_seconds': tpot, 'vllm:inter_token_latency_seconds': tpot,
+    'vllm:time_per_output_token_seconds': tpot };
+  // One sequence at a time: the second of two requests waits for the first.
+  const s = await startServer(['--max-num-seqs', '1', '--served-model-name', 'tiny']);
+  try {
+    const c = new OpenAI({ baseURL: s.url + '/v1', apiKey: 'x', maxRetries: 0 });
+    const body = { model: 'tiny', prompt: [5, 6, 7, 8], max_tokens: 1000, ignore_eos: true };
+    // A streams; once its first token is out, B is sent and waits for A.
+    const t0 = Date.now();
+    let sentB = 0, endA = 0, second;
+    for await (const _ of await c.completions.create({ ...body, stream: true })) {
+      if (!second) { sentB = Date.now(); second = c.completions.create(body); }
+    }
+    endA = Date.now();
+    await second;
+    const wall = (Date.now() - t0) / 1000;
+    await c.completions.create({ ...body, max_tokens: 1 });  // one token: TPOT 0, decode 0
+    const h = {};
+    for (const [n, bounds] of Object.entries(names)) {
+      h[n] = await histogram(s.url, n);
+      assert.deepEqual(h[n].bounds, bounds, n);
+      for (let i = 1; i < h[n].counts.length; ++i) assert.ok(h[n].counts[i] >= h[n].counts[i - 1], n);
+      assert.equal(h[n].counts.at(-1), h[n].count, n);
+    }
+    // One observation per request (the warm-up-free server saw three).
+    for (const n of Object.keys(names).filter((n) => !/inter_token|time_per_output_token_seconds$/.test(n)))
+      assert.equal(h[n].count, 3, n);
+    // ITL: one per token after each request's first.
+    assert.equal(h['vllm:inter_token_latency_seconds'].count, 2 * 999);
+    const q = h['vllm:request_queue_time_seconds'], inf = h['vllm:request_inference_time_seconds'];
+    const pre = h['vllm:request_prefill_time_seconds'], dec = h['vllm:request_decode_time_seconds'];
+    // inference = prefill + decode for every request; e2e covers queue + inference.
+    assert.ok(Math.abs(inf.sum - pre.sum - dec.sum) < 1e-3, `${inf.sum} vs ${pre.sum} + ${dec.sum}`);
+    assert.ok(h['vllm:e2e_request_latency_seconds'].sum >= q.sum + inf.sum - 1e-3);
+    // B queued while A decoded: its queue time is about A's time after B was
+    // sent (both ends have a few ms of slack on the client side).
+    const waited = (endA - sentB) / 1000;
+    assert.ok(waited > 0.05, `A decoded too fast to measure (${waited} s)`);
+    assert.ok(q.sum >= 0.7 * waited - 0.01, `queue ${q.sum} s, B waited about ${waited} s`);
+    assert.ok(inf.sum <= wall + 0.1 && h['vllm:e2e_request_latency_seconds'].sum <= 2 * wall + 0.5);
+  } finally { await s.stop(); }
+});
+
 test('generation_config.json gives the defaults; --generation-config vllm ignores it', async () => {
   const model = join(work, 'with-gen-config');
   cpSync(tinyModel(), model, { recursive: true });
