@@ -1,4 +1,8 @@
-// ferrite bench-serve: a load generator for any OpenAI-compatible server.
+// ferrite bench-serve: a load generator for any OpenAI-compatible server, or
+// llama-server's native /completion (--backend llama-server: the same random
+// token-id prompts, n_predict = --output-len with ignore_eos, streamed; its
+// one-token events give the ITL, its last event's tokens_evaluated /
+// tokens_predicted the counts), so servers are compared on one report.
 //   ferrite bench-serve --url http://127.0.0.1:8000 --input-len 128
 //       --output-len 64 --num-prompts 64 --concurrency 1 8 32
 //       [--request-rate 2 8 inf] [--endpoint completions|chat] [--json]
@@ -47,6 +51,7 @@ struct BenchServeFlags {
   std::string url = "http://127.0.0.1:8000";
   std::string model;
   std::string endpoint = "completions";
+  std::string backend = "openai";  // or llama-server: its native /completion
   std::string api_key;
   int32_t input_len = 128;
   int32_t shared_prefix_len = 0;
@@ -125,16 +130,28 @@ class Runner {
  public:
   Runner(const BenchServeFlags& f, Target t) : f_(f), t_(std::move(t)) {}
 
+  bool llama() const { return f_.backend == "llama-server"; }
+
   json body(int i) const {
     std::mt19937_64 rng(f_.seed * 1000003 + i);
     json b;
-    b["model"] = model_;
-    b["max_tokens"] = f_.output_len;
-    b["ignore_eos"] = true;
-    b["temperature"] = 0.0;
-    b["stream"] = true;
-    b["stream_options"] = {{"include_usage", true}};
-    if (!f_.itl_per_chunk) {  // logprob entries count the tokens of each chunk
+    if (llama()) {
+      // llama-server's native /completion: n_predict, ignore_eos, token-id
+      // prompts; every streamed event carries its token ids ("tokens").
+      b["n_predict"] = f_.output_len;
+      b["ignore_eos"] = true;
+      b["temperature"] = 0.0;
+      b["stream"] = true;
+      b["return_tokens"] = true;
+    } else {
+      b["model"] = model_;
+      b["max_tokens"] = f_.output_len;
+      b["ignore_eos"] = true;
+      b["temperature"] = 0.0;
+      b["stream"] = true;
+      b["stream_options"] = {{"include_usage", true}};
+    }
+    if (!f_.itl_per_chunk && !llama()) {  // logprob entries count the tokens of each chunk
       if (f_.endpoint == "chat") {
         b["logprobs"] = true;
         b["top_logprobs"] = 0;
@@ -182,7 +199,9 @@ class Runner {
   Outcome one(httplib::Client& cli, int i) const {
     Outcome o;
     std::string path =
-        t_.base_path + (f_.endpoint == "chat" ? "/v1/chat/completions" : "/v1/completions");
+        t_.base_path + (llama()                  ? "/completion"
+                        : f_.endpoint == "chat" ? "/v1/chat/completions"
+                                                : "/v1/completions");
     httplib::Request req;
     req.method = "POST";
     req.path = path;
@@ -195,12 +214,35 @@ class Runner {
     auto t0 = Clock::now();
     auto last = t0;
     std::string err;
+    // A chunk of n tokens arrived now.
+    auto token_chunk = [&](int64_t n) {
+      auto now = Clock::now();
+      if (chunks == 0) {
+        o.ttft = std::chrono::duration<double>(now - t0).count();
+        // Tokens packed with the first one arrived with it: no gap (so the
+        // ITL's sum over a request is its last token less its first, as
+        // TPOT's is).
+        for (int64_t k = 1; k < n; ++k) o.itl.push_back(0.0);
+      } else {
+        const double gap = std::chrono::duration<double>(now - last).count();
+        for (int64_t k = 0; k < n; ++k) o.itl.push_back(gap / n);
+      }
+      last = now;
+      ++chunks;
+      tokens_seen += n;
+    };
     req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
       buf.append(data, n);
       size_t pos;
       while ((pos = buf.find("\n\n")) != std::string::npos) {
         std::string ev = buf.substr(0, pos);
         buf.erase(0, pos + 2);
+        if (ev.rfind("error: ", 0) == 0) {  // llama-server's error event
+          json j = json::parse(ev.substr(7), nullptr, false);
+          err = !j.is_discarded() && j.is_object() ? j.value("message", ev.substr(7))
+                                                   : ev.substr(7);
+          continue;
+        }
         if (ev.rfind("data: ", 0) != 0) continue;
         std::string payload = ev.substr(6);
         if (payload == "[DONE]") {
@@ -210,7 +252,24 @@ class Runner {
         json j = json::parse(payload, nullptr, false);
         if (j.is_discarded()) continue;
         if (j.contains("error")) {
-          err = j["error"].value("message", "error");
+          err = j["error"].is_object() ? j["error"].value("message", "error") : "error";
+          continue;
+        }
+        if (llama()) {
+          // {"content", "tokens": [ids], "stop": false} per token; the last
+          // event has "stop": true and the server's counts.
+          if (j.value("stop", false)) {
+            done = true;
+            usage_tokens = j.value("tokens_predicted", int64_t{-1});
+            o.prompt_tokens = j.value("tokens_evaluated", int64_t{-1});
+          }
+          int64_t n = 0;
+          if (j.contains("tokens") && j["tokens"].is_array())
+            n = static_cast<int64_t>(j["tokens"].size());
+          else if (j.contains("content") && j["content"].is_string() &&
+                   !j["content"].get<std::string>().empty())
+            n = 1;
+          if (n > 0) token_chunk(n);
           continue;
         }
         if (j.contains("usage") && j["usage"].is_object()) {
@@ -233,17 +292,7 @@ class Runner {
           else if (lp.contains("tokens") && lp["tokens"].is_array())
             n = static_cast<int64_t>(lp["tokens"].size());
         }
-        if (n <= 0) continue;
-        auto now = Clock::now();
-        if (chunks == 0) {
-          o.ttft = std::chrono::duration<double>(now - t0).count();
-        } else {
-          const double gap = std::chrono::duration<double>(now - last).count();
-          for (int64_t k = 0; k < n; ++k) o.itl.push_back(gap / n);
-        }
-        last = now;
-        ++chunks;
-        tokens_seen += n;
+        if (n > 0) token_chunk(n);
       }
       return true;
     };
@@ -254,7 +303,8 @@ class Runner {
       return o;
     }
     if (res->status != 200) {
-      o.error = http_error(res->status, res->body);
+      // The error body went through the content receiver (still in buf).
+      o.error = http_error(res->status, res->body.empty() ? buf : res->body);
       return o;
     }
     if (!err.empty()) {
@@ -262,7 +312,8 @@ class Runner {
       return o;
     }
     if (!done) {
-      o.error = "stream ended without [DONE]";
+      o.error = llama() ? "stream ended without its last event (\"stop\": true)"
+                        : "stream ended without [DONE]";
       return o;
     }
     o.output_tokens = usage_tokens >= 0 ? usage_tokens : tokens_seen;
@@ -292,6 +343,8 @@ class Runner {
     if (!res)
       return unavailable(fmt::format("cannot reach {} ({}): is the server up?", f_.url,
                                      httplib::to_string(res.error())));
+    // /completion needs no model name; llama-server lists its file.
+    if (llama() && res->status != 200 && res->status != 401) return Status::ok();
     if (res->status != 200)
       return unavailable(fmt::format("GET {}/v1/models: {}", f_.url,
                                      http_error(res->status, res->body)));
@@ -387,6 +440,7 @@ class Runner {
       itl.insert(itl.end(), o.itl.begin(), o.itl.end());
     }
     json r = {{"label", label},
+              {"backend", f_.backend},
               {"concurrency", concurrency},
               {"request_rate", rate > 0 ? json(rate) : json("inf")},
               {"num_prompts", f_.num_prompts},
@@ -477,6 +531,12 @@ int run_bench_serve(const BenchServeFlags& f) {
     return report_error(invalid_argument("--shared-prefix-len must be >= 0"));
   if (f.endpoint != "completions" && f.endpoint != "chat")
     return report_error(invalid_argument("--endpoint must be completions or chat"));
+  if (f.backend != "openai" && f.backend != "llama-server")
+    return report_error(invalid_argument("--backend must be openai or llama-server"));
+  if (f.backend == "llama-server" && f.endpoint == "chat")
+    return report_error(invalid_argument(
+        "--backend llama-server drives /completion (token ids or --text-prompts); for its chat "
+        "endpoint use --backend openai --endpoint chat"));
   Runner runner(f, *target);
   Status st = runner.resolve_model();
   if (!st.is_ok()) return report_error(st);
@@ -513,11 +573,15 @@ int run_bench_serve(const BenchServeFlags& f) {
     Outcome o = runner.one(*c, -1);
     if (!o.ok) return report_error(unavailable("warm-up request failed: " + o.error));
   }
-  json all = {
-      {"url", f.url}, {"model", runner.model()}, {"endpoint", f.endpoint}, {"runs", json::array()}};
+  json all = {{"url", f.url},
+              {"model", runner.model()},
+              {"backend", f.backend},
+              {"endpoint", f.backend == "llama-server" ? "/completion" : f.endpoint},
+              {"runs", json::array()}};
   if (!f.json_out)
-    std::printf("bench-serve %s model %s: %d prompts, input %d%s, output %d tokens\n",
-                f.url.c_str(), runner.model().c_str(), f.num_prompts, f.input_len,
+    std::printf("bench-serve %s%s model %s: %d prompts, input %d%s, output %d tokens\n",
+                f.url.c_str(), f.backend == "llama-server" ? " (llama-server /completion)" : "",
+                runner.model().empty() ? "-" : runner.model().c_str(), f.num_prompts, f.input_len,
                 f.shared_prefix_len
                     ? fmt::format(" after a shared prefix of {}", f.shared_prefix_len).c_str()
                     : "",
@@ -548,6 +612,10 @@ void register_bench_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--url", f->url, "server base URL");
   cmd->add_option("--model", f->model, "model id (default: the first of /v1/models)");
   cmd->add_option("--endpoint", f->endpoint, "completions or chat");
+  cmd->add_option("--backend", f->backend,
+                  "openai (/v1/completions, /v1/chat/completions: Ferrite, vLLM, llama-server's "
+                  "OpenAI routes) or llama-server (its native /completion: token-id prompts, "
+                  "n_predict, ignore_eos, one event per token)");
   cmd->add_option("--api-key", f->api_key,
                   "bearer token (default: $FERRITE_API_KEY, else $OPENAI_API_KEY)");
   cmd->add_option("--input-len", f->input_len, "prompt tokens per request");
