@@ -7,7 +7,7 @@
 
 namespace ferrite {
 
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;  // 0xcbf29ce484222325
 constexpr uint64_t kFnvPrime = 1099511628211ull;
 
 inline uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset) {
