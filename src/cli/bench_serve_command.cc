@@ -91,6 +91,8 @@ struct Outcome {
   int64_t output_tokens = 0;
   int64_t prompt_tokens = -1;  // as the server counted them (usage)
   std::vector<double> itl;
+  bool reconnect = false;  // the connection is gone: the next request needs a new one
+  bool retry = false;      // nothing was sent back: worth one more try on a new connection
 };
 
 struct Target {
@@ -143,6 +145,10 @@ class Runner {
       b["temperature"] = 0.0;
       b["stream"] = true;
       b["return_tokens"] = true;
+      // No reuse of a slot's earlier prompt (each run sends the same prompts
+      // again): as a server without prefix caching. --extra-body
+      // '{"cache_prompt": true}' turns it back on.
+      b["cache_prompt"] = false;
     } else {
       b["model"] = model_;
       b["max_tokens"] = f_.output_len;
@@ -298,8 +304,18 @@ class Runner {
     };
     auto res = cli.send(req);
     o.e2e = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!res && llama() && done && err.empty()) {
+      // llama-server ends a /completion stream by dropping the connection
+      // (no last chunk): everything arrived, so it counts.
+      o.output_tokens = usage_tokens >= 0 ? usage_tokens : tokens_seen;
+      o.ok = true;
+      o.reconnect = true;
+      return o;
+    }
     if (!res) {
       o.error = "connection: " + httplib::to_string(res.error());
+      // Nothing arrived: a kept-alive connection the server had closed.
+      o.reconnect = o.retry = chunks == 0 && buf.empty();
       return o;
     }
     if (res->status != 200) {
@@ -318,6 +334,18 @@ class Runner {
     }
     o.output_tokens = usage_tokens >= 0 ? usage_tokens : tokens_seen;
     o.ok = true;
+    return o;
+  }
+
+  // One request on `c`, renewed when the last one left it closed (and once
+  // more when a closed keep-alive connection refused this one).
+  Outcome attempt(std::unique_ptr<httplib::Client>& c, int i) const {
+    Outcome o = one(*c, i);
+    if (o.reconnect) c = client();
+    if (o.retry) {
+      o = one(*c, i);
+      if (o.reconnect) c = client();
+    }
     return o;
   }
 
@@ -388,7 +416,7 @@ class Runner {
       for (int w = 0; w < concurrency; ++w) {
         workers.emplace_back([&] {
           auto c = client();
-          for (int i; (i = next++) < f_.num_prompts;) outcomes[i] = one(*c, i);
+          for (int i; (i = next++) < f_.num_prompts;) outcomes[i] = attempt(c, i);
         });
       }
       for (auto& t : workers) t.join();
@@ -408,7 +436,7 @@ class Runner {
         }
         threads.emplace_back([&, i] {
           auto c = client();
-          outcomes[i] = one(*c, i);
+          outcomes[i] = attempt(c, i);
           if (concurrency > 0) {
             std::lock_guard<std::mutex> lock(mu);
             --active;
@@ -570,7 +598,7 @@ int run_bench_serve(const BenchServeFlags& f) {
   // Warm-up: one request (connections, first-use allocations).
   {
     auto c = runner.client();
-    Outcome o = runner.one(*c, -1);
+    Outcome o = runner.attempt(c, -1);
     if (!o.ok) return report_error(unavailable("warm-up request failed: " + o.error));
   }
   json all = {{"url", f.url},

@@ -22,9 +22,11 @@
 namespace ferrite::cli {
 
 void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required, bool positional) {
-  auto* m = app->add_option(positional ? "model,-m,--model" : "-m,--model", f->model,
-                            "model folder: config.json + safetensors + tokenizer.json (or only "
-                            "config.json with --dummy-weights), or a GGUF file (FILE.gguf)");
+  auto* m = app->add_option(
+      positional ? "model,-m,--model" : "-m,--model", f->model,
+      std::string("model folder: config.json + safetensors + tokenizer.json (or only "
+                  "config.json with --dummy-weights), or a GGUF file (FILE.gguf)") +
+          (model_required ? "" : "; default: the embedded model, ferrite-tiny"));
   if (model_required) m->required();
   app->add_flag("--dummy-weights", f->dummy_weights,
                 "random weights for the config, allocated directly (benchmarks at real sizes)");

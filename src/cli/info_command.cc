@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/default_model.h"
 #include "engine/engine.h"
 
 namespace ferrite::cli {
@@ -27,6 +28,14 @@ void register_info(CLI::App& app, int* exit_code) {
       std::printf("%s", tuning_docs_table().c_str());
       *exit_code = 0;
       return;
+    }
+    if (f->model.empty()) {  // as serve / run: the embedded model
+      auto dir = ensure_default_model();
+      if (!dir.is_ok()) {
+        *exit_code = report_error(dir.status());
+        return;
+      }
+      f->model = *dir;
     }
     auto options = runner_options(*f);
     if (!options.is_ok()) {

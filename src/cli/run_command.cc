@@ -315,7 +315,8 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-k", f->top_k, "0 = off");
   cmd->add_option("--min-p", f->min_p, "0 = off");
   cmd->add_option("--repetition-penalty", f->repetition_penalty, "1 = off");
-  cmd->add_option("--seed,--sampling-seed", f->seed, "seed of the sampler (default: random)");
+  cmd->add_option("--seed,--sampling-seed", f->seed, "seed of the sampler")
+      ->default_str("random");
   cmd->add_flag("--raw", f->raw, "no chat template: the prompt is plain text");
   cmd->add_option("--history-file", f->history_file,
                   "history of the interactive chat (default: ~/.cache/ferrite/run_history; "

@@ -255,6 +255,13 @@ expect_ok "generate takes the model as a positional" '"output_tokens":' -- \
 expect_ok "generate takes -m and --seed" '"output_tokens":' -- \
   "$FERRITE" generate -m "$GOOD" --prompt-ids 1,2 --max-tokens 2 --temperature 1 --seed 7 --json
 
+# Without a model, info plans the embedded one (as serve and run use it),
+# and --help says so; run's sampler seed is random unless given.
+expect_ok "info without a model: the embedded model" "model: qwen3 .*vocab 8192" -- "$FERRITE" info
+expect_ok "serve --help names the default model" "default: the embedded model, ferrite-tiny" -- \
+  "$FERRITE" serve --help
+expect_ok "run --help: the seed is random by default" "sampling-seed UINT=random" -- \
+  "$FERRITE" run --help
 # bench -r: mean and sample standard deviation of the runs, in the text and
 # the JSON (each run's figure listed).
 expect_ok "bench -r 3 prints mean ± stddev" "prefill +[0-9]+ tokens: +[0-9.]+ tokens/s ± [0-9.]+.*decode +batch +2: +[0-9.]+ tokens/s ± [0-9.]+.*of 3 runs" -- \

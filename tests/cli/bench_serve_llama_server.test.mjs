@@ -19,6 +19,7 @@ const BIN = process.env.FERRITE_BIN ||
 const TTFT_MS = 60, ITL_MS = 15, INPUT = 12, OUTPUT = 9;
 const seen = [];  // request bodies
 let server, url;
+let closeAfterStream = false;  // drop each connection after its stream (keep-alive refused late)
 
 function fail(res, msg) {
   res.writeHead(400, { 'Content-Type': 'application/json' });
@@ -63,6 +64,7 @@ before(async () => {
         res.end(`data: ${JSON.stringify({ index: 0, content: '', tokens: [], stop: true,
           tokens_predicted: n, tokens_evaluated: j.prompt.length, stop_type: 'limit',
           timings: { prompt_n: j.prompt.length, predicted_n: n } })}\n\n`);
+        if (closeAfterStream) res.on('finish', () => setTimeout(() => req.socket.destroy(), 5));
       };
       setTimeout(next, TTFT_MS);
     });
@@ -93,6 +95,7 @@ test('bench-serve --backend llama-server: /completion bodies, TTFT, ITL, TPOT, c
     assert.equal(b.prompt.length, INPUT);
     assert.equal(b.n_predict, OUTPUT);
     assert.equal(b.temperature, 0);
+    assert.equal(b.cache_prompt, false);  // each run sends the same prompts again
   }
   assert.equal(j.runs.length, 2);
   for (const run of j.runs) {
@@ -121,6 +124,19 @@ test('bench-serve --backend llama-server: /completion bodies, TTFT, ITL, TPOT, c
   assert.equal(t.code, 0, t.stderr);
   assert.match(t.stdout, /llama-server \/completion/);
   assert.match(t.stdout, /itl +ms: mean/);
+});
+
+test('bench-serve: a server that closes kept-alive connections between requests costs no errors', async () => {
+  closeAfterStream = true;
+  try {
+    const r = await bench(['--backend', 'llama-server', '--input-len', '4', '--output-len', '3',
+      '--num-prompts', '6', '--concurrency', '1', '2', '--json']);
+    assert.equal(r.code, 0, r.stderr + r.stdout);
+    for (const run of JSON.parse(r.stdout).runs) {
+      assert.equal(run.errors, 0, JSON.stringify(run.error_samples));
+      assert.equal(run.output_tokens, 6 * 3);
+    }
+  } finally { closeAfterStream = false; }
 });
 
 test('bench-serve --backend llama-server: a refused body is an error, chat is refused up front', async () => {
