@@ -188,6 +188,8 @@ std::optional<std::string_view> safetensors_dtype_name(DType dtype) {
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kQ4_0:
+    case DType::kF8B128:
+    case DType::kU4G128:
       return std::nullopt;
   }
   return std::nullopt;

@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "models/dummy_formats.h"
 #include "models/gguf_model.h"
+#include "models/hf_quant.h"
 
 namespace ferrite {
 
@@ -74,10 +75,33 @@ int64_t tensor_row_elems(const SafetensorsTensor& t) {
   return rows == 0 ? 0 : t.shape.numel() / rows;
 }
 
+// The checkpoint's tensors, with the quantized modules of a quantized
+// checkpoint seen as virtual [out, in] tensors in a repacked block format
+// (models/hf_quant.h; their `data` is null: rows are made by repack_rows).
+struct TensorLookup {
+  const SafetensorsCheckpoint& ckpt;
+  const HfQuantWeights* quant = nullptr;
+  const SafetensorsTensor* find(const std::string& name) const {
+    if (quant)
+      if (const SafetensorsTensor* t = quant->find(name)) return t;
+    return ckpt.find(name);
+  }
+};
+
+// Rows [row_begin, row_begin + rows) of `t` into dst, in t's dtype.
+void copy_rows(const TensorLookup& ckpt, const SafetensorsTensor& t, int64_t row_begin,
+               int64_t rows, int64_t row_bytes, uint8_t* dst) {
+  if (t.data == nullptr) {
+    ckpt.quant->repack_rows(t, row_begin, rows, dst);
+  } else {
+    std::memcpy(dst, t.data + row_begin * row_bytes, rows * row_bytes);
+  }
+}
+
 // Picks the first alternative of `w.sources` whose tensors all exist, checks
 // it (dtypes agree, slices in range, element count of `w.shape`) and keeps
 // only it; else appends the problems of the first alternative.
-void check_sources(const SafetensorsCheckpoint& ckpt, WeightDecl* w,
+void check_sources(const TensorLookup& ckpt, WeightDecl* w,
                    std::vector<std::string>* problems) {
   size_t chosen = w->sources.size();
   for (size_t a = 0; a < w->sources.size() && chosen == w->sources.size(); ++a) {
@@ -142,13 +166,13 @@ void check_sources(const SafetensorsCheckpoint& ckpt, WeightDecl* w,
 
 // Binds one materialized weight: a zero-copy view when its one slice is a
 // whole tensor, else the slices' rows copied into owned memory.
-Status materialize_one(const SafetensorsCheckpoint& ckpt, const WeightDecl& w, Device& device,
+Status materialize_one(const TensorLookup& ckpt, const WeightDecl& w, Device& device,
                        WeightStore* store) {
   const std::vector<WeightSlice>& alt = w.sources.at(0);
   if (alt.size() == 1) {
     const SafetensorsTensor* t = ckpt.find(alt[0].tensor);
     if (alt[0].row_begin == 0 && alt[0].rows == tensor_rows(*t) && device.host_accessible() &&
-        aligned_for(t->data, t->dtype)) {
+        t->data != nullptr && aligned_for(t->data, t->dtype)) {
       store->add(w.name, TensorView{const_cast<uint8_t*>(t->data), t->dtype, w.shape});
       return Status::ok();
     }
@@ -165,7 +189,7 @@ Status materialize_one(const SafetensorsCheckpoint& ckpt, const WeightDecl& w, D
   for (const WeightSlice& s : alt) {
     const SafetensorsTensor* t = ckpt.find(s.tensor);
     const int64_t row_bytes = dtype_bytes(t->dtype, tensor_row_elems(*t));
-    std::memcpy(dst + off, t->data + s.row_begin * row_bytes, s.rows * row_bytes);
+    copy_rows(ckpt, *t, s.row_begin, s.rows, row_bytes, dst + off);
     off += s.rows * row_bytes;
   }
   FERRITE_CHECK(off == bytes) << w.name;
@@ -200,6 +224,12 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   ModelSource src;
   FERRITE_ASSIGN_OR_RETURN(src.config, load_model_config(options.model_dir));
   FERRITE_ASSIGN_OR_RETURN(src.family, find_family(src.config.model_type));
+  // A quantization_config Ferrite does not load fails here, before anything
+  // else is read (dummy weights ignore it: they are in --dummy-dtype).
+  std::optional<HfQuantScheme> quant;
+  if (src.config.quantization_config && !options.dummy_weights) {
+    FERRITE_ASSIGN_OR_RETURN(quant, parse_hf_quant_config(*src.config.quantization_config));
+  }
   ProgramOptions po = options.program;
   const bool dummy_blocks = options.dummy_weights && dtype_is_quantized(options.dummy_dtype);
   if (options.dummy_weights)
@@ -216,13 +246,17 @@ Result<ModelSource> open_model(const LoadOptions& options) {
 
   FERRITE_ASSIGN_OR_RETURN(auto checkpoint, SafetensorsCheckpoint::open(options.model_dir));
   src.checkpoint = std::make_shared<SafetensorsCheckpoint>(std::move(checkpoint));
+  if (quant) {
+    FERRITE_ASSIGN_OR_RETURN(src.hf_quant, HfQuantWeights::open(*quant, *src.checkpoint));
+  }
+  const TensorLookup tensors{*src.checkpoint, src.hf_quant.get()};
   std::vector<std::string> problems;
   for (WeightDecl& w : src.program.weights) {
     if (!w.sources.empty()) {
-      check_sources(*src.checkpoint, &w, &problems);
+      check_sources(tensors, &w, &problems);
       continue;
     }
-    const SafetensorsTensor* t = src.checkpoint->find(w.name);
+    const SafetensorsTensor* t = tensors.find(w.name);
     if (!t) {
       problems.push_back(
           fmt::format("missing tensor '{}' (expected {})", w.name, w.shape.to_string()));
@@ -259,14 +293,17 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
   };
   if (!options.dummy_weights) {
     store->keep_alive(src.checkpoint);
+    const TensorLookup tensors{*src.checkpoint, src.hf_quant.get()};
     for (const WeightDecl& w : src.program.weights) {
-      if (!w.sources.empty()) {
-        FERRITE_RETURN_IF_ERROR(materialize_one(*src.checkpoint, w, device, store.get()));
+      const SafetensorsTensor* t = w.sources.empty() ? tensors.find(w.name) : nullptr;
+      FERRITE_CHECK(!w.sources.empty() || t != nullptr) << w.name;
+      if (!w.sources.empty() || t->data == nullptr) {  // slices, or a repacked quantized module
+        WeightDecl whole = w;
+        if (whole.sources.empty()) whole.sources = {{{w.name, 0, tensor_rows(*t)}}};
+        FERRITE_RETURN_IF_ERROR(materialize_one(tensors, whole, device, store.get()));
         progress(w);
         continue;
       }
-      const SafetensorsTensor* t = src.checkpoint->find(w.name);
-      FERRITE_CHECK(t != nullptr) << w.name;
       if (device.host_accessible() && aligned_for(t->data, t->dtype)) {
         // Zero-copy: the mmap is the weight memory.
         store->add(w.name, TensorView{const_cast<uint8_t*>(t->data), t->dtype, t->shape});

@@ -29,7 +29,8 @@ struct LoadOptions {
   std::function<void(int64_t, int64_t)> progress;
 };
 
-struct GgufWeights;  // models/gguf_model.cc
+struct GgufWeights;     // models/gguf_model.cc
+class HfQuantWeights;  // models/hf_quant.h
 
 struct ModelSource {
   ModelConfig config;
@@ -39,6 +40,9 @@ struct ModelSource {
   // GGUF files (model_dir names a .gguf file): the tensors and how each
   // weight is made from them; null for safetensors and dummy weights.
   std::shared_ptr<const GgufWeights> gguf;
+  // A quantized Hugging Face checkpoint (config.json quantization_config):
+  // its quantized modules as virtual tensors in repacked block formats.
+  std::shared_ptr<const HfQuantWeights> hf_quant;
 };
 
 // Reads config.json, builds the program and checks it against the checkpoint

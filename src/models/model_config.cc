@@ -179,6 +179,7 @@ Result<ModelConfig> parse_model_config(const JsonConfig& top) {
     FERRITE_RETURN_IF_ERROR(check_token_ids(j, "bos_token_id", {bos}, c.vocab_size));
     c.bos_token_id = bos;
   }
+  FERRITE_ASSIGN_OR_RETURN(c.quantization_config, top.find_object("quantization_config"));
   c.json = j;
   return c;
 }

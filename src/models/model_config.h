@@ -75,6 +75,9 @@ struct ModelConfig {
   // vision-language checkpoints, "model.language_model.").
   std::string weight_prefix = "model.";
 
+  // config.json's `quantization_config` (top level), read by models/hf_quant.h.
+  std::optional<JsonConfig> quantization_config;
+
   // Every family-specific field lives in the JSON; families read what they need.
   std::optional<JsonConfig> json;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "base/check.h"
 
@@ -35,6 +36,10 @@ std::string_view dtype_name(DType t) {
       return "q6_k";
     case DType::kQ4_0:
       return "q4_0";
+    case DType::kF8B128:
+      return "f8_e4m3_b128";
+    case DType::kU4G128:
+      return "u4_g128";
   }
   return "?";
 }
@@ -42,7 +47,7 @@ std::string_view dtype_name(DType t) {
 std::optional<DType> dtype_from_name(std::string_view s) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kU8, DType::kU32,
                   DType::kI32, DType::kI64, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
-                  DType::kQ4_0}) {
+                  DType::kQ4_0, DType::kF8B128, DType::kU4G128}) {
     if (dtype_name(t) == s) return t;
   }
   return std::nullopt;
@@ -66,6 +71,9 @@ int64_t dtype_block_elems(DType t) {
     case DType::kQ5_K:
     case DType::kQ6_K:
       return 256;
+    case DType::kF8B128:
+    case DType::kU4G128:
+      return 128;
   }
   return 1;
 }
@@ -98,6 +106,10 @@ int64_t dtype_block_bytes(DType t) {
       return 210;
     case DType::kQ4_0:
       return 18;  // f16 scale + 16 bytes of nibbles
+    case DType::kF8B128:
+      return 132;  // f32 scale + 128 x e4m3
+    case DType::kU4G128:
+      return 72;  // f32 scale, u8 zero, 3 pad, 64 bytes of nibbles
   }
   return 1;
 }
@@ -114,8 +126,10 @@ bool dtype_is_float(DType t) {
 
 bool dtype_is_quantized(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
-         t == DType::kQ6_K;
+         t == DType::kQ6_K || dtype_is_hf_quant(t);
 }
+
+bool dtype_is_hf_quant(DType t) { return t == DType::kF8B128 || t == DType::kU4G128; }
 
 bool dtype_is_weight_format(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || dtype_is_quantized(t);
@@ -171,6 +185,36 @@ uint16_t f32_to_f16(float f) {
   uint32_t rem = mant & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;  // may carry into exp: correct
   return static_cast<uint16_t>(half);
+}
+
+float f8e4m3_to_f32(uint8_t v) {
+  const int sign = v >> 7, exp = (v >> 3) & 15, mant = v & 7;
+  float x;
+  if (exp == 15 && mant == 7) {
+    x = std::numeric_limits<float>::quiet_NaN();
+  } else if (exp == 0) {
+    x = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant / 8 * 2^-6
+  } else {
+    x = std::ldexp(static_cast<float>(8 + mant), exp - 10);  // (1 + mant / 8) * 2^(exp - 7)
+  }
+  return sign ? -x : x;
+}
+
+uint8_t f32_to_f8e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::min(std::fabs(f), 448.0f);
+  // The nearest of the 127 finite magnitudes (ties to the even code).
+  int best = 0;
+  float best_err = a;
+  for (int c = 1; c < 127; ++c) {
+    const float err = std::fabs(f8e4m3_to_f32(static_cast<uint8_t>(c)) - a);
+    if (err < best_err || (err == best_err && (c & 1) == 0)) {
+      best = c;
+      best_err = err;
+    }
+  }
+  return static_cast<uint8_t>(sign | best);
 }
 
 namespace {
@@ -244,6 +288,18 @@ float dequantize_element(DType t, const uint8_t* b, int j) {
       const int q = static_cast<int8_t>(nib | (hi << 4)) - 32;
       return d * static_cast<float>(sc[l / 16 + 2 * quarter]) * static_cast<float>(q);
     }
+    case DType::kF8B128: {
+      float d;
+      std::memcpy(&d, b, 4);
+      return f8e4m3_to_f32(b[4 + j]) * d;
+    }
+    case DType::kU4G128: {
+      float d;
+      std::memcpy(&d, b, 4);
+      const uint8_t byte = b[8 + j / 2];
+      const int q = (j & 1) ? (byte >> 4) : (byte & 0xF);
+      return d * static_cast<float>(q - b[4]);
+    }
     default:
       break;
   }
@@ -265,7 +321,9 @@ float load_as_f32(const void* data, DType dtype, int64_t i) {
     case DType::kQ4_0:
     case DType::kQ4_K:
     case DType::kQ5_K:
-    case DType::kQ6_K: {
+    case DType::kQ6_K:
+    case DType::kF8B128:
+    case DType::kU4G128: {
       const int64_t be = dtype_block_elems(dtype);
       const auto* block = static_cast<const uint8_t*>(data) + (i / be) * dtype_block_bytes(dtype);
       return dequantize_element(dtype, block, static_cast<int>(i % be));
@@ -302,6 +360,8 @@ void store_from_f32(void* data, DType dtype, int64_t i, float value) {
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kQ4_0:
+    case DType::kF8B128:
+    case DType::kU4G128:
       break;
   }
   FERRITE_CHECK(false) << "store_from_f32 of " << dtype_name(dtype);
@@ -385,6 +445,60 @@ void dequantize_q6_k(const uint8_t* b, float* y, int64_t nb) {
       ql += 64;
       qh += 32;
       sc += 8;
+    }
+  }
+}
+
+void dequantize_f8_b128(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 132, y += 128) {
+    float d;
+    std::memcpy(&d, b, 4);
+    for (int j = 0; j < 128; ++j) y[j] = f8e4m3_to_f32(b[4 + j]) * d;
+  }
+}
+
+void dequantize_u4_g128(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 72, y += 128) {
+    float d;
+    std::memcpy(&d, b, 4);
+    const int z = b[4];
+    for (int j = 0; j < 64; ++j) {
+      y[2 * j] = d * static_cast<float>((b[8 + j] & 0xF) - z);
+      y[2 * j + 1] = d * static_cast<float>((b[8 + j] >> 4) - z);
+    }
+  }
+}
+
+// Absolute max of each block to e4m3's 448 (the scale in f32).
+void quantize_f8_b128(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 128, b += 132) {
+    float amax = 0;
+    for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 448.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    std::memcpy(b, &d, 4);
+    for (int j = 0; j < 128; ++j) b[4 + j] = f32_to_f8e4m3(x[j] * id);
+  }
+}
+
+// Min-max (asymmetric) 4-bit codes of each block, as AWQ / GPTQ with
+// sym=False: d = (max - min) / 15, z = round(-min / d).
+void quantize_u4_g128(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 128, b += 72) {
+    float lo = 0, hi = 0;
+    for (int j = 0; j < 128; ++j) {
+      lo = std::min(lo, x[j]);
+      hi = std::max(hi, x[j]);
+    }
+    const float d = (hi - lo) / 15.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const int z = std::clamp(static_cast<int>(std::lround(-lo * id)), 0, 15);
+    std::memset(b, 0, 72);
+    std::memcpy(b, &d, 4);
+    b[4] = static_cast<uint8_t>(z);
+    for (int j = 0; j < 128; ++j) {
+      const int q = std::clamp(static_cast<int>(std::lround(x[j] * id)) + z, 0, 15);
+      b[8 + j / 2] |= static_cast<uint8_t>((j & 1) ? q << 4 : q);
     }
   }
 }
@@ -571,6 +685,12 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::kQ6_K:
       dequantize_q6_k(b, dst, nb);
       return;
+    case DType::kF8B128:
+      dequantize_f8_b128(b, dst, nb);
+      return;
+    case DType::kU4G128:
+      dequantize_u4_g128(b, dst, nb);
+      return;
     default:
       break;
   }
@@ -602,6 +722,12 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       return;
     case DType::kQ6_K:
       quantize_q6_k(src, b, nb);
+      return;
+    case DType::kF8B128:
+      quantize_f8_b128(src, b, nb);
+      return;
+    case DType::kU4G128:
+      quantize_u4_g128(src, b, nb);
       return;
     default:
       break;

@@ -22,6 +22,8 @@ enum class DType : uint8_t {
   kQ5_K,
   kQ6_K,
   kQ4_0,
+  kF8B128,  // Hugging Face formats, repacked at load (below): f8_e4m3_b128, u4_g128
+  kU4G128,
 };
 
 std::string_view dtype_name(DType t);                      // "f32", "bf16", ...
@@ -33,8 +35,11 @@ int64_t dtype_block_bytes(DType t);
 // Bytes for n elements; n must be a multiple of the block size.
 int64_t dtype_bytes(DType t, int64_t n);
 bool dtype_is_float(DType t);  // f32, f16, bf16, f8
-// GGUF block formats (q8_0, q4_0, q4_k, q5_k, q6_k).
+// Block formats: the GGUF ones (q8_0, q4_0, q4_k, q5_k, q6_k) and the
+// repacked Hugging Face ones (f8_e4m3_b128, u4_g128).
 bool dtype_is_quantized(DType t);
+// The repacked Hugging Face formats (f8_e4m3_b128, u4_g128): CPU only for now.
+bool dtype_is_hf_quant(DType t);
 // Types a weight may be stored in and dequantized from: f32, f16, bf16 and
 // the GGUF block formats.
 bool dtype_is_weight_format(DType t);
@@ -55,6 +60,11 @@ inline uint16_t f32_to_bf16(float f) {
 }
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+// float8 e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no
+// infinities, S.1111.111 is NaN) to f32, exactly; and f32 to the nearest
+// e4m3fn (ties to even, saturating at +-448).
+float f8e4m3_to_f32(uint8_t v);
+uint8_t f32_to_f8e4m3(float f);
 
 // Element i of an f32 / bf16 / f16 array as f32, and the store back (rounded
 // to nearest even). Other dtypes are a bug in the caller (checked).
@@ -120,6 +130,36 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+
+// --- Hugging Face quantized checkpoints, repacked (models/hf_quant.h) ------
+//
+// What FP8 / GPTQ / AWQ / compressed-tensors checkpoints store (an e4m3
+// matrix + a scale grid; int32-packed nibbles + scale, zero and g_idx
+// tensors) is repacked at load into self-contained row blocks of 128
+// elements along the input dimension, so that a [out, in] weight is rows of
+// whole blocks like the GGUF formats and every provider reads it through
+// dequantize_row. Scales are kept in f32 (the checkpoints' f32, f16 and bf16
+// scales all convert exactly), so the dequantized values are exactly the
+// checkpoint's scale x code products, each rounded once to f32.
+//
+//   f8_e4m3_b128 (128 el, 132 B): f32 d; u8 qs[128] (e4m3fn)   x = f32(q) * d
+//     (fp8 block 128x128: d = the block's weight_scale_inv; per-channel /
+//     per-tensor fp8: d = the row's / tensor's weight_scale)
+//   u4_g128 (128 el, 72 B): f32 d; u8 z; 3 bytes 0; u8 qs[64]: element 2j is
+//     qs[j] & 15, element 2j + 1 is qs[j] >> 4     x = d * f32(q - z)
+//     (z in 0..16: GPTQ v1 stores z - 1, read back as stored + 1)
+constexpr int64_t kQKHf = 128;
+struct BlockF8B128 {
+  float d;
+  uint8_t qs[kQKHf];
+};
+struct BlockU4G128 {
+  float d;
+  uint8_t z;
+  uint8_t pad[3];
+  uint8_t qs[kQKHf / 2];
+};
+static_assert(sizeof(BlockF8B128) == 132 && sizeof(BlockU4G128) == 72);
 
 // Scale and min j (0..7) of a q4_k / q5_k block's 12 scale bytes (6 bits
 // each; ggml's get_scale_min_k4).

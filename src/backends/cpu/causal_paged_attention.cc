@@ -298,6 +298,8 @@ class CausalPagedAttentionFast final : public Provider {
       case DType::kQ5_K:
       case DType::kQ6_K:
       case DType::kQ4_0:
+      case DType::kF8B128:
+      case DType::kU4G128:
         break;
     }
     FERRITE_CHECK(false) << "KV cache dtype " << dtype_name(dt);

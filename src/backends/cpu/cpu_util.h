@@ -20,14 +20,16 @@ inline void weight_row(const TensorView& w, int64_t r, int64_t n, float* out) {
 
 // The weight formats of the CPU providers whose weights include matrices
 // (embeddings, projections, MLPs, experts, LM head): f32, bf16, f16 and the
-// GGUF block formats (q8_0, q4_0, q4_k, q5_k, q6_k), in any mix across
-// bindings. The reference reads block weights element by element as their
+// GGUF block formats (q8_0, q4_0, q4_k, q5_k, q6_k) and the repacked
+// Hugging Face formats (f8_e4m3_b128, u4_g128; models/hf_quant.h: read through
+// the plain dequantize-a-panel path, the oracle for the CUDA kernels to come),
+// in any mix across bindings. The reference reads block weights element by element as their
 // dequantization defines them; the fast kernels dequantize panels of rows
 // in L1 (kernels/quant.h). Providers of norms and samplers keep the
 // default f32 / bf16 / f16 (GGUF files keep vectors in f32).
 inline std::vector<DType> cpu_matrix_weight_formats() {
-  return {DType::kF32,  DType::kBF16, DType::kF16,  DType::kQ8_0,
-          DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  return {DType::kF32,  DType::kBF16, DType::kF16,  DType::kQ8_0,   DType::kQ4_0,
+          DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF8B128, DType::kU4G128};
 }
 inline ProviderDescriptor with_block_formats(ProviderDescriptor d) {
   d.weight_dtypes = cpu_matrix_weight_formats();
