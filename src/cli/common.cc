@@ -18,6 +18,7 @@
 #endif
 
 #include "base/thread_pool.h"
+#include "models/dummy_formats.h"
 
 namespace ferrite::cli {
 
@@ -34,6 +35,11 @@ void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required, bool pos
                   "dtype of dummy weights: bfloat16, float16, float32, or a GGUF block format: "
                   "q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m (q4_k with q6_k tensors)");
   app->add_option("--dummy-seed", f->dummy_seed, "seed of dummy weights");
+  app->add_option("--quantization", f->quantization,
+                  "with --dummy-weights: random weights in the format of a quantized Hugging "
+                  "Face checkpoint: fp8 (e4m3, 128-element scale blocks), gptq-int4, awq-int4 "
+                  "(4-bit, group 128); LM head, embeddings and routers stay bf16 (CPU only for "
+                  "now; docs/hf_quant.md)");
   app->add_option("--device", f->device, "cpu or cuda");
   app->add_option("--dtype", f->dtype,
                   "activation (and KV cache) dtype: auto (float32 on cpu, bfloat16 on cuda), "
@@ -177,6 +183,17 @@ Result<RunnerOptions> runner_options(const ModelFlags& f, Capacity* capacity) {
     o.load.dummy_dtype = *q;
   } else {
     FERRITE_ASSIGN_OR_RETURN(o.load.dummy_dtype, parse_dtype(f.dummy_dtype, "--dummy-dtype"));
+  }
+  if (!f.quantization.empty()) {
+    const std::optional<DType> q = hf_quantization_format(f.quantization);
+    if (!q)
+      return invalid_argument("--quantization must be fp8, gptq-int4 or awq-int4, got '" +
+                              f.quantization + "'");
+    if (!f.dummy_weights)
+      return invalid_argument(
+          "--quantization needs --dummy-weights (a quantized checkpoint's config.json says its "
+          "quantization itself)");
+    o.load.dummy_dtype = *q;
   }
   o.device = f.device;
   o.providers = f.providers;

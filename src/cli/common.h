@@ -17,6 +17,7 @@ struct ModelFlags {
   bool dummy_weights = false;
   std::string dummy_dtype = "bfloat16";
   uint64_t dummy_seed = 0;
+  std::string quantization;  // with --dummy-weights: fp8 | gptq-int4 | awq-int4 (hf_quant.md)
   std::string device = "cpu";
   std::string dtype = "auto";  // activation dtype: auto | float32 | bfloat16 | float16
   std::string providers = "fast";

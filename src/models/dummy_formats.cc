@@ -41,4 +41,27 @@ void assign_dummy_block_formats(ModelProgram* program, DType format, bool k_m_mi
   }
 }
 
+std::optional<DType> hf_quantization_format(std::string_view name) {
+  if (name == "fp8") return DType::kF8B128;
+  if (name == "gptq-int4" || name == "awq-int4") return DType::kU4G128;
+  return std::nullopt;
+}
+
+void assign_dummy_hf_quant_formats(ModelProgram* program, DType format) {
+  std::string head;
+  for (const ProgramNode& n : program->nodes)
+    if (n.contract_id == "last_token_dense_linear" && n.bindings.size() > 1)
+      head = n.bindings[1].name;
+  auto kept = [&](const std::string& name) {
+    for (const char* s : {"embed_tokens", "lm_head", "mlp.gate.weight", "shared_expert_gate",
+                          "in_proj_a.", "in_proj_b.", "in_proj_ba."})
+      if (name.find(s) != std::string::npos) return true;
+    return name == head;
+  };
+  for (WeightDecl& w : program->weights) {
+    if (w.shape.rank() < 2 || kept(w.name)) continue;
+    if (w.shape[w.shape.rank() - 1] % dtype_block_elems(format) == 0) w.dtype = format;
+  }
+}
+
 }  // namespace ferrite

@@ -232,15 +232,20 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   }
   ProgramOptions po = options.program;
   const bool dummy_blocks = options.dummy_weights && dtype_is_quantized(options.dummy_dtype);
+  // Hugging Face formats: the unquantized weights stay bf16 (GGUF: f32).
+  const bool dummy_hf = dummy_blocks && dtype_is_hf_quant(options.dummy_dtype);
   if (options.dummy_weights)
-    po.weight_dtype = dummy_blocks ? DType::kF32 : options.dummy_dtype;
+    po.weight_dtype = dummy_blocks ? (dummy_hf ? DType::kBF16 : DType::kF32) : options.dummy_dtype;
   else if (src.config.torch_dtype)
     po.weight_dtype = *src.config.torch_dtype;
   if (po.max_context > src.config.max_position_embeddings && !po.allow_long_context)
     po.max_context = src.config.max_position_embeddings;
   FERRITE_ASSIGN_OR_RETURN(src.program, src.family->build(src.config, po));
-  if (dummy_blocks)
+  if (dummy_hf) {
+    assign_dummy_hf_quant_formats(&src.program, options.dummy_dtype);
+  } else if (dummy_blocks) {
     assign_dummy_block_formats(&src.program, options.dummy_dtype, options.dummy_k_m_mix);
+  }
   FERRITE_RETURN_IF_ERROR(check_weight_total(src.program, options.model_dir));
   if (options.dummy_weights) return src;
 

@@ -1,6 +1,7 @@
 #include "tensor/dtype.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -187,7 +188,23 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(half);
 }
 
-float f8e4m3_to_f32(uint8_t v) {
+namespace {
+float f8e4m3_decode(uint8_t v);
+// All 256 values, made once from the definition (f8e4m3_decode).
+const float* f8e4m3_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = f8e4m3_decode(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table.data();
+}
+}  // namespace
+
+float f8e4m3_to_f32(uint8_t v) { return f8e4m3_table()[v]; }
+
+namespace {
+float f8e4m3_decode(uint8_t v) {
   const int sign = v >> 7, exp = (v >> 3) & 15, mant = v & 7;
   float x;
   if (exp == 15 && mant == 7) {
@@ -199,22 +216,25 @@ float f8e4m3_to_f32(uint8_t v) {
   }
   return sign ? -x : x;
 }
+}  // namespace
 
 uint8_t f32_to_f8e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
   const float a = std::min(std::fabs(f), 448.0f);
-  // The nearest of the 127 finite magnitudes (ties to the even code).
-  int best = 0;
-  float best_err = a;
-  for (int c = 1; c < 127; ++c) {
-    const float err = std::fabs(f8e4m3_to_f32(static_cast<uint8_t>(c)) - a);
-    if (err < best_err || (err == best_err && (c & 1) == 0)) {
-      best = c;
-      best_err = err;
-    }
+  // nearbyint rounds half to even (the default rounding mode).
+  if (a < 0x1p-6f) {  // subnormal: a multiple of 2^-9 (code 8 is 2^-6, the smallest normal)
+    return static_cast<uint8_t>(sign | static_cast<int>(std::nearbyint(std::ldexp(a, 9))));
   }
-  return static_cast<uint8_t>(sign | best);
+  int e;
+  std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1): exponent e - 1
+  int exp = e - 1;
+  int q = static_cast<int>(std::nearbyint(std::ldexp(a, 3 - exp)));  // in [8, 16]
+  if (q == 16) {
+    q = 8;
+    ++exp;
+  }
+  return static_cast<uint8_t>(sign | ((exp + 7) << 3) | (q - 8));
 }
 
 namespace {
@@ -450,10 +470,11 @@ void dequantize_q6_k(const uint8_t* b, float* y, int64_t nb) {
 }
 
 void dequantize_f8_b128(const uint8_t* b, float* y, int64_t nb) {
+  const float* value = f8e4m3_table();
   for (int64_t i = 0; i < nb; ++i, b += 132, y += 128) {
     float d;
     std::memcpy(&d, b, 4);
-    for (int j = 0; j < 128; ++j) y[j] = f8e4m3_to_f32(b[4 + j]) * d;
+    for (int j = 0; j < 128; ++j) y[j] = value[b[4 + j]] * d;
   }
 }
 

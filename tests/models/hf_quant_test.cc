@@ -24,6 +24,7 @@
 
 #include "backends/cpu/cpu_providers.h"
 #include "engine/generator.h"
+#include "models/dummy_formats.h"
 #include "models/hf_quant.h"
 #include "models/loader.h"
 #include "runtime/planner.h"
@@ -268,6 +269,44 @@ TEST(HfQuantErrors, PlannerRefusesTheFormatsOffTheCpu) {
     auto cpu = make_cpu_registry(CpuProviderSet::kReference);
     EXPECT_TRUE(plan_program(src->program, *cpu, po).is_ok());
   }
+}
+
+}  // namespace
+}  // namespace ferrite
+
+namespace ferrite {
+namespace {
+
+// `--dummy-weights --quantization fp8 | gptq-int4 | awq-int4`: the matrices a
+// quantized checkpoint stores quantized are random blocks of the format, the
+// rest bf16, and the model runs on the CPU.
+TEST(HfQuantDummy, RandomWeightsInTheFormatRun) {
+  for (const char* q : {"fp8", "gptq-int4", "awq-int4"}) {
+    for (const char* model : {"qwen3-fp8", "qwen3_5_moe-gptq-int4", "qwen3_next-fp8"}) {
+      RunnerOptions o = options_for(kDir + model, "fast");
+      o.load.dummy_weights = true;
+      o.load.dummy_dtype = *hf_quantization_format(q);
+      auto r = ModelRunner::open(o);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      int quantized = 0;
+      for (const WeightDecl& w : (*r)->program().weights) {
+        const bool kept = w.name.find("embed") != std::string::npos ||
+                          w.name.find("lm_head") != std::string::npos ||
+                          w.name.find("mlp.gate.") != std::string::npos ||
+                          w.name.find("in_proj_ba") != std::string::npos;
+        if (w.dtype == o.load.dummy_dtype) ++quantized;
+        if (kept || w.shape.rank() < 2) EXPECT_NE(w.dtype, o.load.dummy_dtype) << w.name;
+      }
+      EXPECT_GT(quantized, 3) << q << " " << model;
+      GenerationRequest req;
+      req.prompt = prompt(5, 9);
+      req.max_tokens = 4;
+      auto out = generate(**r, {req});
+      ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+      EXPECT_EQ((*out)[0].tokens.size(), 4u);
+    }
+  }
+  EXPECT_FALSE(hf_quantization_format("int8").has_value());
 }
 
 }  // namespace
