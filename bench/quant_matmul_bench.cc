@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/kernels/quant_dot.h"
 #include "bench_util.h"
 
 namespace ferrite::bench {
@@ -31,10 +32,11 @@ constexpr Proj kLayer[] = {{2048, 1024}, {1024, 1024}, {1024, 1024},
 constexpr int kLayers = 28;
 constexpr Proj kHead{151936, 1024};
 
-// Args: format, tokens.
+// Args: format, tokens, path (1: integer dots, 0: exact dequantized panels).
 void BM_QuantQwen3_0_6B_Matmuls(benchmark::State& state) {
   const DType dt = format_arg(state.range(0));
   const int64_t tokens = state.range(1);
+  cpu::set_quant_matmul_mode(state.range(2) != 0, 0);
   WeightArena& arena = WeightArena::get();
   const double bw = read_bandwidth();
   int64_t total = 0, bytes = 0;
@@ -79,14 +81,17 @@ void BM_QuantQwen3_0_6B_Matmuls(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] =
       benchmark::Counter(2e-9 * tokens * total, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(dtype_name(dt)) + " threads=" + std::to_string(pool->size()));
+  state.SetLabel(std::string(dtype_name(dt)) + " threads=" + std::to_string(pool->size()) +
+                 (state.range(2) ? std::string(" int ") + cpu::quant_isa_name(cpu::quant_matmul_isa())
+                                 : std::string(" exact")));
+  cpu::set_quant_matmul_mode(true, 0);
 }
 BENCHMARK(BM_QuantQwen3_0_6B_Matmuls)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1}, {1, 0}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_QuantQwen3_0_6B_Matmuls)
-    ->ArgsProduct({{0, 2}, {64}})
+    ->ArgsProduct({{0, 2, 4}, {64}, {1, 0}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Name("prefill64");

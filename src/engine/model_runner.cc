@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "backends/cpu/cpu_providers.h"
+#include "backends/cpu/kernels/quant_dot.h"
 #include "backends/cpu/state_copy.h"
 #include "base/thread_pool.h"
 #ifdef FERRITE_HAVE_CUDA
@@ -168,6 +169,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
   auto r = std::unique_ptr<ModelRunner>(new ModelRunner());
   r->options_ = options;
   ThreadPool::configure_global(static_cast<int>(options.tuning.threads));
+  cpu::set_quant_matmul_mode(options.tuning.cpu_quant_dot,
+                             static_cast<int>(options.tuning.cpu_quant_isa));
   FERRITE_ASSIGN_OR_RETURN(r->device_, make_device(options.device));
   FERRITE_ASSIGN_OR_RETURN(r->registry_, make_registry(options.device, options.providers));
   FERRITE_ASSIGN_OR_RETURN(r->source_, open_model(options.load));

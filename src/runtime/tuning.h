@@ -22,6 +22,12 @@ namespace ferrite {
   X(int64_t, threads, "FERRITE_THREADS", 0,                                                       \
     "CPU worker threads of the process-wide pool, 0..1024 (0: one per hardware thread); "         \
     "`--threads` sets it too")                                                                    \
+  X(bool, cpu_quant_dot, "FERRITE_CPU_QUANT_DOT", true,                                         \
+    "CPU: matmuls on GGUF block weights quantize the activations to 8-bit blocks and use "       \
+    "integer dot products (0: dequantized panels and exact f32 dots, the reference numerics)")  \
+  X(int64_t, cpu_quant_isa, "FERRITE_CPU_QUANT_ISA", 0,                                           \
+    "CPU: instruction set of the integer block dot products: 0 the best this CPU runs, 1 "       \
+    "scalar, 2 AVX2, 3 AVX-512 VNNI (capped at what the CPU runs; results are bitwise equal)")   \
   X(bool, cuda_graphs, "FERRITE_CUDA_GRAPHS", true,                                               \
     "CUDA: replay decode steps as graphs per batch-size bucket (0: the same padded kernels run "  \
     "eagerly; results are bitwise equal)")                                                        \

@@ -118,8 +118,12 @@ std::vector<Case> quantized_cases() {
     CaseRng rng(41);
     for (DType wt : kBlockTypes) {
       const std::string f(dtype_name(wt));
-      for (int64_t in : {256, 512}) {
-        for (int32_t tokens : {1, 3, 19}) {
+      // Odd shapes too: 3 blocks of 32 (no whole 64-element vector), 3
+      // blocks of 256, and 2 / 17 tokens (no whole token tile).
+      const int64_t odd = dtype_block_elems(wt) == 32 ? 96 : 768;
+      for (int64_t in : {int64_t{256}, int64_t{512}, odd}) {
+        for (int32_t tokens : {1, 2, 3, 17, 19}) {
+          if ((tokens == 2 || tokens == 17) != (in == odd)) continue;
           Case c;
           c.name = "dense_in" + std::to_string(in) + "_t" + std::to_string(tokens) + "_" + f;
           c.contract = &dense_linear::contract();

@@ -1,6 +1,7 @@
 // Kernels on GGUF block weights: the SIMD dequantization is bitwise the
-// reference, and matmul on block weights is bitwise the f32 matmul of the
-// dequantized weights (every path: streaming, packed, long rows, row
+// reference, and matmul on block weights in the exact mode
+// (Tuning::cpu_quant_dot = 0) is bitwise the f32 matmul of the dequantized
+// weights (every path: streaming, packed, long rows, row
 // subsets, accumulate, threads).
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/quant.h"
+#include "backends/cpu/kernels/quant_dot.h"
 #include "base/thread_pool.h"
 #include "test_util.h"
 
@@ -60,7 +62,14 @@ TEST(QuantKernels, FastDequantizationIsTheReference) {
   }
 }
 
+// The exact path (Tuning::cpu_quant_dot = 0) for the scope of a test.
+struct ExactMode {
+  ExactMode() { set_quant_matmul_mode(false, 0); }
+  ~ExactMode() { set_quant_matmul_mode(true, 0); }
+};
+
 TEST(QuantKernels, MatmulIsTheF32MatmulOfTheDequantizedWeights) {
+  ExactMode exact;
   ThreadPool pool(3);
   for (DType t : kQuantTypes) {
     for (int64_t in : {256, 1536}) {  // 1536: reduction blocks on the packed path
@@ -92,6 +101,7 @@ TEST(QuantKernels, MatmulIsTheF32MatmulOfTheDequantizedWeights) {
 TEST(QuantKernels, MatmulIsCloseToTheExactProduct) {
   // Guards against a bug shared by both sides of the bitwise test (e.g. both
   // reading the wrong rows): the product against a double-precision sum.
+  ExactMode exact;
   for (DType t : kQuantTypes) {
     const int64_t in = 512, out = 9, tokens = 2;
     QWeight w = make_qweight(t, out, in, 8);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/quant.h"
+#include "backends/cpu/kernels/quant_dot.h"
 #include "backends/cpu/kernels/simd.h"
 #include "base/check.h"
 
@@ -349,6 +350,11 @@ void matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, const 
     for (int64_t t = 0; t < tokens && !accumulate; ++t) {
       for (int64_t o = 0; o < o_end - o_begin; ++o) y[t * ldy + o] = 0.0f;
     }
+    return;
+  }
+  if (quant_matmul_integer() && quant_dot_supports(w_dtype)) {
+    quant_matmul_rows(x, ldx, tokens, in, w, w_dtype, o_begin, o_end, y, ldy, accumulate, pool,
+                      quant_matmul_isa());
     return;
   }
   if (tokens < kPackMinTokens) {

@@ -1,0 +1,69 @@
+// Integer matmul on GGUF block weights (q8_0, q4_0, q4_k, q5_k, q6_k): the
+// fast path of matmul_rows (matmul.h) for block weights.
+//
+//   y[t][o] = sum_i xq[t][i] * W[o][i]
+//
+// Each activation row is quantized once per call to 8-bit blocks matching
+// the weight's block size (32 for q8_0 / q4_0, 256 for the k-quants; one f32
+// scale d = amax / 127 per block, q = round-to-nearest-even(x * 127 / amax),
+// plus the exact integer sums the weight offsets and k-quant mins need), and
+// the products are integer dot products on the blocks (AVX-512 VNNI
+// vpdpbusd, AVX2 vpmaddubsw, or scalar; chosen at run time by CPU feature
+// detection, whatever the compiler flags of the rest of the build).
+//
+// Numerics (one canonical order, bitwise equal on every ISA, for any thread
+// count, tile and batch composition):
+//  - k-quants: per 256-block b, the exact integers S1 = sum_j sc_j * dot_j
+//    (and S2 = sum_j m_j * bsum_j for q4_k / q5_k; q6_k folds its -32 offset
+//    into S1), then acc = fma(dw_b * dx_b, (float)S1, acc) and
+//    accm = fma(dmin_b * dx_b, (float)S2, accm) in increasing b;
+//    y = acc - accm.
+//  - q8_0 / q4_0: 16 f32 lanes; blocks go in pairs (2p, 2p + 1), lane l of
+//    pair p holds the exact integer sum of 4 elements (q8_0: block
+//    2p + l / 8, elements 4 (l % 8) .. + 3; q4_0: block 2p + (l / 4) % 2,
+//    elements 16 (l / 8) + 4 (l % 4) .. + 3), acc[l] = fma((float)v,
+//    dw * dx, acc[l]) in increasing p; y = the fixed lane tree of simd.h.
+//
+// Error against the exact product on the dequantized weights (what the
+// tests check): |x - dx q| <= dx / 2 per element (dx = amax_b / 127), so
+// |y - y_exact| <= sum_b (amax_b / 254) * sum_{i in b} |w_i| plus the f32
+// rounding of the combination (a few ulps of sum |w| |x| per block).
+#pragma once
+
+#include <cstdint>
+
+#include "base/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace ferrite::cpu {
+
+enum class QuantIsa : int { kScalar = 1, kAvx2 = 2, kAvx512Vnni = 3 };
+
+// The best ISA this CPU runs (cpuid; AVX-512 needs F, BW, VL and VNNI).
+QuantIsa quant_isa_detected();
+const char* quant_isa_name(QuantIsa isa);
+
+// The process-wide mode of matmul on block weights (Tuning::cpu_quant_dot,
+// Tuning::cpu_quant_isa): `integer` false is the exact path (dequantized
+// panels, f32 dots: bitwise the f32 matmul of the dequantized weights);
+// `isa` 0 is the detected one, otherwise a QuantIsa (clamped to what the CPU
+// runs). Set once at start-up (tests switch it between cases).
+void set_quant_matmul_mode(bool integer, int isa);
+bool quant_matmul_integer();
+QuantIsa quant_matmul_isa();
+
+// The block formats of the integer path (q8_0, q4_0, q4_k, q5_k, q6_k);
+// other formats take the exact path.
+bool quant_dot_supports(DType w_dtype);
+
+// The integer matmul (arguments as matmul_rows; w_dtype a block format,
+// `in` whole blocks). pool == nullptr runs on the calling thread.
+void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, const void* w,
+                       DType w_dtype, int64_t o_begin, int64_t o_end, float* y, int64_t ldy,
+                       bool accumulate, ThreadPool* pool, QuantIsa isa);
+
+// The activation quantization of one row as the kernels see it (for tests):
+// q (length n, natural order) and d (one per block of the format).
+void quantize_activation_row(DType w_dtype, const float* x, int64_t n, int8_t* q, float* d);
+
+}  // namespace ferrite::cpu

@@ -1,0 +1,400 @@
+// AVX-512 (F, BW, VL, VNNI) kernels of the integer block matmul
+// (quant_dot.h); compiled with those flags whatever the build's, used only
+// when cpuid says the CPU has them. The same integers and the same f32
+// operations per output as the scalar definition in quant_dot.cc.
+#include <immintrin.h>
+
+#include "backends/cpu/kernels/quant_dot_impl.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)
+
+namespace ferrite::cpu::qdot {
+namespace {
+
+inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+inline float fmaf_(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+inline __m512i ld(const void* p) { return _mm512_loadu_si512(p); }
+inline __m256i ld256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i ld128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// The canonical lane tree: (j, j+8), (j, j+4), (j, j+2), (0, 1).
+inline float tree16(__m512 a) {
+  __m256 lo = _mm512_castps512_ps256(a);
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+  __m256 b = _mm256_add_ps(lo, hi);
+  __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+  __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+
+// --- activation quantization -------------------------------------------------
+
+// 16 floats -> 16 int8 of round(x * id), clamped to [-127, 127].
+inline __m128i q16(const float* x, __m512 id) {
+  __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), id));
+  v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+  return _mm512_cvtepi32_epi8(v);
+}
+inline float amax_of(const float* x, int64_t n) {
+  __m512 m = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  return _mm512_reduce_max_ps(m);
+}
+
+void quantize(int f, const float* x, int64_t n, uint8_t* dst) {
+  const Layout L = layout(f, n);
+  auto* q = reinterpret_cast<int8_t*>(dst + L.q);
+  if (f <= kQ4_0) {
+    const int64_t nb = n / 32, pairs = (nb + 1) / 2;
+    auto* dx = reinterpret_cast<float*>(dst + L.dx);
+    for (int64_t p = 0; p < pairs; ++p) {
+      float d[2] = {0.0f, 0.0f};
+      __m128i part[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(),
+                         _mm_setzero_si128()};  // [b][half]
+      for (int h = 0; h < 2 && 2 * p + h < nb; ++h) {
+        const float* xb = x + 32 * (2 * p + h);
+        const float amax = amax_of(xb, 32);
+        d[h] = amax / 127.0f;
+        const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        part[2 * h] = q16(xb, id);
+        part[2 * h + 1] = q16(xb + 16, id);
+      }
+      __m512i v;
+      if (f == kQ8_0) {  // natural: b0 lo, b0 hi, b1 lo, b1 hi
+        v = _mm512_inserti32x4(_mm512_castsi128_si512(part[0]), part[1], 1);
+        v = _mm512_inserti32x4(v, part[2], 2);
+        v = _mm512_inserti32x4(v, part[3], 3);
+      } else {  // b0 lo, b1 lo, b0 hi, b1 hi
+        v = _mm512_inserti32x4(_mm512_castsi128_si512(part[0]), part[2], 1);
+        v = _mm512_inserti32x4(v, part[1], 2);
+        v = _mm512_inserti32x4(v, part[3], 3);
+      }
+      _mm512_storeu_si512(q + 64 * p, _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))));
+      const __mmask16 second = f == kQ8_0 ? 0xFF00 : 0xF0F0;
+      _mm512_storeu_ps(dx + 16 * p,
+                       _mm512_mask_blend_ps(second, _mm512_set1_ps(d[0]), _mm512_set1_ps(d[1])));
+    }
+    return;
+  }
+  auto* d = reinterpret_cast<float*>(dst + L.d);
+  auto* bsum = reinterpret_cast<int16_t*>(dst + L.bsum);
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* xb = x + 256 * b;
+    const float amax = amax_of(xb, 256);
+    d[b] = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    for (int j = 0; j < 8; ++j) {  // natural sub-block j of 32
+      const __m128i a = q16(xb + 32 * j, id), c = q16(xb + 32 * j + 16, id);
+      bsum[16 * b + 2 * j] = static_cast<int16_t>(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(a)));
+      bsum[16 * b + 2 * j + 1] =
+          static_cast<int16_t>(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(c)));
+      int8_t* at = q + 256 * b + 32 * (f == kQ6_K ? j : kSubPos[j]);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at), a);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 16), c);
+    }
+  }
+}
+
+// --- dot products -------------------------------------------------------------
+
+constexpr int kMaxTok = 8;
+
+// q8_0 / q4_0: one weight row against nt activation rows.
+template <int F, int nt>
+void row32(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, float* out) {
+  const Layout L = layout(F, n);
+  const int64_t nb = n / 32, pairs = (nb + 1) / 2;
+  constexpr int64_t bb = F == kQ8_0 ? 34 : 18;
+  __m512 acc[nt];
+  for (int t = 0; t < nt; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint8_t* b0 = row + 2 * p * bb;
+    const bool two = 2 * p + 1 < nb;
+    const float d0 = f16(b0), d1 = two ? f16(b0 + bb) : 0.0f;
+    __m512i w;  // signed weights in the layout of the activations
+    __m512 dw;
+    if constexpr (F == kQ8_0) {
+      const __m256i hi = two ? ld256(b0 + bb + 2) : _mm256_setzero_si256();
+      w = _mm512_inserti64x4(_mm512_castsi256_si512(ld256(b0 + 2)), hi, 1);
+      dw = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
+    } else {
+      const __m128i hi = two ? ld128(b0 + bb + 2) : _mm_setzero_si128();
+      const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(ld128(b0 + 2)), hi, 1);
+      __m256i lo4 = _mm256_sub_epi8(_mm256_and_si256(y, m4), eight);
+      __m256i hi4 = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(y, 4), m4), eight);
+      if (!two) {  // the padding block's weights are 0, not -8
+        lo4 = _mm256_maskz_mov_epi8(0x0000FFFF, lo4);
+        hi4 = _mm256_maskz_mov_epi8(0x0000FFFF, hi4);
+      }
+      w = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
+      dw = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
+    }
+    // The activations are q + 128: subtract 128 * (sum of each lane's weights).
+    const __m512i corr =
+        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, w));
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; ++t) {
+      const uint8_t* a = act + t * stride;
+      const __m512i v = _mm512_dpbusd_epi32(corr, ld(a + L.q + 64 * p), w);
+      const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(reinterpret_cast<const float*>(a + L.dx) + 16 * p));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), s, acc[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = tree16(acc[t]);
+}
+
+// The 8 sums of 8 vectors of 8 int32 lanes (exact): [sum r[0], ..., sum r[7]].
+inline __m256i tsum8(const __m256i* r) {
+  const __m256i h01 = _mm256_hadd_epi32(r[0], r[1]), h23 = _mm256_hadd_epi32(r[2], r[3]);
+  const __m256i h45 = _mm256_hadd_epi32(r[4], r[5]), h67 = _mm256_hadd_epi32(r[6], r[7]);
+  const __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20),
+                          _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+inline __m256i half_sum(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+template <int G>
+inline __m256 lanes(const float* v) {
+  float a[8] = {};
+  for (int g = 0; g < G; ++g) a[g] = v[g];
+  return _mm256_setr_ps(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+}
+
+// The unpacked k-quant weights of one 256-block of one row.
+struct KBlock {
+  __m512i w[4], s[4];  // weights (u8) in the activation layout; scales (i16 in i32 lanes)
+  __m256i mins;        // q4_k / q5_k: m_j twice per pair (i16); q6_k: the 16 scales (i16)
+  float dw, dmin;
+};
+
+template <int F>
+inline void unpack(const uint8_t* blk, KBlock& k) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  if constexpr (F == kQ6_K) {
+    const __m512i m2 = _mm512_set1_epi8(0x03);
+    auto words = [](int lo, int hi) {
+      return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(lo)),
+                                _mm256_set1_epi16(static_cast<short>(hi)), 1);
+    };
+    const __m512i sh01 = words(0, 2), sh23 = words(4, 6);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+    auto sidx = [](int base) {
+      return _mm_set_epi8(base + 3, base + 3, base + 3, base + 3, base + 2, base + 2, base + 2,
+                          base + 2, base + 1, base + 1, base + 1, base + 1, base, base, base, base);
+    };
+    const __m128i sc = ld128(blk + 192);
+    for (int i = 0; i < 4; ++i)
+      k.s[i] = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, sidx(4 * i))), low16);
+    k.mins = _mm256_cvtepi8_epi16(sc);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i z = ld(blk + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(ld256(blk + 128 + 32 * h));
+      const __m512i b01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4);
+      const __m512i b23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4);
+      k.w[2 * h] = _mm512_or_si512(_mm512_and_si512(z, m4), b01);
+      k.w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z, 4), m4), b23);
+    }
+    k.dw = f16(blk + 208);
+    k.dmin = 0.0f;
+    return;
+  } else {
+    constexpr bool kFive = F == kQ5_K;
+    const __m512i ia = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i ib = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i ic = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
+    const __m512i id = _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m128i dup = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+    uint8_t sm[16];
+    k4_scales(blk + 4, sm);
+    const __m128i smv = ld128(sm);
+    const __m512i sc32 = _mm512_cvtepu8_epi32(smv);
+    k.s[0] = _mm512_permutexvar_epi32(ia, sc32);
+    k.s[1] = _mm512_permutexvar_epi32(ib, sc32);
+    k.s[2] = _mm512_permutexvar_epi32(ic, sc32);
+    k.s[3] = _mm512_permutexvar_epi32(id, sc32);
+    k.mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(smv, dup));
+    const uint8_t* qs = blk + (kFive ? 48 : 16);
+    const __m512i z0 = ld(qs), z1 = ld(qs + 64);
+    k.w[0] = _mm512_and_si512(z0, m4);
+    k.w[1] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), m4);
+    k.w[2] = _mm512_and_si512(z1, m4);
+    k.w[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m4);
+    if constexpr (kFive) {
+      // q5_k high bits: (bit of the low 32 bytes, of the high 32 bytes) per vector.
+      auto bits = [](int lo, int hi) {
+        return _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(lo)),
+                                  _mm256_set1_epi8(static_cast<char>(hi)), 1);
+      };
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      const __m512i qh = _mm512_broadcast_i64x4(ld256(blk + 16));
+      const __m512i hb[4] = {bits(0x01, 0x04), bits(0x02, 0x08), bits(0x10, 0x40),
+                             bits(0x20, 0x80)};
+      for (int i = 0; i < 4; ++i)
+        k.w[i] = _mm512_mask_add_epi8(k.w[i], _mm512_test_epi8_mask(qh, hb[i]), k.w[i], sixteen);
+    }
+    k.dw = f16(blk);
+    k.dmin = f16(blk + 2);
+  }
+}
+
+// One block's integer sums of one row and one activation row, each as 8
+// lanes (exact): s1 = the sub-block-scaled dot products (q6_k: minus
+// 32 * sum sc_j bsum_j), s2 = q4_k / q5_k: the mins times the bsums.
+template <int F>
+inline void block_sums(const KBlock& k, const uint8_t* x, const uint8_t* bsum, __m256i* s1,
+                       __m256i* s2) {
+  const __m512i z = _mm512_setzero_si512();
+  // Lanes of 4 products (|.| < 2^15), times the sub-block scales
+  // (vpmaddwd / vpdpwssd on the low 16 bits; the scales' high halves are 0).
+  __m512i v = _mm512_madd_epi16(_mm512_dpbusd_epi32(z, k.w[0], ld(x)), k.s[0]);
+  v = _mm512_dpwssd_epi32(v, _mm512_dpbusd_epi32(z, k.w[1], ld(x + 64)), k.s[1]);
+  v = _mm512_dpwssd_epi32(v, _mm512_dpbusd_epi32(z, k.w[2], ld(x + 128)), k.s[2]);
+  v = _mm512_dpwssd_epi32(v, _mm512_dpbusd_epi32(z, k.w[3], ld(x + 192)), k.s[3]);
+  const __m256i mm = _mm256_madd_epi16(k.mins, ld256(bsum));
+  if constexpr (F == kQ6_K) {
+    *s1 = _mm256_sub_epi32(half_sum(v), _mm256_slli_epi32(mm, 5));
+  } else {
+    *s1 = half_sum(v);
+    *s2 = mm;
+  }
+}
+
+// A group of R rows x T tokens (R * T <= 8 outputs, out[r * T + t]) of a
+// k-quant: per 256-block the exact integers of the 8 outputs are summed
+// together (tsum8) and the f32 steps run on 8 lanes, one output each: the
+// scalar definition's operations, lane by lane.
+template <int F, int R, int T>
+void group_k(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t stride, int64_t n,
+             float* out) {
+  static_assert(R * T <= 8);
+  constexpr int G = R * T;
+  const Layout L = layout(F, n);
+  constexpr int64_t bb = block_bytes(F);
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 256; ++b) {
+    __m256i s1[8], s2[8];
+    float dw[R], dmin[R], dx[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) dx[t] = reinterpret_cast<const float*>(act + t * stride + L.d)[b];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      KBlock k;
+      unpack<F>(w + r * row_bytes + b * bb, k);
+      dw[r] = k.dw;
+      dmin[r] = k.dmin;
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const uint8_t* a = act + t * stride;
+        block_sums<F>(k, a + L.q + 256 * b, a + L.bsum + 32 * b, &s1[r * T + t], &s2[r * T + t]);
+      }
+    }
+    for (int g = G; g < 8; ++g) s1[g] = s2[g] = _mm256_setzero_si256();
+    float sw[8] = {}, sm[8] = {};
+    for (int g = 0; g < G; ++g) {
+      sw[g] = dw[g / T] * dx[g % T];
+      sm[g] = dmin[g / T] * dx[g % T];
+    }
+    acc = _mm256_fmadd_ps(lanes<G>(sw), _mm256_cvtepi32_ps(tsum8(s1)), acc);
+    if constexpr (F != kQ6_K)
+      accm = _mm256_fmadd_ps(lanes<G>(sm), _mm256_cvtepi32_ps(tsum8(s2)), accm);
+  }
+  float o[8];
+  _mm256_storeu_ps(o, _mm256_sub_ps(acc, accm));
+  for (int g = 0; g < G; ++g) out[g] = o[g];
+}
+
+// One weight row against nt (1..kMaxTok) activation rows (q8_0 / q4_0).
+template <int nt>
+void row_nt(int f, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t n, float* out) {
+  if (f == kQ8_0)
+    row32<kQ8_0, nt>(row, a, stride, n, out);
+  else
+    row32<kQ4_0, nt>(row, a, stride, n, out);
+}
+using RowFn = void (*)(int, const uint8_t*, const uint8_t*, int64_t, int64_t, float*);
+constexpr RowFn kRowFns[kMaxTok + 1] = {nullptr,    &row_nt<1>, &row_nt<2>, &row_nt<3>, &row_nt<4>,
+                                        &row_nt<5>, &row_nt<6>, &row_nt<7>, &row_nt<8>};
+
+// k-quant groups: 1 token x R rows (decode), or 1 row x T tokens.
+using GroupFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, float*);
+template <int F>
+struct Groups {
+  static constexpr GroupFn rows[9] = {nullptr,         &group_k<F, 1, 1>, &group_k<F, 2, 1>,
+                                      &group_k<F, 3, 1>, &group_k<F, 4, 1>, &group_k<F, 5, 1>,
+                                      &group_k<F, 6, 1>, &group_k<F, 7, 1>, &group_k<F, 8, 1>};
+  static constexpr GroupFn toks[9] = {nullptr,         &group_k<F, 1, 1>, &group_k<F, 1, 2>,
+                                      &group_k<F, 1, 3>, &group_k<F, 1, 4>, &group_k<F, 1, 5>,
+                                      &group_k<F, 1, 6>, &group_k<F, 1, 7>, &group_k<F, 1, 8>};
+};
+
+template <int F>
+void tile_k(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act, int64_t stride,
+            int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate) {
+  float out[8];
+  if (ntok == 1) {
+    for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+      const int nr = static_cast<int>(nrows - r0 < 8 ? nrows - r0 : 8);
+      Groups<F>::rows[nr](w + r0 * row_bytes, row_bytes, act, stride, n, out);
+      for (int r = 0; r < nr; ++r) y[r0 + r] = accumulate ? y[r0 + r] + out[r] : out[r];
+    }
+    return;
+  }
+  for (int64_t r = 0; r < nrows; ++r) {
+    for (int64_t t0 = 0; t0 < ntok; t0 += 8) {
+      const int nt = static_cast<int>(ntok - t0 < 8 ? ntok - t0 : 8);
+      Groups<F>::toks[nt](w + r * row_bytes, row_bytes, act + t0 * stride, stride, n, out);
+      for (int t = 0; t < nt; ++t) {
+        float* p = y + (t0 + t) * ldy + r;
+        *p = accumulate ? *p + out[t] : out[t];
+      }
+    }
+  }
+}
+
+void tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
+          int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate) {
+  switch (f) {
+    case kQ4_K: return tile_k<kQ4_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
+    case kQ5_K: return tile_k<kQ5_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
+    case kQ6_K: return tile_k<kQ6_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
+    default: break;
+  }
+  for (int64_t r = 0; r < nrows; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    for (int64_t t0 = 0; t0 < ntok; t0 += kMaxTok) {
+      const int nt = static_cast<int>(ntok - t0 < kMaxTok ? ntok - t0 : kMaxTok);
+      float out[kMaxTok];
+      kRowFns[nt](f, row, act + t0 * stride, stride, n, out);
+      for (int t = 0; t < nt; ++t) {
+        float* p = y + (t0 + t) * ldy + r;
+        *p = accumulate ? *p + out[t] : out[t];
+      }
+    }
+  }
+}
+
+const Kernels kAvx512 = {&quantize, &tile};
+
+}  // namespace
+
+const Kernels* avx512_kernels() { return &kAvx512; }
+
+}  // namespace ferrite::cpu::qdot
+
+#else
+
+namespace ferrite::cpu::qdot {
+const Kernels* avx512_kernels() { return nullptr; }
+}  // namespace ferrite::cpu::qdot
+
+#endif
