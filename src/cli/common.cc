@@ -63,6 +63,9 @@ void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required, bool pos
                   "cuda: fraction of the GPU's memory for this server (weights, KV cache, "
                   "work buffers), as vLLM");
   app->add_option("--threads", f->threads, "CPU threads (0: all)");
+  app->add_option("--tensor-parallel-size,--tp", f->tensor_parallel_size,
+                  "ranks the model is split across (tensor parallelism, docs/"
+                  "tensor_parallel.md); cpu: ranks are threads, sharing --threads");
 }
 
 static Result<DType> parse_dtype(const std::string& s, const char* flag) {
@@ -215,6 +218,10 @@ Result<RunnerOptions> runner_options(const ModelFlags& f, Capacity* capacity) {
   if (!(f.gpu_memory_utilization > 0) || f.gpu_memory_utilization > 1)
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   if (f.threads < 0 || f.threads > 1024) return invalid_argument("--threads must be in [0, 1024]");
+  if (f.tensor_parallel_size < 1 || f.tensor_parallel_size > kMaxTensorParallel)
+    return invalid_argument(
+        fmt::format("--tensor-parallel-size must be in [1, {}]", kMaxTensorParallel));
+  o.tensor_parallel = f.tensor_parallel_size;
   FERRITE_ASSIGN_OR_RETURN(o.tuning, Tuning::from_environment());
   if (f.threads > 0) o.tuning.threads = f.threads;
   // The process-wide pool is made at its first use, after this.

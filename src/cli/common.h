@@ -29,6 +29,7 @@ struct ModelFlags {
   double kv_cache_gib = 0;  // 0: from the device's memory
   double gpu_memory_utilization = 0.9;
   int threads = 0;
+  int tensor_parallel_size = 1;  // ranks (tensor parallelism; CPU: threads)
   // Not a flag: memory the engine allocates beside the KV pool, as a
   // fraction of it (hybrid prefix-cache snapshots), left out of the pool.
   double kv_side_fraction = 0;

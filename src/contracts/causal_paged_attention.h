@@ -1,4 +1,4 @@
-// causal_paged_attention 1.0: the attention block with its pre-norm and its
+// causal_paged_attention 1.1: the attention block with its pre-norm and its
 // residual add, over a paged KV cache.
 //
 //   n = rms_norm(hidden, input_norm)
@@ -26,6 +26,11 @@
 //   k_cache, v_cache [pages, page_size, num_kv_heads, head_dim] state, read-write;
 //     a sequence's logical position p lives in page block_table[p / page_size],
 //     row p % page_size.
+//   partial_out [tokens, hidden_size] activation, write, optional (1.1): when
+//     bound (tensor-parallel ranks, runtime/tensor_parallel.h), hidden is only
+//     read and the block's contribution (what it would add to hidden) is
+//     written here instead; the plan's tp_all_reduce_sum + residual_add nodes
+//     then add the ranks' sum to hidden.
 #pragma once
 
 #include "contracts/contract.h"
@@ -45,7 +50,8 @@ enum Binding {
   kKBias,
   kVBias,
   kKCache,
-  kVCache
+  kVCache,
+  kPartialOut
 };
 
 struct Params {
@@ -85,7 +91,7 @@ inline const ContractSchema& contract() {
   using K = BindingKind;
   using A = Access;
   static const ContractSchema s(
-      "causal_paged_attention", 1, 0,
+      "causal_paged_attention", 1, 1,
       {{"hidden_size", AttrType::kUnsigned},
        {"num_heads", AttrType::kUnsigned},
        {"num_kv_heads", AttrType::kUnsigned},
@@ -115,7 +121,8 @@ inline const ContractSchema& contract() {
        {"k_bias", K::kWeight, A::kRead, {"kv_rows"}, true},
        {"v_bias", K::kWeight, A::kRead, {"kv_rows"}, true},
        {"k_cache", K::kState, A::kReadWrite, {"pages", "page_size", "num_kv_heads", "head_dim"}},
-       {"v_cache", K::kState, A::kReadWrite, {"pages", "page_size", "num_kv_heads", "head_dim"}}},
+       {"v_cache", K::kState, A::kReadWrite, {"pages", "page_size", "num_kv_heads", "head_dim"}},
+       {"partial_out", K::kActivation, A::kWrite, {"tokens", "hidden_size"}, true}},
       OracleSpec{.abs_tol = 3e-4, .rel_tol = 3e-4},
       "Pre-norm causal self-attention over paged KV, with RoPE and residual add.");
   return s;

@@ -1,17 +1,22 @@
-// dense_swiglu 1.0: the MLP block with its pre-norm and its residual add:
+// dense_swiglu 1.1: the MLP block with its pre-norm and its residual add:
 //   n = rms_norm(hidden, norm); hidden += down(silu(gate n) * up n)
 //   hidden [tokens, hidden_size] activation, read-write
 //   norm   [hidden_size] weight (zero_centred: used as 1 + w)
 //   gate   [intermediate_size, hidden_size] weight
 //   up     [intermediate_size, hidden_size] weight
 //   down   [hidden_size, intermediate_size] weight
+//   partial_out [tokens, hidden_size] activation, write, optional (1.1): when
+//     bound (tensor-parallel ranks, runtime/tensor_parallel.h), hidden is only
+//     read and the block's contribution (what it would add to hidden) is
+//     written here instead; the plan's tp_all_reduce_sum + residual_add nodes
+//     then add the ranks' sum to hidden.
 #pragma once
 
 #include "contracts/contract.h"
 
 namespace ferrite::dense_swiglu {
 
-enum Binding { kHidden, kNorm, kGate, kUp, kDown };
+enum Binding { kHidden, kNorm, kGate, kUp, kDown, kPartialOut };
 
 struct Params {
   uint64_t hidden_size, intermediate_size;
@@ -24,7 +29,7 @@ struct Params {
 
 inline const ContractSchema& contract() {
   static const ContractSchema s(
-      "dense_swiglu", 1, 0,
+      "dense_swiglu", 1, 1,
       {{"hidden_size", AttrType::kUnsigned},
        {"intermediate_size", AttrType::kUnsigned},
        {"eps", AttrType::kFloat},
@@ -33,7 +38,9 @@ inline const ContractSchema& contract() {
        {"norm", BindingKind::kWeight, Access::kRead, {"hidden_size"}},
        {"gate", BindingKind::kWeight, Access::kRead, {"intermediate_size", "hidden_size"}},
        {"up", BindingKind::kWeight, Access::kRead, {"intermediate_size", "hidden_size"}},
-       {"down", BindingKind::kWeight, Access::kRead, {"hidden_size", "intermediate_size"}}},
+       {"down", BindingKind::kWeight, Access::kRead, {"hidden_size", "intermediate_size"}},
+       {"partial_out", BindingKind::kActivation, Access::kWrite, {"tokens", "hidden_size"},
+        true}},
       OracleSpec{.abs_tol = 2e-4, .rel_tol = 2e-4}, "Pre-norm SwiGLU MLP with residual add.");
   return s;
 }

@@ -1,4 +1,4 @@
-// gated_delta_recurrent_attention 1.1: the Gated DeltaNet linear-attention
+// gated_delta_recurrent_attention 1.2: the Gated DeltaNet linear-attention
 // block (Qwen3-Next / Qwen3.5) with its pre-norm and its residual add, over
 // per-sequence recurrent state (a conv state and a delta-rule state).
 //
@@ -39,6 +39,11 @@
 //   conv_state  [slots, conv_kernel - 1, conv_dim] state, f32, read-write: row
 //               j holds the input at position (next - (K-1) + j)
 //   delta_state [slots, Hv, dk, dv] state, f32, read-write
+//   partial_out [tokens, hidden_size] activation, write, optional (1.2): when
+//     bound (tensor-parallel ranks, runtime/tensor_parallel.h), hidden is only
+//     read and the block's contribution (what it would add to hidden) is
+//     written here instead; the plan's tp_all_reduce_sum + residual_add nodes
+//     then add the ranks' sum to hidden.
 // A sequence's slot must be zeroed before its first token (position 0).
 #pragma once
 
@@ -59,7 +64,8 @@ enum Binding {
   kNorm,
   kOutProj,
   kConvState,
-  kDeltaState
+  kDeltaState,
+  kPartialOut
 };
 
 struct Params {
@@ -84,7 +90,7 @@ inline const ContractSchema& contract() {
   using K = BindingKind;
   using A = Access;
   static const ContractSchema s(
-      "gated_delta_recurrent_attention", 1, 1,
+      "gated_delta_recurrent_attention", 1, 2,
       {{"hidden_size", AttrType::kUnsigned},
        {"num_k_heads", AttrType::kUnsigned},
        {"num_v_heads", AttrType::kUnsigned},
@@ -109,7 +115,8 @@ inline const ContractSchema& contract() {
        {"delta_state",
         K::kState,
         A::kReadWrite,
-        {"slots", "num_v_heads", "k_head_dim", "v_head_dim"}}},
+        {"slots", "num_v_heads", "k_head_dim", "v_head_dim"}},
+       {"partial_out", K::kActivation, A::kWrite, {"tokens", "hidden_size"}, true}},
       OracleSpec{.abs_tol = 5e-4, .rel_tol = 5e-4},
       "Pre-norm Gated DeltaNet (conv + gated delta rule + gated norm) with residual add.");
   return s;

@@ -1,4 +1,4 @@
-// routed_shared_swiglu_moe 1.0: routed_swiglu_moe plus a shared expert gated
+// routed_shared_swiglu_moe 1.1: routed_swiglu_moe plus a shared expert gated
 // per token by a sigmoid (Qwen3-Next, Qwen3.5-MoE):
 //
 //   hidden += routed(n) + sigmoid(n . w_sg) * shared_down(silu(shared_gate n) * shared_up n)
@@ -10,6 +10,7 @@
 //   shared_gate        [shared_intermediate_size, hidden_size]
 //   shared_up          [shared_intermediate_size, hidden_size]
 //   shared_down        [hidden_size, shared_intermediate_size]
+//   partial_out        as routed_swiglu_moe 1.1 (optional)
 #pragma once
 
 #include "contracts/routed_swiglu_moe.h"
@@ -21,7 +22,8 @@ enum Binding {
   kSharedExpertGate = routed_swiglu_moe::kDown + 1,
   kSharedGate,
   kSharedUp,
-  kSharedDown
+  kSharedDown,
+  kPartialOut
 };
 
 inline const ContractSchema& contract() {
@@ -35,7 +37,8 @@ inline const ContractSchema& contract() {
     b.push_back({"shared_gate", K::kWeight, A::kRead, {"shared_intermediate_size", "hidden_size"}});
     b.push_back({"shared_up", K::kWeight, A::kRead, {"shared_intermediate_size", "hidden_size"}});
     b.push_back({"shared_down", K::kWeight, A::kRead, {"hidden_size", "shared_intermediate_size"}});
-    return ContractSchema("routed_shared_swiglu_moe", 1, 0, std::move(attrs), std::move(b),
+    b.push_back(routed_swiglu_moe::partial_out_spec());
+    return ContractSchema("routed_shared_swiglu_moe", 1, 1, std::move(attrs), std::move(b),
                           OracleSpec{.abs_tol = 3e-4, .rel_tol = 3e-4},
                           "Pre-norm routed SwiGLU experts plus a sigmoid-gated shared expert, "
                           "with residual add.");

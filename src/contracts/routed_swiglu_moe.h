@@ -1,4 +1,4 @@
-// routed_swiglu_moe 1.0: the sparse MoE block (Qwen3-MoE) with its pre-norm
+// routed_swiglu_moe 1.1: the sparse MoE block (Qwen3-MoE) with its pre-norm
 // and its residual add.
 //
 //   n = rms_norm(hidden, norm)                     (zero_centred: 1 + w)
@@ -12,13 +12,19 @@
 //   router  [num_experts, hidden_size]
 //   gate_up [num_experts, 2, intermediate_size, hidden_size] (gate first)
 //   down    [num_experts, hidden_size, intermediate_size]
+//   partial_out [tokens, hidden_size] activation, write, optional (1.1): when
+//     bound (tensor-parallel ranks, runtime/tensor_parallel.h), hidden is only
+//     read and the block's contribution (what it would add to hidden) is
+//     written here instead; the plan's tp_all_reduce_sum + residual_add nodes
+//     then add the ranks' sum to hidden.
+//     (routed_shared_swiglu_moe: the last binding, after the shared expert's)
 #pragma once
 
 #include "contracts/contract.h"
 
 namespace ferrite::routed_swiglu_moe {
 
-enum Binding { kHidden, kNorm, kRouter, kGateUp, kDown };
+enum Binding { kHidden, kNorm, kRouter, kGateUp, kDown, kPartialOut };
 
 struct Params {
   uint64_t hidden_size, num_experts, top_k, intermediate_size;
@@ -44,6 +50,7 @@ inline std::vector<AttrSpec> attr_specs() {
           {"zero_centred", AttrType::kBool, false}};
 }
 
+// The bindings both MoE contracts share (partial_out comes last: partial_out_spec()).
 inline std::vector<BindingSpec> binding_specs() {
   using K = BindingKind;
   using A = Access;
@@ -55,8 +62,18 @@ inline std::vector<BindingSpec> binding_specs() {
       {"down", K::kWeight, A::kRead, {"num_experts", "hidden_size", "intermediate_size"}}};
 }
 
+inline BindingSpec partial_out_spec() {
+  return {"partial_out", BindingKind::kActivation, Access::kWrite, {"tokens", "hidden_size"}, true};
+}
+
+inline std::vector<BindingSpec> routed_binding_specs() {
+  std::vector<BindingSpec> b = binding_specs();
+  b.push_back(partial_out_spec());
+  return b;
+}
+
 inline const ContractSchema& contract() {
-  static const ContractSchema s("routed_swiglu_moe", 1, 0, attr_specs(), binding_specs(),
+  static const ContractSchema s("routed_swiglu_moe", 1, 1, attr_specs(), routed_binding_specs(),
                                 OracleSpec{.abs_tol = 3e-4, .rel_tol = 3e-4},
                                 "Pre-norm top-k routed SwiGLU experts with residual add.");
   return s;

@@ -6,6 +6,7 @@
 #include "backends/cpu/kernels/quant_dot.h"
 #include "backends/cpu/state_copy.h"
 #include "base/thread_pool.h"
+#include "runtime/tensor_parallel.h"
 #ifdef FERRITE_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/state_copy.h"
@@ -57,9 +58,11 @@ Result<PlanReport> make_report(const ModelConfig& config,
     po.limits.max_context =
         std::min<int64_t>(options.limits.max_context, config.max_position_embeddings);
   FERRITE_ASSIGN_OR_RETURN(r.plan, plan_program(*program, registry, po));
-  r.weight_bytes = program->weight_bytes();
+  const int world = program->tensor_parallel;
+  r.world_size = world;
+  r.weight_bytes = program->weight_bytes() * world;
   for (const StateDecl& s : program->states) {
-    int64_t bytes = dtype_bytes(s.dtype, s.shape.numel());
+    int64_t bytes = dtype_bytes(s.dtype, s.shape.numel()) * world;
     if (s.kind == StateKind::kKvPages)
       r.kv_bytes_per_token += bytes;
     else
@@ -143,19 +146,56 @@ std::string PlanReport::to_string() const {
                      human_bytes(state_bytes_per_sequence * plan.limits.max_sequences),
                      plan.limits.max_sequences);
   s += fmt::format("workspace: {}\n", human_bytes(plan.workspace_bytes));
+  if (world_size > 1) {
+    const int64_t w = world_size;
+    s += fmt::format(
+        "tensor parallel: {} ranks, per rank: weights {}, KV cache {} per token ({} for one "
+        "{}-token sequence){}, workspace {}; the figures above are the sums over the ranks\n",
+        w, human_bytes(weight_bytes / w), human_bytes(kv_bytes_per_token / w),
+        human_bytes(kv_bytes_per_token / w * plan.limits.max_context), plan.limits.max_context,
+        state_bytes_per_sequence
+            ? fmt::format(", recurrent state {} per sequence",
+                          human_bytes(state_bytes_per_sequence / w))
+            : std::string(),
+        human_bytes(plan.workspace_bytes));
+  }
   const int64_t seqs = plan.limits.max_sequences;
   s += fmt::format(
       "memory estimate: {} (weights + KV for {} full {}-token sequences + state + "
       "workspace)\n",
       human_bytes(weight_bytes +
                   seqs * (kv_bytes_per_token * plan.limits.max_context + state_bytes_per_sequence) +
-                  plan.workspace_bytes),
+                  plan.workspace_bytes * world_size),
       seqs, plan.limits.max_context);
   return s;
 }
 
-Result<PlanReport> ModelRunner::plan_only(const RunnerOptions& options) {
+namespace {
+
+// Opens the model and splits its program for the options' ranks (before any
+// weight is allocated).
+Result<ModelSource> open_source(const RunnerOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_model(options.load));
+  if (options.tensor_parallel != 1) {
+    if (src.gguf && !options.load.dummy_weights)
+      return unsupported(fmt::format(
+          "--tensor-parallel-size {}: tensor parallelism does not load GGUF files yet "
+          "(safetensors folders and --dummy-weights do)",
+          options.tensor_parallel));
+    FERRITE_ASSIGN_OR_RETURN(src.program, split_program(src.program, options.tensor_parallel));
+  }
+  return src;
+}
+
+}  // namespace
+
+ModelRunner::~ModelRunner() {
+  backend_state_.reset();
+  bound_.reset();
+}
+
+Result<PlanReport> ModelRunner::plan_only(const RunnerOptions& options) {
+  FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_source(options));
   FERRITE_ASSIGN_OR_RETURN(std::shared_ptr<const Registry> registry,
                            make_registry(options.device, options.providers));
   auto program = std::make_shared<const ModelProgram>(std::move(src.program));
@@ -173,18 +213,33 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
                              static_cast<int>(options.tuning.cpu_quant_isa));
   FERRITE_ASSIGN_OR_RETURN(r->device_, make_device(options.device));
   FERRITE_ASSIGN_OR_RETURN(r->registry_, make_registry(options.device, options.providers));
-  FERRITE_ASSIGN_OR_RETURN(r->source_, open_model(options.load));
+  FERRITE_ASSIGN_OR_RETURN(r->source_, open_source(options));
   // The plan is resolved before any weight is allocated.
   // The runner's program lives in source_; the report does not own it.
   std::shared_ptr<const ModelProgram> program(std::shared_ptr<const ModelProgram>(),
                                               &r->source_.program);
   FERRITE_ASSIGN_OR_RETURN(r->report_,
                            make_report(r->source_.config, program, *r->registry_, options));
-  FERRITE_ASSIGN_OR_RETURN(auto weights,
-                           materialize_weights(r->source_, *r->device_, options.load));
+  const int world = r->source_.program.tensor_parallel;
+  std::vector<std::unique_ptr<WeightStore>> weights(world);
+  for (int rank = 0; rank < world; ++rank) {
+    FERRITE_ASSIGN_OR_RETURN(weights[rank],
+                             materialize_weights(r->source_, *r->device_, options.load, rank));
+  }
   ExecContext ctx;
   ctx.device = r->device_.get();
   ctx.pool = &ThreadPool::global();
+  if (world > 1) {
+    // Ranks are threads (the planner refuses tensor parallelism off CPU):
+    // each its own pool of threads / world workers (at least 1), and its
+    // endpoint of the in-process communicator.
+    FERRITE_ASSIGN_OR_RETURN(r->comms_, make_cpu_communicators(world));
+    const int per_rank = std::max(1, ThreadPool::global().size() / world);
+    for (int rank = 0; rank < world; ++rank)
+      r->rank_pools_.push_back(std::make_unique<ThreadPool>(per_rank));
+    ctx.pool = r->rank_pools_[0].get();
+    ctx.comm = r->comms_[0].get();
+  }
 #ifdef FERRITE_HAVE_CUDA
   if (options.device == "cuda") {
     CudaExecOptions co;
@@ -199,9 +254,18 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
   }
 #endif
   r->ctx_ = ctx;
-  FERRITE_ASSIGN_OR_RETURN(r->bound_,
-                           BoundPlan::bind(r->report_.plan, r->source_.program, std::move(weights),
-                                           *r->device_, ctx, options.cache));
+  std::vector<RankBinding> ranks(world);
+  for (int rank = 0; rank < world; ++rank) {
+    ranks[rank].device = r->device_.get();
+    ranks[rank].ctx = ctx;
+    if (world > 1) {
+      ranks[rank].ctx.pool = r->rank_pools_[rank].get();
+      ranks[rank].ctx.comm = r->comms_[rank].get();
+    }
+    ranks[rank].weights = std::move(weights[rank]);
+  }
+  FERRITE_ASSIGN_OR_RETURN(r->bound_, BoundPlan::bind(r->report_.plan, r->source_.program,
+                                                       std::move(ranks), options.cache));
   // Prefix-cache state snapshots are copied by the backend (one launch on
   // the step stream on CUDA, memcpy over the pool on CPU).
   if (options.device == "cpu") r->bound_->set_state_copier(make_cpu_state_copier(ctx.pool));

@@ -5,13 +5,17 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/loader.h"
+#include "runtime/communicator.h"
 #include "runtime/executor.h"
 #include "runtime/registry.h"
 #include "runtime/tuning.h"
 
 namespace ferrite {
+
+class ThreadPool;
 
 struct RunnerOptions {
   LoadOptions load;
@@ -21,6 +25,9 @@ struct RunnerOptions {
   Tuning tuning;  // knobs (runtime/tuning.h): CPU threads, CUDA graphs, profiling
   StepLimits limits;
   CacheConfig cache;
+  // Ranks the model is split across (runtime/tensor_parallel.h); on CPU
+  // they are threads, each with threads / tensor_parallel CPU workers.
+  int tensor_parallel = 1;
 };
 
 // What `ferrite info` prints; available without allocating any weight.
@@ -31,9 +38,12 @@ struct PlanReport {
   std::shared_ptr<const ModelProgram> program;
   std::shared_ptr<const Registry> registry;
   ResolvedPlan plan;
+  // Sums over the ranks (tensor parallelism); each rank holds 1/world of
+  // them (replicated weights counted on every rank).
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;  // all layers, K and V
   int64_t state_bytes_per_sequence = 0;
+  int world_size = 1;
   std::string catalog;
   std::string to_string() const;
 };
@@ -63,6 +73,14 @@ class ModelRunner {
   // Backend execution state behind the plan's ExecContext (CUDA: stream,
   // cuBLASLt, binding buffer, graphs); released before the plan.
   std::shared_ptr<void> backend_state_;
+  // Tensor parallelism: the ranks' communicator endpoints and CPU pools,
+  // which the plan's ranks use: ~ModelRunner releases the backend state,
+  // then the plan, then these.
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  std::vector<std::unique_ptr<ThreadPool>> rank_pools_;
+
+ public:
+  ~ModelRunner();
 };
 
 // Device and registry for a backend name ("cpu", "cuda").

@@ -13,6 +13,7 @@
 #include "models/dummy_formats.h"
 #include "models/gguf_model.h"
 #include "models/hf_quant.h"
+#include "runtime/tensor_parallel.h"
 
 namespace ferrite {
 
@@ -200,6 +201,91 @@ Status materialize_one(const TensorLookup& ckpt, const WeightDecl& w, Device& de
   return Status::ok();
 }
 
+// Binds rank `rank`'s cut of a tensor-parallel weight (WeightDecl::shard):
+// the whole weight's elements are its checkpoint pieces in order (its one
+// tensor, or its materializer's slices); the rank's ranges of them
+// (shard_ranges) are a zero-copy view when they are one run inside one
+// piece of host-readable memory (a row cut), else copied into owned memory
+// (1/W of the weight).
+Status materialize_shard(const TensorLookup& ckpt, const WeightDecl& w, int rank, int world,
+                         Device& device, WeightStore* store) {
+  struct Piece {
+    const SafetensorsTensor* t;
+    int64_t begin, elems;  // of the tensor's elements
+  };
+  std::vector<Piece> pieces;
+  if (w.sources.empty()) {
+    const SafetensorsTensor* t = ckpt.find(w.name);
+    FERRITE_CHECK(t != nullptr) << w.name;
+    pieces.push_back({t, 0, t->shape.numel()});
+  } else {
+    for (const WeightSlice& s : w.sources.at(0)) {
+      const SafetensorsTensor* t = ckpt.find(s.tensor);
+      FERRITE_CHECK(t != nullptr) << s.tensor;
+      const int64_t rows = s.rows < 0 ? tensor_rows(*t) - s.row_begin : s.rows;
+      pieces.push_back({t, s.row_begin * tensor_row_elems(*t), rows * tensor_row_elems(*t)});
+    }
+  }
+  const auto ranges = shard_ranges(w.shard, rank, world);
+  const DType dt = w.dtype;
+  // A single range inside a single piece: a view of the mapping.
+  if (ranges.size() == 1 && device.host_accessible()) {
+    int64_t at = 0;
+    for (const Piece& p : pieces) {
+      if (p.t->data && ranges[0].first >= at && ranges[0].second <= at + p.elems) {
+        const uint8_t* data = p.t->data + dtype_bytes(dt, p.begin + ranges[0].first - at);
+        if (aligned_for(data, dt)) {
+          store->add(w.name, TensorView{const_cast<uint8_t*>(data), dt, w.shape});
+          return Status::ok();
+        }
+      }
+      at += p.elems;
+    }
+  }
+  const int64_t bytes = dtype_bytes(dt, w.shape.numel());
+  FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
+  std::vector<uint8_t> host;
+  uint8_t* dst = static_cast<uint8_t*>(buf.data());
+  if (!device.host_accessible()) {
+    host.resize(bytes);
+    dst = host.data();
+  }
+  int64_t off = 0;
+  size_t pi = 0;
+  int64_t piece_at = 0;  // whole-weight element where pieces[pi] starts
+  for (auto [begin, end] : ranges) {
+    while (begin < end) {
+      while (pi < pieces.size() && begin >= piece_at + pieces[pi].elems)
+        piece_at += pieces[pi++].elems;
+      FERRITE_CHECK(pi < pieces.size()) << w.name << ": cut outside the weight";
+      const Piece& p = pieces[pi];
+      const int64_t n = std::min(end, piece_at + p.elems) - begin;
+      const int64_t from = p.begin + begin - piece_at;
+      FERRITE_CHECK(from % dtype_block_elems(dt) == 0 && n % dtype_block_elems(dt) == 0)
+          << w.name << ": cut inside a block";
+      if (p.t->data) {
+        std::memcpy(dst + off, p.t->data + dtype_bytes(dt, from), dtype_bytes(dt, n));
+      } else {  // a repacked quantized module: its whole rows, then the part
+        const int64_t row_elems = tensor_row_elems(*p.t);
+        const int64_t r0 = from / row_elems, r1 = (from + n + row_elems - 1) / row_elems;
+        const int64_t row_bytes = dtype_bytes(dt, row_elems);
+        std::vector<uint8_t> rows((r1 - r0) * row_bytes);
+        copy_rows(ckpt, *p.t, r0, r1 - r0, row_bytes, rows.data());
+        std::memcpy(dst + off, rows.data() + dtype_bytes(dt, from - r0 * row_elems),
+                    dtype_bytes(dt, n));
+      }
+      off += dtype_bytes(dt, n);
+      begin += n;
+    }
+  }
+  FERRITE_CHECK(off == bytes) << w.name << ": the cut is " << off << " bytes, not " << bytes;
+  if (!device.host_accessible())
+    FERRITE_RETURN_IF_ERROR(device.copy_to_device(buf.data(), host.data(), bytes));
+  store->add(w.name, TensorView{buf.data(), dt, w.shape});
+  store->own(std::move(buf));
+  return Status::ok();
+}
+
 // The config's sizes are each bounded (model_limits), so no declared shape
 // overflows; their sum is bounded here, in checked arithmetic.
 Status check_weight_total(const ModelProgram& p, const std::string& model_dir) {
@@ -287,8 +373,16 @@ Result<ModelSource> open_model(const LoadOptions& options) {
 }
 
 Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src, Device& device,
-                                                         const LoadOptions& options) {
-  if (src.gguf && !options.dummy_weights) return materialize_gguf_weights(src, device);
+                                                         const LoadOptions& options, int rank) {
+  const int world = src.program.tensor_parallel;
+  if (rank < 0 || rank >= world)
+    return invalid_argument(fmt::format("rank {} of a program split {} ways", rank, world));
+  if (src.gguf && !options.dummy_weights) {
+    if (world > 1)
+      return unsupported("tensor parallelism does not load GGUF files yet (safetensors folders "
+                         "and --dummy-weights do)");
+    return materialize_gguf_weights(src, device);
+  }
   auto store = std::make_unique<WeightStore>();
   int64_t total_bytes = 0, done_bytes = 0;
   for (const WeightDecl& w : src.program.weights) total_bytes += dtype_bytes(w.dtype, w.shape.numel());
@@ -300,6 +394,11 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
     store->keep_alive(src.checkpoint);
     const TensorLookup tensors{*src.checkpoint, src.hf_quant.get()};
     for (const WeightDecl& w : src.program.weights) {
+      if (w.shard.split()) {
+        FERRITE_RETURN_IF_ERROR(materialize_shard(tensors, w, rank, world, device, store.get()));
+        progress(w);
+        continue;
+      }
       const SafetensorsTensor* t = w.sources.empty() ? tensors.find(w.name) : nullptr;
       FERRITE_CHECK(!w.sources.empty() || t != nullptr) << w.name;
       if (!w.sources.empty() || t->data == nullptr) {  // slices, or a repacked quantized module
@@ -336,11 +435,14 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
     const bool is_bias = w.name.size() > 5 && w.name.compare(w.name.size() - 5, 5, ".bias") == 0;
     const float fill = is_bias ? 0.0f : 1.0f;
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    // A tensor-parallel rank's cut gets its own values (dummy weights are for
+    // speed; replicated weights are the same on every rank).
+    const uint64_t s = w.shard.split() ? seed ^ (0x9e3779b97f4a7c15ull * (rank + 1)) : seed;
     if (device.host_accessible()) {
-      fill_dummy(buf.data(), w.dtype, n, scale, fill, seed);
+      fill_dummy(buf.data(), w.dtype, n, scale, fill, s);
     } else {
       std::vector<uint8_t> host(dtype_bytes(w.dtype, n));
-      fill_dummy(host.data(), w.dtype, n, scale, fill, seed);
+      fill_dummy(host.data(), w.dtype, n, scale, fill, s);
       FERRITE_RETURN_IF_ERROR(device.copy_to_device(buf.data(), host.data(), host.size()));
     }
     store->add(w.name, TensorView{buf.data(), w.dtype, w.shape});

@@ -51,7 +51,9 @@ Result<ModelSource> open_model(const LoadOptions& options);
 
 // Binds the weights on `device`: zero-copy mmap views when the device can
 // read host memory, else uploads; dummy weights are generated in place.
+// A tensor-parallel program (runtime/tensor_parallel.h, source.program split
+// W ways) binds rank `rank`'s cut of every split weight only.
 Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& source, Device& device,
-                                                         const LoadOptions& options);
+                                                         const LoadOptions& options, int rank = 0);
 
 }  // namespace ferrite

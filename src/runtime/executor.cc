@@ -2,10 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "contracts/last_token_masked_argmax.h"
 #include "contracts/last_token_sample.h"
+#include "runtime/communicator.h"
 
 namespace ferrite {
 
@@ -17,43 +22,129 @@ int64_t value_rows(const ValueDecl& v, const StepLimits& limits) {
 
 }  // namespace
 
+// Runs a job on ranks 1.. of a plan, one persistent thread each, while the
+// caller runs rank 0.
+class BoundPlan::RankThreads {
+ public:
+  explicit RankThreads(int world) : status_(world, Status::ok()) {
+    for (int r = 1; r < world; ++r) threads_.emplace_back([this, r] { loop(r); });
+  }
+  ~RankThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  // fn(rank) on every rank; the statuses in rank order.
+  const std::vector<Status>& run(const std::function<Status(int)>& fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = &fn;
+      pending_ = static_cast<int>(threads_.size());
+      ++generation_;
+    }
+    cv_.notify_all();
+    status_[0] = fn(0);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+    return status_;
+  }
+
+ private:
+  void loop(int rank) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<Status(int)>* job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      Status st = (*job)(rank);
+      std::lock_guard<std::mutex> lock(mu_);
+      status_[rank] = std::move(st);
+      if (--pending_ == 0) done_cv_.notify_all();
+    }
+  }
+  std::vector<std::thread> threads_;
+  std::vector<Status> status_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<Status(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+BoundPlan::BoundPlan(ResolvedPlan plan, const ModelProgram& program)
+    : plan_(std::move(plan)), program_(program) {}
+
+BoundPlan::~BoundPlan() = default;
+
 Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const ModelProgram& program,
                                                    std::unique_ptr<WeightStore> weights,
                                                    Device& device, ExecContext ctx,
                                                    const CacheConfig& cache) {
-  std::unique_ptr<BoundPlan> bp(new BoundPlan(std::move(plan), program, device, ctx));
+  std::vector<RankBinding> ranks(1);
+  ranks[0].device = &device;
+  ranks[0].ctx = ctx;
+  ranks[0].weights = std::move(weights);
+  return bind(std::move(plan), program, std::move(ranks), cache);
+}
+
+Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const ModelProgram& program,
+                                                   std::vector<RankBinding> bindings,
+                                                   const CacheConfig& cache) {
+  const int world = program.tensor_parallel;
+  if (static_cast<int>(bindings.size()) != world)
+    return invalid_argument(fmt::format("the program is split {} ways, {} ranks were given",
+                                        world, bindings.size()));
+  std::unique_ptr<BoundPlan> bp(new BoundPlan(std::move(plan), program));
   // Plan nodes must point into our own copy of the program.
   for (size_t i = 0; i < bp->plan_.nodes.size(); ++i) {
     const ProgramNode* old = bp->plan_.nodes[i].node;
     for (const ProgramNode& n : bp->program_.nodes)
       if (n.name == old->name) bp->plan_.nodes[i].node = &n;
   }
-  for (const WeightDecl& w : bp->program_.weights) {
-    const TensorView* v = weights->find(w.name);
-    if (!v) return not_found("weight '" + w.name + "' was not loaded");
-    if (v->dtype != w.dtype || v->shape != w.shape)
-      return invalid_argument(fmt::format("weight '{}' is {} {}, the plan expects {} {}", w.name,
-                                          dtype_name(v->dtype), v->shape.to_string(),
-                                          dtype_name(w.dtype), w.shape.to_string()));
+  for (int r = 0; r < world; ++r) {
+    RankBinding& b = bindings[r];
+    if (!b.device || !b.weights) return invalid_argument(fmt::format("rank {} is not bound", r));
+    if (world > 1 && (!b.ctx.comm || b.ctx.comm->world_size() != world || b.ctx.comm->rank() != r))
+      return invalid_argument(
+          fmt::format("rank {} needs the endpoint {} of a communicator of {} ranks", r, r, world));
+    for (const WeightDecl& w : bp->program_.weights) {
+      const TensorView* v = b.weights->find(w.name);
+      if (!v) return not_found("weight '" + w.name + "' was not loaded");
+      if (v->dtype != w.dtype || v->shape != w.shape)
+        return invalid_argument(fmt::format("weight '{}' is {} {}, the plan expects {} {}", w.name,
+                                            dtype_name(v->dtype), v->shape.to_string(),
+                                            dtype_name(w.dtype), w.shape.to_string()));
+    }
+    Rank rank;
+    rank.device = b.device;
+    rank.ctx = b.ctx;
+    rank.ctx.rank = r;
+    rank.weights = std::move(b.weights);
+    bp->ranks_.push_back(std::move(rank));
   }
-  bp->weights_ = std::move(weights);
   const StepLimits& limits = bp->plan_.limits;
 
-  for (const ValueDecl& v : bp->program_.values) {
-    DType dt = v.activation_dtype ? bp->plan_.activation_dtype : v.dtype;
-    int64_t bytes = dtype_bytes(dt, value_rows(v, limits) * v.width);
-    FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
-    bp->values_.emplace(v.name, std::move(buf));
-  }
-
-  // KV pages: every kv state shares page ids.
+  // KV pages: every kv state shares page ids (on every rank).
+  int64_t kv_rank = 0, state_rank = 0;
   for (const StateDecl& s : bp->program_.states) {
     int64_t row = dtype_bytes(s.dtype, s.shape.numel());
     if (s.kind == StateKind::kKvPages)
-      bp->kv_bytes_per_page_ += row * cache.page_size;
+      kv_rank += row * cache.page_size;
     else
-      bp->state_bytes_per_slot_ += row;
+      state_rank += row;
   }
+  bp->kv_bytes_per_page_ = kv_rank * world;
+  bp->state_bytes_per_slot_ = state_rank * world;
   int32_t num_pages = 0;
   if (bp->kv_bytes_per_page_ > 0) {
     num_pages = cache.num_pages > 0
@@ -69,41 +160,54 @@ Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const Mode
     num_slots = cache.num_state_slots > 0 ? cache.num_state_slots
                                           : static_cast<int32_t>(limits.max_sequences);
   bp->slots_.init(num_slots);
-  for (const StateDecl& s : bp->program_.states) {
-    Shape shape;
-    int64_t count = s.kind == StateKind::kKvPages ? num_pages : num_slots;
-    shape.push_back(count);
-    if (s.kind == StateKind::kKvPages) shape.push_back(cache.page_size);
-    for (int i = 0; i < s.shape.rank(); ++i) shape.push_back(s.shape[i]);
-    int64_t bytes = dtype_bytes(s.dtype, shape.numel());
-    FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
-    bp->state_views_[s.name] = TensorView{buf.data(), s.dtype, shape};
-    bp->states_.emplace(s.name, std::move(buf));
+
+  for (Rank& rank : bp->ranks_) {
+    Device& device = *rank.device;
+    for (const ValueDecl& v : bp->program_.values) {
+      DType dt = v.activation_dtype ? bp->plan_.activation_dtype : v.dtype;
+      int64_t bytes = dtype_bytes(dt, value_rows(v, limits) * v.width);
+      FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
+      rank.values.emplace(v.name, std::move(buf));
+    }
+    for (const StateDecl& s : bp->program_.states) {
+      Shape shape;
+      int64_t count = s.kind == StateKind::kKvPages ? num_pages : num_slots;
+      shape.push_back(count);
+      if (s.kind == StateKind::kKvPages) shape.push_back(cache.page_size);
+      for (int i = 0; i < s.shape.rank(); ++i) shape.push_back(s.shape[i]);
+      int64_t bytes = dtype_bytes(s.dtype, shape.numel());
+      FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
+      rank.state_views[s.name] = TensorView{buf.data(), s.dtype, shape};
+      rank.states.emplace(s.name, std::move(buf));
+    }
+    bp->bind_views(rank);
+    FERRITE_ASSIGN_OR_RETURN(rank.workspace,
+                             DeviceBuffer::allocate(device, bp->plan_.workspace_bytes));
   }
   for (int32_t slot = 0; slot < num_slots; ++slot)
     FERRITE_RETURN_IF_ERROR(bp->reset_state_slot(slot));
-
-  bp->bind_views();
-  FERRITE_ASSIGN_OR_RETURN(bp->workspace_,
-                           DeviceBuffer::allocate(device, bp->plan_.workspace_bytes));
+  Device& device0 = *bp->ranks_[0].device;
   FERRITE_ASSIGN_OR_RETURN(bp->tokens_out_,
-                           DeviceBuffer::allocate(device, 4 * limits.max_sequences));
+                           DeviceBuffer::allocate(device0, 4 * limits.max_sequences));
   FERRITE_ASSIGN_OR_RETURN(bp->logprobs_out_,
-                           DeviceBuffer::allocate(device, 4 * limits.max_sequences));
+                           DeviceBuffer::allocate(device0, 4 * limits.max_sequences));
+  if (world > 1) bp->threads_ = std::make_unique<RankThreads>(world);
   return bp;
 }
 
 Status BoundPlan::reset_state_slot(int32_t slot) {
-  for (const StateDecl& s : program_.states) {
-    if (s.kind != StateKind::kRecurrentSlot) continue;
-    const TensorView& v = state_views_.at(s.name);
-    int64_t row = dtype_bytes(s.dtype, s.shape.numel());
-    char* p = static_cast<char*>(v.data) + row * slot;
-    if (device_.host_accessible()) {
-      std::memset(p, 0, row);
-    } else {
-      std::vector<char> zeros(row, 0);
-      FERRITE_RETURN_IF_ERROR(device_.copy_to_device(p, zeros.data(), row));
+  for (Rank& rank : ranks_) {
+    for (const StateDecl& s : program_.states) {
+      if (s.kind != StateKind::kRecurrentSlot) continue;
+      const TensorView& v = rank.state_views.at(s.name);
+      int64_t row = dtype_bytes(s.dtype, s.shape.numel());
+      char* p = static_cast<char*>(v.data) + row * slot;
+      if (rank.device->host_accessible()) {
+        std::memset(p, 0, row);
+      } else {
+        std::vector<char> zeros(row, 0);
+        FERRITE_RETURN_IF_ERROR(rank.device->copy_to_device(p, zeros.data(), row));
+      }
     }
   }
   return Status::ok();
@@ -116,21 +220,28 @@ Status BoundPlan::reserve_snapshots(int32_t n) {
   if (!has_recurrent_state()) n = 0;
   if (copier_) FERRITE_RETURN_IF_ERROR(copier_->bind({}));
   snapshot_rows_.clear();
-  snapshot_buffers_.clear();  // frees before the new storage is allocated
+  snapshot_row_rank_.clear();
+  for (Rank& rank : ranks_) rank.snapshot_buffers.clear();  // frees before the new storage
   snapshot_slots_.init(n);
   if (n == 0) return Status::ok();
-  for (const StateDecl& s : program_.states) {
-    if (s.kind != StateKind::kRecurrentSlot) continue;
-    const int64_t row = dtype_bytes(s.dtype, s.shape.numel());
-    auto buf = DeviceBuffer::allocate(device_, static_cast<size_t>(row * n));
-    if (!buf.is_ok()) {
-      snapshot_buffers_.clear();
-      snapshot_slots_.init(0);
-      return buf.status().with_context("prefix-cache state snapshots");
+  for (int r = 0; r < world_size(); ++r) {
+    Rank& rank = ranks_[r];
+    for (const StateDecl& s : program_.states) {
+      if (s.kind != StateKind::kRecurrentSlot) continue;
+      const int64_t row = dtype_bytes(s.dtype, s.shape.numel());
+      auto buf = DeviceBuffer::allocate(*rank.device, static_cast<size_t>(row * n));
+      if (!buf.is_ok()) {
+        for (Rank& q : ranks_) q.snapshot_buffers.clear();
+        snapshot_rows_.clear();
+        snapshot_row_rank_.clear();
+        snapshot_slots_.init(0);
+        return buf.status().with_context("prefix-cache state snapshots");
+      }
+      snapshot_rows_.push_back(StateRows{static_cast<char*>(rank.state_views.at(s.name).data),
+                                         static_cast<char*>(buf->data()), row});
+      snapshot_row_rank_.push_back(r);
+      rank.snapshot_buffers.emplace(s.name, std::move(buf).value());
     }
-    snapshot_rows_.push_back(StateRows{static_cast<char*>(state_views_.at(s.name).data),
-                                       static_cast<char*>(buf->data()), row});
-    snapshot_buffers_.emplace(s.name, std::move(buf).value());
   }
   if (copier_) FERRITE_RETURN_IF_ERROR(copier_->bind(snapshot_rows_));
   return Status::ok();
@@ -150,12 +261,13 @@ Status BoundPlan::copy_snapshot(int32_t slot, int32_t snapshot, StateCopyDirecti
   if (snapshot < 0 || snapshot >= snapshot_slots_.num_slots())
     return invalid_argument(fmt::format("state snapshot {} out of range", snapshot));
   if (copier_) return copier_->copy(slot, snapshot, direction);
-  for (const StateRows& r : snapshot_rows_) {
+  for (size_t i = 0; i < snapshot_rows_.size(); ++i) {
+    const StateRows& r = snapshot_rows_[i];
     char* work = r.slots + r.row_bytes * slot;
     char* snap = r.snapshots + r.row_bytes * snapshot;
     const bool to = direction == StateCopyDirection::kToSnapshot;
-    FERRITE_RETURN_IF_ERROR(device_.copy_on_device(to ? snap : work, to ? work : snap,
-                                                   static_cast<size_t>(r.row_bytes)));
+    FERRITE_RETURN_IF_ERROR(ranks_[snapshot_row_rank_[i]].device->copy_on_device(
+        to ? snap : work, to ? work : snap, static_cast<size_t>(r.row_bytes)));
   }
   return Status::ok();
 }
@@ -205,42 +317,65 @@ Status BoundPlan::validate_batch(const StepBatch& batch) const {
   return Status::ok();
 }
 
-Status BoundPlan::run_node(const PlannedNode& node, const StepBatch& batch,
+Status BoundPlan::run_node(Rank& rank, const PlannedNode& node, const StepBatch& batch,
                            const SamplingBatch* sampling, std::span<const TensorView> bindings) {
   Invocation inv;
   inv.signature = &node.signature;
   inv.bindings = bindings;
   inv.batch = &batch;
   inv.sampling = sampling;
-  inv.workspace = workspace_.data();
-  inv.workspace_bytes = static_cast<int64_t>(workspace_.size());
-  inv.ctx = &ctx_;
+  inv.workspace = rank.workspace.data();
+  inv.workspace_bytes = static_cast<int64_t>(rank.workspace.size());
+  inv.ctx = &rank.ctx;
   Status s = node.provider->encode(inv);
   if (!s.is_ok()) return s.with_context(node.node ? node.node->name : "sampler");
   return Status::ok();
 }
 
-Status BoundPlan::forward(const StepBatch& batch) {
-  FERRITE_RETURN_IF_ERROR(validate_batch(batch));
-  DeviceBuffer& ids = values_.at(program_.ids_value);
+Status BoundPlan::forward_rank(Rank& rank, const StepBatch& batch) {
+  DeviceBuffer& ids = rank.values.at(program_.ids_value);
   FERRITE_RETURN_IF_ERROR(
-      device_.copy_to_device(ids.data(), batch.token_ids.data(), 4 * batch.token_ids.size()));
+      rank.device->copy_to_device(ids.data(), batch.token_ids.data(), 4 * batch.token_ids.size()));
   // Records every node for `b` (the step itself, or the step padded to a
   // graph bucket by the backend's StepRunner).
-  auto encode_nodes = [&](const StepBatch& b) -> Status { return run_nodes(b); };
-  if (ctx_.runner) {
-    FERRITE_RETURN_IF_ERROR(ctx_.runner->run(batch, encode_nodes));
+  auto encode_nodes = [&](const StepBatch& b) -> Status { return run_nodes(rank, b); };
+  if (rank.ctx.runner) return rank.ctx.runner->run(batch, encode_nodes);
+  if (rank.ctx.preparer) FERRITE_RETURN_IF_ERROR(rank.ctx.preparer->prepare(batch));
+  return encode_nodes(batch);
+}
+
+Status BoundPlan::forward(const StepBatch& batch) {
+  FERRITE_RETURN_IF_ERROR(validate_batch(batch));
+  if (ranks_.size() == 1) {
+    FERRITE_RETURN_IF_ERROR(forward_rank(ranks_[0], batch));
   } else {
-    if (ctx_.preparer) FERRITE_RETURN_IF_ERROR(ctx_.preparer->prepare(batch));
-    FERRITE_RETURN_IF_ERROR(encode_nodes(batch));
+    // Every rank at once; a failing rank aborts the group so that the
+    // others do not wait for it in a collective.
+    const std::vector<Status>& st = threads_->run([&](int r) {
+      Status s = forward_rank(ranks_[r], batch);
+      if (!s.is_ok() && ranks_[r].ctx.comm) ranks_[r].ctx.comm->abort();
+      return s;
+    });
+    // The first failure that is not the abort it caused elsewhere.
+    const Status* first = nullptr;
+    for (int r = 0; r < world_size(); ++r) {
+      if (st[r].is_ok()) continue;
+      if (!first || (first->code() == StatusCode::kCancelled &&
+                     st[r].code() != StatusCode::kCancelled))
+        first = &st[r];
+    }
+    if (first) {
+      for (int r = 0; r < world_size(); ++r)
+        if (&st[r] == first) return first->with_context(fmt::format("tensor-parallel rank {}", r));
+    }
   }
   last_sequences_ = batch.num_sequences();
   return Status::ok();
 }
 
-void BoundPlan::bind_views() {
-  bound_nodes_.clear();
-  bound_nodes_.reserve(plan_.nodes.size());
+void BoundPlan::bind_views(Rank& rank) {
+  rank.bound_nodes.clear();
+  rank.bound_nodes.reserve(plan_.nodes.size());
   for (const PlannedNode& node : plan_.nodes) {
     BoundNode bn;
     for (const BindingRef& ref : node.node->bindings) {
@@ -250,7 +385,7 @@ void BoundPlan::bind_views() {
           break;
         case BindingRef::Source::kValue: {
           const ValueDecl* decl = program_.find_value(ref.name);
-          v.data = values_.at(ref.name).data();
+          v.data = rank.values.at(ref.name).data();
           v.dtype = decl->activation_dtype ? plan_.activation_dtype : decl->dtype;
           // The first dimension is the step's tokens or sequences.
           v.shape = decl->width == 1 && decl->rows == ValueRows::kTokens && !decl->activation_dtype
@@ -260,31 +395,31 @@ void BoundPlan::bind_views() {
           break;
         }
         case BindingRef::Source::kWeight:
-          v = *weights_->find(ref.name);
+          v = *rank.weights->find(ref.name);
           break;
         case BindingRef::Source::kState:
-          v = state_views_.at(ref.name);
+          v = rank.state_views.at(ref.name);
           break;
       }
       bn.views.push_back(v);
     }
-    bound_nodes_.push_back(std::move(bn));
+    rank.bound_nodes.push_back(std::move(bn));
   }
 }
 
-Status BoundPlan::run_nodes(const StepBatch& batch) {
+Status BoundPlan::run_nodes(Rank& rank, const StepBatch& batch) {
   const int64_t tokens = batch.num_tokens(), sequences = batch.num_sequences();
   for (size_t i = 0; i < plan_.nodes.size(); ++i) {
-    BoundNode& bn = bound_nodes_[i];
+    BoundNode& bn = rank.bound_nodes[i];
     for (const BoundNode::StepRows& r : bn.step_rows)
       bn.views[r.index].shape[0] = r.rows == ValueRows::kTokens ? tokens : sequences;
-    FERRITE_RETURN_IF_ERROR(run_node(plan_.nodes[i], batch, nullptr, bn.views));
+    FERRITE_RETURN_IF_ERROR(run_node(rank, plan_.nodes[i], batch, nullptr, bn.views));
   }
   return Status::ok();
 }
 
 TensorView BoundPlan::logits() const {
-  return TensorView{values_.at(program_.logits_value).data(), DType::kF32,
+  return TensorView{ranks_[0].values.at(program_.logits_value).data(), DType::kF32,
                     Shape{last_sequences_, program_.vocab_size}};
 }
 
@@ -313,7 +448,7 @@ Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sam
   if (top_n > 0 && top_ids && top_logprobs) {
     if (!top_out_.data()) {
       FERRITE_ASSIGN_OR_RETURN(
-          top_out_, DeviceBuffer::allocate(device_, 8 * am::kMaxTopLogprobs * plan_.limits.max_sequences));
+          top_out_, DeviceBuffer::allocate(*ranks_[0].device, 8 * am::kMaxTopLogprobs * plan_.limits.max_sequences));
     }
     char* base = static_cast<char*>(top_out_.data());
     bindings[at(am::kTopIds, ts::kTopIds)] = TensorView{base, DType::kU32, Shape{s, top_n}};
@@ -325,28 +460,28 @@ Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sam
     if (static_cast<int64_t>(sampling.allowed.size()) != s * words)
       return invalid_argument("allowed-id bitmap does not match the step");
     void* bits = const_cast<uint32_t*>(sampling.allowed.data());
-    if (!device_.host_accessible()) {
+    if (!ranks_[0].device->host_accessible()) {
       if (!allowed_in_.data()) {
         FERRITE_ASSIGN_OR_RETURN(
-            allowed_in_, DeviceBuffer::allocate(device_, 4 * words * plan_.limits.max_sequences));
+            allowed_in_, DeviceBuffer::allocate(*ranks_[0].device, 4 * words * plan_.limits.max_sequences));
       }
-      FERRITE_RETURN_IF_ERROR(device_.copy_to_device(allowed_in_.data(), bits, 4 * s * words));
+      FERRITE_RETURN_IF_ERROR(ranks_[0].device->copy_to_device(allowed_in_.data(), bits, 4 * s * words));
       bits = allowed_in_.data();
     }
     bindings[at(am::kAllowed, ts::kAllowed)] = TensorView{bits, DType::kU32, Shape{s, words}};
   }
-  FERRITE_RETURN_IF_ERROR(run_node(node, batch, &sampling, bindings));
+  FERRITE_RETURN_IF_ERROR(run_node(ranks_[0], node, batch, &sampling, bindings));
   tokens->resize(s);
-  FERRITE_RETURN_IF_ERROR(device_.copy_to_host(tokens->data(), tokens_out_.data(), 4 * s));
+  FERRITE_RETURN_IF_ERROR(ranks_[0].device->copy_to_host(tokens->data(), tokens_out_.data(), 4 * s));
   if (logprobs) {
     logprobs->resize(s);
-    FERRITE_RETURN_IF_ERROR(device_.copy_to_host(logprobs->data(), logprobs_out_.data(), 4 * s));
+    FERRITE_RETURN_IF_ERROR(ranks_[0].device->copy_to_host(logprobs->data(), logprobs_out_.data(), 4 * s));
   }
   if (top_n > 0 && top_ids && top_logprobs) {
     // One copy of both tables (ids, then logprobs).
     top_host_.resize(2 * static_cast<size_t>(s) * top_n);
     FERRITE_RETURN_IF_ERROR(
-        device_.copy_to_host(top_host_.data(), top_out_.data(), 8 * static_cast<size_t>(s) * top_n));
+        ranks_[0].device->copy_to_host(top_host_.data(), top_out_.data(), 8 * static_cast<size_t>(s) * top_n));
     top_ids->assign(top_host_.begin(), top_host_.begin() + s * top_n);
     top_logprobs->resize(static_cast<size_t>(s) * top_n);
     std::memcpy(top_logprobs->data(), top_host_.data() + s * top_n, 4 * static_cast<size_t>(s) * top_n);

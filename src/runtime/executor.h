@@ -3,6 +3,19 @@
 // one batched invocation per node over all sequences; `choose_tokens` runs
 // the sampler stage on the logits.
 //
+// Tensor parallelism (runtime/tensor_parallel.h): a plan of a program split
+// W ways is bound on W ranks, each with its device, execution context (its
+// communicator endpoint, its CPU pool or stream) and its cut of the weights,
+// and its own values, KV pages and state slots of the rank's sizes. The page
+// pool and the slots (the bookkeeping) are one: a page id or a slot means
+// the same rows on every rank. `forward` runs the nodes on every rank at
+// once (rank 0 on the calling thread, the others on the plan's rank
+// threads); the plan's collective nodes meet across ranks. Logits (whole,
+// after the LM head's all-gather) and the sampler stage are rank 0's. Sizes
+// reported (kv_bytes_per_page, state_bytes_per_slot) are the sums over the
+// ranks. When a rank fails, it aborts the group: that step and every later
+// one fail (the plan must be rebuilt).
+//
 // Not thread-safe: one engine loop owns a bound plan.
 #pragma once
 
@@ -24,12 +37,25 @@ struct CacheConfig {
   int32_t num_state_slots = 0;  // 0: limits.max_sequences
 };
 
+// One rank of a bound plan: its device, execution context and weights.
+struct RankBinding {
+  Device* device = nullptr;
+  ExecContext ctx;
+  std::unique_ptr<WeightStore> weights;
+};
+
 class BoundPlan {
  public:
   static Result<std::unique_ptr<BoundPlan>> bind(ResolvedPlan plan, const ModelProgram& program,
                                                  std::unique_ptr<WeightStore> weights,
                                                  Device& device, ExecContext ctx,
                                                  const CacheConfig& cache);
+  // One RankBinding per rank of the program (program.tensor_parallel).
+  static Result<std::unique_ptr<BoundPlan>> bind(ResolvedPlan plan, const ModelProgram& program,
+                                                 std::vector<RankBinding> ranks,
+                                                 const CacheConfig& cache);
+  ~BoundPlan();
+  int world_size() const { return static_cast<int>(ranks_.size()); }
 
   const ResolvedPlan& plan() const { return plan_; }
   const ModelProgram& program() const { return program_; }
@@ -39,8 +65,9 @@ class BoundPlan {
   bool has_recurrent_state() const { return state_bytes_per_slot_ > 0; }
   int64_t kv_bytes_per_page() const { return kv_bytes_per_page_; }
   int64_t state_bytes_per_slot() const { return state_bytes_per_slot_; }
-  const WeightStore& weights() const { return *weights_; }
-  Device& device() { return device_; }
+  const WeightStore& weights() const { return *ranks_[0].weights; }  // rank 0's
+  const WeightStore& rank_weights(int rank) const { return *ranks_[rank].weights; }
+  Device& device() { return *ranks_[0].device; }  // rank 0's
 
   // Runs the nodes on `batch`; afterwards logits() holds one f32 row per
   // sequence. Validates the batch (token ids, ranges, block tables) first.
@@ -77,16 +104,7 @@ class BoundPlan {
   void set_state_copier(std::unique_ptr<StateCopier> copier);
 
  private:
-  BoundPlan(ResolvedPlan plan, const ModelProgram& program, Device& device, ExecContext ctx)
-      : plan_(std::move(plan)), program_(program), device_(device), ctx_(ctx) {}
-  Status validate_batch(const StepBatch& batch) const;
-  Status run_nodes(const StepBatch& batch);
-  Status copy_snapshot(int32_t slot, int32_t snapshot, StateCopyDirection direction);
-  Status run_node(const PlannedNode& node, const StepBatch& batch, const SamplingBatch* sampling,
-                  std::span<const TensorView> bindings);
-  // Resolves every node's binding views once (at bind): a step only sets
-  // the row count of its per-step values.
-  void bind_views();
+  BoundPlan(ResolvedPlan plan, const ModelProgram& program);
   struct BoundNode {
     std::vector<TensorView> views;  // the node's bindings, schema order
     struct StepRows {
@@ -95,17 +113,34 @@ class BoundPlan {
     };
     std::vector<StepRows> step_rows;
   };
-  std::vector<BoundNode> bound_nodes_;  // one per plan_.nodes
+  // Everything one rank holds.
+  struct Rank {
+    Device* device = nullptr;
+    ExecContext ctx;
+    std::unique_ptr<WeightStore> weights;
+    std::map<std::string, DeviceBuffer> values;
+    std::map<std::string, DeviceBuffer> states;
+    std::map<std::string, TensorView> state_views;
+    std::map<std::string, DeviceBuffer> snapshot_buffers;
+    DeviceBuffer workspace;
+    std::vector<BoundNode> bound_nodes;  // one per plan_.nodes
+  };
+  class RankThreads;
+
+  Status validate_batch(const StepBatch& batch) const;
+  Status forward_rank(Rank& rank, const StepBatch& batch);
+  Status run_nodes(Rank& rank, const StepBatch& batch);
+  Status copy_snapshot(int32_t slot, int32_t snapshot, StateCopyDirection direction);
+  Status run_node(Rank& rank, const PlannedNode& node, const StepBatch& batch,
+                  const SamplingBatch* sampling, std::span<const TensorView> bindings);
+  // Resolves every node's binding views once (at bind): a step only sets
+  // the row count of its per-step values.
+  void bind_views(Rank& rank);
 
   ResolvedPlan plan_;
   ModelProgram program_;  // a copy: plan_ nodes point into it
-  Device& device_;
-  ExecContext ctx_;
-  std::unique_ptr<WeightStore> weights_;
-  std::map<std::string, DeviceBuffer> values_;
-  std::map<std::string, DeviceBuffer> states_;
-  std::map<std::string, TensorView> state_views_;
-  DeviceBuffer workspace_;
+  std::vector<Rank> ranks_;
+  std::unique_ptr<RankThreads> threads_;  // ranks 1.. (tensor parallelism)
   DeviceBuffer tokens_out_, logprobs_out_;
   DeviceBuffer allowed_in_;  // device copy of SamplingBatch::allowed (on first use)
   DeviceBuffer top_out_;     // top ids, then top logprobs (on first use)
@@ -113,8 +148,8 @@ class BoundPlan {
   PagePool pages_;
   StateSlots slots_;
   StateSlots snapshot_slots_;
-  std::map<std::string, DeviceBuffer> snapshot_buffers_;
-  std::vector<StateRows> snapshot_rows_;  // one per recurrent state tensor
+  std::vector<StateRows> snapshot_rows_;  // one per recurrent state tensor and rank
+  std::vector<int> snapshot_row_rank_;    // the rank of each
   std::unique_ptr<StateCopier> copier_;
   int64_t kv_bytes_per_page_ = 0;
   int64_t state_bytes_per_slot_ = 0;

@@ -201,7 +201,17 @@ Result<ResolvedPlan> plan_program(const ModelProgram& program, const Registry& r
   plan.backend = registry.backend();
   plan.activation_dtype = options.activation_dtype;
   plan.limits = options.limits;
+  plan.tensor_parallel = program.tensor_parallel;
   std::vector<std::string> errors;
+  // Tensor parallelism runs on the CPU backend only until a two-GPU machine
+  // has run it on CUDA (NCCL communicator, CUDA collective providers, the
+  // block providers' partial_out: see docs/tensor_parallel.md).
+  if (program.tensor_parallel > 1 && plan.backend != BackendKind::kCpu)
+    return unsupported(fmt::format(
+        "--tensor-parallel-size {}: tensor parallelism is not verified on the {} backend yet "
+        "(it runs on --device cpu; on CUDA no two-GPU run has checked it, so it is refused "
+        "rather than shipped unverified)",
+        program.tensor_parallel, backend_name(plan.backend)));
 
   // The repacked Hugging Face formats (FP8 / GPTQ / AWQ / compressed-tensors
   // checkpoints, models/hf_quant.h) have CPU reference providers only: one
@@ -272,6 +282,7 @@ Result<ResolvedPlan> plan_program(const ModelProgram& program, const Registry& r
   uint64_t h = fnv1a(program.family);
   h = hash_combine(h, static_cast<uint64_t>(plan.activation_dtype));
   h = hash_combine(h, options.tuning.fingerprint());
+  if (program.tensor_parallel > 1) h = hash_combine(h, 0x7470ull + program.tensor_parallel);
   for (const PlannedNode& n : plan.nodes) {
     plan.workspace_bytes = std::max(plan.workspace_bytes, n.workspace_bytes);
     h = hash_combine(h, n.signature.contract->fingerprint());

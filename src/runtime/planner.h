@@ -38,6 +38,7 @@ struct ResolvedPlan {
   PlannedNode argmax;
   PlannedNode sampler;
   int64_t workspace_bytes = 0;  // max over nodes (nodes run one after another)
+  int tensor_parallel = 1;      // ranks (the program's split, runtime/tensor_parallel.h)
   uint64_t fingerprint = 0;
   // "node -> provider" lines.
   std::string to_string() const;

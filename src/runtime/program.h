@@ -26,6 +26,25 @@ struct WeightSlice {
   int64_t rows = -1;  // -1: to the end
 };
 
+// Tensor parallelism (runtime/tensor_parallel.h): how one rank's weight is
+// cut from the whole checkpoint weight. Along dimension `dim` of the whole
+// weight (`full_shape`), the segments follow one another; a segment of
+// `size` is cut into `parts` equal parts, and rank r of a world of W takes
+// part r / (W / parts) of every segment (parts == W: one part each; parts <
+// W: a part is replicated on W / parts ranks, e.g. a KV head when the KV
+// heads are fewer than the ranks). The rank's weight is its parts, in
+// order, with the other dimensions whole.
+struct WeightShard {
+  int dim = -1;  // -1: not cut (every rank holds the whole weight)
+  Shape full_shape;
+  struct Segment {
+    int64_t size = 0;
+    int64_t parts = 1;
+  };
+  std::vector<Segment> segments;
+  bool split() const { return dim >= 0; }
+};
+
 struct WeightDecl {
   std::string name;  // checkpoint name, e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;       // expected shape, from the config
@@ -37,6 +56,8 @@ struct WeightDecl {
   // owned memory. The loader keeps the first alternative whose tensors the
   // checkpoint holds; an alternative of one whole tensor stays zero-copy.
   std::vector<std::vector<WeightSlice>> sources;
+  // Tensor-parallel programs: `shape` is the rank's; the cut is here.
+  WeightShard shard;
 };
 
 enum class ValueRows { kTokens, kSequences };
@@ -92,6 +113,9 @@ struct ModelProgram {
   std::string ids_value = "ids";        // u32 [tokens]: the step's token ids
   std::string logits_value = "logits";  // f32 [sequences, vocab]
   int64_t vocab_size = 0;
+  // Ranks the program was split for (runtime/tensor_parallel.h): every rank
+  // runs this same program on its own shard of the weights; 1: not split.
+  int tensor_parallel = 1;
 
   const WeightDecl* find_weight(const std::string& name) const;
   const ValueDecl* find_value(const std::string& name) const;

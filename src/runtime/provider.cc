@@ -12,6 +12,7 @@ uint64_t ProviderDescriptor::fingerprint() const {
   h = hash_combine(h, static_cast<uint64_t>(contract_major));
   for (DType t : activation_dtypes) h = hash_combine(h, static_cast<uint64_t>(t));
   for (DType t : weight_dtypes) h = hash_combine(h, static_cast<uint64_t>(t) + 1000);
+  if (partial_out) h = hash_combine(h, 0x7061727469616cull);
   return h;
 }
 
@@ -28,6 +29,8 @@ Status Provider::supports(const NodeSignature& node) const {
                        " activations");
   const auto& specs = node.contract->bindings();
   for (size_t i = 0; i < specs.size() && i < node.binding_dtypes.size(); ++i) {
+    if (specs[i].role == "partial_out" && node.binding_dtypes[i] && !d.partial_out)
+      return unsupported(d.name + ": no partial_out (tensor-parallel) output");
     if (specs[i].kind != BindingKind::kWeight || !node.binding_dtypes[i]) continue;
     if (!has(d.weight_dtypes, *node.binding_dtypes[i]))
       return unsupported(d.name + ": no " + std::string(dtype_name(*node.binding_dtypes[i])) +

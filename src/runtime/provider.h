@@ -24,6 +24,7 @@
 namespace ferrite {
 
 class ThreadPool;
+class Communicator;
 
 // Upper bounds of one step, fixed when a plan is bound.
 struct StepLimits {
@@ -47,6 +48,10 @@ struct ProviderDescriptor {
   bool deterministic = true;             // same inputs -> same bits, whatever the batch
   bool replay_safe = true;               // may be captured in a graph and replayed
   int priority = 0;                      // the planner prefers the highest
+  // Writes the optional partial_out binding of the block contracts (their
+  // tensor-parallel output, runtime/tensor_parallel.h) when it is bound: the
+  // default supports() refuses such a node for a provider without it.
+  bool partial_out = false;
   std::string summary;                   // one line for `ferrite info`
   uint64_t fingerprint() const;
 };
@@ -91,6 +96,10 @@ struct ExecContext {
   StepPreparer* preparer = nullptr;  // optional
   StepRunner* runner = nullptr;      // optional (graph replay)
   void* backend = nullptr;           // optional backend-private state
+  // Tensor parallelism: the rank's endpoint of the plan's group (the
+  // tp_* collective contracts call it); null when the plan has one rank.
+  Communicator* comm = nullptr;
+  int rank = 0;
 };
 
 struct Invocation {

@@ -1,6 +1,7 @@
 // The backends the conformance suite runs. A new backend adds itself here.
 #include "backends/cpu/cpu_providers.h"
 #include "base/thread_pool.h"
+#include "runtime/communicator.h"
 #include "tests/conformance/conformance.h"
 #ifdef FERRITE_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -16,6 +17,11 @@ std::vector<Backend> available_backends() {
   cpu.registry = make_cpu_registry(CpuProviderSet::kBoth);
   cpu.ctx.device = cpu.device.get();
   cpu.ctx.pool = &ThreadPool::global();
+  // The tp_* collectives run in a world of one here (tests/parallel runs
+  // them across ranks).
+  std::shared_ptr<Communicator> comm = std::move(make_cpu_communicators(1).value()[0]);
+  cpu.ctx.comm = comm.get();
+  cpu.keep_alive = comm;
   out.push_back(std::move(cpu));
 #ifdef FERRITE_HAVE_CUDA
   if (cuda_device_present()) {

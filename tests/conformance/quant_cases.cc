@@ -50,7 +50,7 @@ HostTensor quantized(const HostTensor& t, DType to) {
 bool requantize(Case& c, DType to) {
   bool any = false;
   const auto& specs = c.contract->bindings();
-  for (size_t b = 0; b < specs.size(); ++b) {
+  for (size_t b = 0; b < specs.size() && b < c.bindings.size(); ++b) {
     HostTensor& t = c.bindings[b];
     if (specs[b].kind != BindingKind::kWeight || !t.present() || t.shape.rank() < 2) continue;
     if (t.shape[t.shape.rank() - 1] % dtype_block_elems(to) != 0) continue;

@@ -46,6 +46,8 @@ class CausalPagedAttentionReference final : public Provider {
     const int64_t page_size = kc.shape[1];
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     float* hidden = b[kHidden].as<float>();
+    // partial_out (1.1): the block's contribution is written there, hidden only read.
+    float* partial = b.size() > kPartialOut && b[kPartialOut].data ? b[kPartialOut].as<float>() : nullptr;
 
     std::vector<float> n(H), qfull(q_rows), k(nkv * hd), v(nkv * hd), attn(nh * hd), out(H);
     for (const SequenceSlice& seq : inv.batch->sequences) {
@@ -112,7 +114,11 @@ class CausalPagedAttentionReference final : public Provider {
           }
         }
         ref::matvec(attn.data(), b[kOProj], nh * hd, H, out.data());
-        for (int64_t i = 0; i < H; ++i) hidden[t * H + i] += out[i];
+        for (int64_t i = 0; i < H; ++i)
+          if (partial)
+            partial[t * H + i] = out[i];
+          else
+            hidden[t * H + i] += out[i];
       }
     }
     return Status::ok();
@@ -181,6 +187,8 @@ class CausalPagedAttentionFast final : public Provider {
     float* per_part = scratch.floats(parts * (max_context + hd));
 
     float* hidden = b[kHidden].as<float>();
+    // partial_out (1.1): the block's contribution is written there, hidden only read.
+    float* partial = b.size() > kPartialOut && b[kPartialOut].data ? b[kPartialOut].as<float>() : nullptr;
     rms_norm(hidden, tokens, H, b[kInputNorm].data, b[kInputNorm].dtype, eps, p.zero_centred, n,
              pool);
     matmul(n, tokens, H, b[kQProj].data, b[kQProj].dtype, q_rows, q, pool);
@@ -272,7 +280,10 @@ class CausalPagedAttentionFast final : public Provider {
     } else {
       for (int64_t part = 0; part < parts; ++part) attend(part);
     }
-    matmul_accumulate(attn, tokens, nh * hd, b[kOProj].data, b[kOProj].dtype, H, hidden, pool);
+    if (partial)
+      matmul(attn, tokens, nh * hd, b[kOProj].data, b[kOProj].dtype, H, partial, pool);
+    else
+      matmul_accumulate(attn, tokens, nh * hd, b[kOProj].data, b[kOProj].dtype, H, hidden, pool);
     return Status::ok();
   }
 

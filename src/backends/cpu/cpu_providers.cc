@@ -21,6 +21,8 @@
   X(gated_delta_recurrent_attention_reference, kRef)     \
   X(routed_swiglu_moe_reference, kRef)                   \
   X(routed_shared_swiglu_moe_reference, kRef)            \
+  X(tp_all_reduce_sum, kShared)                          \
+  X(tp_all_gather, kShared)                              \
   X(rms_norm_fast, kFast)                                \
   X(dense_linear_fast, kFast)                            \
   X(dense_swiglu_fast, kFast)                            \

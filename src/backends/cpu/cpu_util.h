@@ -48,6 +48,7 @@ inline ProviderDescriptor cpu_descriptor(std::string name, const ContractSchema&
   d.activation_dtypes = {DType::kF32};
   d.weight_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
   d.paged_kv = paged_kv;
+  d.partial_out = true;  // every CPU block provider writes partial_out when bound
   d.priority = priority;
   d.summary = std::move(summary);
   return d;

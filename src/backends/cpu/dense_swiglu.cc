@@ -19,6 +19,9 @@ class DenseSwigluReference final : public Provider {
     const int64_t h = static_cast<int64_t>(p.hidden_size);
     const int64_t im = static_cast<int64_t>(p.intermediate_size);
     float* hidden = inv.bindings[kHidden].as<float>();
+    const auto& b = inv.bindings;
+    // partial_out (1.1): the block's contribution is written there, hidden only read.
+    float* partial = b.size() > kPartialOut && b[kPartialOut].data ? b[kPartialOut].as<float>() : nullptr;
     std::vector<float> n(h), g(im), u(im), d(h);
     for (int32_t t = 0; t < inv.batch->num_tokens(); ++t) {
       float* row = hidden + t * h;
@@ -27,7 +30,11 @@ class DenseSwigluReference final : public Provider {
       ref::matvec(n.data(), inv.bindings[kUp], h, im, u.data());
       for (int64_t i = 0; i < im; ++i) g[i] = ref::silu(g[i]) * u[i];
       ref::matvec(g.data(), inv.bindings[kDown], im, h, d.data());
-      for (int64_t i = 0; i < h; ++i) row[i] += d[i];
+      for (int64_t i = 0; i < h; ++i)
+        if (partial)
+          partial[t * h + i] = d[i];
+        else
+          row[i] += d[i];
     }
     return Status::ok();
   }
@@ -61,12 +68,17 @@ class DenseSwigluFast final : public Provider {
     float* g = scratch.floats(tokens * im);
     float* u = scratch.floats(tokens * im);
     float* hidden = b[kHidden].as<float>();
+    // partial_out (1.1): the block's contribution is written there, hidden only read.
+    float* partial = b.size() > kPartialOut && b[kPartialOut].data ? b[kPartialOut].as<float>() : nullptr;
     rms_norm(hidden, tokens, h, b[kNorm].data, b[kNorm].dtype, static_cast<float>(p.eps),
              p.zero_centred, n, pool);
     matmul(n, tokens, h, b[kGate].data, b[kGate].dtype, im, g, pool);
     matmul(n, tokens, h, b[kUp].data, b[kUp].dtype, im, u, pool);
     silu_mul(g, u, tokens * im, g);
-    matmul_accumulate(g, tokens, im, b[kDown].data, b[kDown].dtype, h, hidden, pool);
+    if (partial)
+      matmul(g, tokens, im, b[kDown].data, b[kDown].dtype, h, partial, pool);
+    else
+      matmul_accumulate(g, tokens, im, b[kDown].data, b[kDown].dtype, h, hidden, pool);
     return Status::ok();
   }
 

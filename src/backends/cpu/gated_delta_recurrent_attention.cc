@@ -47,6 +47,8 @@ class GatedDeltaReference final : public Provider {
     const int64_t VD = Hv * dv;
     const auto& b = inv.bindings;
     float* hidden = b[kHidden].as<float>();
+    // partial_out (1.1): the block's contribution is written there, hidden only read.
+    float* partial = b.size() > kPartialOut && b[kPartialOut].data ? b[kPartialOut].as<float>() : nullptr;
     float* conv_state = b[kConvState].as<float>();
     float* delta_state = b[kDeltaState].as<float>();
     std::vector<float> n(H), x(C), c(C), z(VD), bb(Hv), aa(Hv), y(VD), out(H);
@@ -109,7 +111,11 @@ class GatedDeltaReference final : public Provider {
                                                ref::silu(z[h * dv + e]));
         }
         ref::matvec(y.data(), b[kOutProj], VD, H, out.data());
-        for (int64_t i = 0; i < H; ++i) hidden[t * H + i] += out[i];
+        for (int64_t i = 0; i < H; ++i)
+          if (partial)
+            partial[t * H + i] = out[i];
+          else
+            hidden[t * H + i] += out[i];
       }
     }
     return Status::ok();
@@ -157,6 +163,8 @@ class GatedDeltaFast final : public Provider {
     ThreadPool* pool = inv.ctx->pool;
     const auto& b = inv.bindings;
     float* hidden = b[kHidden].as<float>();
+    // partial_out (1.1): the block's contribution is written there, hidden only read.
+    float* partial = b.size() > kPartialOut && b[kPartialOut].data ? b[kPartialOut].as<float>() : nullptr;
     float* conv_state = b[kConvState].as<float>();
     float* delta_state = b[kDeltaState].as<float>();
     const float eps = static_cast<float>(p.eps);
@@ -236,7 +244,10 @@ class GatedDeltaFast final : public Provider {
     } else {
       for (int64_t part = 0; part < parts; ++part) head(part);
     }
-    matmul_accumulate(y, T, VD, b[kOutProj].data, b[kOutProj].dtype, H, hidden, pool);
+    if (partial)
+      matmul(y, T, VD, b[kOutProj].data, b[kOutProj].dtype, H, partial, pool);
+    else
+      matmul_accumulate(y, T, VD, b[kOutProj].data, b[kOutProj].dtype, H, hidden, pool);
     return Status::ok();
   }
 

@@ -74,6 +74,12 @@ class RoutedMoeReference final : public Provider {
     const int64_t Is = static_cast<int64_t>(p.shared_intermediate_size);
     const auto& b = inv.bindings;
     float* hidden = b[kHidden].as<float>();
+    // partial_out (1.1): the block's contribution is written there, hidden only read.
+    const size_t partial_index = shared_ ? static_cast<size_t>(routed_shared_swiglu_moe::kPartialOut)
+                                         : static_cast<size_t>(routed_swiglu_moe::kPartialOut);
+    float* partial = b.size() > partial_index && b[partial_index].data
+                         ? b[partial_index].as<float>()
+                         : nullptr;
     std::vector<float> n(H), logits(E), prob(E), g(std::max(I, Is)), u(std::max(I, Is)), d(H),
         weights(K);
     std::vector<int32_t> ids(K);
@@ -110,7 +116,11 @@ class RoutedMoeReference final : public Provider {
         ref::matvec(g.data(), b[kSharedDown], Is, H, d.data());
         for (int64_t j = 0; j < H; ++j) out[j] += static_cast<double>(sg) * d[j];
       }
-      for (int64_t j = 0; j < H; ++j) row[j] = static_cast<float>(row[j] + out[j]);
+      for (int64_t j = 0; j < H; ++j)
+        if (partial)
+          partial[t * H + j] = static_cast<float>(out[j]);
+        else
+          row[j] = static_cast<float>(row[j] + out[j]);
     }
     return Status::ok();
   }
@@ -155,6 +165,12 @@ class RoutedMoeFast final : public Provider {
     ThreadPool* pool = inv.ctx->pool;
     const auto& b = inv.bindings;
     float* hidden = b[kHidden].as<float>();
+    // partial_out (1.1): the block's contribution is written there, hidden only read.
+    const size_t partial_index = shared_ ? static_cast<size_t>(routed_shared_swiglu_moe::kPartialOut)
+                                         : static_cast<size_t>(routed_swiglu_moe::kPartialOut);
+    float* partial = b.size() > partial_index && b[partial_index].data
+                         ? b[partial_index].as<float>()
+                         : nullptr;
     Scratch scratch(inv);
     float* n = scratch.floats(T * H);
     float* logits = scratch.floats(T * E);
@@ -270,7 +286,10 @@ class RoutedMoeFast final : public Provider {
           axpy_f32(weights[t * K + k], ys + static_cast<int64_t>(slot_of[t * K + k]) * H,
                    acc.data(), H);
         if (shared_) axpy_f32(ref::sigmoid(sgate[t]), out + t * H, acc.data(), H);
-        add_f32(acc.data(), hidden + t * H, H);
+        if (partial)
+          std::copy(acc.begin(), acc.end(), partial + t * H);
+        else
+          add_f32(acc.data(), hidden + t * H, H);
       }
     };
     if (pool)
