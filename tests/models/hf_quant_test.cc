@@ -17,8 +17,11 @@
 // tolerance used (observed: 0, the paths sum in one order).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -149,9 +152,17 @@ std::vector<QuantCase> all_cases() {
       {"qwen3_moe-gptq-int4", DType::kU4G128}, {"qwen3_5-fp8", DType::kF8B128},
       {"qwen3_5_moe-gptq-int4", DType::kU4G128}, {"qwen3_next-fp8", DType::kF8B128},
   };
+  // The fast set on every model; the (slow, scalar) reference set on one
+  // model per checkpoint layout (conformance compares the two sets on the
+  // formats anyway).
+  const std::set<std::string> reference = {"qwen3-fp8", "qwen3-gptq-int4", "qwen3-awq-int4",
+                                           "llama-ct-fp8", "llama-ct-w4a16",
+                                           "qwen3_moe-gptq-int4"};
   std::vector<QuantCase> cases;
-  for (const auto& [m, f] : models)
-    for (const char* providers : {"fast", "reference"}) cases.push_back({m, f, providers});
+  for (const auto& [m, f] : models) {
+    cases.push_back({m, f, "fast"});
+    if (reference.count(m)) cases.push_back({m, f, "reference"});
+  }
   return cases;
 }
 
@@ -231,10 +242,10 @@ TEST(HfQuantErrors, ActOrderPermutationIsRefused) {
   for (const std::string& name : ckpt->names()) {
     const SafetensorsTensor* t = ckpt->find(name);
     keep.emplace_back(t->data, t->data + t->nbytes);
-    if (name == "model.layers.0.mlp.up_proj.g_idx") {  // swap the groups of two columns
-      int32_t v[2] = {1, 0};
-      std::memcpy(keep.back().data(), &v[0], 4);
-      std::memcpy(keep.back().data() + 4 * 128, &v[1], 4);
+    if (name == "model.layers.0.mlp.up_proj.g_idx") {  // column 0 in another group
+      ASSERT_GE(keep.back().size(), 4u);
+      const int32_t other = 1;
+      std::memcpy(keep.back().data(), &other, 4);
     }
     tensors.push_back({name, t->dtype, t->shape, keep.back()});
   }
