@@ -5,6 +5,10 @@
 #include <cmath>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "backends/cpu/kernels/quant_dot_impl.h"
 #include "base/check.h"
 
@@ -237,8 +241,11 @@ QuantIsa quant_isa_detected() {
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512vnni"))
     return QuantIsa::kAvx512Vnni;
+  // F16C through cpuid: clang 14's __builtin_cpu_supports has no "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
   if (qdot::avx2_kernels() != nullptr && __builtin_cpu_supports("avx2") &&
-      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      __builtin_cpu_supports("fma") && f16c)
     return QuantIsa::kAvx2;
 #endif
   return QuantIsa::kScalar;
