@@ -73,23 +73,10 @@ TEST_P(GgufGoldenTest, CachedDecodeLogits) {
 }
 
 TEST_P(GgufGoldenTest, GreedyTokens) {
-  std::vector<GenerationRequest> reqs;
   std::vector<std::vector<uint32_t>> want;
-  for (const char* which : {"short", "long"}) {
-    const auto& p = golden_.prompt(which);
-    GenerationRequest r;
-    r.prompt = p["ids"].get<std::vector<uint32_t>>();
-    want.push_back(p["greedy_tokens"].get<std::vector<uint32_t>>());
-    r.max_tokens = static_cast<int32_t>(want.back().size());
-    reqs.push_back(r);
-  }
-  auto out = generate(*runner_, reqs);
-  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ((*out)[i].tokens, want[i]) << "request " << i;
-  auto chunked = generate(*runner_, reqs, nullptr, nullptr, 7);
-  ASSERT_TRUE(chunked.is_ok()) << chunked.status().to_string();
-  for (size_t i = 0; i < reqs.size(); ++i)
-    EXPECT_EQ((*chunked)[i].tokens, want[i]) << "chunked " << i;
+  const std::vector<GenerationRequest> reqs = golden::greedy_requests(golden_, &want);
+  golden::expect_greedy(*runner_, reqs, want, 0, "batched");
+  golden::expect_greedy(*runner_, reqs, want, 7, "chunked");
 }
 
 // The embedding and the MLP / expert down projections are never re-arranged
@@ -175,19 +162,9 @@ TEST_P(GgufQuantGoldenTest, CachedDecodeLogits) {
 }
 
 TEST_P(GgufQuantGoldenTest, GreedyTokensAndStoredTypes) {
-  std::vector<GenerationRequest> reqs;
   std::vector<std::vector<uint32_t>> want;
-  for (const char* which : {"short", "long"}) {
-    const auto& p = golden_.prompt(which);
-    GenerationRequest r;
-    r.prompt = p["ids"].get<std::vector<uint32_t>>();
-    want.push_back(p["greedy_tokens"].get<std::vector<uint32_t>>());
-    r.max_tokens = static_cast<int32_t>(want.back().size());
-    reqs.push_back(r);
-  }
-  auto out = generate(*runner_, reqs);
-  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ((*out)[i].tokens, want[i]) << "request " << i;
+  const std::vector<GenerationRequest> reqs = golden::greedy_requests(golden_, &want);
+  golden::expect_greedy(*runner_, reqs, want, 0, "batched");
   // Every weight in the type the file stores it in (golden.json's tensor_types).
   const auto& types = golden_.json["tensor_types"];
   const WeightStore& store = runner_->bound().weights();

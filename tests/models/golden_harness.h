@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/generator.h"
 #include "engine/model_runner.h"
 #include "formats/safetensors.h"
 
@@ -203,6 +204,32 @@ inline void check_cached_decode_logits(ModelRunner& runner, const Goldens& golde
       expect_close(got[i].data(), &want[i * vocab], vocab, tolerance,
                    std::string(which) + " decode step " + std::to_string(i));
   }
+}
+
+// The goldens' two prompts ("short", "long") as greedy requests of their
+// golden lengths; *want gets the golden tokens of each.
+inline std::vector<GenerationRequest> greedy_requests(const Goldens& golden,
+                                                      std::vector<std::vector<uint32_t>>* want) {
+  std::vector<GenerationRequest> reqs;
+  for (const char* which : {"short", "long"}) {
+    const auto& p = golden.prompt(which);
+    GenerationRequest r;
+    r.prompt = p["ids"].get<std::vector<uint32_t>>();
+    want->push_back(p["greedy_tokens"].get<std::vector<uint32_t>>());
+    r.max_tokens = static_cast<int32_t>(want->back().size());
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+// generate() on `reqs` in one batch (prefill chunks of `chunk` tokens when
+// > 0) gives `want`.
+inline void expect_greedy(ModelRunner& runner, const std::vector<GenerationRequest>& reqs,
+                          const std::vector<std::vector<uint32_t>>& want, int32_t chunk,
+                          const std::string& what) {
+  auto out = generate(runner, reqs, nullptr, nullptr, chunk);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ((*out)[i].tokens, want[i]) << what << " request " << i;
 }
 
 }  // namespace ferrite::golden

@@ -62,32 +62,18 @@ TEST_P(GoldenTest, CachedDecodeLogits) {
 }
 
 TEST_P(GoldenTest, GreedyTokensOneShotChunkedAndBatched) {
-  std::vector<GenerationRequest> reqs;
   std::vector<std::vector<uint32_t>> want;
-  for (const char* which : {"short", "long"}) {
-    const auto& p = golden_.prompt(which);
-    GenerationRequest r;
-    r.prompt = p["ids"].get<std::vector<uint32_t>>();
-    want.push_back(p["greedy_tokens"].get<std::vector<uint32_t>>());
-    r.max_tokens = static_cast<int32_t>(want.back().size());
-    reqs.push_back(r);
-  }
+  const std::vector<GenerationRequest> reqs = golden::greedy_requests(golden_, &want);
   // One sequence at a time, then both in one batch, then with chunked prefill.
   for (size_t i = 0; i < reqs.size(); ++i) {
     auto out = generate(*runner_, {reqs[i]});
     ASSERT_TRUE(out.is_ok()) << out.status().to_string();
     EXPECT_EQ((*out)[0].tokens, want[i]) << "request " << i << " alone";
   }
-  auto batched = generate(*runner_, reqs);
-  ASSERT_TRUE(batched.is_ok()) << batched.status().to_string();
-  for (size_t i = 0; i < reqs.size(); ++i)
-    EXPECT_EQ((*batched)[i].tokens, want[i]) << "batched " << i;
+  golden::expect_greedy(*runner_, reqs, want, 0, "batched");
   for (int32_t chunk : {1, 7, 64}) {
     if (chunk == 1 && GetParam().providers == "reference") continue;  // slow and redundant
-    auto chunked = generate(*runner_, reqs, nullptr, nullptr, chunk);
-    ASSERT_TRUE(chunked.is_ok()) << chunked.status().to_string();
-    for (size_t i = 0; i < reqs.size(); ++i)
-      EXPECT_EQ((*chunked)[i].tokens, want[i]) << "chunk " << chunk << " request " << i;
+    golden::expect_greedy(*runner_, reqs, want, chunk, "chunk " + std::to_string(chunk));
   }
   // Every page and slot came back.
   EXPECT_EQ(runner_->bound().pages().free_pages(), runner_->bound().pages().num_pages());

@@ -102,27 +102,15 @@ TEST_P(TpGoldenTest, LogitsMatchOneRank) {
 }
 
 TEST_P(TpGoldenTest, GreedyTokensAloneBatchedAndChunked) {
-  std::vector<GenerationRequest> reqs;
   std::vector<std::vector<uint32_t>> want;
-  for (const char* which : {"short", "long"}) {
-    const auto& p = golden_.prompt(which);
-    GenerationRequest r;
-    r.prompt = p["ids"].get<std::vector<uint32_t>>();
-    want.push_back(p["greedy_tokens"].get<std::vector<uint32_t>>());
-    r.max_tokens = static_cast<int32_t>(want.back().size());
-    reqs.push_back(r);
-  }
+  const std::vector<GenerationRequest> reqs = golden::greedy_requests(golden_, &want);
   for (size_t i = 0; i < reqs.size(); ++i) {
     auto out = generate(*runner_, {reqs[i]});
     ASSERT_TRUE(out.is_ok()) << out.status().to_string();
     EXPECT_EQ((*out)[0].tokens, want[i]) << "request " << i << " alone";
   }
-  auto batched = generate(*runner_, reqs);
-  ASSERT_TRUE(batched.is_ok()) << batched.status().to_string();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ((*batched)[i].tokens, want[i]) << "batched";
-  auto chunked = generate(*runner_, reqs, nullptr, nullptr, 7);
-  ASSERT_TRUE(chunked.is_ok()) << chunked.status().to_string();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ((*chunked)[i].tokens, want[i]) << "chunked";
+  golden::expect_greedy(*runner_, reqs, want, 0, "batched");
+  golden::expect_greedy(*runner_, reqs, want, 7, "chunked");
   EXPECT_EQ(runner_->bound().pages().free_pages(), runner_->bound().pages().num_pages());
 }
 
