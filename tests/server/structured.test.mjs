@@ -168,8 +168,10 @@ test('tools streamed: tool_calls deltas reassemble; multi-turn tool results go b
   assert.equal(finish, 'tool_calls');
   assert.equal(calls.length, 1);
   checkJson(calls[0].arguments, schemaOf(calls[0].name), 'streamed tool call');
-  // The arguments stream as they are generated, not in one piece at the end.
-  assert.ok(argPieces > 3, `arguments came in ${argPieces} piece(s)`);
+  // The arguments stream as they are generated, not in one piece at the end
+  // (how many pieces depends on how many tokens the server packs per chunk;
+  // the unit test feeds byte by byte).
+  assert.ok(argPieces >= 2, `arguments came in ${argPieces} piece(s)`);
   // The call and its result go back through the template.
   const r = await client.chat.completions.create({ model, tools, max_tokens: 8, messages: [
     { role: 'user', content: 'Weather?' },
@@ -254,7 +256,7 @@ test('/v1/responses: text, instructions, json_schema, tools, streaming events', 
     if (ev.type === 'response.function_call_arguments.done') argsDone = ev.arguments;
     if (ev.type === 'response.output_item.done' && ev.item.type === 'function_call') item = ev.item;
   }
-  assert.ok(argDeltas > 3, `arguments came in ${argDeltas} delta(s)`);
+  assert.ok(argDeltas >= 2, `arguments came in ${argDeltas} delta(s)`);
   assert.equal(argsDone, args);
   assert.equal(item?.arguments, args);
   checkJson(args, schemaOf(item.name), 'responses streamed tool call');
