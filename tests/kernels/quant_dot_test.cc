@@ -64,6 +64,7 @@ std::vector<QuantIsa> isas() {
   const QuantIsa best = quant_isa_detected();
   if (best >= QuantIsa::kAvx2) v.push_back(QuantIsa::kAvx2);
   if (best >= QuantIsa::kAvx512Vnni) v.push_back(QuantIsa::kAvx512Vnni);
+  if (best >= QuantIsa::kAmx) v.push_back(QuantIsa::kAmx);
   return v;
 }
 
@@ -86,7 +87,7 @@ TEST(QuantDot, EveryIsaIsTheScalarDefinition) {
   ThreadPool pool(3);
   for (DType t : kQuantTypes) {
     for (int64_t in : lengths(t)) {
-      for (int64_t tokens : {1, 2, 3, 17}) {
+      for (int64_t tokens : {1, 2, 3, 17, 40}) {
         const int64_t out = 5;
         QW w = make_w(t, out, in, 11);
         std::vector<float> x = random_f32(tokens * in, 12, -2.0f, 2.0f);
@@ -140,7 +141,7 @@ TEST(QuantDot, WithinTheActivationQuantizationBound) {
   for (DType t : kQuantTypes) {
     const int64_t be = dtype_block_elems(t);
     for (int64_t in : lengths(t)) {
-      for (int64_t tokens : {1, 2, 3, 17}) {
+      for (int64_t tokens : {1, 2, 3, 17, 40}) {
         const int64_t out = 9;
         QW w = make_w(t, out, in, 31);
         // Activations with outliers, as hidden states have.

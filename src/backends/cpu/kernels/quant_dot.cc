@@ -8,6 +8,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "backends/cpu/kernels/quant_dot_impl.h"
 #include "base/check.h"
@@ -209,6 +213,7 @@ int fmt_of(DType t) {
 
 const qdot::Kernels* kernels_for(QuantIsa isa) {
   const qdot::Kernels* k = nullptr;
+  if (isa == QuantIsa::kAmx) k = qdot::amx_kernels();
   if (isa == QuantIsa::kAvx512Vnni) k = qdot::avx512_kernels();
   if (isa == QuantIsa::kAvx2) k = qdot::avx2_kernels();
   return k != nullptr ? k : qdot::scalar_kernels();
@@ -226,8 +231,23 @@ constexpr int64_t kRowsPerItem = 16;
 constexpr int64_t kTokenBlockBytes = 256 << 10;
 // Weight bytes below which a part is not worth a thread.
 constexpr int64_t kMinBytesPerPart = 1 << 14;
+// AMX panels: bytes of quantized activations a token block may use (the
+// unpacked 16-row panel is reused by every token of the block).
+constexpr int64_t kPanelTokenBlockBytes = 1 << 20;
 
 }  // namespace
+
+namespace qdot {
+bool amx_usable() {
+#if defined(__linux__) && defined(__x86_64__)
+  // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: once per process.
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return ok;
+#else
+  return false;
+#endif
+}
+}  // namespace qdot
 
 bool quant_dot_supports(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
@@ -239,8 +259,12 @@ QuantIsa quant_isa_detected() {
   __builtin_cpu_init();
   if (qdot::avx512_kernels() != nullptr && __builtin_cpu_supports("avx512f") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512vnni"))
-    return QuantIsa::kAvx512Vnni;
+      __builtin_cpu_supports("avx512vnni")) {
+    unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+    const bool amx = qdot::amx_kernels() != nullptr && __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7) &&
+                     (d7 & (1u << 24)) != 0 && (d7 & (1u << 25)) != 0 && qdot::amx_usable();
+    return amx ? QuantIsa::kAmx : QuantIsa::kAvx512Vnni;
+  }
   // F16C through cpuid: clang 14's __builtin_cpu_supports has no "f16c".
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
@@ -253,6 +277,7 @@ QuantIsa quant_isa_detected() {
 
 const char* quant_isa_name(QuantIsa isa) {
   switch (isa) {
+    case QuantIsa::kAmx: return "amx";
     case QuantIsa::kAvx512Vnni: return "avx512vnni";
     case QuantIsa::kAvx2: return "avx2";
     case QuantIsa::kScalar: return "scalar";
@@ -318,9 +343,15 @@ void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, 
   const int64_t row_bytes = in / qdot::block_elems(f) * qdot::block_bytes(f);
   const auto* w0 = static_cast<const uint8_t*>(w) + o_begin * row_bytes;
 
-  // The activations, quantized once (the calling thread's buffer).
+  // AMX panels for k-quants from one token granule on (the same bits as the
+  // tiles, so the switch changes no result).
+  const bool panels = k->panel != nullptr && qdot::panel_supports(f) && tokens >= qdot::kPanelTokens;
+  const int64_t padded = panels ? qdot::round_up(tokens, qdot::kPanelTokens) : tokens;
+
+  // The activations, quantized once (the calling thread's buffer); panel
+  // calls read whole token granules, the padding rows are zero.
   thread_local std::vector<uint8_t> buf;
-  const size_t need = static_cast<size_t>(L.stride * tokens + 64);
+  const size_t need = static_cast<size_t>(L.stride * padded + 64);
   if (buf.size() < need) buf.resize(need);
   uint8_t* act = buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64);
   auto quantize = [&](int64_t t0, int64_t t1) {
@@ -330,6 +361,38 @@ void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, 
     pool->parallel_for(tokens, quantize, 8);
   } else {
     quantize(0, tokens);
+  }
+  if (padded > tokens)
+    std::memset(act + tokens * L.stride, 0, static_cast<size_t>((padded - tokens) * L.stride));
+
+  if (panels) {
+    const int64_t nblk = in / 256;
+    int64_t tblock = std::max<int64_t>(qdot::kPanelTokens, kPanelTokenBlockBytes / L.stride /
+                                                               qdot::kPanelTokens * qdot::kPanelTokens);
+    tblock = std::min(tblock, padded);
+    const int64_t tblocks = (tokens + tblock - 1) / tblock;
+    const int64_t groups = (rows + qdot::kPanelRows - 1) / qdot::kPanelRows;
+    auto body = [&](int64_t i0, int64_t i1) {
+      thread_local std::vector<uint8_t> scratch;
+      const size_t sneed = static_cast<size_t>(nblk * qdot::kPanelBlockBytes + 64);
+      if (scratch.size() < sneed) scratch.resize(sneed);
+      uint8_t* sp =
+          scratch.data() + ((64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);
+      for (int64_t item = i0; item < i1; ++item) {
+        const int64_t g = item / tblocks, tb = item % tblocks;
+        const int64_t r0 = g * qdot::kPanelRows, r1 = std::min(rows, r0 + qdot::kPanelRows);
+        const int64_t t0 = tb * tblock, t1 = std::min(tokens, t0 + tblock);
+        k->panel(f, w0 + r0 * row_bytes, row_bytes, r1 - r0, act + t0 * L.stride, L.stride, t1 - t0,
+                 in, y + t0 * ldy + r0, ldy, accumulate, sp);
+      }
+    };
+    const int64_t items = groups * tblocks;
+    if (pool != nullptr) {
+      pool->parallel_for(items, body, 1);
+    } else {
+      body(0, items);
+    }
+    return;
   }
 
   // Work items: (row group, token block); every output is computed by one

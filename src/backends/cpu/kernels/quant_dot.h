@@ -37,9 +37,12 @@
 
 namespace ferrite::cpu {
 
-enum class QuantIsa : int { kScalar = 1, kAvx2 = 2, kAvx512Vnni = 3 };
+enum class QuantIsa : int { kScalar = 1, kAvx2 = 2, kAvx512Vnni = 3, kAmx = 4 };
 
-// The best ISA this CPU runs (cpuid; AVX-512 needs F, BW, VL and VNNI).
+// The best ISA this CPU runs (cpuid; AVX-512 needs F, BW, VL and VNNI; AMX
+// needs those, AMX-TILE, AMX-INT8 and the OS's permission for the tile
+// data). kAmx is kAvx512Vnni plus AMX-INT8 tiles for k-quant matmuls of 16
+// or more tokens: the same integers and f32 steps, so the same bits.
 QuantIsa quant_isa_detected();
 const char* quant_isa_name(QuantIsa isa);
 

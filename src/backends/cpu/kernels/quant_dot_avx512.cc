@@ -383,11 +383,210 @@ void tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8
   }
 }
 
-const Kernels kAvx512 = {&quantize, &tile};
+const Kernels kAvx512 = {&quantize, &tile, nullptr};
+
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+// --- AMX-INT8 panels (k-quants) -----------------------------------------------
+//
+// The same integers as block_sums: per sub-block position p of a 256-block
+// the exact dot products of 16 tokens x 16 weight rows come from one
+// TDPBSUD (activations signed, weights unsigned) into an int32 tile; the
+// vector code scales them by the rows' sub-block scales and sums them
+// (exact), adds the mins / q6_k offset terms (exact), and runs the f32 steps
+// of the scalar definition with the 16 weight rows in the lanes.
+//
+// The weight rows are unpacked (unpack<F>, the activation layout) into a
+// per-thread panel once per call and transposed to the tiles' B layout:
+// 4-byte groups, row kk of a block = group kk of each of the 16 weight rows.
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles: 0, 5 C (16 x 16 int32); 1 A (16 tokens x 32 bytes), 2 B (8 x 64);
+// 3 A (16 x 16 bytes), 4 B (4 x 64) for q6_k's 16-element sub-blocks.
+inline void load_tile_config() {
+  TileConfig c;
+  c.rows[0] = 16; c.colsb[0] = 64;
+  c.rows[1] = 16; c.colsb[1] = 32;
+  c.rows[2] = 8;  c.colsb[2] = 64;
+  c.rows[3] = 16; c.colsb[3] = 16;
+  c.rows[4] = 4;  c.colsb[4] = 64;
+  c.rows[5] = 16; c.colsb[5] = 64;
+  _tile_loadconfig(&c);
+}
+
+// One row group of a call, unpacked. Per 256-block: b (64 groups x 16
+// rows x 4 bytes), sc[p][row] (the scale of the sub-block at position p),
+// mn[i][row] (two int16: q4_k / q5_k m_i twice; q6_k sc_2i, sc_2i+1),
+// dw / dmin per row.
+struct PanelBlock {
+  alignas(64) uint8_t b[64 * 64];
+  alignas(64) int32_t sc[16][16];
+  alignas(64) int32_t mn[8][16];
+  alignas(64) float dw[16];
+  alignas(64) float dmin[16];
+};
+
+template <int F>
+void pack_panel(const uint8_t* w, int64_t row_bytes, int64_t nrows, int64_t nblk, PanelBlock* pb) {
+  constexpr int64_t bb = block_bytes(F);
+  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3,
+                                                          2, 1, 0),
+                                         _mm512_set1_epi32(64));
+  for (int64_t b = 0; b < nblk; ++b) {
+    PanelBlock& P = pb[b];
+    for (int r = 0; r < 16; ++r) {
+      if (r >= nrows) {
+        for (int kk = 0; kk < 64; ++kk) std::memset(P.b + 64 * kk + 4 * r, 0, 4);
+        for (int p = 0; p < 16; ++p) P.sc[p][r] = 0;
+        for (int i = 0; i < 8; ++i) P.mn[i][r] = 0;
+        P.dw[r] = P.dmin[r] = 0.0f;
+        continue;
+      }
+      const uint8_t* blk = w + r * row_bytes + b * bb;
+      KBlock k;
+      unpack<F>(blk, k);
+      for (int i = 0; i < 4; ++i)
+        _mm512_i32scatter_epi32(P.b + 16 * 64 * i + 4 * r, idx, k.w[i], 1);
+      P.dw[r] = k.dw;
+      P.dmin[r] = k.dmin;
+      if constexpr (F == kQ6_K) {
+        const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+        for (int p = 0; p < 16; ++p) P.sc[p][r] = sc[p];
+        for (int i = 0; i < 8; ++i)
+          P.mn[i][r] = static_cast<int32_t>(static_cast<uint16_t>(static_cast<int16_t>(sc[2 * i])) |
+                                            static_cast<uint32_t>(static_cast<uint16_t>(
+                                                static_cast<int16_t>(sc[2 * i + 1])))
+                                                << 16);
+      } else {
+        uint8_t sm[16];
+        k4_scales(blk + 4, sm);
+        for (int p = 0; p < 8; ++p) P.sc[p][r] = sm[kSubPos[p]];
+        for (int i = 0; i < 8; ++i) P.mn[i][r] = static_cast<int32_t>(sm[8 + i] | (sm[8 + i] << 16));
+      }
+    }
+  }
+}
+
+template <int F>
+void panel_k(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act, int64_t stride,
+             int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate, void* scratch) {
+  constexpr bool kSix = F == kQ6_K;
+  constexpr int kPos = kSix ? 16 : 8;       // sub-block positions per 256-block
+  constexpr int kSubBytes = kSix ? 16 : 32;  // elements per sub-block
+  const Layout L = layout(F, n);
+  const int64_t nblk = n / 256;
+  auto* panel = static_cast<PanelBlock*>(scratch);
+  pack_panel<F>(w, row_bytes, nrows, nblk, panel);
+  load_tile_config();
+  alignas(64) int32_t cbuf[2][16][16];
+  const __mmask16 rmask = nrows >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << nrows) - 1);
+  for (int64_t t0 = 0; t0 < ntok; t0 += 16) {
+    const uint8_t* a0 = act + t0 * stride;
+    __m512 acc[16], accm[16];
+    for (int t = 0; t < 16; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; ++b) {
+      const PanelBlock& P = panel[b];
+      __m512i s1[16];
+      for (int t = 0; t < 16; ++t) s1[t] = _mm512_setzero_si512();
+      const uint8_t* aq = a0 + L.q + 256 * b;
+      // Two C tiles in turn: the vector code on one overlaps the next TDPBSUD.
+      auto issue = [&](int p) {
+        if constexpr (kSix) {
+          _tile_loadd(3, aq + kSubBytes * p, stride);
+          _tile_loadd(4, P.b + 64 * 4 * p, 64);
+          if (p % 2 == 0) {
+            _tile_zero(0);
+            _tile_dpbsud(0, 3, 4);
+            _tile_stored(0, cbuf[0], 64);
+          } else {
+            _tile_zero(5);
+            _tile_dpbsud(5, 3, 4);
+            _tile_stored(5, cbuf[1], 64);
+          }
+        } else {
+          _tile_loadd(1, aq + kSubBytes * p, stride);
+          _tile_loadd(2, P.b + 64 * 8 * p, 64);
+          if (p % 2 == 0) {
+            _tile_zero(0);
+            _tile_dpbsud(0, 1, 2);
+            _tile_stored(0, cbuf[0], 64);
+          } else {
+            _tile_zero(5);
+            _tile_dpbsud(5, 1, 2);
+            _tile_stored(5, cbuf[1], 64);
+          }
+        }
+      };
+      for (int p = 0; p < kPos; ++p) {
+        issue(p);
+        const __m512i sc = _mm512_load_si512(P.sc[p]);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; ++t)
+          s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(_mm512_load_si512(cbuf[p % 2][t]), sc));
+      }
+      const __m512 dw = _mm512_load_ps(P.dw), dmin = _mm512_load_ps(P.dmin);
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) {
+        const uint8_t* a = a0 + t * stride;
+        const float dx = reinterpret_cast<const float*>(a + L.d)[b];
+        const auto* bs = reinterpret_cast<const int32_t*>(a + L.bsum + 32 * b);
+        __m512i m = _mm512_setzero_si512();
+        for (int i = 0; i < 8; ++i)
+          m = _mm512_dpwssd_epi32(m, _mm512_load_si512(P.mn[i]), _mm512_set1_epi32(bs[i]));
+        const __m512 vdx = _mm512_set1_ps(dx);
+        if constexpr (kSix) {
+          const __m512i v = _mm512_sub_epi32(s1[t], _mm512_slli_epi32(m, 5));
+          acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, vdx), _mm512_cvtepi32_ps(v), acc[t]);
+        } else {
+          acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, vdx), _mm512_cvtepi32_ps(s1[t]), acc[t]);
+          accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, vdx), _mm512_cvtepi32_ps(m), accm[t]);
+        }
+      }
+    }
+    const int64_t nt = ntok - t0 < 16 ? ntok - t0 : 16;
+    for (int t = 0; t < nt; ++t) {
+      float* yp = y + (t0 + t) * ldy;
+      __m512 v = _mm512_sub_ps(acc[t], accm[t]);
+      if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(rmask, yp), v);
+      _mm512_mask_storeu_ps(yp, rmask, v);
+    }
+  }
+  _tile_release();
+}
+
+static_assert(sizeof(PanelBlock) == kPanelBlockBytes);
+
+void panel(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
+           int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
+           void* scratch) {
+  switch (f) {
+    case kQ4_K:
+      return panel_k<kQ4_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate, scratch);
+    case kQ5_K:
+      return panel_k<kQ5_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate, scratch);
+    case kQ6_K:
+      return panel_k<kQ6_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate, scratch);
+    default: break;
+  }
+}
+
+const Kernels kAmx = {&quantize, &tile, &panel};
+#define FERRITE_QDOT_AMX 1
+#endif
 
 }  // namespace
 
 const Kernels* avx512_kernels() { return &kAvx512; }
+
+#ifdef FERRITE_QDOT_AMX
+const Kernels* amx_kernels() { return &kAmx; }
+#else
+const Kernels* amx_kernels() { return nullptr; }
+#endif
 
 }  // namespace ferrite::cpu::qdot
 
@@ -395,6 +594,7 @@ const Kernels* avx512_kernels() { return &kAvx512; }
 
 namespace ferrite::cpu::qdot {
 const Kernels* avx512_kernels() { return nullptr; }
+const Kernels* amx_kernels() { return nullptr; }
 }  // namespace ferrite::cpu::qdot
 
 #endif

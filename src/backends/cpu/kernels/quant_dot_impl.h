@@ -98,11 +98,31 @@ inline void k4_scales(const uint8_t* s, uint8_t* out) {
 //  quantize: row x (n elements) into `dst` (layout(f, n)).
 //  tile: y[t * ldy + r] (+)= the product of weight rows r < nrows (w, row
 //    `row_bytes` apart) with activation rows t < ntok (`act`, `stride` apart).
+//  panel: (nullable; AMX) the same products as `tile` for up to kPanelRows
+//    weight rows against ntok activation rows, the activation rows readable
+//    up to ntok rounded up to kPanelTokens (the caller pads with zero rows);
+//    only formats with panel_supports(f); `scratch`: kPanelBlockBytes per
+//    256-block of the row, 64-byte aligned, the calling thread's.
 struct Kernels {
   void (*quantize)(int f, const float* x, int64_t n, uint8_t* dst);
   void (*tile)(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
                int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate);
+  void (*panel)(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
+                int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
+                void* scratch);
 };
+
+// The panel kernels' shape: weight rows per call, token granule.
+constexpr int64_t kPanelRows = 16;
+constexpr int64_t kPanelTokens = 16;
+constexpr int64_t kPanelBlockBytes = 5760;
+static constexpr bool panel_supports(int f) { return f >= kQ4_K; }
+
+// The AMX table: the AVX-512 quantize / tile plus the AMX-INT8 panel
+// (nullptr where the compiler lacks AMX). amx_usable() asks the OS for the
+// tile data state (once per process) and reports whether it was granted.
+const Kernels* amx_kernels();
+bool amx_usable();
 
 // Defined in the ISA files (nullptr tables where the compiler lacks the ISA).
 const Kernels* avx512_kernels();
