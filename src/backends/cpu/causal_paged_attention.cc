@@ -13,11 +13,14 @@
 // in a fixed order (so results do not depend on the batch or thread count).
 #include "contracts/causal_paged_attention.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/fast_util.h"
+#include "backends/cpu/kernels/attention.h"
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
@@ -144,7 +147,9 @@ class CausalPagedAttentionFast final : public Provider {
     const int64_t attn = static_cast<int64_t>(p.num_heads) * hd;
     return Scratch::bytes_for({t * static_cast<int64_t>(p.hidden_size), t * q_rows, t * kv_rows,
                                t * kv_rows, t * attn,
-                               planned_threads(limits) * (limits.max_context + hd)});
+                               planned_threads(limits) *
+                                   std::max(limits.max_context + hd,
+                                            attention_tile_scratch_floats(limits.max_context))});
   }
 
   Status encode(const Invocation& inv) const override {
@@ -181,10 +186,13 @@ class CausalPagedAttentionFast final : public Provider {
       max_context = std::max<int64_t>(max_context, seq.position_start + seq.token_count);
     // One scores row per part; the workspace was sized for the planned
     // thread count, so never use more parts than it holds.
+    const bool tiled = attention_tile_supports(kc.dtype, hd) && kc.dtype == vc.dtype;
+    const int64_t part_floats =
+        tiled ? attention_tile_scratch_floats(max_context) : max_context + hd;
     const int64_t parts = std::min<int64_t>(
-        {pool ? pool->size() : 1, tokens * nh, scratch.remaining_floats() / (max_context + hd)});
+        {pool ? pool->size() : 1, tokens * nh, scratch.remaining_floats() / part_floats});
     if (parts < 1) return internal_error("attention workspace smaller than one scores row");
-    float* per_part = scratch.floats(parts * (max_context + hd));
+    float* per_part = scratch.floats(parts * part_floats);
 
     float* hidden = b[kHidden].as<float>();
     // partial_out (1.1): the block's contribution is written there, hidden only read.
@@ -245,6 +253,66 @@ class CausalPagedAttentionFast final : public Provider {
     else
       per_token(0, tokens);
 
+    if (tiled) {
+      // Attention tiles (kernels/attention.h): up to kAttentionTileQueries
+      // queries of one KV head, the group's heads at consecutive tokens of
+      // one sequence; every query's result is the per-(token, head) loop's,
+      // bit for bit. Items longest span first, claimed dynamically.
+      struct Item {
+        int32_t seq, kvh, first;  // first query: token offset * group + head in group
+        int32_t span;             // the last position the tile attends
+      };
+      std::vector<Item> work;
+      for (int32_t s = 0; s < inv.batch->num_sequences(); ++s) {
+        const SequenceSlice& seq = inv.batch->sequences[s];
+        const int32_t nq = seq.token_count * static_cast<int32_t>(group);
+        for (int32_t h = 0; h < nkv; ++h)
+          for (int32_t f0 = 0; f0 < nq; f0 += kAttentionTileQueries) {
+            const int32_t lastq = std::min(nq, f0 + kAttentionTileQueries) - 1;
+            work.push_back({s, h, f0, seq.position_start + lastq / static_cast<int32_t>(group)});
+          }
+      }
+      std::stable_sort(work.begin(), work.end(),
+                       [](const Item& a, const Item& b) { return a.span > b.span; });
+      std::atomic<int64_t> next{0};
+      auto run_part = [&](int64_t part) {
+        float* scores = per_part + part * part_floats;
+        for (int64_t i = next.fetch_add(1); i < static_cast<int64_t>(work.size());
+             i = next.fetch_add(1)) {
+          const Item& it = work[i];
+          const SequenceSlice& seq = inv.batch->sequences[it.seq];
+          const int32_t nq_seq = seq.token_count * static_cast<int32_t>(group);
+          const int nq = std::min<int32_t>(kAttentionTileQueries, nq_seq - it.first);
+          const float* qp[kAttentionTileQueries];
+          float* op[kAttentionTileQueries];
+          int64_t last[kAttentionTileQueries];
+          for (int j = 0; j < nq; ++j) {
+            const int64_t t = seq.token_begin + (it.first + j) / group;
+            const int64_t h = it.kvh * group + (it.first + j) % group;
+            qp[j] = q + t * q_rows + h * q_stride;
+            op[j] = attn + t * nh * hd + h * hd;
+            last[j] = seq.position_start + (it.first + j) / group;
+          }
+          const int64_t head_off = dtype_bytes(kc.dtype, it.kvh * hd);
+          const PagedRows kr{static_cast<const char*>(kc.data), seq.block_table.data(), page_size,
+                             kv_row_bytes, head_off};
+          const PagedRows vr{static_cast<const char*>(vc.data), seq.block_table.data(), page_size,
+                             kv_row_bytes, head_off};
+          attention_tile(nq, qp, last, op, kr, vr, kc.dtype, hd, scale, scores);
+          if (p.output_gate)
+            for (int j = 0; j < nq; ++j)
+              for (int64_t d = 0; d < hd; ++d) op[j][d] *= ref::sigmoid(qp[j][hd + d]);
+        }
+      };
+      if (pool && parts > 1) {
+        pool->parallel_for(parts, [&](int64_t a, int64_t z) {
+          for (int64_t part = a; part < z; ++part) run_part(part);
+        });
+      } else {
+        run_part(0);
+      }
+    }
+
     // Attention: one (token, head) per item; items split in `parts` ranges.
     const int64_t items = tokens * nh;
     auto attend = [&](int64_t part) {
@@ -273,7 +341,8 @@ class CausalPagedAttentionFast final : public Provider {
           for (int64_t d = 0; d < hd; ++d) out[d] *= ref::sigmoid(qh[hd + d]);
       }
     };
-    if (pool && parts > 1) {
+    if (tiled) {
+    } else if (pool && parts > 1) {
       pool->parallel_for(parts, [&](int64_t a, int64_t z) {
         for (int64_t part = a; part < z; ++part) attend(part);
       });
