@@ -31,6 +31,10 @@ namespace ferrite {
   X(bool, cuda_graphs, "FERRITE_CUDA_GRAPHS", true,                                               \
     "CUDA: replay decode steps as graphs per batch-size bucket (0: the same padded kernels run "  \
     "eagerly; results are bitwise equal)")                                                        \
+  X(bool, cuda_quant_dot, "FERRITE_CUDA_QUANT_DOT", true,                                       \
+    "CUDA: decode products (<= 8 tokens) on GGUF block weights quantize the activations to "      \
+    "8-bit blocks of 32 and use integer dot products (0: f32 activations on the dequantized "     \
+    "blocks, the reference numerics)")                                                            \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \

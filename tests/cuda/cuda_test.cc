@@ -175,6 +175,104 @@ std::vector<Case> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaGoldenTest, testing::ValuesIn(all_cases()), case_name);
 
+#ifdef FERRITE_GGUF_QUANT_FILES
+// GGUF files whose weights stay in their blocks on the GPU (q8_0, q4_0, the
+// K-quants; tests/models/gguf/quant, goldens from transformers in float32 on
+// the weights gguf-py dequantizes: scripts/make_gguf_goldens.py). Every
+// weight keeps the file's block type, so this runs the CUDA block-format
+// kernels (kernels/quant_gemm.cu) end to end, MoE experts included.
+struct QuantFileCase {
+  std::string stem;
+  DType act;
+  bool exact;  // tuning.cuda_quant_dot off: f32 activations in the products
+};
+void PrintTo(const QuantFileCase& c, std::ostream* os) {
+  *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8");
+}
+std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
+  std::string s = info.param.stem + (info.param.act == DType::kF32 ? "_f32" : "_bf16") +
+                  (info.param.exact ? "_exact" : "_int8");
+  for (char& ch : s)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+class CudaGgufQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    const std::string dir = kModelsDir + "gguf/quant/";
+    ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(dir + GetParam().stem, &golden_));
+    RunnerOptions o;
+    o.load.model_dir = dir + GetParam().stem + ".gguf";
+    o.device = "cuda";
+    o.activation_dtype = GetParam().act;
+    o.load.program.kv_dtype = GetParam().act;
+    o.tuning.cuda_quant_dot = !GetParam().exact;
+    o.limits.max_tokens = 1300;
+    o.limits.max_sequences = 8;
+    o.limits.max_context = 1024;
+    o.load.program.max_context = 1024;
+    o.cache.page_size = 16;
+    o.cache.kv_memory_bytes = 64ll << 20;
+    auto r = ModelRunner::open(o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    runner_ = std::move(r).value();
+  }
+  // f32 activations and f32 products on the dequantized blocks: the goldens'
+  // 2e-3. 8-bit activation blocks (the decode GEMV's default) or bf16
+  // activations: the bf16 path's 4e-2.
+  double tolerance() const {
+    return GetParam().act == DType::kF32 && GetParam().exact ? 2e-3 : 4e-2;
+  }
+  size_t trusted_prefix(const nlohmann::json& prompt) const {
+    auto margins = prompt["greedy_margins"].get<std::vector<double>>();
+    if (tolerance() < 1e-2) return margins.size();
+    size_t n = 0;
+    while (n < margins.size() && margins[n] >= 1.0) ++n;
+    return n;
+  }
+  golden::Goldens golden_;
+  std::unique_ptr<ModelRunner> runner_;
+};
+
+TEST_P(CudaGgufQuantGoldenTest, PrefillAndCachedDecodeLogits) {
+  golden::check_prefill_logits(*runner_, golden_, tolerance());
+  golden::check_cached_decode_logits(*runner_, golden_, tolerance());
+}
+
+TEST_P(CudaGgufQuantGoldenTest, GreedyTokensAloneAndBatched) {
+  std::vector<std::vector<uint32_t>> want;
+  std::vector<GenerationRequest> reqs = golden::greedy_requests(golden_, &want);
+  std::vector<size_t> trusted;
+  for (const char* which : {"short", "long"}) trusted.push_back(trusted_prefix(golden_.prompt(which)));
+  auto batched = generate(*runner_, reqs);
+  ASSERT_TRUE(batched.is_ok()) << batched.status().to_string();
+  for (size_t i = 0; i < reqs.size() && i < trusted.size(); ++i) {
+    ASSERT_GE((*batched)[i].tokens.size(), trusted[i]);
+    std::vector<uint32_t> got((*batched)[i].tokens.begin(), (*batched)[i].tokens.begin() + trusted[i]);
+    std::vector<uint32_t> exp(want[i].begin(), want[i].begin() + trusted[i]);
+    EXPECT_EQ(got, exp) << "request " << i << " (first " << trusted[i] << " tokens)";
+  }
+  const TensorView* q = runner_->bound().weights().find("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(dtype_is_quantized(q->dtype)) << dtype_name(q->dtype);
+}
+
+std::vector<QuantFileCase> quant_file_cases() {
+  std::vector<QuantFileCase> cases;
+  for (const char* stem : FERRITE_GGUF_QUANT_FILES) {
+    cases.push_back({stem, DType::kF32, true});
+    cases.push_back({stem, DType::kF32, false});
+    cases.push_back({stem, DType::kBF16, false});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, CudaGgufQuantGoldenTest, testing::ValuesIn(quant_file_cases()),
+                         quant_case_name);
+#endif  // FERRITE_GGUF_QUANT_FILES
+
 // A decode step of 3 sequences (bucket 4: one padding row) run eagerly, then
 // captured and replayed twice: logits bitwise equal each time.
 TEST(CudaGraphTest, ReplayIsBitwiseEqualToEager) {

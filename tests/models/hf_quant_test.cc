@@ -55,10 +55,10 @@ RunnerOptions options_for(const std::string& path, const std::string& providers)
   RunnerOptions o;
   o.load.model_dir = path;
   o.providers = providers;
-  o.limits.max_tokens = 256;
+  o.limits.max_tokens = 1300;  // the goldens' four truncated prompts in one step
   o.limits.max_sequences = 4;
-  o.limits.max_context = 256;
-  o.load.program.max_context = 256;
+  o.limits.max_context = 512;  // the goldens' long prompt: 300 tokens + 8 decoded
+  o.load.program.max_context = 512;
   o.cache.page_size = 16;
   o.cache.kv_memory_bytes = 16ll << 20;
   return o;
@@ -142,6 +142,21 @@ TEST_P(HfQuantTest, CachedDecodeAndGreedyTokensMatch) {
       golden::expect_close(a[k].data(), b[k].data(), static_cast<int64_t>(a[k].size()), kTolerance,
                            "request " + std::to_string(i) + " decode step " + std::to_string(k));
   }
+}
+
+// The last link of the chain, checked directly: transformers in float32 on
+// the oracle's (exact bf16) weights (scripts/make_hf_quant_goldens.py, the
+// files golden.json + golden.safetensors of each quantized folder) against
+// Ferrite on the quantized checkpoint: prefill and cached-decode logits at
+// the family goldens' 2e-3, greedy tokens equal.
+TEST_P(HfQuantTest, MatchesTransformersGoldens) {
+  golden::Goldens g;
+  ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(kDir + GetParam().model, &g));
+  golden::check_prefill_logits(*quant_, g, 2e-3);
+  golden::check_cached_decode_logits(*quant_, g, 2e-3);
+  std::vector<std::vector<uint32_t>> want;
+  const std::vector<GenerationRequest> reqs = golden::greedy_requests(g, &want);
+  golden::expect_greedy(*quant_, reqs, want, 0, "batched");
 }
 
 std::vector<QuantCase> all_cases() {

@@ -30,6 +30,9 @@ struct CudaExecOptions {
   // batch-size bucket and replay them. Off: the same padded kernels run
   // eagerly (bitwise identical results).
   bool graphs = true;
+  // Tuning::cuda_quant_dot: decode products on GGUF block weights take 8-bit
+  // activation blocks and integer dot products (kernels/quant_gemm.cuh).
+  bool quant_dot = true;
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).
   bool profile = false;
   // Tuning::ncu_decode_step: the K-th graph replay runs inside a profiler

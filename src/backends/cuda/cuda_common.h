@@ -32,6 +32,18 @@ struct BackendState {
   // Zeroed arrival counters of the fused decode attention's split merge
   // (kSplitCounters ints; each merging block sets its counter back to 0).
   int32_t* split_counters = nullptr;
+  // Products on GGUF block weights (gemm.cc, kernels/quant_gemm.cuh).
+  // Tuning::cuda_quant_dot: decode GEMVs on 8-bit activation blocks, which
+  // live in q8_x (int8, q8_capacity elements) and q8_d (one f32 per 32).
+  bool quant_dot = true;
+  int8_t* q8_x = nullptr;
+  float* q8_d = nullptr;
+  int64_t q8_capacity = 0;
+  // The prefill / batch path dequantizes weight rows into this buffer (in
+  // the activation type) for cuBLASLt; grown on eager steps, never while a
+  // graph is captured.
+  void* dequant = nullptr;
+  int64_t dequant_bytes = 0;
 };
 constexpr int64_t kSplitCounters = 1 << 16;
 

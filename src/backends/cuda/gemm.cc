@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -31,7 +32,7 @@ struct LtPlan {
   bool ok = false;
 };
 
-using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int>;
+using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t>;
 
 struct LtCache {
   std::mutex mu;
@@ -43,11 +44,12 @@ LtCache& cache() {
   return *c;
 }
 
+// out is [m, n] with row stride ldc (n unless a column slice is written).
 const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType act, DType out_dt,
-                      bool accumulate) {
+                      bool accumulate, int64_t ldc) {
   LtCache& lc = cache();
   std::lock_guard<std::mutex> lock(lc.mu);
-  LtKey key{m, n, k, static_cast<int>(act), static_cast<int>(out_dt), accumulate ? 1 : 0};
+  LtKey key{m, n, k, static_cast<int>(act), static_cast<int>(out_dt), accumulate ? 1 : 0, ldc};
   auto it = lc.plans.find(key);
   if (it != lc.plans.end()) return it->second.ok ? &it->second : nullptr;
   LtPlan p;
@@ -63,7 +65,7 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
   good = good && cublasLtMatrixLayoutCreate(&p.a, cuda_type(act), k, n, k) == CUBLAS_STATUS_SUCCESS;
   good = good && cublasLtMatrixLayoutCreate(&p.b, cuda_type(act), k, m, k) == CUBLAS_STATUS_SUCCESS;
   good = good &&
-         cublasLtMatrixLayoutCreate(&p.c, cuda_type(out_dt), n, m, n) == CUBLAS_STATUS_SUCCESS;
+         cublasLtMatrixLayoutCreate(&p.c, cuda_type(out_dt), n, m, ldc) == CUBLAS_STATUS_SUCCESS;
   if (good) {
     cublasLtMatmulPreference_t pref = nullptr;
     cublasLtMatmulPreferenceCreate(&pref);
@@ -100,6 +102,79 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
   return pos->second.ok ? &pos->second : nullptr;
 }
 
+// The dequantized-rows buffer: at most this much (larger matrices go in
+// slices of rows), grown only on eager steps.
+constexpr int64_t kDequantMaxBytes = 512ll << 20;
+
+// Products on GGUF block weights (q8_0, q4_k, ...; kernels/quant_gemm.cuh):
+//  - decode (m <= 8): the weight-streaming GEMV, on 8-bit activation blocks
+//    (Tuning::cuda_quant_dot) or on f32 activations;
+//  - larger bf16 / f16 batches (prefill): slices of weight rows dequantized
+//    to the activation type into st.dequant, then cuBLASLt, each slice
+//    writing its columns of out (tensor cores at the bf16 rate; the
+//    dequantization is one pass over the weight's blocks per call);
+//  - otherwise (f32 activations, a graph capture that would need a larger
+//    buffer): the tiles that dequantize into shared memory.
+Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k,
+                     const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
+                     bool accumulate, const void* bias, DType bias_dt) {
+  if (m <= 8) {
+    if (st.quant_dot && m * k <= st.q8_capacity && quant_gemv_q8_supported(w_dt, w, k, out_dt))
+      return launch_quant_gemv_q8(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate,
+                                  bias, bias_dt, st.q8_x, st.q8_d);
+    return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
+                             bias_dt);
+  }
+  const bool lt_types = (x_dt == DType::kBF16 || x_dt == DType::kF16) &&
+                        (out_dt == x_dt || out_dt == DType::kF32) &&
+                        !(accumulate && out_dt != x_dt) && k % dtype_block_elems(w_dt) == 0;
+  if (lt_types) {
+    const int64_t row_bytes = k * 2;
+    const int64_t want = std::min(n * row_bytes, std::max(kDequantMaxBytes, 256 * row_bytes));
+    if (st.dequant_bytes < want && !st.capturing) {
+      if (st.dequant) {
+        FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
+        FERRITE_CUDA_RETURN(cudaFree(st.dequant));
+        st.dequant = nullptr;
+        st.dequant_bytes = 0;
+      }
+      FERRITE_CUDA_RETURN(cudaMalloc(&st.dequant, want));
+      st.dequant_bytes = want;
+    }
+    // Slices of whole 128-row groups (cuBLASLt tiles) that fit the buffer.
+    const int64_t slice = std::min(n, st.dequant_bytes / row_bytes / 128 * 128);
+    // cuBLASLt plans for the full slice and the last one (else the tile
+    // kernel below does the whole product).
+    const LtPlan* full = slice >= 128 || slice == n
+                             ? lt_plan(st, m, slice, k, x_dt, out_dt, accumulate, n)
+                             : nullptr;
+    const LtPlan* last = full && n % slice != 0
+                             ? lt_plan(st, m, n % slice, k, x_dt, out_dt, accumulate, n)
+                             : full;
+    if (full && last) {
+      const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+      const int64_t out_elem = dtype_bytes(out_dt, 1);
+      for (int64_t n0 = 0; n0 < n; n0 += slice) {
+        const int64_t rows = std::min(slice, n - n0);
+        const LtPlan* p = rows == slice ? full : last;
+        FERRITE_RETURN_IF_ERROR(
+            launch_quant_dequant_rows(st.stream, w, w_dt, k, n0, rows, st.dequant, x_dt));
+        void* o = static_cast<char*>(out) + n0 * out_elem;
+        cublasStatus_t cs = cublasLtMatmul(
+            static_cast<cublasLtHandle_t>(st.lt_handle), p->op, &alpha, st.dequant, p->a, x, p->b,
+            &beta, o, p->c, o, p->c, &p->algo, st.lt_workspace, st.lt_workspace_bytes, st.stream);
+        if (cs != CUBLAS_STATUS_SUCCESS)
+          return internal_error(fmt::format("cublasLtMatmul failed ({}) for m={} n={} k={}",
+                                            static_cast<int>(cs), m, rows, k));
+        if (n0 + rows == n)
+          return launch_add_bias(st.stream, out, out_dt, m, n, n, bias, bias_dt);
+      }
+    }
+  }
+  return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
+                           bias_dt);
+}
+
 }  // namespace
 
 Status gemm_init(BackendState& st) {
@@ -108,11 +183,22 @@ Status gemm_init(BackendState& st) {
   st.lt_handle = h;
   st.lt_workspace_bytes = 32ull << 20;
   FERRITE_CUDA_RETURN(cudaMalloc(&st.lt_workspace, st.lt_workspace_bytes));
+  // 8-bit activation blocks of a decode GEMV: 8 rows of up to 64 Ki.
+  st.q8_capacity = 8 * 65536;
+  FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_x, st.q8_capacity));
+  FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_d, st.q8_capacity / 32 * sizeof(float)));
   return Status::ok();
 }
 
 void gemm_shutdown(BackendState& st) {
   if (st.lt_workspace) cudaFree(st.lt_workspace);
+  if (st.q8_x) cudaFree(st.q8_x);
+  if (st.q8_d) cudaFree(st.q8_d);
+  if (st.dequant) cudaFree(st.dequant);
+  st.q8_x = nullptr;
+  st.q8_d = nullptr;
+  st.dequant = nullptr;
+  st.dequant_bytes = 0;
   if (st.lt_handle) cublasLtDestroy(static_cast<cublasLtHandle_t>(st.lt_handle));
   st.lt_workspace = nullptr;
   st.lt_handle = nullptr;
@@ -122,17 +208,14 @@ Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, c
             DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate, const void* bias,
             DType bias_dt) {
   if (m == 0 || n == 0) return Status::ok();
-  // GGUF block weights (q8_0, q4_k, ...): dequantized in registers / shared
-  // memory by their own kernels (kernels/quant_gemm.cuh).
   if (dtype_is_quantized(w_dt))
-    return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
-                             bias_dt);
+    return quant_product(st, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias, bias_dt);
   const bool tensor_types = x_dt == w_dt && (x_dt == DType::kBF16 || x_dt == DType::kF16) &&
                             (out_dt == x_dt || out_dt == DType::kF32) && !bias;
   if (tensor_types && gemv_supported(m, k, x_dt, w_dt, out_dt))
     return launch_gemv(st.stream, x, m, k, w, n, out, x_dt, out_dt, accumulate);
   if (tensor_types && !(accumulate && out_dt != x_dt)) {
-    if (const LtPlan* p = lt_plan(st, m, n, k, x_dt, out_dt, accumulate)) {
+    if (const LtPlan* p = lt_plan(st, m, n, k, x_dt, out_dt, accumulate, n)) {
       const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
       cublasStatus_t s = cublasLtMatmul(static_cast<cublasLtHandle_t>(st.lt_handle), p->op,
                                         &alpha, w, p->a, x, p->b, &beta, out, p->c, out, p->c,

@@ -344,6 +344,291 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+// --- 8-bit activation blocks and integer dot products ----------------------
+
+// x [m, k] -> int8 blocks of 32 (q = round(x * 127 / amax)) + f32 scales
+// amax / 127; one warp per block, lane i quantizes element i.
+template <typename TX>
+__global__ void __launch_bounds__(256)
+    quantize_q8_kernel(const TX* __restrict__ x, int64_t groups, int8_t* __restrict__ xq,
+                       float* __restrict__ xd) {
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (g >= groups) return;
+  const float v = to_f(x[g * 32 + lane]);
+  const float amax = warp_max(fabsf(v));
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  xq[g * 32 + lane] = static_cast<int8_t>(__float2int_rn(v * id));
+  if (lane == 0) xd[g] = amax / 127.0f;
+}
+
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+// Four bytes at a 2-byte aligned address.
+__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const unsigned short*>(p);
+  return static_cast<uint32_t>(__ldg(h)) | (static_cast<uint32_t>(__ldg(h + 1)) << 16);
+}
+__device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+}
+__device__ __forceinline__ int sum4x4(const uint4& x) {  // sum of 16 signed bytes
+  return dp4(x.w, 0x01010101u, dp4(x.z, 0x01010101u, dp4(x.y, 0x01010101u, dp4(x.x, 0x01010101u, 0))));
+}
+__device__ __forceinline__ int dot4x4(const uint32_t (&w)[4], const uint4& x) {
+  return dp4(w[3], x.w, dp4(w[2], x.z, dp4(w[1], x.y, dp4(w[0], x.x, 0))));
+}
+
+// The 6-bit scale and min of K-quant sub-block j (ggml's get_scale_min_k4)
+// from the 12 scale bytes as three little-endian words.
+__device__ __forceinline__ void kquant_scale_min(const uint32_t (&sw)[3], int j, uint32_t* sc,
+                                                 uint32_t* mn) {
+  auto byte = [&](int i) { return (sw[i >> 2] >> (8 * (i & 3))) & 0xFF; };
+  if (j < 4) {
+    *sc = byte(j) & 63;
+    *mn = byte(j + 4) & 63;
+  } else {
+    *sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+    *mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+  }
+}
+
+// Per format: a weight block's share of one lane (`part` of kLanes lanes per
+// block) unpacked into registers once (load), then dotted with each token's
+// 8-bit activations of that block (dot: xq, xd point at the block's first
+// element and first 32-scale).
+template <int F>
+struct Q8Dot;
+
+template <>
+struct Q8Dot<kFmtQ8_0> {  // 34 bytes: d, 32 x int8; 2 lanes x 16 values
+  static constexpr int kElems = 32, kBytes = 34, kLanes = 2;
+  uint32_t q[4];
+  float d;
+  int part;
+  __device__ void load(const uint8_t* b, int p) {
+    part = p;
+    d = ld_half(b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = ld32_a2(b + 2 + 16 * p + 4 * i);
+  }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const uint4 x = *reinterpret_cast<const uint4*>(xq + 16 * part);
+    return d * xd[0] * static_cast<float>(dot4x4(q, x));
+  }
+};
+
+template <>
+struct Q8Dot<kFmtQ4_0> {  // 18 bytes: d, 16 bytes of nibbles (lo: 0..15, hi: 16..31)
+  static constexpr int kElems = 32, kBytes = 18, kLanes = 2;
+  uint32_t lo[2], hi[2];
+  float d;
+  int part;
+  __device__ void load(const uint8_t* b, int p) {
+    part = p;
+    d = ld_half(b);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t w = ld32_a2(b + 2 + 8 * p + 4 * i);
+      lo[i] = __vsubss4(w & 0x0F0F0F0Fu, 0x08080808u);
+      hi[i] = __vsubss4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    }
+  }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const uint2 a = *reinterpret_cast<const uint2*>(xq + 8 * part);
+    const uint2 b = *reinterpret_cast<const uint2*>(xq + 16 + 8 * part);
+    const int s = dp4(lo[1], a.y, dp4(lo[0], a.x, dp4(hi[1], b.y, dp4(hi[0], b.x, 0))));
+    return d * xd[0] * static_cast<float>(s);
+  }
+};
+
+// q4_k (144 bytes: d, dmin, 12 scale bytes, 128 bytes of nibbles) and q5_k
+// (176 bytes: the same + 32 bytes of fifth bits before the nibbles). Lane
+// `part` of 8 takes 16 bytes of chunk c = part / 2: 16 values of sub-block
+// 2c (low nibbles) and 16 of sub-block 2c + 1 (high nibbles).
+template <bool kFive>
+struct Q8DotK {
+  static constexpr int kElems = 256, kBytes = kFive ? 176 : 144, kLanes = 8;
+  uint32_t lo[4], hi[4];
+  float dl, dh, ml, mh;
+  int part;
+  __device__ void load(const uint8_t* b, int p) {
+    part = p;
+    const int c = p >> 1, h = p & 1;
+    const float d = ld_half(b), dmin = ld_half(b + 2);
+    const uint32_t sw[3] = {__ldg(reinterpret_cast<const uint32_t*>(b + 4)),
+                            __ldg(reinterpret_cast<const uint32_t*>(b + 8)),
+                            __ldg(reinterpret_cast<const uint32_t*>(b + 12))};
+    uint32_t sc0, m0, sc1, m1;
+    kquant_scale_min(sw, 2 * c, &sc0, &m0);
+    kquant_scale_min(sw, 2 * c + 1, &sc1, &m1);
+    dl = __fmul_rn(d, static_cast<float>(sc0));
+    dh = __fmul_rn(d, static_cast<float>(sc1));
+    ml = __fmul_rn(dmin, static_cast<float>(m0));
+    mh = __fmul_rn(dmin, static_cast<float>(m1));
+    const uint4 q = ld128(b + (kFive ? 48 : 16) + 32 * c + 16 * h);
+    const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+    uint32_t hw[4] = {0, 0, 0, 0};
+    if constexpr (kFive) {
+      const uint4 qh = ld128(b + 16 + 16 * h);
+      hw[0] = qh.x, hw[1] = qh.y, hw[2] = qh.z, hw[3] = qh.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = qw[i] & 0x0F0F0F0Fu;
+      hi[i] = (qw[i] >> 4) & 0x0F0F0F0Fu;
+      if constexpr (kFive) {
+        lo[i] |= ((hw[i] >> (2 * c)) & 0x01010101u) << 4;
+        hi[i] |= ((hw[i] >> (2 * c + 1)) & 0x01010101u) << 4;
+      }
+    }
+  }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const int c = part >> 1, h = part & 1;
+    const uint4 xl = *reinterpret_cast<const uint4*>(xq + 64 * c + 16 * h);
+    const uint4 xh = *reinterpret_cast<const uint4*>(xq + 64 * c + 32 + 16 * h);
+    const float sl = static_cast<float>(dot4x4(lo, xl)), sxl = static_cast<float>(sum4x4(xl));
+    const float sh = static_cast<float>(dot4x4(hi, xh)), sxh = static_cast<float>(sum4x4(xh));
+    return xd[2 * c] * (dl * sl - ml * sxl) + xd[2 * c + 1] * (dh * sh - mh * sxh);
+  }
+};
+template <>
+struct Q8Dot<kFmtQ4_K> : Q8DotK<false> {};
+template <>
+struct Q8Dot<kFmtQ5_K> : Q8DotK<true> {};
+
+// q6_k (210 bytes: 128 low-nibble bytes, 64 bytes of 2-bit highs, 16 int8
+// scales of 16 values, d). Lane `part` of 8: half = part / 4, l0 = 8 (part
+// % 4): the 8 values at l0.. of each quarter qt of that half (elements
+// 128 half + 32 qt + l0 ..), as signed bytes value - 32.
+template <>
+struct Q8Dot<kFmtQ6_K> {
+  static constexpr int kElems = 256, kBytes = 210, kLanes = 8;
+  uint32_t v[4][2];
+  float ds[4];
+  int part;
+  __device__ void load(const uint8_t* b, int p) {
+    part = p;
+    const int half = p >> 2, l0 = 8 * (p & 3);
+    const float d = ld_half(b + 208);
+#pragma unroll
+    for (int qt = 0; qt < 4; ++qt) {
+      const int sc = static_cast<int8_t>(__ldg(b + 192 + 8 * half + (l0 >> 4) + 2 * qt));
+      ds[qt] = __fmul_rn(d, static_cast<float>(sc));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t qa = ld32_a2(b + 64 * half + l0 + 4 * i);
+      const uint32_t qb = ld32_a2(b + 64 * half + 32 + l0 + 4 * i);
+      const uint32_t qh = ld32_a2(b + 128 + 32 * half + l0 + 4 * i);
+      v[0][i] = __vsubss4((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4), 0x20202020u);
+      v[1][i] = __vsubss4((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4), 0x20202020u);
+      v[2][i] = __vsubss4(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4), 0x20202020u);
+      v[3][i] = __vsubss4(((qb >> 4) & 0x0F0F0F0Fu) | (((qh >> 6) & 0x03030303u) << 4), 0x20202020u);
+    }
+  }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const int half = part >> 2, l0 = 8 * (part & 3);
+    float acc = 0.0f;
+#pragma unroll
+    for (int qt = 0; qt < 4; ++qt) {
+      const uint2 x = *reinterpret_cast<const uint2*>(xq + 128 * half + 32 * qt + l0);
+      const int s = dp4(v[qt][1], x.y, dp4(v[qt][0], x.x, 0));
+      acc = fmaf(xd[4 * half + qt] * ds[qt], static_cast<float>(s), acc);
+    }
+    return acc;
+  }
+};
+
+// One warp per R weight rows, tokens [blockIdx.y * M, + M); lanes split each
+// block (kLanes per block), a warp covers 32 / kLanes blocks per iteration.
+template <int F, typename TO, int M, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    quant_gemv_q8_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t m,
+                         int64_t k, const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n,
+                         TO* __restrict__ out, bool accumulate, const void* bias, int bias_dt) {
+  using Fmt = Q8Dot<F>;
+  constexpr int kPerIter = 32 / Fmt::kLanes;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp) * R;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * M;
+  if (row0 >= n) return;
+  const int nb = static_cast<int>(k / Fmt::kElems);
+  const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
+  const uint8_t* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) wr[r] = w + (row0 + r < n ? row0 + r : row0) * row_bytes;
+  float acc[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
+  const int64_t xs = k / 32;
+#pragma unroll 2
+  for (int b = bl; b < nb; b += kPerIter) {
+    Fmt wv[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wv[r].load(wr[r] + static_cast<int64_t>(b) * Fmt::kBytes, part);
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      if (t0 + t < m) {
+        const int8_t* xb = xq + (t0 + t) * k + static_cast<int64_t>(b) * Fmt::kElems;
+        const float* db = xd + (t0 + t) * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][t] += wv[r].dot(xb, db);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = row0 + r;
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float sum = warp_sum(acc[r][t]);
+      if (lane == 0 && t0 + t < m && row < n) {
+        float val = sum + (bias ? load_any(bias, bias_dt, row) : 0.0f);
+        TO* o = out + (t0 + t) * n + row;
+        if (accumulate) val += to_f(*o);
+        *o = from_f<TO>(val);
+      }
+    }
+  }
+}
+
+// Rows of a block weight dequantized to T, 8 elements per thread.
+template <int F, typename T>
+__global__ void quant_dequant_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t k,
+                                     int64_t elems, T* __restrict__ out) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= elems) return;
+  const int64_t r = i / k, e = i - r * k;
+  float v[8];
+  dequant8<F>(w + r * row_bytes, e, v);
+  if constexpr (sizeof(T) == 2) {
+    uint4 u;
+    T* h = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = from_f<T>(v[j]);
+    *reinterpret_cast<uint4*>(out + i) = u;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[i + j] = v[j];
+  }
+}
+
+template <typename TO>
+__global__ void add_bias_kernel(TO* __restrict__ out, int64_t m, int64_t n, int64_t ld,
+                                const void* bias, int bias_dt) {
+  const int64_t total = m * n;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / n, c = i - t * n;
+    TO* o = out + t * ld + c;
+    *o = from_f<TO>(to_f(*o) + load_any(bias, bias_dt, c));
+  }
+}
+
 template <int F, typename TO>
 __global__ void quant_embedding_kernel(const uint32_t* __restrict__ ids, const uint8_t* table,
                                        int64_t row_bytes, int64_t vocab, int64_t hidden,
@@ -422,6 +707,91 @@ Status launch_quant_gemm(cudaStream_t s, const void* x, DType x_dt, int64_t m, i
   });
   if (!ok) return bad_dtype("quant gemm", w_dt);
   return check_launch("quant_gemm");
+}
+
+bool quant_gemv_q8_supported(DType w_dt, const void* w, int64_t k, DType out_dt) {
+  const int f = qfmt(w_dt);
+  if (f < 0 || !small_ok(out_dt) || k % dtype_block_elems(w_dt) != 0) return false;
+  // q4_k / q5_k blocks (144 / 176 bytes) are read with 16-byte loads; the
+  // others (34, 18, 210 bytes) keep 2-byte alignment and are read by halves.
+  const uintptr_t a = reinterpret_cast<uintptr_t>(w);
+  return (f == kFmtQ4_K || f == kFmtQ5_K) ? a % 16 == 0 : a % 2 == 0;
+}
+
+Status launch_quant_gemv_q8(cudaStream_t s, const void* x, DType x_dt, int64_t m, int64_t k,
+                            const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
+                            bool accumulate, const void* bias, DType bias_dt, int8_t* xq,
+                            float* xd) {
+  if (m == 0 || n == 0) return Status::ok();
+  if (m > 8 || !quant_gemv_q8_supported(w_dt, w, k, out_dt) || !small_ok(x_dt))
+    return unsupported("quant gemv (8-bit activations): unsupported shape, format or alignment");
+  if (bias && !small_ok(bias_dt)) return bad_dtype("quant gemv bias", bias_dt);
+  const int64_t groups = m * (k / 32);
+  bool xok = dispatch_float(x_dt, [&](auto tx) {
+    using TX = decltype(tx);
+    quantize_q8_kernel<TX><<<static_cast<unsigned>((groups + 7) / 8), 256, 0, s>>>(
+        static_cast<const TX*>(x), groups, xq, xd);
+  });
+  if (!xok) return bad_dtype("quant gemv activations", x_dt);
+  const int64_t row_bytes = dtype_bytes(w_dt, k);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int bdt = dt_code(bias_dt);
+  bool ok = dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    dispatch_float(out_dt, [&](auto to) {
+      using TO = decltype(to);
+      TO* o = static_cast<TO*>(out);
+      auto go = [&](auto mc, auto rc) {
+        constexpr int M = decltype(mc)::value, R = decltype(rc)::value;
+        const unsigned blocks = static_cast<unsigned>((n + kGemvWarps * R - 1) / (kGemvWarps * R));
+        quant_gemv_q8_kernel<F, TO, M, R>
+            <<<dim3(blocks, static_cast<unsigned>((m + M - 1) / M)), kGemvWarps * 32, 0, s>>>(
+                xq, xd, m, k, wb, row_bytes, n, o, accumulate, bias, bdt);
+      };
+      if (m == 1) {
+        go(std::integral_constant<int, 1>{}, std::integral_constant<int, 2>{});
+      } else if (m <= 4) {
+        go(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{});
+      } else {
+        go(std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{});
+      }
+    });
+  });
+  if (!ok) return bad_dtype("quant gemv", w_dt);
+  return check_launch("quant_gemv_q8");
+}
+
+Status launch_quant_dequant_rows(cudaStream_t s, const void* w, DType w_dt, int64_t k,
+                                 int64_t row0, int64_t rows, void* out, DType out_dt) {
+  if (rows == 0) return Status::ok();
+  if (k % dtype_block_elems(w_dt) != 0) return unsupported("quant dequant: k is not whole blocks");
+  const int64_t row_bytes = dtype_bytes(w_dt, k);
+  const auto* wb = static_cast<const uint8_t*>(w) + row0 * row_bytes;
+  const int64_t elems = rows * k;
+  const unsigned blocks = static_cast<unsigned>((elems / 8 + 255) / 256);
+  bool ok = dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    dispatch_float(out_dt, [&](auto to) {
+      using TO = decltype(to);
+      quant_dequant_kernel<F, TO><<<blocks, 256, 0, s>>>(wb, row_bytes, k, elems,
+                                                         static_cast<TO*>(out));
+    });
+  });
+  if (!ok) return bad_dtype("quant dequant", w_dt);
+  return check_launch("quant_dequant_rows");
+}
+
+Status launch_add_bias(cudaStream_t s, void* out, DType out_dt, int64_t m, int64_t n, int64_t ld,
+                       const void* bias, DType bias_dt) {
+  if (m == 0 || n == 0 || !bias) return Status::ok();
+  if (!small_ok(bias_dt)) return bad_dtype("add bias", bias_dt);
+  bool ok = dispatch_float(out_dt, [&](auto to) {
+    using TO = decltype(to);
+    add_bias_kernel<TO><<<grid_for(m * n, 256), 256, 0, s>>>(static_cast<TO*>(out), m, n, ld, bias,
+                                                            dt_code(bias_dt));
+  });
+  if (!ok) return bad_dtype("add bias", out_dt);
+  return check_launch("add_bias");
 }
 
 Status launch_quant_embedding(cudaStream_t s, const uint32_t* ids, int64_t tokens,

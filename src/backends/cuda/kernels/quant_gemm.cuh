@@ -29,6 +29,32 @@ Status launch_quant_gemm(cudaStream_t s, const void* x, DType x_dt, int64_t m, i
                          const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                          bool accumulate, const void* bias, DType bias_dt);
 
+// Decode products on 8-bit activation blocks (Tuning::cuda_quant_dot): x
+// [m, k] is quantized once per call to blocks of 32 (int8 q = round(x * 127
+// / amax), f32 scale amax / 127: xq [m, k], xd [m, k / 32]), then every
+// weight block meets its activations in dp4a integer dot products (4-bit and
+// 6-bit values unpacked to bytes in registers, K-quant sub-block scales and
+// mins applied to the integer sums), f32 accumulation across blocks. Each
+// element is off by at most amax / 254 of its 32-block (the conformance
+// suite's bound for block activations). m <= 8; xq / xd hold m * k and
+// m * k / 32 entries. False when the format or alignment does not allow it
+// (the caller then uses launch_quant_gemm).
+bool quant_gemv_q8_supported(DType w_dt, const void* w, int64_t k, DType out_dt);
+Status launch_quant_gemv_q8(cudaStream_t s, const void* x, DType x_dt, int64_t m, int64_t k,
+                            const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
+                            bool accumulate, const void* bias, DType bias_dt, int8_t* xq,
+                            float* xd);
+
+// Rows [row0, row0 + rows) of a block-format weight [n, k] dequantized into
+// out [rows, k] (bf16 / f16 / f32, row-major): the tile the prefill GEMM
+// (cuBLASLt) reads. A transient workspace, never the stored weight.
+Status launch_quant_dequant_rows(cudaStream_t s, const void* w, DType w_dt, int64_t k,
+                                 int64_t row0, int64_t rows, void* out, DType out_dt);
+
+// out[t, c] += bias[c] for t < m, c < n (row stride ld).
+Status launch_add_bias(cudaStream_t s, void* out, DType out_dt, int64_t m, int64_t n, int64_t ld,
+                       const void* bias, DType bias_dt);
+
 // out[t] = dequant(table)[min(ids[t], vocab - 1)], rows of `hidden` elements.
 Status launch_quant_embedding(cudaStream_t s, const uint32_t* ids, int64_t tokens,
                               const void* table, DType table_dt, int64_t vocab, int64_t hidden,
