@@ -48,6 +48,9 @@ struct BackendState {
 constexpr int64_t kSplitCounters = 1 << 16;
 
 BackendState& state(const Invocation& inv);
+// Destroys the captured decode graphs (they are captured again on their
+// next step): a scratch buffer they point into is being reallocated.
+void drop_captured_graphs(BackendState& st);
 // Makes sure `meta` describes inv.batch (the executor normally prepared it;
 // direct callers such as the conformance suite may not have).
 Status ensure_prepared(const Invocation& inv);

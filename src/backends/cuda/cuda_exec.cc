@@ -68,6 +68,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
   BackendState& state() { return st_; }
   CudaGraphStats stats() const { return stats_; }
   void set_graphs(bool on) { graphs_ = on; }
+  void invalidate_graphs() { drop_graphs(); }
 
   Status prepare(const StepBatch& batch) override { return prepare_padded(batch, 0); }
 
@@ -262,6 +263,8 @@ BackendState& state(const Invocation& inv) {
   FERRITE_CHECK(inv.ctx && inv.ctx->backend) << "CUDA provider run without a CUDA exec context";
   return *static_cast<BackendState*>(inv.ctx->backend);
 }
+
+void drop_captured_graphs(BackendState& st) { st.exec->invalidate_graphs(); }
 
 Status ensure_prepared(const Invocation& inv) {
   BackendState& st = state(inv);

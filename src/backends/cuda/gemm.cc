@@ -134,6 +134,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     if (st.dequant_bytes < want && !st.capturing) {
       if (st.dequant) {
         FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
+        if (st.exec) drop_captured_graphs(st);  // they point into the old buffer
         FERRITE_CUDA_RETURN(cudaFree(st.dequant));
         st.dequant = nullptr;
         st.dequant_bytes = 0;
@@ -176,6 +177,23 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
 }
 
 }  // namespace
+
+Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems) {
+  if (st.q8_capacity >= elems) return true;
+  if (st.capturing) return false;
+  FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
+  if (st.exec) drop_captured_graphs(st);  // they point into the old buffers
+  if (st.q8_x) cudaFree(st.q8_x);
+  if (st.q8_d) cudaFree(st.q8_d);
+  st.q8_x = nullptr;
+  st.q8_d = nullptr;
+  st.q8_capacity = 0;
+  const int64_t cap = (elems + 31) / 32 * 32;
+  FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_x, cap));
+  FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_d, cap / 32 * sizeof(float)));
+  st.q8_capacity = cap;
+  return true;
+}
 
 Status gemm_init(BackendState& st) {
   cublasLtHandle_t h = nullptr;

@@ -12,6 +12,10 @@ Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, c
             DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate,
             const void* bias = nullptr, DType bias_dt = DType::kF32);
 
+// Makes st.q8_x / st.q8_d hold 8-bit blocks of at least `elems` activations
+// (grown on eager steps only): false when they do not and cannot now.
+Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems);
+
 // Creates / destroys the cuBLASLt handle and workspace of a backend state.
 Status gemm_init(BackendState& st);
 void gemm_shutdown(BackendState& st);

@@ -11,6 +11,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/kernels/moe.cuh"
+#include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/profiler.h"
 #include "contracts/routed_shared_swiglu_moe.h"
 #include "contracts/routed_swiglu_moe.h"
@@ -22,11 +23,11 @@ class RoutedMoe final : public Provider {
  public:
   explicit RoutedMoe(bool shared)
       : shared_(shared),
-        desc_(cuda_descriptor(shared ? "cuda.routed_shared_swiglu_moe" : "cuda.routed_swiglu_moe",
+        desc_(with_block_formats(cuda_descriptor(shared ? "cuda.routed_shared_swiglu_moe" : "cuda.routed_swiglu_moe",
                               shared ? routed_shared_swiglu_moe::contract() : routed_swiglu_moe::contract(),
                               "router product in f32, device top-k and stable sort by expert into "
                               "row tiles, grouped tensor-core expert GEMMs (bf16 / f16; SIMT for "
-                              "f32), per-token combine in expert order")) {}
+                              "f32, GGUF blocks), per-token combine in expert order"))) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
   Status supports(const NodeSignature& node) const override {
@@ -127,14 +128,28 @@ class RoutedMoe final : public Provider {
                                                     b[kDown].data, I, H, act, row_tile, tiles,
                                                     tile_count, max_tiles, ys, H));
     } else {
+      // f32 rows; expert weights in a float type (SIMT products) or in GGUF
+      // blocks (kernels/quant_gemm.cuh: 8-bit activation blocks and integer
+      // dots under Tuning::cuda_quant_dot, else f32 on the dequantized blocks).
       auto* gu = static_cast<float*>(mid);
-      FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, n32, DType::kF32, H, true, K, H,
-                                                     b[kGateUp].data, b[kGateUp].dtype, 2 * I, E,
-                                                     offsets, row_pair, gu, 2 * I));
+      auto experts = [&](const float* x, int64_t ldx, int64_t rows, int64_t kdim, bool by_token,
+                         int idx, int64_t nout, float* out, int64_t ldo) -> Status {
+        if (!dtype_is_quantized(b[idx].dtype))
+          return launch_moe_expert_rows(st.stream, x, DType::kF32, ldx, by_token, K, kdim,
+                                        b[idx].data, b[idx].dtype, nout, E, offsets, row_pair, out,
+                                        ldo);
+        bool q8 = false;
+        if (st.quant_dot) {
+          FERRITE_ASSIGN_OR_RETURN(q8, ensure_q8_capacity(st, rows * kdim));
+        }
+        return launch_quant_moe_experts(st.stream, x, ldx, rows, kdim, by_token, K, row_pair,
+                                        b[idx].data, b[idx].dtype, nout, tiles, tile_count,
+                                        max_tiles, out, ldo, q8 ? st.q8_x : nullptr,
+                                        q8 ? st.q8_d : nullptr);
+      };
+      FERRITE_RETURN_IF_ERROR(experts(n32, H, t, H, true, kGateUp, 2 * I, gu, 2 * I));
       FERRITE_RETURN_IF_ERROR(launch_moe_act(st.stream, gu, tk, I));
-      FERRITE_RETURN_IF_ERROR(launch_moe_expert_rows(st.stream, gu, DType::kF32, 2 * I, false, K,
-                                                     I, b[kDown].data, b[kDown].dtype, H, E,
-                                                     offsets, row_pair, ys, H));
+      FERRITE_RETURN_IF_ERROR(experts(gu, 2 * I, tk, I, false, kDown, H, ys, H));
     }
 
     float* sgate = nullptr;

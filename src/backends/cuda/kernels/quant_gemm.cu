@@ -348,14 +348,16 @@ __global__ void __launch_bounds__(128)
 
 // x [m, k] -> int8 blocks of 32 (q = round(x * 127 / amax)) + f32 scales
 // amax / 127; one warp per block, lane i quantizes element i.
+// Rows of x have stride ldx; xq rows are packed (stride k).
 template <typename TX>
 __global__ void __launch_bounds__(256)
-    quantize_q8_kernel(const TX* __restrict__ x, int64_t groups, int8_t* __restrict__ xq,
-                       float* __restrict__ xd) {
+    quantize_q8_kernel(const TX* __restrict__ x, int64_t ldx, int64_t k, int64_t groups,
+                       int8_t* __restrict__ xq, float* __restrict__ xd) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (g >= groups) return;
-  const float v = to_f(x[g * 32 + lane]);
+  const int64_t row = g / (k / 32), col = (g - row * (k / 32)) * 32;
+  const float v = to_f(x[row * ldx + col + lane]);
   const float amax = warp_max(fabsf(v));
   const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
   xq[g * 32 + lane] = static_cast<int8_t>(__float2int_rn(v * id));
@@ -596,6 +598,109 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   }
 }
 
+// --- MoE experts in block formats --------------------------------------------
+// Over the tile table of the expert sort (moe.cuh: per tile its expert, first
+// gathered row and row count; blocks past *tile_count exit): one warp per
+// expert weight row j, the tile's rows M at a time. Row r's input is token
+// row_pair[r] / top_k (by_token) or gathered row r; out[r, j] f32.
+struct MoeTiles {
+  const int32_t* row_pair;
+  int top_k;
+  bool by_token;
+  const int32_t* tiles;
+  const int32_t* tile_count;
+};
+constexpr int kMoeQuantM = 4;
+
+template <int F>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    quant_moe_q8_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t k,
+                        MoeTiles mt, const uint8_t* __restrict__ w, int64_t row_bytes,
+                        int64_t nout, float* __restrict__ out, int64_t ldo) {
+  using Fmt = Q8Dot<F>;
+  constexpr int kPerIter = 32 / Fmt::kLanes, M = kMoeQuantM;
+  const int tile = blockIdx.y;
+  if (tile >= *mt.tile_count) return;
+  const int e = mt.tiles[4 * tile], r0 = mt.tiles[4 * tile + 1], nr = mt.tiles[4 * tile + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (j >= nout) return;
+  const uint8_t* wr = w + (static_cast<int64_t>(e) * nout + j) * row_bytes;
+  const int nb = static_cast<int>(k / Fmt::kElems);
+  const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
+  const int64_t xs = k / 32;
+  for (int c0 = 0; c0 < nr; c0 += M) {
+    int64_t xrow[M];
+    float acc[M];
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const int r = r0 + c0 + t;
+      xrow[t] = c0 + t < nr ? (mt.by_token ? mt.row_pair[r] / mt.top_k : r) : -1;
+      acc[t] = 0.0f;
+    }
+#pragma unroll 2
+    for (int b = bl; b < nb; b += kPerIter) {
+      Fmt wv;
+      wv.load(wr + static_cast<int64_t>(b) * Fmt::kBytes, part);
+#pragma unroll
+      for (int t = 0; t < M; ++t)
+        if (xrow[t] >= 0)
+          acc[t] += wv.dot(xq + xrow[t] * k + static_cast<int64_t>(b) * Fmt::kElems,
+                           xd + xrow[t] * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32));
+    }
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float sum = warp_sum(acc[t]);
+      if (lane == 0 && xrow[t] >= 0) out[static_cast<int64_t>(r0 + c0 + t) * ldo + j] = sum;
+    }
+  }
+}
+
+// The same on f32 inputs (row stride ldx) and the dequantized blocks (the
+// reference numerics: Tuning::cuda_quant_dot off).
+template <int F>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    quant_moe_f32_kernel(const float* __restrict__ x, int64_t ldx, int64_t k, MoeTiles mt,
+                         const uint8_t* __restrict__ w, int64_t row_bytes, int64_t nout,
+                         float* __restrict__ out, int64_t ldo) {
+  constexpr int M = kMoeQuantM;
+  const int tile = blockIdx.y;
+  if (tile >= *mt.tile_count) return;
+  const int e = mt.tiles[4 * tile], r0 = mt.tiles[4 * tile + 1], nr = mt.tiles[4 * tile + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (j >= nout) return;
+  const uint8_t* wr = w + (static_cast<int64_t>(e) * nout + j) * row_bytes;
+  for (int c0 = 0; c0 < nr; c0 += M) {
+    int64_t xrow[M];
+    float acc[M];
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const int r = r0 + c0 + t;
+      xrow[t] = c0 + t < nr ? (mt.by_token ? mt.row_pair[r] / mt.top_k : r) : -1;
+      acc[t] = 0.0f;
+    }
+    for (int64_t base = 0; base < k; base += 256) {
+      const int64_t el = base + lane * 8;
+      if (el >= k) break;
+      float v[8];
+      dequant8<F>(wr, el, v);
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        if (xrow[t] < 0) continue;
+        const float* xr = x + xrow[t] * ldx + el;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[t] = fmaf(v[i], xr[i], acc[t]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float sum = warp_sum(acc[t]);
+      if (lane == 0 && xrow[t] >= 0) out[static_cast<int64_t>(r0 + c0 + t) * ldo + j] = sum;
+    }
+  }
+}
+
 // Rows of a block weight dequantized to T, 8 elements per thread.
 template <int F, typename T>
 __global__ void quant_dequant_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t k,
@@ -730,7 +835,7 @@ Status launch_quant_gemv_q8(cudaStream_t s, const void* x, DType x_dt, int64_t m
   bool xok = dispatch_float(x_dt, [&](auto tx) {
     using TX = decltype(tx);
     quantize_q8_kernel<TX><<<static_cast<unsigned>((groups + 7) / 8), 256, 0, s>>>(
-        static_cast<const TX*>(x), groups, xq, xd);
+        static_cast<const TX*>(x), k, k, groups, xq, xd);
   });
   if (!xok) return bad_dtype("quant gemv activations", x_dt);
   const int64_t row_bytes = dtype_bytes(w_dt, k);
@@ -759,6 +864,37 @@ Status launch_quant_gemv_q8(cudaStream_t s, const void* x, DType x_dt, int64_t m
   });
   if (!ok) return bad_dtype("quant gemv", w_dt);
   return check_launch("quant_gemv_q8");
+}
+
+Status launch_quant_moe_experts(cudaStream_t s, const float* x, int64_t ldx, int64_t rows,
+                                int64_t k, bool by_token, int64_t top_k, const int32_t* row_pair,
+                                const void* w, DType w_dt, int64_t nout, const int32_t* tiles,
+                                const int32_t* tile_count, int64_t max_tiles, float* out,
+                                int64_t ldo, int8_t* xq, float* xd) {
+  if (nout == 0 || max_tiles == 0 || rows == 0) return Status::ok();
+  if (qfmt(w_dt) < 0) return bad_dtype("quant moe experts", w_dt);
+  if (k % dtype_block_elems(w_dt) != 0 || k % 32 != 0)
+    return unsupported("quant moe experts: k is not whole blocks");
+  const int64_t row_bytes = dtype_bytes(w_dt, k);
+  const MoeTiles mt{row_pair, static_cast<int>(top_k), by_token, tiles, tile_count};
+  const dim3 grid(static_cast<unsigned>((nout + kGemvWarps - 1) / kGemvWarps),
+                  static_cast<unsigned>(max_tiles));
+  const auto* wb = static_cast<const uint8_t*>(w);
+  if (xq) {
+    const int64_t groups = rows * (k / 32);
+    quantize_q8_kernel<float><<<static_cast<unsigned>((groups + 7) / 8), 256, 0, s>>>(
+        x, ldx, k, groups, xq, xd);
+  }
+  dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    if (xq)
+      quant_moe_q8_kernel<F><<<grid, kGemvWarps * 32, 0, s>>>(xq, xd, k, mt, wb, row_bytes, nout,
+                                                              out, ldo);
+    else
+      quant_moe_f32_kernel<F><<<grid, kGemvWarps * 32, 0, s>>>(x, ldx, k, mt, wb, row_bytes,
+                                                               nout, out, ldo);
+  });
+  return check_launch("quant_moe_experts");
 }
 
 Status launch_quant_dequant_rows(cudaStream_t s, const void* w, DType w_dt, int64_t k,

@@ -51,6 +51,19 @@ Status launch_quant_gemv_q8(cudaStream_t s, const void* x, DType x_dt, int64_t m
 Status launch_quant_dequant_rows(cudaStream_t s, const void* w, DType w_dt, int64_t k,
                                  int64_t row0, int64_t rows, void* out, DType out_dt);
 
+// MoE experts in block formats, over the tile table of launch_moe_sort
+// (moe.cuh): out[r, j] (f32, row stride ldo) = x[row(r)] . w[e, j, :] for
+// every row r of each tile of expert e, w [experts, nout, k] in blocks; row(r)
+// = row_pair[r] / top_k when by_token, else r; x f32 [rows, k] with row
+// stride ldx. With xq / xd (room for rows * k and rows * k / 32) the rows are
+// quantized to 8-bit blocks of 32 and the products are integer (as
+// launch_quant_gemv_q8); without, f32 on the dequantized blocks.
+Status launch_quant_moe_experts(cudaStream_t s, const float* x, int64_t ldx, int64_t rows,
+                                int64_t k, bool by_token, int64_t top_k, const int32_t* row_pair,
+                                const void* w, DType w_dt, int64_t nout, const int32_t* tiles,
+                                const int32_t* tile_count, int64_t max_tiles, float* out,
+                                int64_t ldo, int8_t* xq, float* xd);
+
 // out[t, c] += bias[c] for t < m, c < n (row stride ld).
 Status launch_add_bias(cudaStream_t s, void* out, DType out_dt, int64_t m, int64_t n, int64_t ld,
                        const void* bias, DType bias_dt);
