@@ -105,7 +105,25 @@ inline int32_t w32(int f, const uint8_t* row, int64_t nb, int64_t p, int64_t o) 
   return (e < 16 ? (blk[2 + e] & 15) : (blk[2 + e - 16] >> 4)) - 8;
 }
 
+// q8_0: per block the exact integer dot S_b, acc = fma(S_b, dw_b * dx_b, acc)
+// in increasing b.
+float scalar_row_q8(const uint8_t* row, const uint8_t* act, int64_t n) {
+  const Layout L = layout(kQ8_0, n);
+  const uint8_t* q = act + L.q;
+  const auto* dx = reinterpret_cast<const float*>(act + L.dx);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* blk = row + b * block_bytes(kQ8_0);
+    int32_t v = 0;
+    for (int e = 0; e < 32; ++e)
+      v += static_cast<int8_t>(blk[2 + e]) * (static_cast<int32_t>(q[32 * b + e]) - 128);
+    acc = std::fma(static_cast<float>(v), rd_f16(blk) * dx[16 * (b / 2) + 8 * (b % 2)], acc);
+  }
+  return acc;
+}
+
 float scalar_row32(int f, const uint8_t* row, const uint8_t* act, int64_t n) {
+  if (f == kQ8_0) return scalar_row_q8(row, act, n);
   const Layout L = layout(f, n);
   const uint8_t* q = act + L.q;
   const auto* dx = reinterpret_cast<const float*>(act + L.dx);
@@ -366,7 +384,6 @@ void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, 
     std::memset(act + tokens * L.stride, 0, static_cast<size_t>((padded - tokens) * L.stride));
 
   if (panels) {
-    const int64_t nblk = in / 256;
     int64_t tblock = std::max<int64_t>(qdot::kPanelTokens, kPanelTokenBlockBytes / L.stride /
                                                                qdot::kPanelTokens * qdot::kPanelTokens);
     tblock = std::min(tblock, padded);
@@ -374,7 +391,7 @@ void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, 
     const int64_t groups = (rows + qdot::kPanelRows - 1) / qdot::kPanelRows;
     auto body = [&](int64_t i0, int64_t i1) {
       thread_local std::vector<uint8_t> scratch;
-      const size_t sneed = static_cast<size_t>(nblk * qdot::kPanelBlockBytes + 64);
+      const size_t sneed = static_cast<size_t>(qdot::panel_scratch_bytes(f, in) + 64);
       if (scratch.size() < sneed) scratch.resize(sneed);
       uint8_t* sp =
           scratch.data() + ((64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64);

@@ -18,9 +18,11 @@
 //    into S1), then acc = fma(dw_b * dx_b, (float)S1, acc) and
 //    accm = fma(dmin_b * dx_b, (float)S2, accm) in increasing b;
 //    y = acc - accm.
-//  - q8_0 / q4_0: 16 f32 lanes; blocks go in pairs (2p, 2p + 1), lane l of
-//    pair p holds the exact integer sum of 4 elements (q8_0: block
-//    2p + l / 8, elements 4 (l % 8) .. + 3; q4_0: block 2p + (l / 4) % 2,
+//  - q8_0: per 32-block b the exact integer S_b = sum_i w_i q_i, then
+//    acc = fma((float)S_b, dw_b * dx_b, acc) in increasing b; y = acc (so
+//    AMX tiles, which only give whole-block integers, compute it too).
+//  - q4_0: 16 f32 lanes; blocks go in pairs (2p, 2p + 1), lane l of pair p
+//    holds the exact integer sum of 4 elements (block 2p + (l / 4) % 2,
 //    elements 16 (l / 8) + 4 (l % 4) .. + 3), acc[l] = fma((float)v,
 //    dw * dx, acc[l]) in increasing p; y = the fixed lane tree of simd.h.
 //

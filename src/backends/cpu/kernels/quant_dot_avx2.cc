@@ -106,6 +106,29 @@ void row32(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, fl
   for (int t = 0; t < nt; ++t) out[t] = tree16(lo[t], hi[t]);
 }
 
+// q8_0: per block the exact integer dot, then one f32 FMA per block.
+template <int nt>
+void row_q8(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, float* out) {
+  const Layout L = layout(kQ8_0, n);
+  const int64_t nb = n / 32;
+  float acc[nt] = {};
+  const __m256i k128 = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * 34;
+    const float dw = f16(blk);
+    const __m256i w = ld(blk + 2), aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; ++t) {
+      const uint8_t* a = act + t * stride;
+      const __m256i x = _mm256_xor_si256(ld(a + L.q + 32 * b), k128);
+      const int32_t v = hsum8(dot4(aw, _mm256_sign_epi8(x, w)));
+      const float dx = reinterpret_cast<const float*>(a + L.dx)[16 * (b / 2) + 8 * (b % 2)];
+      acc[t] = fmaf_(static_cast<float>(v), dw * dx, acc[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = acc[t];
+}
+
 template <bool kFive, int nt>
 void row_q45k(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, float* out) {
   constexpr int F = kFive ? kQ5_K : kQ4_K;
@@ -199,7 +222,7 @@ void row_q6k(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, 
 template <int nt>
 void row_nt(int f, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t n, float* out) {
   switch (f) {
-    case kQ8_0: row32<kQ8_0, nt>(row, a, stride, n, out); break;
+    case kQ8_0: row_q8<nt>(row, a, stride, n, out); break;
     case kQ4_0: row32<kQ4_0, nt>(row, a, stride, n, out); break;
     case kQ4_K: row_q45k<false, nt>(row, a, stride, n, out); break;
     case kQ5_K: row_q45k<true, nt>(row, a, stride, n, out); break;

@@ -313,13 +313,77 @@ void group_k(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t st
   for (int g = 0; g < G; ++g) out[g] = o[g];
 }
 
-// One weight row against nt (1..kMaxTok) activation rows (q8_0 / q4_0).
+// q8_0: a group of R rows x T tokens (R * T <= 8 outputs, out[r * T + t]):
+// per block pair the exact integers of the 16 (output, block) dot products
+// (the lanes of one vpdpbusd per output summed in a transposition), then
+// per block in increasing order acc = fma(S_b, dw_b * dx_b, acc) with the
+// outputs in 8 lanes: the scalar definition's operations, lane by lane.
+template <int R, int T>
+void group_q8(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t stride, int64_t n,
+              float* out) {
+  static_assert(R * T <= 8);
+  constexpr int G = R * T;
+  const Layout L = layout(kQ8_0, n);
+  const int64_t nb = n / 32, pairs = (nb + 1) / 2;
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i order = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    const bool two = 2 * p + 1 < nb;
+    __m512i v[8];
+    float dwa[R], dwb[R], dxa[T], dxb[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const float* dx = reinterpret_cast<const float*>(act + t * stride + L.dx) + 16 * p;
+      dxa[t] = dx[0];
+      dxb[t] = dx[8];
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b0 = w + r * row_bytes + 2 * p * 34;
+      dwa[r] = f16(b0);
+      dwb[r] = two ? f16(b0 + 34) : 0.0f;
+      const __m256i hi = two ? ld256(b0 + 36) : _mm256_setzero_si256();
+      const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(ld256(b0 + 2)), hi, 1);
+      const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, wv));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t)
+        v[r * T + t] = _mm512_dpbusd_epi32(corr, ld(act + t * stride + L.q + 64 * p), wv);
+    }
+    for (int g = G; g < 8; ++g) v[g] = _mm512_setzero_si512();
+    // Exact sums: lanes 0-7 of v[g] are block 2p, 8-15 block 2p + 1.
+    __m512i s[4], u[2];
+    for (int i = 0; i < 4; ++i)
+      s[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; ++i)
+      u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * i], s[2 * i + 1]),
+                              _mm512_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
+    const __m512 u0 = _mm512_castsi512_ps(u[0]), u1 = _mm512_castsi512_ps(u[1]);
+    const __m512i sums = _mm512_permutexvar_epi32(
+        order, _mm512_add_epi32(
+                   _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0))),
+                   _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)))));
+    float sa[8] = {}, sb[8] = {};
+    for (int g = 0; g < G; ++g) {
+      sa[g] = dwa[g / T] * dxa[g % T];
+      sb[g] = dwb[g / T] * dxb[g % T];
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm512_castsi512_si256(sums)), lanes<G>(sa), acc);
+    if (two)
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(sums, 1)), lanes<G>(sb),
+                            acc);
+  }
+  float o[8];
+  _mm256_storeu_ps(o, acc);
+  for (int g = 0; g < G; ++g) out[g] = o[g];
+}
+
+// One weight row against nt (1..kMaxTok) activation rows (q4_0).
 template <int nt>
-void row_nt(int f, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t n, float* out) {
-  if (f == kQ8_0)
-    row32<kQ8_0, nt>(row, a, stride, n, out);
-  else
-    row32<kQ4_0, nt>(row, a, stride, n, out);
+void row_nt(int, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t n, float* out) {
+  row32<kQ4_0, nt>(row, a, stride, n, out);
 }
 using RowFn = void (*)(int, const uint8_t*, const uint8_t*, int64_t, int64_t, float*);
 constexpr RowFn kRowFns[kMaxTok + 1] = {nullptr,    &row_nt<1>, &row_nt<2>, &row_nt<3>, &row_nt<4>,
@@ -337,14 +401,23 @@ struct Groups {
                                       &group_k<F, 1, 6>, &group_k<F, 1, 7>, &group_k<F, 1, 8>};
 };
 
-template <int F>
-void tile_k(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act, int64_t stride,
-            int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate) {
+struct GroupsQ8 {
+  static constexpr GroupFn rows[9] = {nullptr,          &group_q8<1, 1>, &group_q8<2, 1>,
+                                      &group_q8<3, 1>, &group_q8<4, 1>, &group_q8<5, 1>,
+                                      &group_q8<6, 1>, &group_q8<7, 1>, &group_q8<8, 1>};
+  static constexpr GroupFn toks[9] = {nullptr,          &group_q8<1, 1>, &group_q8<1, 2>,
+                                      &group_q8<1, 3>, &group_q8<1, 4>, &group_q8<1, 5>,
+                                      &group_q8<1, 6>, &group_q8<1, 7>, &group_q8<1, 8>};
+};
+
+template <typename Gs>
+void tile_groups(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
+                 int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate) {
   float out[8];
   if (ntok == 1) {
     for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
       const int nr = static_cast<int>(nrows - r0 < 8 ? nrows - r0 : 8);
-      Groups<F>::rows[nr](w + r0 * row_bytes, row_bytes, act, stride, n, out);
+      Gs::rows[nr](w + r0 * row_bytes, row_bytes, act, stride, n, out);
       for (int r = 0; r < nr; ++r) y[r0 + r] = accumulate ? y[r0 + r] + out[r] : out[r];
     }
     return;
@@ -352,7 +425,7 @@ void tile_k(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* a
   for (int64_t r = 0; r < nrows; ++r) {
     for (int64_t t0 = 0; t0 < ntok; t0 += 8) {
       const int nt = static_cast<int>(ntok - t0 < 8 ? ntok - t0 : 8);
-      Groups<F>::toks[nt](w + r * row_bytes, row_bytes, act + t0 * stride, stride, n, out);
+      Gs::toks[nt](w + r * row_bytes, row_bytes, act + t0 * stride, stride, n, out);
       for (int t = 0; t < nt; ++t) {
         float* p = y + (t0 + t) * ldy + r;
         *p = accumulate ? *p + out[t] : out[t];
@@ -364,9 +437,17 @@ void tile_k(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* a
 void tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
           int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate) {
   switch (f) {
-    case kQ4_K: return tile_k<kQ4_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
-    case kQ5_K: return tile_k<kQ5_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
-    case kQ6_K: return tile_k<kQ6_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
+    case kQ8_0:
+      return tile_groups<GroupsQ8>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
+    case kQ4_K:
+      return tile_groups<Groups<kQ4_K>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
+                                        accumulate);
+    case kQ5_K:
+      return tile_groups<Groups<kQ5_K>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
+                                        accumulate);
+    case kQ6_K:
+      return tile_groups<Groups<kQ6_K>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
+                                        accumulate);
     default: break;
   }
   for (int64_t r = 0; r < nrows; ++r) {
@@ -560,10 +641,94 @@ void panel_k(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* 
 
 static_assert(sizeof(PanelBlock) == kPanelBlockBytes);
 
+// q8_0: per 32-block b (8 groups x 16 rows x 4 bytes), 128 * sum(w) and dw
+// per row.
+struct PanelBlock32 {
+  alignas(64) uint8_t b[8 * 64];
+  alignas(64) int32_t corr[16];
+  alignas(64) float dw[16];
+};
+static_assert(sizeof(PanelBlock32) == kPanelBlock32Bytes);
+
+void panel_q8(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
+              int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
+              void* scratch) {
+  const Layout L = layout(kQ8_0, n);
+  const int64_t nb = n / 32;
+  auto* panel = static_cast<PanelBlock32*>(scratch);
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                         _mm256_set1_epi32(64));
+  const __m256i k128 = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    PanelBlock32& P = panel[b];
+    for (int r = 0; r < 16; ++r) {
+      if (r >= nrows) {
+        for (int kk = 0; kk < 8; ++kk) std::memset(P.b + 64 * kk + 4 * r, 0, 4);
+        P.corr[r] = 0;
+        P.dw[r] = 0.0f;
+        continue;
+      }
+      const uint8_t* blk = w + r * row_bytes + b * 34;
+      const __m256i wv = ld256(blk + 2);
+      _mm256_i32scatter_epi32(P.b + 4 * r, idx, wv, 1);
+      // 128 * sum(w): the 8 lanes of 128 * (4-element sums), added.
+      const __m256i c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, wv);
+      alignas(32) int32_t lanes8[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes8), c);
+      int32_t sum = 0;
+      for (int j = 0; j < 8; ++j) sum += lanes8[j];
+      P.corr[r] = sum;
+      P.dw[r] = f16(blk);
+    }
+  }
+  load_tile_config();
+  alignas(64) int32_t cbuf[2][16][16];
+  const __mmask16 rmask = nrows >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << nrows) - 1);
+  for (int64_t t0 = 0; t0 < ntok; t0 += 16) {
+    const uint8_t* a0 = act + t0 * stride;
+    __m512 acc[16];
+    for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const PanelBlock32& P = panel[b];
+      _tile_loadd(1, a0 + L.q + 32 * b, stride);
+      _tile_loadd(2, P.b, 64);
+      if (b % 2 == 0) {
+        _tile_zero(0);
+        _tile_dpbusd(0, 1, 2);
+        _tile_stored(0, cbuf[0], 64);
+      } else {
+        _tile_zero(5);
+        _tile_dpbusd(5, 1, 2);
+        _tile_stored(5, cbuf[1], 64);
+      }
+      const __m512i corr = _mm512_load_si512(P.corr);
+      const __m512 dw = _mm512_load_ps(P.dw);
+      const int64_t dxo = 16 * (b / 2) + 8 * (b % 2);
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) {
+        const float dx = reinterpret_cast<const float*>(a0 + t * stride + L.dx)[dxo];
+        const __m512i v = _mm512_sub_epi32(_mm512_load_si512(cbuf[b % 2][t]), corr);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dw, _mm512_set1_ps(dx)),
+                                 acc[t]);
+      }
+    }
+    const int64_t nt = ntok - t0 < 16 ? ntok - t0 : 16;
+    for (int t = 0; t < nt; ++t) {
+      float* yp = y + (t0 + t) * ldy;
+      __m512 v = acc[t];
+      if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(rmask, yp), v);
+      _mm512_mask_storeu_ps(yp, rmask, v);
+    }
+  }
+  _tile_release();
+}
+
 void panel(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
            int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
            void* scratch) {
   switch (f) {
+    case kQ8_0:
+      return panel_q8(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate, scratch);
     case kQ4_K:
       return panel_k<kQ4_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate, scratch);
     case kQ5_K:

@@ -101,8 +101,8 @@ inline void k4_scales(const uint8_t* s, uint8_t* out) {
 //  panel: (nullable; AMX) the same products as `tile` for up to kPanelRows
 //    weight rows against ntok activation rows, the activation rows readable
 //    up to ntok rounded up to kPanelTokens (the caller pads with zero rows);
-//    only formats with panel_supports(f); `scratch`: kPanelBlockBytes per
-//    256-block of the row, 64-byte aligned, the calling thread's.
+//    only formats with panel_supports(f); `scratch`: panel_scratch_bytes,
+//    64-byte aligned, the calling thread's.
 struct Kernels {
   void (*quantize)(int f, const float* x, int64_t n, uint8_t* dst);
   void (*tile)(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
@@ -116,7 +116,12 @@ struct Kernels {
 constexpr int64_t kPanelRows = 16;
 constexpr int64_t kPanelTokens = 16;
 constexpr int64_t kPanelBlockBytes = 5760;
-static constexpr bool panel_supports(int f) { return f >= kQ4_K; }
+constexpr int64_t kPanelBlock32Bytes = 640;
+static constexpr bool panel_supports(int f) { return f >= kQ4_K || f == kQ8_0; }
+// The panel scratch for rows of n elements.
+static constexpr int64_t panel_scratch_bytes(int f, int64_t n) {
+  return f == kQ8_0 ? n / 32 * kPanelBlock32Bytes : n / 256 * kPanelBlockBytes;
+}
 
 // The AMX table: the AVX-512 quantize / tile plus the AMX-INT8 panel
 // (nullptr where the compiler lacks AMX). amx_usable() asks the OS for the
