@@ -29,6 +29,10 @@ void assign_dummy_block_formats(ModelProgram* program, DType format, bool k_m_mi
   for (const WeightDecl& w : program->weights) layers = std::max(layers, layer_of(w.name) + 1);
   for (WeightDecl& w : program->weights) {
     if (w.shape.rank() < 2) continue;
+    // llama-quantize keeps MoE routers (ffn_gate_inp, ffn_gate_inp_shexp) in F32.
+    if (w.name.find("mlp.gate.weight") != std::string::npos ||
+        w.name.find("shared_expert_gate") != std::string::npos)
+      continue;
     const int64_t row = w.shape[w.shape.rank() - 1];
     DType t = format;
     if (k_m_mix) {

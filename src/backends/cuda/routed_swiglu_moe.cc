@@ -107,7 +107,14 @@ class RoutedMoe final : public Provider {
                                             (tc || shared_) ? n : nullptr, b[kNorm].data,
                                             b[kNorm].dtype, t, H, static_cast<float>(p.eps),
                                             p.zero_centred));
-    if (t <= kMoeRouterMaxRows)
+    if (dtype_is_quantized(b[kRouter].dtype))
+      // A router in a block format (GGUF files keep it f32; the conformance
+      // suite quantizes it): f32 rows on the dequantized blocks, never 8-bit
+      // activations, so that no rounding can flip a routing decision.
+      FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,
+                                                b[kRouter].data, b[kRouter].dtype, E, logits,
+                                                DType::kF32, false, nullptr, DType::kF32));
+    else if (t <= kMoeRouterMaxRows)
       FERRITE_RETURN_IF_ERROR(launch_moe_router(st.stream, n32, t, H, b[kRouter].data,
                                                 b[kRouter].dtype, E, logits));
     else
@@ -163,8 +170,14 @@ class RoutedMoe final : public Provider {
       sout = static_cast<float*>(ws.take(t * H * 4));
       if (!sgate || !sg || !su || !sout) return internal_error("routed MoE: workspace too small");
       profile_mark(st.stream, "moe.shared", st.capturing);
-      FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kSharedExpertGate].data,
-                                   b[kSharedExpertGate].dtype, 1, sgate, DType::kF32, false));
+      if (dtype_is_quantized(b[kSharedExpertGate].dtype))  // as the router
+        FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,
+                                                  b[kSharedExpertGate].data,
+                                                  b[kSharedExpertGate].dtype, 1, sgate,
+                                                  DType::kF32, false, nullptr, DType::kF32));
+      else
+        FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kSharedExpertGate].data,
+                                     b[kSharedExpertGate].dtype, 1, sgate, DType::kF32, false));
       FERRITE_RETURN_IF_ERROR(
           gemm(st, n, act, t, H, b[kSharedGate].data, b[kSharedGate].dtype, Is, sg, act, false));
       FERRITE_RETURN_IF_ERROR(
