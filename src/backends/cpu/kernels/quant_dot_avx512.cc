@@ -170,6 +170,20 @@ inline __m256 lanes(const float* v) {
   return _mm256_setr_ps(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
 }
 
+// k4_scales (quant_dot_impl.h) in registers: bytes sc[0..7], m[0..7] of the
+// 12 scale bytes at s (16 bytes readable), without the store-to-load trip
+// of the scalar version.
+inline __m128i k4_scales_v(const uint8_t* s) {
+  const __m128i x = ld128(s);                                                  // [a, b, c, .]
+  const __m128i v1 = _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 1, 2, 0));            // [a, c, b, c]
+  const __m128i v2 = _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 1, 0, 0));            // [a, a, b, b]
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(v1, _mm_setr_epi32(0, 0, 0, 4)),
+                                   _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i hi = _mm_and_si128(_mm_srlv_epi32(v2, _mm_setr_epi32(0, 6, 0, 6)),
+                                   _mm_setr_epi32(0, 0x03030303, 0, 0x03030303));
+  return _mm_or_si128(lo, _mm_slli_epi32(hi, 4));
+}
+
 // The unpacked k-quant weights of one 256-block of one row.
 struct KBlock {
   __m512i w[4], s[4];  // weights (u8) in the activation layout; scales (i16 in i32 lanes)
@@ -214,9 +228,7 @@ inline void unpack(const uint8_t* blk, KBlock& k) {
     const __m512i ic = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
     const __m512i id = _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5);
     const __m128i dup = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-    uint8_t sm[16];
-    k4_scales(blk + 4, sm);
-    const __m128i smv = ld128(sm);
+    const __m128i smv = k4_scales_v(blk + 4);
     const __m512i sc32 = _mm512_cvtepu8_epi32(smv);
     k.s[0] = _mm512_permutexvar_epi32(ia, sc32);
     k.s[1] = _mm512_permutexvar_epi32(ib, sc32);
