@@ -8,6 +8,10 @@
 #
 #   scripts/gpu_run.sh [--no-bench] [--bench-only] [models...]
 #
+# FERRITE_BENCH_FLAGS: extra flags of this tree's benchmarks (e.g. "-r 1"
+# when device time is short; the baseline gets none: older trees may not
+# know them).
+#
 # A/B against another version in the same run: FERRITE_BASELINE=DIR (a
 # source tree, e.g. `git archive <commit> CMakeLists.txt src | tar x -C
 # DIR`) is built beside the main build (ferrite only) and benchmarked with
@@ -108,7 +112,7 @@ if [ $RUN_BENCH -eq 1 ] && [ -x "$BUILD/ferrite" ]; then
     TB=$(date +%s)
     timeout 200 "$BUILD/ferrite" bench --model "$ROOT/configs/$m" --dummy-weights --device cuda \
       --batch 1 2 4 8 32 128 --prompt-len 4096 --decode-prompt-len 128 --gen-len 64 \
-      --max-num-seqs 128 --kv-cache-gib 24 > "$LOGS/bench-$m.log" 2>&1
+      --max-num-seqs 128 --kv-cache-gib 24 ${FERRITE_BENCH_FLAGS:-} > "$LOGS/bench-$m.log" 2>&1
     rc=$?
     cat "$LOGS/bench-$m.log" | grep -vE "^\s*$" | tail -8 | tee -a "$SUMMARY"
     log "bench $m: rc=$rc in $(( $(date +%s) - TB )) s"

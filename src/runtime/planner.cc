@@ -213,23 +213,6 @@ Result<ResolvedPlan> plan_program(const ModelProgram& program, const Registry& r
         "rather than shipped unverified)",
         program.tensor_parallel, backend_name(plan.backend)));
 
-  // The repacked Hugging Face formats (FP8 / GPTQ / AWQ / compressed-tensors
-  // checkpoints, models/hf_quant.h) have CPU reference providers only: one
-  // error naming each format, before any provider is tried.
-  if (plan.backend != BackendKind::kCpu) {
-    std::map<DType, std::pair<std::string, int>> hf;  // format -> (first weight, count)
-    for (const WeightDecl& w : program.weights) {
-      if (!dtype_is_hf_quant(w.dtype)) continue;
-      auto& e = hf[w.dtype];
-      if (e.second++ == 0) e.first = w.name;
-    }
-    for (const auto& [dt, e] : hf)
-      errors.push_back(fmt::format(
-          "weights in {} ('{}' and {} more: a quantized Hugging Face checkpoint) are not "
-          "supported on {} yet; they run on the CPU (--device cpu)",
-          dtype_name(dt), e.first, e.second - 1, backend_name(plan.backend)));
-  }
-
   for (const ProgramNode& node : program.nodes) {
     const ContractSchema* schema = registry.contract(node.contract_id);
     if (!schema) {

@@ -273,6 +273,74 @@ INSTANTIATE_TEST_SUITE_P(Files, CudaGgufQuantGoldenTest, testing::ValuesIn(quant
                          quant_case_name);
 #endif  // FERRITE_GGUF_QUANT_FILES
 
+// Quantized Hugging Face checkpoints (tests/models/hf_quant: FP8 block and
+// per-channel, GPTQ / AWQ / compressed-tensors int4, dense, MoE and hybrid
+// families) on the GPU against transformers in float32 on their dequantized
+// weights (scripts/make_hf_quant_goldens.py): the f8_e4m3_b128 / u4_g128
+// blocks stay packed on the device (kernels/quant_gemm.cu).
+class CudaHfQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    const std::string dir = kModelsDir + "hf_quant/" + GetParam().stem;
+    ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(dir, &golden_));
+    RunnerOptions o;
+    o.load.model_dir = dir;
+    o.device = "cuda";
+    o.activation_dtype = GetParam().act;
+    o.load.program.kv_dtype = GetParam().act;
+    o.tuning.cuda_quant_dot = !GetParam().exact;
+    o.limits.max_tokens = 1300;
+    o.limits.max_sequences = 8;
+    o.limits.max_context = 1024;
+    o.load.program.max_context = 1024;
+    o.cache.page_size = 16;
+    o.cache.kv_memory_bytes = 64ll << 20;
+    auto r = ModelRunner::open(o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    runner_ = std::move(r).value();
+  }
+  double tolerance() const {
+    return GetParam().act == DType::kF32 && GetParam().exact ? 2e-3 : 4e-2;
+  }
+  golden::Goldens golden_;
+  std::unique_ptr<ModelRunner> runner_;
+};
+
+TEST_P(CudaHfQuantGoldenTest, LogitsAndGreedyTokens) {
+  // Recurrent-state models in bf16 carry the rounding of every step in their
+  // state: their logits are compared in f32 only (as CudaGoldenTest does).
+  const bool logits = GetParam().act == DType::kF32 || !runner_->bound().has_recurrent_state();
+  if (logits) {
+    golden::check_prefill_logits(*runner_, golden_, tolerance());
+    golden::check_cached_decode_logits(*runner_, golden_, tolerance());
+  }
+  if (tolerance() < 1e-2) {
+    std::vector<std::vector<uint32_t>> want;
+    std::vector<GenerationRequest> reqs = golden::greedy_requests(golden_, &want);
+    golden::expect_greedy(*runner_, reqs, want, 0, "batched");
+  }
+  bool packed = false;
+  for (const auto& [name, view] : runner_->bound().weights().views())
+    packed = packed || view.dtype == DType::kF8B128 || view.dtype == DType::kU4G128;
+  EXPECT_TRUE(packed);
+}
+
+std::vector<QuantFileCase> hf_quant_cases() {
+  std::vector<QuantFileCase> cases;
+  for (const char* m : {"qwen3-fp8", "qwen3-gptq-int4", "qwen3-awq-int4", "llama-ct-fp8",
+                        "llama-ct-w4a16", "llama-gptq-int4-pc", "qwen3_moe-gptq-int4",
+                        "qwen3_5-fp8", "qwen3_5_moe-gptq-int4", "qwen3_next-fp8"}) {
+    cases.push_back({m, DType::kF32, true});
+    cases.push_back({m, DType::kF32, false});
+    cases.push_back({m, DType::kBF16, false});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaHfQuantGoldenTest, testing::ValuesIn(hf_quant_cases()),
+                         quant_case_name);
+
 // A decode step of 3 sequences (bucket 4: one padding row) run eagerly, then
 // captured and replayed twice: logits bitwise equal each time.
 TEST(CudaGraphTest, ReplayIsBitwiseEqualToEager) {

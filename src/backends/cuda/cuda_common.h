@@ -79,9 +79,11 @@ ProviderDescriptor cuda_descriptor(std::string name, const ContractSchema& contr
 
 // The descriptor of a provider whose matrix weights go through gemm() (or
 // the block-format embedding gather): it also takes the GGUF block formats
-// (q8_0, q4_0, q4_k, q5_k, q6_k; kernels/quant_gemm.cuh).
+// (q8_0, q4_0, q4_k, q5_k, q6_k) and the repacked Hugging Face ones
+// (f8_e4m3_b128, u4_g128; kernels/quant_gemm.cuh).
 inline ProviderDescriptor with_block_formats(ProviderDescriptor d) {
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                  DType::kF8B128, DType::kU4G128})
     d.weight_dtypes.push_back(t);
   return d;
 }

@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <type_traits>
 
@@ -10,7 +11,15 @@
 namespace ferrite::cuda {
 namespace {
 
-enum QFmt : int { kFmtQ8_0 = 0, kFmtQ4_0 = 1, kFmtQ4_K = 2, kFmtQ5_K = 3, kFmtQ6_K = 4 };
+enum QFmt : int {
+  kFmtQ8_0 = 0,
+  kFmtQ4_0 = 1,
+  kFmtQ4_K = 2,
+  kFmtQ5_K = 3,
+  kFmtQ6_K = 4,
+  kFmtF8B128 = 5,  // Hugging Face FP8 (tensor/dtype.h: f32 d + 128 x e4m3)
+  kFmtU4G128 = 6,  // GPTQ / AWQ / W4A16 (f32 d, u8 z, 64 bytes of nibbles)
+};
 
 int qfmt(DType t) {
   switch (t) {
@@ -24,6 +33,10 @@ int qfmt(DType t) {
       return kFmtQ5_K;
     case DType::kQ6_K:
       return kFmtQ6_K;
+    case DType::kF8B128:
+      return kFmtF8B128;
+    case DType::kU4G128:
+      return kFmtU4G128;
     default:
       return -1;
   }
@@ -47,6 +60,12 @@ bool dispatch_fmt(DType t, Fn&& f) {
       return true;
     case kFmtQ6_K:
       f(std::integral_constant<int, kFmtQ6_K>{});
+      return true;
+    case kFmtF8B128:
+      f(std::integral_constant<int, kFmtF8B128>{});
+      return true;
+    case kFmtU4G128:
+      f(std::integral_constant<int, kFmtU4G128>{});
       return true;
     default:
       return false;
@@ -122,6 +141,29 @@ __device__ __forceinline__ void dequant8(const uint8_t* row, int64_t e, float (&
       }
       v[i] = __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
     }
+  } else if constexpr (F == kFmtF8B128) {
+    const uint8_t* b = row + (e >> 7) * 132;
+    const float d = __ldg(reinterpret_cast<const float*>(b));
+    // 132-byte blocks keep 4-byte alignment only: two word loads.
+    const uint2 q = make_uint2(__ldg(reinterpret_cast<const uint32_t*>(b + 4 + (e & 127))),
+                               __ldg(reinterpret_cast<const uint32_t*>(b + 8 + (e & 127))));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const auto byte = static_cast<__nv_fp8_storage_t>(((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 0xFF);
+      // e4m3fn -> f16 is exact (every e4m3 value is an f16 value).
+      const float f = __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3)));
+      v[i] = __fmul_rn(f, d);
+    }
+  } else if constexpr (F == kFmtU4G128) {
+    const uint8_t* b = row + (e >> 7) * 72;
+    const float d = __ldg(reinterpret_cast<const float*>(b));
+    const int z = __ldg(b + 4);
+    const uint32_t q = __ldg(reinterpret_cast<const uint32_t*>(b + 8 + ((e & 127) >> 1)));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int qi = static_cast<int>((q >> (4 * i)) & 15);  // element 2j: low nibble of byte j
+      v[i] = __fmul_rn(d, static_cast<float>(qi - z));
+    }
   } else {  // q6_k
     const uint8_t* b = row + (e >> 8) * 210;
     const int j = static_cast<int>(e & 255), half = j >> 7, r = j & 127, qt = r >> 5, l = r & 31;
@@ -187,6 +229,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   for (int r = 0; r < kGemvRows; ++r)
 #pragma unroll
     for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
+#pragma unroll 4
   for (int64_t base = 0; base < k; base += 256) {
     const int64_t e = base + lane * 8;
     if (e >= k) break;
@@ -545,6 +588,36 @@ struct Q8Dot<kFmtQ6_K> {
 
 constexpr int kGemvPreload = 4;
 
+// u4_g128 (72 bytes: f32 d, u8 z, 3 pad, 64 bytes of nibbles; element 2j is
+// the low nibble of byte j). Lane `part` of 4: bytes 16 part .. + 16, i.e.
+// elements 32 part .. + 32, one 32-block of the activations.
+template <>
+struct Q8Dot<kFmtU4G128> {
+  static constexpr int kElems = 128, kBytes = 72, kLanes = 4;
+  uint32_t v[8];
+  float d;
+  int part;
+  __device__ void load(const uint8_t* b, int p) {
+    part = p;
+    d = __ldg(reinterpret_cast<const float*>(b));
+    const uint32_t z4 = 0x01010101u * __ldg(b + 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(b + 8 + 16 * p + 4 * i));
+      const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+      v[2 * i] = __vsubss4(__byte_perm(lo, hi, 0x5140), z4);      // elements 8i .. 8i + 3
+      v[2 * i + 1] = __vsubss4(__byte_perm(lo, hi, 0x7362), z4);  // 8i + 4 .. 8i + 7
+    }
+  }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const uint4 a = *reinterpret_cast<const uint4*>(xq + 32 * part);
+    const uint4 c = *reinterpret_cast<const uint4*>(xq + 32 * part + 16);
+    int s = dp4(v[0], a.x, dp4(v[1], a.y, dp4(v[2], a.z, dp4(v[3], a.w, 0))));
+    s = dp4(v[4], c.x, dp4(v[5], c.y, dp4(v[6], c.z, dp4(v[7], c.w, s))));
+    return d * xd[part] * static_cast<float>(s);
+  }
+};
+
 // One warp per R weight rows, tokens [blockIdx.y * M, + M); lanes split each
 // block (kLanes per block), a warp covers 32 / kLanes blocks per iteration.
 template <int F, typename TO, int M, int R>
@@ -838,7 +911,9 @@ bool quant_gemv_q8_supported(DType w_dt, const void* w, int64_t k, DType out_dt)
   if (f < 0 || !small_ok(out_dt) || k % dtype_block_elems(w_dt) != 0) return false;
   // q4_k / q5_k blocks (144 / 176 bytes) are read with 16-byte loads; the
   // others (34, 18, 210 bytes) keep 2-byte alignment and are read by halves.
+  if (f == kFmtF8B128) return false;  // e4m3 codes are not integers
   const uintptr_t a = reinterpret_cast<uintptr_t>(w);
+  if (f == kFmtU4G128) return a % 4 == 0;
   return (f == kFmtQ4_K || f == kFmtQ5_K) ? a % 16 == 0 : a % 2 == 0;
 }
 
@@ -862,7 +937,7 @@ Status launch_quant_gemv_q8(cudaStream_t s, const void* x, DType x_dt, int64_t m
   const int bdt = dt_code(bias_dt);
   bool ok = dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
-    dispatch_float(out_dt, [&](auto to) {
+    if constexpr (F != kFmtF8B128) dispatch_float(out_dt, [&](auto to) {
       using TO = decltype(to);
       TO* o = static_cast<TO*>(out);
       auto go = [&](auto mc, auto rc) {
@@ -899,6 +974,7 @@ Status launch_quant_moe_experts(cudaStream_t s, const float* x, int64_t ldx, int
   const dim3 grid(static_cast<unsigned>((nout + kGemvWarps - 1) / kGemvWarps),
                   static_cast<unsigned>(max_tiles));
   const auto* wb = static_cast<const uint8_t*>(w);
+  if (w_dt == DType::kF8B128) xq = nullptr;  // e4m3 codes are not integers: f32 products
   if (xq) {
     const int64_t groups = rows * (k / 32);
     quantize_q8_kernel<float><<<static_cast<unsigned>((groups + 7) / 8), 256, 0, s>>>(
@@ -906,12 +982,15 @@ Status launch_quant_moe_experts(cudaStream_t s, const float* x, int64_t ldx, int
   }
   dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
-    if (xq)
-      quant_moe_q8_kernel<F><<<grid, kGemvWarps * 32, 0, s>>>(xq, xd, k, mt, wb, row_bytes, nout,
-                                                              out, ldo);
-    else
-      quant_moe_f32_kernel<F><<<grid, kGemvWarps * 32, 0, s>>>(x, ldx, k, mt, wb, row_bytes,
-                                                               nout, out, ldo);
+    if constexpr (F != kFmtF8B128) {
+      if (xq) {
+        quant_moe_q8_kernel<F><<<grid, kGemvWarps * 32, 0, s>>>(xq, xd, k, mt, wb, row_bytes,
+                                                                nout, out, ldo);
+        return;
+      }
+    }
+    quant_moe_f32_kernel<F><<<grid, kGemvWarps * 32, 0, s>>>(x, ldx, k, mt, wb, row_bytes, nout,
+                                                             out, ldo);
   });
   return check_launch("quant_moe_experts");
 }
