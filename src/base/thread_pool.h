@@ -19,6 +19,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace ferrite {
@@ -36,6 +37,15 @@ class ThreadPool {
   // fn(begin, end) over a split of [0, n). `grain` is the smallest range worth
   // a thread; small n runs inline on the caller.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+  // Any callable (a kernel's lambda): wrapped by reference, so that a
+  // closure of many captures costs no heap allocation (std::function keeps
+  // a reference_wrapper in place; a decode step makes hundreds of these
+  // calls and must allocate nothing, issue 11).
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, std::function<void(int64_t, int64_t)>>)
+  void parallel_for(int64_t n, F&& fn, int64_t grain = 1) {
+    parallel_for(n, std::function<void(int64_t, int64_t)>(std::ref(fn)), grain);
+  }
 
   // The size of the process-wide pool when it is made (at its first use):
   // threads > 0 sets it (Tuning::threads); <= 0 keeps one per hardware

@@ -90,7 +90,7 @@ struct Params {
 inline const ContractSchema& contract() {
   using K = BindingKind;
   using A = Access;
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "causal_paged_attention", 1, 1,
       {{"hidden_size", AttrType::kUnsigned},
        {"num_heads", AttrType::kUnsigned},
@@ -124,7 +124,7 @@ inline const ContractSchema& contract() {
        {"v_cache", K::kState, A::kReadWrite, {"pages", "page_size", "num_kv_heads", "head_dim"}},
        {"partial_out", K::kActivation, A::kWrite, {"tokens", "hidden_size"}, true}},
       OracleSpec{.abs_tol = 3e-4, .rel_tol = 3e-4},
-      "Pre-norm causal self-attention over paged KV, with RoPE and residual add.");
+      "Pre-norm causal self-attention over paged KV, with RoPE and residual add.").with_params<Params>();
   return s;
 }
 

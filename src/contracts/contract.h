@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -89,6 +90,10 @@ struct OracleSpec {
   double low_precision_ulps = 4;
 };
 
+// The identity of a typed-parameter struct (NodeSignature::params checks it).
+template <class P>
+inline constexpr char kParamsTag = 0;
+
 class ContractSchema {
  public:
   ContractSchema(std::string id, int major, int minor, std::vector<AttrSpec> attrs,
@@ -112,6 +117,25 @@ class ContractSchema {
   // Index of a binding role, or -1.
   int binding_index(const std::string& role) const;
 
+  // The contract's typed parameters: the `Params` of its header, parsed from
+  // a node's (validated) attributes once, when the node's signature is made
+  // (NodeSignature::resolve_params, at plan time), never per step. Every
+  // contract header declares its struct here:
+  //   static const ContractSchema s = ContractSchema(...).with_params<Params>();
+  template <class P>
+  ContractSchema&& with_params() && {
+    parse_params_ = [](const Attributes& a) -> std::shared_ptr<const void> {
+      return std::make_shared<const P>(P::from(a));
+    };
+    params_tag_ = &kParamsTag<P>;
+    return std::move(*this);
+  }
+  // Null when the contract declared no typed parameters.
+  std::shared_ptr<const void> parse_params(const Attributes& a) const {
+    return parse_params_ ? parse_params_(a) : nullptr;
+  }
+  const void* params_tag() const { return params_tag_; }
+
  private:
   std::string id_;
   int major_, minor_;
@@ -120,6 +144,8 @@ class ContractSchema {
   OracleSpec oracle_;
   std::string doc_;
   uint64_t fingerprint_ = 0;
+  std::shared_ptr<const void> (*parse_params_)(const Attributes&) = nullptr;
+  const void* params_tag_ = nullptr;
 };
 
 }  // namespace ferrite

@@ -17,14 +17,14 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "dense_linear", 1, 0,
       {{"in_features", AttrType::kUnsigned}, {"out_features", AttrType::kUnsigned}},
       {{"x", BindingKind::kActivation, Access::kRead, {"tokens", "in_features"}},
        {"weight", BindingKind::kWeight, Access::kRead, {"out_features", "in_features"}},
        {"bias", BindingKind::kWeight, Access::kRead, {"out_features"}, true},
        {"out", BindingKind::kActivation, Access::kWrite, {"tokens", "out_features"}}},
-      OracleSpec{.abs_tol = 1e-4, .rel_tol = 1e-4}, "Dense matrix product.");
+      OracleSpec{.abs_tol = 1e-4, .rel_tol = 1e-4}, "Dense matrix product.").with_params<Params>();
   return s;
 }
 

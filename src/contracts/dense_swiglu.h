@@ -28,7 +28,7 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "dense_swiglu", 1, 1,
       {{"hidden_size", AttrType::kUnsigned},
        {"intermediate_size", AttrType::kUnsigned},
@@ -41,7 +41,7 @@ inline const ContractSchema& contract() {
        {"down", BindingKind::kWeight, Access::kRead, {"hidden_size", "intermediate_size"}},
        {"partial_out", BindingKind::kActivation, Access::kWrite, {"tokens", "hidden_size"},
         true}},
-      OracleSpec{.abs_tol = 2e-4, .rel_tol = 2e-4}, "Pre-norm SwiGLU MLP with residual add.");
+      OracleSpec{.abs_tol = 2e-4, .rel_tol = 2e-4}, "Pre-norm SwiGLU MLP with residual add.").with_params<Params>();
   return s;
 }
 

@@ -89,7 +89,7 @@ struct Params {
 inline const ContractSchema& contract() {
   using K = BindingKind;
   using A = Access;
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "gated_delta_recurrent_attention", 1, 2,
       {{"hidden_size", AttrType::kUnsigned},
        {"num_k_heads", AttrType::kUnsigned},
@@ -118,7 +118,7 @@ inline const ContractSchema& contract() {
         {"slots", "num_v_heads", "k_head_dim", "v_head_dim"}},
        {"partial_out", K::kActivation, A::kWrite, {"tokens", "hidden_size"}, true}},
       OracleSpec{.abs_tol = 5e-4, .rel_tol = 5e-4},
-      "Pre-norm Gated DeltaNet (conv + gated delta rule + gated norm) with residual add.");
+      "Pre-norm Gated DeltaNet (conv + gated delta rule + gated norm) with residual add.").with_params<Params>();
   return s;
 }
 

@@ -17,13 +17,13 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "last_token_dense_linear", 1, 0,
       {{"hidden_size", AttrType::kUnsigned}, {"vocab_size", AttrType::kUnsigned}},
       {{"hidden", BindingKind::kActivation, Access::kRead, {"tokens", "hidden_size"}},
        {"lm_head", BindingKind::kWeight, Access::kRead, {"vocab_size", "hidden_size"}},
        {"logits", BindingKind::kActivation, Access::kWrite, {"sequences", "vocab_size"}}},
-      OracleSpec{.abs_tol = 1e-4, .rel_tol = 1e-4}, "LM head on the last token of each sequence.");
+      OracleSpec{.abs_tol = 1e-4, .rel_tol = 1e-4}, "LM head on the last token of each sequence.").with_params<Params>();
   return s;
 }
 

@@ -38,7 +38,7 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "last_token_masked_argmax", 1, 2, {{"vocab_size", AttrType::kUnsigned}},
       {{"logits", BindingKind::kActivation, Access::kRead, {"sequences", "vocab_size"}},
        {"valid_mask", BindingKind::kWeight, Access::kRead, {"vocab_size"}, true},
@@ -47,7 +47,7 @@ inline const ContractSchema& contract() {
        {"logprobs", BindingKind::kActivation, Access::kWrite, {"sequences"}, true},
        {"top_ids", BindingKind::kActivation, Access::kWrite, {"sequences", "top_n"}, true},
        {"top_logprobs", BindingKind::kActivation, Access::kWrite, {"sequences", "top_n"}, true}},
-      OracleSpec{.exact = true}, "Masked argmax with repetition penalty.");
+      OracleSpec{.exact = true}, "Masked argmax with repetition penalty.").with_params<Params>();
   return s;
 }
 

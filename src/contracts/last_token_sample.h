@@ -41,7 +41,7 @@ inline double uniform01(uint64_t seed, uint64_t step) {
 }
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "last_token_sample", 1, 2, {{"vocab_size", AttrType::kUnsigned}},
       {{"logits", BindingKind::kActivation, Access::kRead, {"sequences", "vocab_size"}},
        {"valid_mask", BindingKind::kWeight, Access::kRead, {"vocab_size"}, true},
@@ -51,7 +51,7 @@ inline const ContractSchema& contract() {
        {"top_ids", BindingKind::kActivation, Access::kWrite, {"sequences", "top_n"}, true},
        {"top_logprobs", BindingKind::kActivation, Access::kWrite, {"sequences", "top_n"}, true}},
       OracleSpec{.exact = true},
-      "Temperature / top-k / top-p / min-p sampling with seeded counter RNG.");
+      "Temperature / top-k / top-p / min-p sampling with seeded counter RNG.").with_params<Params>();
   return s;
 }
 

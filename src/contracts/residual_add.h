@@ -14,12 +14,12 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "residual_add", 1, 0, {{"hidden_size", AttrType::kUnsigned}},
       {{"a", BindingKind::kActivation, Access::kRead, {"tokens", "hidden_size"}},
        {"b", BindingKind::kActivation, Access::kRead, {"tokens", "hidden_size"}},
        {"out", BindingKind::kActivation, Access::kWrite, {"tokens", "hidden_size"}, false, 0}},
-      OracleSpec{.abs_tol = 1e-6, .rel_tol = 1e-6}, "Element-wise sum.");
+      OracleSpec{.abs_tol = 1e-6, .rel_tol = 1e-6}, "Element-wise sum.").with_params<Params>();
   return s;
 }
 

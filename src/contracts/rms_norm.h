@@ -22,7 +22,7 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "rms_norm", 1, 0,
       {{"hidden_size", AttrType::kUnsigned},
        {"eps", AttrType::kFloat},
@@ -30,7 +30,7 @@ inline const ContractSchema& contract() {
       {{"x", BindingKind::kActivation, Access::kRead, {"tokens", "hidden_size"}},
        {"weight", BindingKind::kWeight, Access::kRead, {"hidden_size"}},
        {"out", BindingKind::kActivation, Access::kWrite, {"tokens", "hidden_size"}, false, 0}},
-      OracleSpec{.abs_tol = 1e-5, .rel_tol = 1e-5}, "Root-mean-square normalisation.");
+      OracleSpec{.abs_tol = 1e-5, .rel_tol = 1e-5}, "Root-mean-square normalisation.").with_params<Params>();
   return s;
 }
 

@@ -41,7 +41,8 @@ inline const ContractSchema& contract() {
     return ContractSchema("routed_shared_swiglu_moe", 1, 1, std::move(attrs), std::move(b),
                           OracleSpec{.abs_tol = 3e-4, .rel_tol = 3e-4},
                           "Pre-norm routed SwiGLU experts plus a sigmoid-gated shared expert, "
-                          "with residual add.");
+                          "with residual add.")
+        .with_params<Params>();
   }();
   return s;
 }

@@ -73,9 +73,9 @@ inline std::vector<BindingSpec> routed_binding_specs() {
 }
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s("routed_swiglu_moe", 1, 1, attr_specs(), routed_binding_specs(),
+  static const ContractSchema s = ContractSchema("routed_swiglu_moe", 1, 1, attr_specs(), routed_binding_specs(),
                                 OracleSpec{.abs_tol = 3e-4, .rel_tol = 3e-4},
-                                "Pre-norm top-k routed SwiGLU experts with residual add.");
+                                "Pre-norm top-k routed SwiGLU experts with residual add.").with_params<Params>();
   return s;
 }
 

@@ -16,13 +16,13 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "token_embedding", 1, 0,
       {{"vocab_size", AttrType::kUnsigned}, {"hidden_size", AttrType::kUnsigned}},
       {{"ids", BindingKind::kActivation, Access::kRead, {"tokens"}},
        {"table", BindingKind::kWeight, Access::kRead, {"vocab_size", "hidden_size"}},
        {"out", BindingKind::kActivation, Access::kWrite, {"tokens", "hidden_size"}}},
-      OracleSpec{.exact = true}, "Row gather from the embedding table.");
+      OracleSpec{.exact = true}, "Row gather from the embedding table.").with_params<Params>();
   return s;
 }
 

@@ -21,14 +21,14 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "tp_all_gather", 1, 0,
       {{"width", AttrType::kUnsigned},
        {"world_size", AttrType::kUnsigned},
        {"out_width", AttrType::kUnsigned}},
       {{"x", BindingKind::kActivation, Access::kRead, {"rows", "width"}},
        {"out", BindingKind::kActivation, Access::kWrite, {"rows", "out_width"}}},
-      OracleSpec{.exact = true}, "Tensor-parallel row-wise all-gather (rank order).");
+      OracleSpec{.exact = true}, "Tensor-parallel row-wise all-gather (rank order).").with_params<Params>();
   return s;
 }
 

@@ -19,12 +19,12 @@ struct Params {
 };
 
 inline const ContractSchema& contract() {
-  static const ContractSchema s(
+  static const ContractSchema s = ContractSchema(
       "tp_all_reduce_sum", 1, 0,
       {{"width", AttrType::kUnsigned}, {"world_size", AttrType::kUnsigned}},
       {{"x", BindingKind::kActivation, Access::kReadWrite, {"rows", "width"}}},
       OracleSpec{.abs_tol = 1e-6, .rel_tol = 1e-6},
-      "Tensor-parallel all-reduce (sum over ranks), in place.");
+      "Tensor-parallel all-reduce (sum over ranks), in place.").with_params<Params>();
   return s;
 }
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <queue>
 
+#include "base/check.h"
 #include "base/hash.h"
 
 namespace ferrite {
@@ -33,6 +33,48 @@ uint64_t PrefixCache::page_hash(uint64_t parent, std::span<const uint32_t> token
   return fnv1a(tokens.data(), tokens.size_bytes(), hash_combine(kFnvOffset, parent));
 }
 
+PrefixCache::PrefixCache(PagePool& pool, StateSlots* snapshots)
+    : pool_(pool), snapshots_(snapshots) {
+  const size_t pages = static_cast<size_t>(std::max(pool.num_pages(), 0));
+  entries_.resize(pages);
+  tokens_.resize(pages * static_cast<size_t>(pool.page_size()));
+  size_t cap = 16;
+  while (cap < 2 * pages) cap *= 2;  // load factor <= 1/2
+  index_.assign(cap, -1);
+  mask_ = cap - 1;
+  heap_.reserve(pages);
+}
+
+int32_t PrefixCache::find(uint64_t hash) const {
+  for (size_t i = home(hash);; i = (i + 1) & mask_) {
+    const int32_t page = index_[i];
+    if (page < 0) return -1;
+    if (entries_[page].hash == hash) return page;
+  }
+}
+
+void PrefixCache::index_insert(int32_t page) {
+  size_t i = home(entries_[page].hash);
+  while (index_[i] >= 0) i = (i + 1) & mask_;
+  index_[i] = page;
+}
+
+void PrefixCache::index_erase(int32_t page) {
+  size_t i = home(entries_[page].hash);
+  while (index_[i] != page) i = (i + 1) & mask_;
+  // Backward-shift deletion: later pages of the probe run move into the
+  // hole unless their home lies cyclically in (hole, their slot].
+  index_[i] = -1;
+  for (size_t j = (i + 1) & mask_; index_[j] >= 0; j = (j + 1) & mask_) {
+    const size_t k = home(entries_[index_[j]].hash);
+    const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+    if (stays) continue;
+    index_[i] = index_[j];
+    index_[j] = -1;
+    i = j;
+  }
+}
+
 int32_t PrefixCache::match(std::span<const uint32_t> tokens, int32_t max_pages,
                            std::vector<int32_t>* pages, std::vector<uint64_t>* hashes) {
   const size_t ps = static_cast<size_t>(pool_.page_size());
@@ -43,13 +85,13 @@ int32_t PrefixCache::match(std::span<const uint32_t> tokens, int32_t max_pages,
   while (matched < max_pages && begin + ps <= tokens.size()) {
     auto page_tokens = tokens.subspan(begin, ps);
     uint64_t h = page_hash(parent, page_tokens);
-    auto it = entries_.find(h);
-    if (it == entries_.end() || it->second.parent != parent ||
-        !std::equal(page_tokens.begin(), page_tokens.end(), it->second.tokens.begin()))
+    const int32_t page = find(h);
+    if (page < 0 || entries_[page].parent != parent ||
+        !std::equal(page_tokens.begin(), page_tokens.end(), tokens_of(page).begin()))
       break;
-    it->second.last_use = clock_;
-    pool_.retain(it->second.page);
-    pages->push_back(it->second.page);
+    entries_[page].last_use = clock_;
+    pool_.retain(page);
+    pages->push_back(page);
     hashes->push_back(h);
     parent = h;
     begin += ps;
@@ -60,93 +102,129 @@ int32_t PrefixCache::match(std::span<const uint32_t> tokens, int32_t max_pages,
 
 void PrefixCache::insert(uint64_t hash, uint64_t parent, std::span<const uint32_t> tokens,
                          int32_t page) {
-  auto [it, inserted] = entries_.try_emplace(hash);
-  if (!inserted) {
-    it->second.last_use = ++clock_;
+  const int32_t existing = find(hash);
+  if (existing >= 0) {
+    entries_[existing].last_use = ++clock_;
     return;
   }
-  it->second.page = page;
-  it->second.parent = parent;
-  it->second.tokens.assign(tokens.begin(), tokens.end());
-  it->second.last_use = ++clock_;
+  FERRITE_CHECK(page >= 0 && page < static_cast<int32_t>(entries_.size()) &&
+                !entries_[page].cached && tokens.size() == static_cast<size_t>(pool_.page_size()))
+      << "prefix cache: page " << page << " offered twice or out of range";
+  Entry& e = entries_[page];
+  e = Entry{};
+  e.cached = true;
+  e.hash = hash;
+  e.parent = parent;
+  e.last_use = ++clock_;
+  std::copy(tokens.begin(), tokens.end(),
+            tokens_.begin() + static_cast<ptrdiff_t>(page) * pool_.page_size());
+  index_insert(page);
+  ++size_;
   pool_.retain(page);
-  auto p = entries_.find(parent);
-  if (p != entries_.end()) ++p->second.children;
+  const int32_t p = find(parent);
+  if (p >= 0) ++entries_[p].children;
 }
 
 int32_t PrefixCache::evictable() const {
   int32_t n = 0;
-  for (const auto& [h, e] : entries_)
-    if (pool_.refcount(e.page) == 1) ++n;
+  for (int32_t page = 0; page < static_cast<int32_t>(entries_.size()); ++page)
+    if (entries_[page].cached && pool_.refcount(page) == 1) ++n;
   return n;
+}
+
+void PrefixCache::drop(int32_t page) {
+  drop_snapshot(page);
+  index_erase(page);
+  entries_[page].cached = false;
+  --size_;
+  pool_.release(page);
 }
 
 int32_t PrefixCache::evict(int32_t n) {
   if (n <= 0) return 0;
   // Least recently used last pages of cached prefixes first; dropping one
-  // may make its parent the last page of its prefix.
-  using Item = std::pair<uint64_t, uint64_t>;  // (last_use, hash)
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> leaves;
-  for (const auto& [h, e] : entries_)
-    if (e.children == 0 && pool_.refcount(e.page) == 1) leaves.emplace(e.last_use, h);
+  // may make its parent the last page of its prefix. A min-heap in heap_
+  // (reserved for every page: no allocation).
+  auto later = [](const std::pair<uint64_t, int32_t>& a, const std::pair<uint64_t, int32_t>& b) {
+    return a > b;
+  };
+  heap_.clear();
+  for (int32_t page = 0; page < static_cast<int32_t>(entries_.size()); ++page) {
+    const Entry& e = entries_[page];
+    if (e.cached && e.children == 0 && pool_.refcount(page) == 1) heap_.emplace_back(e.last_use, page);
+  }
+  std::make_heap(heap_.begin(), heap_.end(), later);
   int32_t freed = 0;
-  while (freed < n && !leaves.empty()) {
-    const uint64_t h = leaves.top().second;
-    leaves.pop();
-    auto it = entries_.find(h);
-    const uint64_t parent = it->second.parent;
-    drop_snapshot(h);
-    pool_.release(it->second.page);
-    entries_.erase(it);
+  while (freed < n && !heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    const int32_t page = heap_.back().second;
+    heap_.pop_back();
+    const uint64_t parent = entries_[page].parent;
+    drop(page);
     ++freed;
-    auto p = entries_.find(parent);
-    if (p != entries_.end() && --p->second.children == 0 && pool_.refcount(p->second.page) == 1)
-      leaves.emplace(p->second.last_use, parent);
+    const int32_t p = find(parent);
+    if (p >= 0 && --entries_[p].children == 0 && pool_.refcount(p) == 1) {
+      heap_.emplace_back(entries_[p].last_use, p);
+      std::push_heap(heap_.begin(), heap_.end(), later);
+    }
   }
   return freed;
 }
 
 void PrefixCache::clear() {
-  for (auto& [h, e] : entries_) pool_.release(e.page);
-  entries_.clear();
-  for (auto& [h, s] : snaps_) snapshots_->release(s.slot);
-  snaps_.clear();
+  for (int32_t page = 0; page < static_cast<int32_t>(entries_.size()); ++page) {
+    Entry& e = entries_[page];
+    if (!e.cached) continue;
+    drop_snapshot(page);
+    e.cached = false;
+    pool_.release(page);
+  }
+  std::fill(index_.begin(), index_.end(), -1);
+  size_ = 0;
 }
 
 int32_t PrefixCache::find_snapshot(uint64_t hash) {
-  auto it = snaps_.find(hash);
-  if (it == snaps_.end()) return -1;
-  it->second.last_use = ++clock_;
-  return it->second.slot;
+  const int32_t page = find(hash);
+  if (page < 0 || entries_[page].snapshot < 0) return -1;
+  entries_[page].snapshot_use = ++clock_;
+  return entries_[page].snapshot;
 }
 
 int32_t PrefixCache::take_snapshot_slot() {
   if (!snapshots_ || snapshots_->num_slots() == 0) return -1;
   if (snapshots_->free_slots() == 0) {
-    auto lru = std::min_element(snaps_.begin(), snaps_.end(), [](const auto& a, const auto& b) {
-      return a.second.last_use < b.second.last_use;
-    });
-    if (lru == snaps_.end()) return -1;
-    drop_snapshot(lru->first);
+    int32_t lru = -1;
+    for (int32_t page = 0; page < static_cast<int32_t>(entries_.size()); ++page) {
+      const Entry& e = entries_[page];
+      if (e.cached && e.snapshot >= 0 &&
+          (lru < 0 || e.snapshot_use < entries_[lru].snapshot_use))
+        lru = page;
+    }
+    if (lru < 0) return -1;
+    drop_snapshot(lru);
   }
   auto slot = snapshots_->allocate();
   return slot.is_ok() ? *slot : -1;
 }
 
 bool PrefixCache::insert_snapshot(uint64_t hash, int32_t slot) {
-  if (!entries_.count(hash) || snaps_.count(hash)) {
+  const int32_t page = find(hash);
+  if (page < 0 || entries_[page].snapshot >= 0) {
     snapshots_->release(slot);
     return false;
   }
-  snaps_[hash] = Snapshot{slot, ++clock_};
+  entries_[page].snapshot = slot;
+  entries_[page].snapshot_use = ++clock_;
+  ++snapshot_count_;
   return true;
 }
 
-void PrefixCache::drop_snapshot(uint64_t hash) {
-  auto it = snaps_.find(hash);
-  if (it == snaps_.end()) return;
-  snapshots_->release(it->second.slot);
-  snaps_.erase(it);
+void PrefixCache::drop_snapshot(int32_t page) {
+  Entry& e = entries_[page];
+  if (e.snapshot < 0) return;
+  snapshots_->release(e.snapshot);
+  e.snapshot = -1;
+  --snapshot_count_;
 }
 
 }  // namespace ferrite

@@ -16,12 +16,18 @@
 // goes. A sequence resumes only where a snapshot exists, because its KV
 // pages alone cannot rebuild the recurrent state.
 //
+// Storage is sized once, from the pool, when the cache is made: an entry per
+// page id (a page is cached under one key at most: a cached page is never
+// free, so no other sequence can fill it), the pages' tokens, an
+// open-addressing index from key to page, and eviction's heap. Inserting,
+// matching and evicting then allocate nothing (the engine's step loop
+// inserts every page a step completes).
+//
 // Not thread-safe: owned by the engine loop.
 #pragma once
 
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "runtime/memory.h"
@@ -47,8 +53,7 @@ class PrefixCache {
  public:
   // `snapshots` (null: a model without recurrent state) is the pool of
   // snapshot slots; the cache owns every slot it takes from it.
-  explicit PrefixCache(PagePool& pool, StateSlots* snapshots = nullptr)
-      : pool_(pool), snapshots_(snapshots) {}
+  explicit PrefixCache(PagePool& pool, StateSlots* snapshots = nullptr);
   ~PrefixCache() { clear(); }
 
   static constexpr uint64_t kRootHash = 0x9e3779b97f4a7c15ull;
@@ -69,7 +74,7 @@ class PrefixCache {
   int32_t evict(int32_t n);
   // Pages that evict() could free now.
   int32_t evictable() const;
-  int32_t size() const { return static_cast<int32_t>(entries_.size()); }
+  int32_t size() const { return size_; }
   // Drops every entry (pages still used by sequences stay with them) and
   // every snapshot.
   void clear();
@@ -78,7 +83,10 @@ class PrefixCache {
   // The snapshot slot keyed by `hash` (the chain hash of its prefix's last
   // page), or -1; marks it used.
   int32_t find_snapshot(uint64_t hash);
-  bool has_snapshot(uint64_t hash) const { return snaps_.count(hash) > 0; }
+  bool has_snapshot(uint64_t hash) const {
+    const int32_t page = find(hash);
+    return page >= 0 && entries_[page].snapshot >= 0;
+  }
   // A free snapshot slot for a new snapshot (the least recently used one is
   // dropped when none is free); -1 when the cache has no snapshot slots. The
   // caller fills it and gives it to insert_snapshot().
@@ -87,25 +95,39 @@ class PrefixCache {
   // must be cached (else, or when that prefix already has a snapshot, the
   // slot goes back to the pool and false is returned).
   bool insert_snapshot(uint64_t hash, int32_t slot);
-  int32_t snapshots() const { return static_cast<int32_t>(snaps_.size()); }
+  int32_t snapshots() const { return snapshot_count_; }
 
  private:
+  // The entry of one page id (cached or not).
   struct Entry {
-    int32_t page = -1;
+    bool cached = false;
+    uint64_t hash = 0;
     uint64_t parent = 0;
-    std::vector<uint32_t> tokens;
     uint64_t last_use = 0;
-    int32_t children = 0;  // cached pages whose parent this is
+    int32_t children = 0;   // cached pages whose parent this is
+    int32_t snapshot = -1;  // the snapshot slot keyed by this page's hash, or -1
+    uint64_t snapshot_use = 0;
   };
-  struct Snapshot {
-    int32_t slot = -1;
-    uint64_t last_use = 0;
-  };
-  void drop_snapshot(uint64_t hash);
+  // The cached page keyed by `hash`, or -1.
+  int32_t find(uint64_t hash) const;
+  void index_insert(int32_t page);
+  void index_erase(int32_t page);
+  size_t home(uint64_t hash) const { return static_cast<size_t>(hash * 0x9e3779b97f4a7c15ull >> 7) & mask_; }
+  std::span<const uint32_t> tokens_of(int32_t page) const {
+    const size_t ps = static_cast<size_t>(pool_.page_size());
+    return std::span<const uint32_t>(tokens_).subspan(static_cast<size_t>(page) * ps, ps);
+  }
+  void drop_snapshot(int32_t page);
+  void drop(int32_t page);
   PagePool& pool_;
   StateSlots* snapshots_;
-  std::unordered_map<uint64_t, Entry> entries_;
-  std::unordered_map<uint64_t, Snapshot> snaps_;
+  std::vector<Entry> entries_;     // by page id
+  std::vector<uint32_t> tokens_;   // [pages, page_size]: a cached page's tokens
+  std::vector<int32_t> index_;     // open addressing (linear probing): page or -1
+  size_t mask_ = 0;
+  int32_t size_ = 0;
+  int32_t snapshot_count_ = 0;
+  std::vector<std::pair<uint64_t, int32_t>> heap_;  // evict(): (last_use, page)
   uint64_t clock_ = 0;
 };
 

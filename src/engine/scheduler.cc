@@ -529,6 +529,7 @@ void Scheduler::update(const Step& step, const StepResult& result) {
       out.logprob = result.logprobs[k];
       const int32_t top_n = step.top_n;
       const int32_t topk = std::min(s.req.logprobs, top_n);
+      out.top.reserve(static_cast<size_t>(std::max(topk, 0)));
       for (int32_t j = 0; j < topk; ++j)
         out.top.push_back({result.top_ids[k * top_n + j], result.top_logprobs[k * top_n + j]});
     }

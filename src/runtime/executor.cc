@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -191,6 +192,8 @@ Result<std::unique_ptr<BoundPlan>> BoundPlan::bind(ResolvedPlan plan, const Mode
                            DeviceBuffer::allocate(device0, 4 * limits.max_sequences));
   FERRITE_ASSIGN_OR_RETURN(bp->logprobs_out_,
                            DeviceBuffer::allocate(device0, 4 * limits.max_sequences));
+  bp->sampler_views_.resize(std::max(bp->plan_.argmax.signature.contract->bindings().size(),
+                                      bp->plan_.sampler.signature.contract->bindings().size()));
   if (world > 1) bp->threads_ = std::make_unique<RankThreads>(world);
   return bp;
 }
@@ -439,7 +442,10 @@ Status BoundPlan::choose_tokens(const StepBatch& batch, const SamplingBatch& sam
   const bool argmax = all_greedy;
   const PlannedNode& node = argmax ? plan_.argmax : plan_.sampler;
   auto at = [argmax](int in_argmax, int in_sample) { return argmax ? in_argmax : in_sample; };
-  std::vector<TensorView> bindings(node.signature.contract->bindings().size());
+  // The sampler's binding views: reused (sized at bind), nothing allocated.
+  const std::span<TensorView> bindings(sampler_views_.data(),
+                                       node.signature.contract->bindings().size());
+  std::fill(bindings.begin(), bindings.end(), TensorView{});
   bindings[am::kLogits] = logits();
   bindings[am::kTokens] = TensorView{tokens_out_.data(), DType::kU32, Shape{s}};
   if (logprobs)

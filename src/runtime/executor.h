@@ -145,6 +145,7 @@ class BoundPlan {
   DeviceBuffer allowed_in_;  // device copy of SamplingBatch::allowed (on first use)
   DeviceBuffer top_out_;     // top ids, then top logprobs (on first use)
   std::vector<uint32_t> top_host_;
+  std::vector<TensorView> sampler_views_;  // choose_tokens' bindings (sized at bind)
   PagePool pages_;
   StateSlots slots_;
   StateSlots snapshot_slots_;

@@ -83,6 +83,7 @@ NodeSignature make_signature(const ModelProgram& program, const ProgramNode& nod
   sig.contract = &schema;
   sig.attrs = node.attrs;
   sig.activation_dtype = activation_dtype;
+  sig.resolve_params();  // attrs were validated against the schema
   const auto& specs = schema.bindings();
   if (node.bindings.size() != specs.size()) {
     errors->push_back(fmt::format("node {} ({}): {} bindings given, the contract has {}", node.name,
@@ -245,6 +246,7 @@ Result<ResolvedPlan> plan_program(const ModelProgram& program, const Registry& r
     }
     out->signature.contract = schema;
     out->signature.attrs.set("vocab_size", static_cast<uint64_t>(program.vocab_size));
+    out->signature.resolve_params();
     // Logits are always f32, whatever the activation dtype.
     out->signature.activation_dtype = DType::kF32;
     out->signature.binding_dtypes.assign(schema->bindings().size(), std::nullopt);

@@ -10,11 +10,13 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "base/check.h"
 #include "base/status.h"
 #include "contracts/contract.h"
 #include "runtime/device.h"
@@ -64,6 +66,25 @@ struct NodeSignature {
   Attributes attrs;
   DType activation_dtype = DType::kF32;
   std::vector<std::optional<DType>> binding_dtypes;  // schema binding order
+
+  // The contract's typed parameters (ContractSchema::with_params), parsed
+  // from `attrs` once by resolve_params(): the planner calls it when it makes
+  // a signature (so supports(), workspace_bytes() and every encode() read
+  // the same struct and no step looks attributes up by name). Whoever builds
+  // a signature by hand (the conformance suite) calls it after setting attrs.
+  void resolve_params() { typed_params_ = contract ? contract->parse_params(attrs) : nullptr; }
+  // P must be the contract's Params (checked: a provider reading another
+  // contract's struct, or a signature never resolved, is a bug).
+  template <class P>
+  const P& params() const {
+    FERRITE_CHECK(typed_params_ && contract->params_tag() == &kParamsTag<P>)
+        << "node signature of " << (contract ? contract->id() : "?")
+        << ": typed params not resolved or of another contract";
+    return *static_cast<const P*>(typed_params_.get());
+  }
+
+ private:
+  std::shared_ptr<const void> typed_params_;
 };
 
 // A backend hook run once per step before any node: e.g. the CUDA backend

@@ -91,6 +91,7 @@ NodeSignature signature_for(const Case& c, const std::vector<HostTensor>& bindin
   NodeSignature sig;
   sig.contract = c.contract;
   sig.attrs = c.attrs;
+  sig.resolve_params();
   sig.activation_dtype = has_activation_bindings(c) ? act : DType::kF32;
   for (const HostTensor& t : bindings)
     sig.binding_dtypes.push_back(t.present() ? std::optional<DType>(t.dtype) : std::nullopt);

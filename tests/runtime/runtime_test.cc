@@ -1,11 +1,14 @@
 // Planner, registry/catalog, memory and executor behaviour on CPU.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "backends/cpu/cpu_providers.h"
 #include "base/thread_pool.h"
 #include "contracts/rms_norm.h"
 #include "runtime/executor.h"
 #include "runtime/planner.h"
+#include "runtime/workspace.h"
 
 namespace ferrite {
 namespace {
@@ -39,6 +42,44 @@ ModelProgram tiny_program(DType norm_dtype) {
                 BindingRef::value("logits")};
   p.nodes = {e, n, h};
   return p;
+}
+
+// The one bump allocator: a layout measured is the layout carved (same
+// offsets, aligned pieces), and a carve past the end fails with a status
+// instead of handing out memory it does not have.
+TEST(WorkspaceTest, MeasuredLayoutIsTheCarvedOneAndOverflowIsAStatus) {
+  auto layout = [](Workspace& ws, int64_t n) {
+    float* a = ws.take<float>(n);
+    int32_t* b = ws.take<int32_t>(3);
+    double* c = ws.take<double>(n / 2);
+    return std::make_tuple(a, b, c);
+  };
+  const int64_t bytes = measure_workspace([&](Workspace& ws) { layout(ws, 100); });
+  // 400 bytes of floats end at 400: the ints start at 512; their 12 bytes
+  // end at 524: the doubles start at 768 and end 400 bytes later.
+  EXPECT_EQ(bytes, 768 + 50 * 8);
+  alignas(256) static char buf[4096];
+  Workspace ws(buf, bytes);
+  auto [a, b, c] = layout(ws, 100);
+  EXPECT_TRUE(ws.status("test").is_ok());
+  EXPECT_EQ(reinterpret_cast<char*>(a), buf);
+  EXPECT_EQ(reinterpret_cast<char*>(b), buf + 2 * Workspace::kAlign);
+  EXPECT_EQ(reinterpret_cast<char*>(c), buf + 3 * Workspace::kAlign);
+  EXPECT_EQ(ws.used(), bytes);
+  // A smaller step carves within the measured bound.
+  Workspace small(buf, bytes);
+  layout(small, 10);
+  EXPECT_TRUE(small.status("test").is_ok());
+  // A larger one does not fit: null pieces and an internal error.
+  Workspace big(buf, bytes);
+  auto [ba, bb, bc] = layout(big, 200);
+  EXPECT_NE(ba, nullptr);  // 800 bytes and then 12 still fit
+  EXPECT_NE(bb, nullptr);
+  EXPECT_EQ(bc, nullptr);
+  const Status st = big.status("test.provider");
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("test.provider: workspace too small"), std::string::npos)
+      << st.message();
 }
 
 TEST(PlannerTest, ResolvesEveryNodeToAProvider) {

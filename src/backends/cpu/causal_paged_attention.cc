@@ -18,6 +18,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/cpu/block_stages.h"
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/fast_util.h"
 #include "backends/cpu/kernels/attention.h"
@@ -25,6 +26,7 @@
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
 #include "contracts/rope.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -35,7 +37,7 @@ class CausalPagedAttentionReference final : public Provider {
 
   Status encode(const Invocation& inv) const override {
     using namespace causal_paged_attention;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t H = static_cast<int64_t>(p.hidden_size);
     const int64_t nh = static_cast<int64_t>(p.num_heads);
     const int64_t nkv = static_cast<int64_t>(p.num_kv_heads);
@@ -137,24 +139,45 @@ class CausalPagedAttentionFast final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
-  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    using namespace causal_paged_attention;
-    const Params p = Params::from(node.attrs);
-    const int64_t t = limits.max_tokens;
+  // The workspace pieces of a step of `tokens` tokens with up to `parts`
+  // attention work ranges of `part_floats` each (the scores row, or the
+  // tiled kernel's scratch, of the step's longest causal span). Measured
+  // with the step limits for workspace_bytes(), carved with the step's
+  // sizes by encode().
+  struct Pieces {
+    float *inv_freq, *n, *q, *k, *v, *attn, *per_part;
+    int32_t* token_seq;
+  };
+  static Pieces layout(Workspace& ws, const causal_paged_attention::Params& p, int64_t tokens,
+                       int64_t parts, int64_t part_floats) {
     const int64_t hd = static_cast<int64_t>(p.head_dim);
     const int64_t q_rows = static_cast<int64_t>(p.num_heads) * hd * (p.output_gate ? 2 : 1);
     const int64_t kv_rows = static_cast<int64_t>(p.num_kv_heads) * hd;
-    const int64_t attn = static_cast<int64_t>(p.num_heads) * hd;
-    return Scratch::bytes_for({t * static_cast<int64_t>(p.hidden_size), t * q_rows, t * kv_rows,
-                               t * kv_rows, t * attn,
-                               planned_threads(limits) *
-                                   std::max(limits.max_context + hd,
-                                            attention_tile_scratch_floats(limits.max_context))});
+    Pieces s;
+    s.inv_freq = ws.take<float>(static_cast<int64_t>(p.rope_dim / 2));
+    s.n = ws.take<float>(tokens * static_cast<int64_t>(p.hidden_size));
+    s.q = ws.take<float>(tokens * q_rows);
+    s.k = ws.take<float>(tokens * kv_rows);
+    s.v = ws.take<float>(tokens * kv_rows);
+    s.attn = ws.take<float>(tokens * static_cast<int64_t>(p.num_heads) * hd);
+    s.token_seq = ws.take<int32_t>(tokens);
+    s.per_part = ws.take<float>(parts * part_floats);
+    return s;
+  }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    const auto& p = node.params<causal_paged_attention::Params>();
+    const int64_t part_floats =
+        std::max(limits.max_context + static_cast<int64_t>(p.head_dim),
+                 attention_tile_scratch_floats(limits.max_context));
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, p, limits.max_tokens, planned_threads(limits), part_floats);
+    });
   }
 
   Status encode(const Invocation& inv) const override {
     using namespace causal_paged_attention;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t H = static_cast<int64_t>(p.hidden_size);
     const int64_t nh = static_cast<int64_t>(p.num_heads);
     const int64_t nkv = static_cast<int64_t>(p.num_kv_heads);
@@ -172,36 +195,40 @@ class CausalPagedAttentionFast final : public Provider {
     const int64_t page_size = kc.shape[1];
     const int64_t kv_row_bytes = dtype_bytes(kc.dtype, kv_rows);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    // The same inverse frequencies for every call with these attributes.
-    const std::vector<float> inv_freq = rope_inv_freq(p);
-
-    Scratch scratch(inv);
-    float* n = scratch.floats(tokens * H);
-    float* q = scratch.floats(tokens * q_rows);
-    float* k = scratch.floats(tokens * kv_rows);
-    float* v = scratch.floats(tokens * kv_rows);
-    float* attn = scratch.floats(tokens * nh * hd);
     int64_t max_context = 0;
     for (const SequenceSlice& seq : inv.batch->sequences)
       max_context = std::max<int64_t>(max_context, seq.position_start + seq.token_count);
     // One scores row per part; the workspace was sized for the planned
-    // thread count, so never use more parts than it holds.
+    // thread count, so never use more parts than it holds (a first pass
+    // without the rows measures what is left for them).
     const bool tiled = attention_tile_supports(kc.dtype, hd) && kc.dtype == vc.dtype;
     const int64_t part_floats =
         tiled ? attention_tile_scratch_floats(max_context) : max_context + hd;
+    Workspace probe(inv);
+    layout(probe, p, tokens, 0, part_floats);
     const int64_t parts = std::min<int64_t>(
-        {pool ? pool->size() : 1, tokens * nh, scratch.remaining_floats() / part_floats});
+        {pool ? pool->size() : 1, tokens * nh, probe.remaining<float>() / part_floats});
     if (parts < 1) return internal_error("attention workspace smaller than one scores row");
-    float* per_part = scratch.floats(parts * part_floats);
+    Workspace ws(inv);
+    const Pieces sc = layout(ws, p, tokens, parts, part_floats);
+    FERRITE_RETURN_IF_ERROR(ws.status("cpu.fast.causal_paged_attention"));
+    float* n = sc.n;
+    float* q = sc.q;
+    float* k = sc.k;
+    float* v = sc.v;
+    float* attn = sc.attn;
+    float* per_part = sc.per_part;
+    int32_t* token_seq = sc.token_seq;
+    // The inverse frequencies of these attributes, in the workspace.
+    const std::span<const float> inv_freq(sc.inv_freq, static_cast<size_t>(p.rope_dim / 2));
+    rope_inv_freq(p, std::span<float>(sc.inv_freq, inv_freq.size()));
 
     float* hidden = b[kHidden].as<float>();
     // partial_out (1.1): the block's contribution is written there, hidden only read.
     float* partial = b.size() > kPartialOut && b[kPartialOut].data ? b[kPartialOut].as<float>() : nullptr;
-    rms_norm(hidden, tokens, H, b[kInputNorm].data, b[kInputNorm].dtype, eps, p.zero_centred, n,
-             pool);
-    matmul(n, tokens, H, b[kQProj].data, b[kQProj].dtype, q_rows, q, pool);
-    matmul(n, tokens, H, b[kKProj].data, b[kKProj].dtype, kv_rows, k, pool);
-    matmul(n, tokens, H, b[kVProj].data, b[kVProj].dtype, kv_rows, v, pool);
+    normed_projections(hidden, tokens, H, b[kInputNorm], eps, p.zero_centred, n,
+                       {{b[kQProj], q_rows, q}, {b[kKProj], kv_rows, k}, {b[kVProj], kv_rows, v}},
+                       pool);
     if (p.attention_bias) {
       for (int64_t t = 0; t < tokens; ++t) {
         for (int64_t i = 0; i < q_rows; ++i) q[t * q_rows + i] += weight_at(b[kQBias], i);
@@ -213,7 +240,6 @@ class CausalPagedAttentionFast final : public Provider {
     }
 
     // Token -> (sequence, position) for the per-token stages.
-    std::vector<int32_t> token_seq(tokens);
     for (int32_t s = 0; s < inv.batch->num_sequences(); ++s) {
       const SequenceSlice& seq = inv.batch->sequences[s];
       for (int32_t j = 0; j < seq.token_count; ++j) token_seq[seq.token_begin + j] = s;
@@ -349,10 +375,7 @@ class CausalPagedAttentionFast final : public Provider {
     } else {
       for (int64_t part = 0; part < parts; ++part) attend(part);
     }
-    if (partial)
-      matmul(attn, tokens, nh * hd, b[kOProj].data, b[kOProj].dtype, H, partial, pool);
-    else
-      matmul_accumulate(attn, tokens, nh * hd, b[kOProj].data, b[kOProj].dtype, H, hidden, pool);
+    output_projection(attn, tokens, nh * hd, b[kOProj], H, hidden, partial, pool);
     return Status::ok();
   }
 

@@ -13,7 +13,7 @@ class DenseLinearReference final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace dense_linear;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t in = static_cast<int64_t>(p.in_features);
     const int64_t out = static_cast<int64_t>(p.out_features);
     const float* x = inv.bindings[kX].as<float>();
@@ -33,7 +33,7 @@ class DenseLinearFast final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace dense_linear;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t in = static_cast<int64_t>(p.in_features);
     const int64_t out = static_cast<int64_t>(p.out_features);
     const int64_t tokens = inv.batch->num_tokens();

@@ -1,11 +1,13 @@
 // dense_swiglu on CPU: pre-norm, gate/up, SiLU product, down, residual add.
 #include "contracts/dense_swiglu.h"
 
+#include "backends/cpu/block_stages.h"
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/fast_util.h"
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -15,7 +17,7 @@ class DenseSwigluReference final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace dense_swiglu;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t h = static_cast<int64_t>(p.hidden_size);
     const int64_t im = static_cast<int64_t>(p.intermediate_size);
     float* hidden = inv.bindings[kHidden].as<float>();
@@ -47,38 +49,40 @@ class DenseSwigluReference final : public Provider {
 class DenseSwigluFast final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
+  struct Pieces {
+    float *n, *g, *u;
+  };
+  static Pieces layout(Workspace& ws, const dense_swiglu::Params& p, int64_t tokens) {
+    const int64_t im = static_cast<int64_t>(p.intermediate_size);
+    Pieces s;
+    s.n = ws.take<float>(tokens * static_cast<int64_t>(p.hidden_size));
+    s.g = ws.take<float>(tokens * im);
+    s.u = ws.take<float>(tokens * im);
+    return s;
+  }
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    using namespace dense_swiglu;
-    const Params p = Params::from(node.attrs);
-    const int64_t t = limits.max_tokens;
-    return Scratch::bytes_for({t * static_cast<int64_t>(p.hidden_size),
-                               t * static_cast<int64_t>(p.intermediate_size),
-                               t * static_cast<int64_t>(p.intermediate_size)});
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, node.params<dense_swiglu::Params>(), limits.max_tokens);
+    });
   }
   Status encode(const Invocation& inv) const override {
     using namespace dense_swiglu;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t h = static_cast<int64_t>(p.hidden_size);
     const int64_t im = static_cast<int64_t>(p.intermediate_size);
     const int64_t tokens = inv.batch->num_tokens();
     ThreadPool* pool = inv.ctx->pool;
     const auto& b = inv.bindings;
-    Scratch scratch(inv);
-    float* n = scratch.floats(tokens * h);
-    float* g = scratch.floats(tokens * im);
-    float* u = scratch.floats(tokens * im);
+    Workspace ws(inv);
+    const Pieces sc = layout(ws, p, tokens);
+    FERRITE_RETURN_IF_ERROR(ws.status("cpu.fast.dense_swiglu"));
     float* hidden = b[kHidden].as<float>();
     // partial_out (1.1): the block's contribution is written there, hidden only read.
     float* partial = b.size() > kPartialOut && b[kPartialOut].data ? b[kPartialOut].as<float>() : nullptr;
-    rms_norm(hidden, tokens, h, b[kNorm].data, b[kNorm].dtype, static_cast<float>(p.eps),
-             p.zero_centred, n, pool);
-    matmul(n, tokens, h, b[kGate].data, b[kGate].dtype, im, g, pool);
-    matmul(n, tokens, h, b[kUp].data, b[kUp].dtype, im, u, pool);
-    silu_mul(g, u, tokens * im, g);
-    if (partial)
-      matmul(g, tokens, im, b[kDown].data, b[kDown].dtype, h, partial, pool);
-    else
-      matmul_accumulate(g, tokens, im, b[kDown].data, b[kDown].dtype, h, hidden, pool);
+    normed_projections(hidden, tokens, h, b[kNorm], static_cast<float>(p.eps), p.zero_centred,
+                       sc.n, {{b[kGate], im, sc.g}, {b[kUp], im, sc.u}}, pool);
+    silu_mul(sc.g, sc.u, tokens * im, sc.g);
+    output_projection(sc.g, tokens, im, b[kDown], h, hidden, partial, pool);
     return Status::ok();
   }
 

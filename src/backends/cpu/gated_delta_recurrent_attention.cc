@@ -17,11 +17,13 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/cpu/block_stages.h"
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/fast_util.h"
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -36,7 +38,7 @@ class GatedDeltaReference final : public Provider {
 
   Status encode(const Invocation& inv) const override {
     using namespace gated_delta_recurrent_attention;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t H = static_cast<int64_t>(p.hidden_size);
     const int64_t Hk = static_cast<int64_t>(p.num_k_heads);
     const int64_t Hv = static_cast<int64_t>(p.num_v_heads);
@@ -135,20 +137,44 @@ class GatedDeltaFast final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
-  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    const Params p = Params::from(node.attrs);
-    const int64_t t = limits.max_tokens;
+  // The workspace pieces of a step of `tokens` tokens and `sequences`
+  // sequences with `parts` delta-rule work ranges. Measured with the step
+  // limits for workspace_bytes(), carved with the step's sizes by encode().
+  struct Pieces {
+    float *n, *x, *z, *bb, *aa, *y, *wconv, *hist, *per_part;
+  };
+  static Pieces layout(Workspace& ws, const Params& p, int64_t tokens, int64_t parts,
+                       int64_t conv_chunks) {
     const int64_t dk = static_cast<int64_t>(p.k_head_dim);
     const int64_t dv = static_cast<int64_t>(p.v_head_dim);
     const int64_t Hv = static_cast<int64_t>(p.num_v_heads);
-    return Scratch::bytes_for({t * static_cast<int64_t>(p.hidden_size),
-                               t * static_cast<int64_t>(p.conv_dim()), t * Hv * dv, t * Hv, t * Hv,
-                               t * Hv * dv, planned_threads(limits) * per_item_floats(dk, dv)});
+    const int64_t C = static_cast<int64_t>(p.conv_dim());
+    const int64_t Kc = static_cast<int64_t>(p.conv_kernel);
+    Pieces s;
+    s.n = ws.take<float>(tokens * static_cast<int64_t>(p.hidden_size));
+    s.x = ws.take<float>(tokens * C);
+    s.z = ws.take<float>(tokens * Hv * dv);
+    s.bb = ws.take<float>(tokens * Hv);
+    s.aa = ws.take<float>(tokens * Hv);
+    s.y = ws.take<float>(tokens * Hv * dv);
+    s.wconv = ws.take<float>(C * Kc);          // the conv weight in f32
+    s.hist = ws.take<float>(conv_chunks * Kc);  // a conv window per channel chunk
+    s.per_part = ws.take<float>(parts * per_item_floats(dk, dv));
+    return s;
+  }
+  // Channel chunks of the conv stage: at most this many, whatever the pool
+  // (each gets its own window in the workspace).
+  static constexpr int64_t kConvChunks = 64;
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, node.params<Params>(), limits.max_tokens, planned_threads(limits), kConvChunks);
+    });
   }
 
   Status encode(const Invocation& inv) const override {
     using namespace gated_delta_recurrent_attention;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t H = static_cast<int64_t>(p.hidden_size);
     const int64_t Hk = static_cast<int64_t>(p.num_k_heads);
     const int64_t Hv = static_cast<int64_t>(p.num_v_heads);
@@ -169,27 +195,28 @@ class GatedDeltaFast final : public Provider {
     float* delta_state = b[kDeltaState].as<float>();
     const float eps = static_cast<float>(p.eps);
 
-    Scratch scratch(inv);
-    float* n = scratch.floats(T * H);
-    float* x = scratch.floats(T * C);
-    float* z = scratch.floats(T * VD);
-    float* bb = scratch.floats(T * Hv);
-    float* aa = scratch.floats(T * Hv);
-    float* y = scratch.floats(T * VD);
+    // One delta-rule scores area per part; the workspace was sized for the
+    // planned thread count, so never more parts than that.
     const int64_t parts = std::min<int64_t>(pool ? pool->size() : 1, S * Hv);
-    float* per_part = scratch.floats(parts * per_item_floats(dk, dv));
+    Workspace ws(inv);
+    const Pieces sc = layout(ws, p, T, parts, kConvChunks);
+    FERRITE_RETURN_IF_ERROR(ws.status("cpu.fast.gated_delta_recurrent_attention"));
+    float* x = sc.x;
+    float* z = sc.z;
+    float* bb = sc.bb;
+    float* aa = sc.aa;
+    float* y = sc.y;
+    float* per_part = sc.per_part;
 
-    rms_norm(hidden, T, H, b[kInputNorm].data, b[kInputNorm].dtype, eps, p.zero_centred, n, pool);
-    matmul(n, T, H, b[kInProjQkv].data, b[kInProjQkv].dtype, C, x, pool);
-    matmul(n, T, H, b[kInProjZ].data, b[kInProjZ].dtype, VD, z, pool);
-    matmul(n, T, H, b[kInProjB].data, b[kInProjB].dtype, Hv, bb, pool);
-    matmul(n, T, H, b[kInProjA].data, b[kInProjA].dtype, Hv, aa, pool);
+    normed_projections(hidden, T, H, b[kInputNorm], eps, p.zero_centred, sc.n,
+                       {{b[kInProjQkv], C, x}, {b[kInProjZ], VD, z}, {b[kInProjB], Hv, bb},
+                        {b[kInProjA], Hv, aa}},
+                       pool);
 
-    // Causal conv + SiLU in place over x, per channel block; conv state update.
-    std::vector<float> wconv(C * Kc);
-    to_f32_row(b[kConvWeight].data, b[kConvWeight].dtype, wconv.data(), C * Kc);
-    auto conv = [&](int64_t c0, int64_t c1) {
-      std::vector<float> hist(Kc);
+    // Causal conv + SiLU in place over x, per channel chunk; conv state update.
+    float* wconv = sc.wconv;
+    to_f32_row(b[kConvWeight].data, b[kConvWeight].dtype, wconv, C * Kc);
+    auto conv_channels = [&](int64_t c0, int64_t c1, float* hist) {
       for (const SequenceSlice& seq : inv.batch->sequences) {
         float* cs = conv_state + seq.state_slot * (Kc - 1) * C;
         for (int64_t ch = c0; ch < c1; ++ch) {
@@ -207,10 +234,17 @@ class GatedDeltaFast final : public Provider {
         }
       }
     };
+    // kConvChunks fixed chunks of channels (each with its window), spread
+    // over the pool; a chunk's channels are independent of the others'.
+    const int64_t chunks = std::min<int64_t>(kConvChunks, C);
+    auto conv = [&](int64_t a, int64_t zz) {
+      for (int64_t c = a; c < zz; ++c)
+        conv_channels(C * c / chunks, C * (c + 1) / chunks, sc.hist + c * Kc);
+    };
     if (pool)
-      pool->parallel_for(C, conv, 64);
+      pool->parallel_for(chunks, conv, 1);
     else
-      conv(0, C);
+      conv(0, chunks);
 
     // The delta rule and the gated norm: one (sequence, value head) per item.
     const int64_t items = S * Hv;
@@ -244,10 +278,7 @@ class GatedDeltaFast final : public Provider {
     } else {
       for (int64_t part = 0; part < parts; ++part) head(part);
     }
-    if (partial)
-      matmul(y, T, VD, b[kOutProj].data, b[kOutProj].dtype, H, partial, pool);
-    else
-      matmul_accumulate(y, T, VD, b[kOutProj].data, b[kOutProj].dtype, H, hidden, pool);
+    output_projection(y, T, VD, b[kOutProj], H, hidden, partial, pool);
     return Status::ok();
   }
 

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/fast_util.h"
+#include "runtime/workspace.h"
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/reference_math.h"
 
@@ -14,7 +15,7 @@ class LastTokenDenseLinearReference final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace last_token_dense_linear;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t h = static_cast<int64_t>(p.hidden_size);
     const int64_t v = static_cast<int64_t>(p.vocab_size);
     const float* hidden = inv.bindings[kHidden].as<float>();
@@ -36,18 +37,23 @@ class LastTokenDenseLinearReference final : public Provider {
 class LastTokenDenseLinearFast final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
+  static float* layout(Workspace& ws, const last_token_dense_linear::Params& p,
+                       int64_t sequences) {
+    return ws.take<float>(sequences * static_cast<int64_t>(p.hidden_size));
+  }
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    using namespace last_token_dense_linear;
-    return Scratch::bytes_for(
-        {limits.max_sequences * static_cast<int64_t>(Params::from(node.attrs).hidden_size)});
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, node.params<last_token_dense_linear::Params>(), limits.max_sequences);
+    });
   }
   Status encode(const Invocation& inv) const override {
     using namespace last_token_dense_linear;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t h = static_cast<int64_t>(p.hidden_size);
     const int64_t s = inv.batch->num_sequences();
-    Scratch scratch(inv);
-    float* rows = scratch.floats(s * h);
+    Workspace ws(inv);
+    float* rows = layout(ws, p, s);
+    FERRITE_RETURN_IF_ERROR(ws.status("cpu.fast.last_token_dense_linear"));
     const float* hidden = inv.bindings[kHidden].as<float>();
     for (int64_t i = 0; i < s; ++i) {
       const SequenceSlice& seq = inv.batch->sequences[i];

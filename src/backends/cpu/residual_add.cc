@@ -13,7 +13,7 @@ class ResidualAddReference final : public Provider {
   Status encode(const Invocation& inv) const override {
     using namespace residual_add;
     const int64_t n = inv.batch->num_tokens() *
-                      static_cast<int64_t>(Params::from(inv.signature->attrs).hidden_size);
+                      static_cast<int64_t>(inv.signature->params<Params>().hidden_size);
     const float* a = inv.bindings[kA].as<float>();
     const float* b = inv.bindings[kB].as<float>();
     float* out = inv.bindings[kOut].as<float>();

@@ -14,7 +14,7 @@ class RmsNormReference final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace rms_norm;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t h = static_cast<int64_t>(p.hidden_size);
     const float* x = inv.bindings[kX].as<float>();
     float* y = inv.bindings[kOut].as<float>();
@@ -33,7 +33,7 @@ class RmsNormFast final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace rms_norm;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const TensorView& w = inv.bindings[kWeight];
     rms_norm(inv.bindings[kX].as<float>(), inv.batch->num_tokens(),
              static_cast<int64_t>(p.hidden_size), w.data, w.dtype, static_cast<float>(p.eps),

@@ -20,11 +20,13 @@
 #include <numeric>
 #include <vector>
 
+#include "backends/cpu/block_stages.h"
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/fast_util.h"
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
+#include "runtime/workspace.h"
 #include "contracts/routed_shared_swiglu_moe.h"
 
 namespace ferrite::cpu {
@@ -66,7 +68,7 @@ class RoutedMoeReference final : public Provider {
 
   Status encode(const Invocation& inv) const override {
     using namespace routed_swiglu_moe;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t H = static_cast<int64_t>(p.hidden_size);
     const int64_t E = static_cast<int64_t>(p.num_experts);
     const int64_t K = static_cast<int64_t>(p.top_k);
@@ -140,21 +142,59 @@ class RoutedMoeFast final : public Provider {
             "router GEMM, tokens grouped by expert, SIMD GEMMs"))) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
-  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    const Params p = Params::from(node.attrs);
-    const int64_t t = limits.max_tokens;
+  // Work items of the expert products: (expert, output row block).
+  struct Item {
+    int32_t expert;
+    int32_t r0, r1;
+  };
+  // Items of a product of `rows` output rows: at most one block of >= 16
+  // rows per (active expert, 16 rows), and at most min(E, T*K) experts are
+  // active.
+  static int64_t max_items(const Params& p, int64_t tk, int64_t rows) {
+    return std::min<int64_t>(static_cast<int64_t>(p.num_experts), tk) * ((rows + 15) / 16);
+  }
+  // The workspace pieces of a step of `tokens` tokens (measured with the
+  // step limits for workspace_bytes(), carved with the step's by encode()).
+  struct Pieces {
+    float *n, *logits, *xs, *gu, *ys, *out, *sgu, *sgate, *weights, *acc;
+    int32_t *ids, *offset, *fill, *slot_of;
+    Item* items;
+    int64_t item_capacity;
+  };
+  Pieces layout(Workspace& ws, const Params& p, int64_t tokens) const {
     const int64_t H = static_cast<int64_t>(p.hidden_size);
     const int64_t E = static_cast<int64_t>(p.num_experts);
-    const int64_t TK = t * static_cast<int64_t>(p.top_k);
+    const int64_t TK = tokens * static_cast<int64_t>(p.top_k);
     const int64_t I = static_cast<int64_t>(p.intermediate_size);
     const int64_t Is = static_cast<int64_t>(p.shared_intermediate_size);
-    return Scratch::bytes_for({t * H, t * E, TK * H, TK * 2 * I, TK * H, t * H,
-                               shared_ ? t * 2 * Is : 0, shared_ ? t : 0});
+    Pieces s;
+    s.n = ws.take<float>(tokens * H);
+    s.logits = ws.take<float>(tokens * E);
+    s.xs = ws.take<float>(TK * H);      // gathered rows, expert-major
+    s.gu = ws.take<float>(TK * 2 * I);  // [gate | up] per gathered row
+    s.ys = ws.take<float>(TK * H);      // expert outputs per gathered row
+    s.out = ws.take<float>(tokens * H);
+    s.sgu = shared_ ? ws.take<float>(tokens * 2 * Is) : nullptr;
+    s.sgate = shared_ ? ws.take<float>(tokens) : nullptr;
+    s.weights = ws.take<float>(TK);
+    s.acc = ws.take<float>(tokens * H);  // combine: a row per token
+    s.ids = ws.take<int32_t>(TK);
+    s.offset = ws.take<int32_t>(E + 1);
+    s.fill = ws.take<int32_t>(E);
+    s.slot_of = ws.take<int32_t>(TK);  // (token, k) -> gathered row
+    s.item_capacity = std::max(max_items(p, TK, 2 * I), max_items(p, TK, H));
+    s.items = ws.take<Item>(s.item_capacity);
+    return s;
+  }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    return measure_workspace(
+        [&](Workspace& ws) { layout(ws, node.params<Params>(), limits.max_tokens); });
   }
 
   Status encode(const Invocation& inv) const override {
     using namespace routed_swiglu_moe;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const int64_t H = static_cast<int64_t>(p.hidden_size);
     const int64_t E = static_cast<int64_t>(p.num_experts);
     const int64_t K = static_cast<int64_t>(p.top_k);
@@ -171,34 +211,37 @@ class RoutedMoeFast final : public Provider {
     float* partial = b.size() > partial_index && b[partial_index].data
                          ? b[partial_index].as<float>()
                          : nullptr;
-    Scratch scratch(inv);
-    float* n = scratch.floats(T * H);
-    float* logits = scratch.floats(T * E);
-    float* xs = scratch.floats(TK * H);      // gathered rows, expert-major
-    float* gu = scratch.floats(TK * 2 * I);  // [gate | up] per gathered row
-    float* ys = scratch.floats(TK * H);      // expert outputs per gathered row
-    float* out = scratch.floats(T * H);
-    float* sgu = shared_ ? scratch.floats(T * 2 * Is) : nullptr;
-    float* sgate = shared_ ? scratch.floats(T) : nullptr;
+    Workspace ws(inv);
+    const Pieces sc = layout(ws, p, T);
+    FERRITE_RETURN_IF_ERROR(ws.status(desc_.name));
+    float* n = sc.n;
+    float* logits = sc.logits;
+    float* xs = sc.xs;
+    float* gu = sc.gu;
+    float* ys = sc.ys;
+    float* out = sc.out;
+    float* sgu = sc.sgu;
+    float* sgate = sc.sgate;
 
-    rms_norm(hidden, T, H, b[kNorm].data, b[kNorm].dtype, static_cast<float>(p.eps), p.zero_centred,
-             n, pool);
-    matmul(n, T, H, b[kRouter].data, b[kRouter].dtype, E, logits, pool);
+    normed_projections(hidden, T, H, b[kNorm], static_cast<float>(p.eps), p.zero_centred, n,
+                       {{b[kRouter], E, logits}}, pool);
 
     // Routing: softmax in f32, top-k, grouping by expert.
-    std::vector<int32_t> ids(TK);
-    std::vector<float> weights(TK);
+    int32_t* ids = sc.ids;
+    float* weights = sc.weights;
     for (int64_t t = 0; t < T; ++t) {
       float* l = logits + t * E;
       softmax_inplace(l, E);
       top_k(l, E, K, p.normalize_topk, &ids[t * K], &weights[t * K]);
     }
-    std::vector<int32_t> offset(E + 1, 0);
-    for (int32_t e : ids) ++offset[e + 1];
+    int32_t* offset = sc.offset;
+    std::fill_n(offset, E + 1, 0);
+    for (int64_t i = 0; i < TK; ++i) ++offset[ids[i] + 1];
     for (int64_t e = 0; e < E; ++e) offset[e + 1] += offset[e];
-    std::vector<int32_t> slot_of(TK);  // (token, k) -> gathered row
+    int32_t* slot_of = sc.slot_of;
     {
-      std::vector<int32_t> fill(offset.begin(), offset.end() - 1);
+      int32_t* fill = sc.fill;
+      std::copy_n(offset, E, fill);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t k = 0; k < K; ++k) slot_of[t * K + k] = fill[ids[t * K + k]]++;
     }
@@ -212,33 +255,35 @@ class RoutedMoeFast final : public Provider {
       gather(0, TK);
 
     // Work items: (expert, output row block) over the active experts.
-    struct Item {
-      int32_t expert;
-      int32_t r0, r1;
-    };
     const int64_t threads = pool ? pool->size() : 1;
+    struct Items {
+      const Item* data;
+      int64_t size;
+    };
     auto make_items = [&](int64_t rows) {
-      std::vector<Item> items;
       int64_t active = 0;
       for (int64_t e = 0; e < E; ++e) active += offset[e + 1] > offset[e];
       const int64_t want = std::max<int64_t>(1, 4 * threads / std::max<int64_t>(active, 1));
       const int64_t block = std::max<int64_t>(16, (rows + want - 1) / want);
+      int64_t count = 0;
       for (int64_t e = 0; e < E; ++e) {
         if (offset[e + 1] == offset[e]) continue;
-        for (int64_t r = 0; r < rows; r += block)
-          items.push_back({static_cast<int32_t>(e), static_cast<int32_t>(r),
-                           static_cast<int32_t>(std::min(rows, r + block))});
+        for (int64_t r = 0; r < rows; r += block) {
+          FERRITE_CHECK(count < sc.item_capacity) << "MoE work items exceed their bound";
+          sc.items[count++] = {static_cast<int32_t>(e), static_cast<int32_t>(r),
+                               static_cast<int32_t>(std::min(rows, r + block))};
+        }
       }
-      return items;
+      return Items{sc.items, count};
     };
-    auto run_items = [&](const std::vector<Item>& items, auto&& fn) {
+    auto run_items = [&](const Items& items, auto&& fn) {
       auto body = [&](int64_t a, int64_t z) {
-        for (int64_t i = a; i < z; ++i) fn(items[i]);
+        for (int64_t i = a; i < z; ++i) fn(items.data[i]);
       };
       if (pool)
-        pool->parallel_for(static_cast<int64_t>(items.size()), body);
+        pool->parallel_for(items.size, body);
       else
-        body(0, static_cast<int64_t>(items.size()));
+        body(0, items.size);
     };
     const size_t gu_expert = dtype_bytes(b[kGateUp].dtype, 2 * I * H);
     const size_t down_expert = dtype_bytes(b[kDown].dtype, H * I);
@@ -279,17 +324,16 @@ class RoutedMoeFast final : public Provider {
     // Combine per token: experts in increasing id, then the shared expert,
     // then the residual.
     auto combine = [&](int64_t a, int64_t z) {
-      std::vector<float> acc(H);
       for (int64_t t = a; t < z; ++t) {
-        std::fill(acc.begin(), acc.end(), 0.0f);
+        float* acc = sc.acc + t * H;
+        std::fill_n(acc, H, 0.0f);
         for (int64_t k = 0; k < K; ++k)
-          axpy_f32(weights[t * K + k], ys + static_cast<int64_t>(slot_of[t * K + k]) * H,
-                   acc.data(), H);
-        if (shared_) axpy_f32(ref::sigmoid(sgate[t]), out + t * H, acc.data(), H);
+          axpy_f32(weights[t * K + k], ys + static_cast<int64_t>(slot_of[t * K + k]) * H, acc, H);
+        if (shared_) axpy_f32(ref::sigmoid(sgate[t]), out + t * H, acc, H);
         if (partial)
-          std::copy(acc.begin(), acc.end(), partial + t * H);
+          std::copy_n(acc, H, partial + t * H);
         else
-          add_f32(acc.data(), hidden + t * H, H);
+          add_f32(acc, hidden + t * H, H);
       }
     };
     if (pool)

@@ -1,6 +1,7 @@
 // The sampler stage on CPU: last_token_masked_argmax and last_token_sample.
 // Both read the logits without modifying them (penalties are applied to a
-// copy), so logprobs and other consumers see the model's raw output.
+// copy in the workspace), so logprobs and other consumers see the model's
+// raw output.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -10,6 +11,7 @@
 #include "backends/cpu/cpu_util.h"
 #include "contracts/last_token_masked_argmax.h"
 #include "contracts/last_token_sample.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cpu {
 namespace {
@@ -18,27 +20,50 @@ using last_token_masked_argmax::kMaxTopLogprobs;
 
 // Penalised copy of one row of logits (HF repetition penalty over history;
 // OpenAI presence / frequency penalties over generated tokens).
+// The scratch of one row (vocab entries each), from the invocation's
+// workspace: a step allocates nothing.
+struct RowScratch {
+  float* row;        // the penalised logits
+  int32_t* counts;   // penalties: occurrences per id
+  uint32_t* idx;     // top-k logprobs: ids by logit
+  int64_t* ids;      // sampling: the allowed ids by logit
+  double* probs;     // sampling: their probabilities
+};
+RowScratch row_layout(Workspace& ws, int64_t vocab) {
+  RowScratch s;
+  s.row = ws.take<float>(vocab);
+  s.counts = ws.take<int32_t>(vocab);
+  s.idx = ws.take<uint32_t>(vocab);
+  s.ids = ws.take<int64_t>(vocab);
+  s.probs = ws.take<double>(vocab);
+  return s;
+}
+int64_t sampler_workspace_bytes(int64_t vocab) {
+  return measure_workspace([&](Workspace& ws) { row_layout(ws, vocab); });
+}
+
 void penalised_row(const float* logits, int64_t vocab, const SamplingParams& sp,
                    std::span<const uint32_t> history, std::span<const uint32_t> generated,
-                   std::vector<float>* out) {
-  out->assign(logits, logits + vocab);
+                   const RowScratch& sc) {
+  float* out = sc.row;
+  std::copy_n(logits, vocab, out);
   if (sp.repetition_penalty != 1.0f) {
-    std::vector<bool> seen(vocab, false);
+    std::fill_n(sc.counts, vocab, 0);  // seen in the history
     for (uint32_t id : history)
-      if (id < vocab) seen[id] = true;
+      if (id < vocab) sc.counts[id] = 1;
     for (int64_t i = 0; i < vocab; ++i) {
-      if (!seen[i]) continue;
-      float& l = (*out)[i];
+      if (!sc.counts[i]) continue;
+      float& l = out[i];
       l = l > 0 ? l / sp.repetition_penalty : l * sp.repetition_penalty;
     }
   }
   if (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) {
-    std::vector<int32_t> counts(vocab, 0);
+    std::fill_n(sc.counts, vocab, 0);
     for (uint32_t id : generated)
-      if (id < vocab) ++counts[id];
+      if (id < vocab) ++sc.counts[id];
     for (int64_t i = 0; i < vocab; ++i) {
-      if (!counts[i]) continue;
-      (*out)[i] -= sp.presence_penalty + sp.frequency_penalty * static_cast<float>(counts[i]);
+      if (!sc.counts[i]) continue;
+      out[i] -= sp.presence_penalty + sp.frequency_penalty * static_cast<float>(sc.counts[i]);
     }
   }
 }
@@ -57,9 +82,9 @@ Allowed row_allowed(const uint8_t* mask, const uint32_t* allowed, int64_t vocab,
   return {mask, allowed ? allowed + s * static_cast<size_t>((vocab + 31) / 32) : nullptr};
 }
 
-uint32_t masked_argmax(const std::vector<float>& row, const Allowed& mask) {
+uint32_t masked_argmax(const float* row, int64_t vocab, const Allowed& mask) {
   int64_t best = -1;
-  for (int64_t i = 0; i < static_cast<int64_t>(row.size()); ++i) {
+  for (int64_t i = 0; i < vocab; ++i) {
     if (!mask(i)) continue;
     if (best < 0 || row[i] > row[best]) best = i;
   }
@@ -89,7 +114,7 @@ LogprobOutputs logprob_outputs(const Invocation& inv, int lp, int ids, int lps) 
 // lse = max + (float) log(sum exp((double) (l - max))); the top entries
 // ordered by value descending, id ascending. `want` < 0: nothing.
 void write_logprobs(const float* logits, int64_t vocab, uint32_t chosen, size_t s, int32_t want,
-                    const LogprobOutputs& o) {
+                    const LogprobOutputs& o, uint32_t* idx) {
   if (want < 0 || !o.any()) return;
   const float mx = *std::max_element(logits, logits + vocab);
   double sum = 0;
@@ -98,9 +123,8 @@ void write_logprobs(const float* logits, int64_t vocab, uint32_t chosen, size_t 
   if (o.logprobs) o.logprobs[s] = logits[chosen] - lse;
   const int64_t k = std::min<int64_t>({static_cast<int64_t>(want), o.top_n, vocab});
   if (k <= 0) return;
-  std::vector<uint32_t> idx(static_cast<size_t>(vocab));
-  std::iota(idx.begin(), idx.end(), 0u);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](uint32_t a, uint32_t b) {
+  std::iota(idx, idx + vocab, 0u);
+  std::partial_sort(idx, idx + k, idx + vocab, [&](uint32_t a, uint32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
   for (int64_t j = 0; j < k; ++j) {
@@ -113,28 +137,27 @@ int32_t wanted(const SamplingBatch& sb, size_t s) {
   return sb.logprobs.empty() ? static_cast<int32_t>(kMaxTopLogprobs) : sb.logprobs[s];
 }
 
-uint32_t sample_row(const std::vector<float>& row, const Allowed& mask, const SamplingParams& sp,
-                    double u) {
-  const int64_t vocab = static_cast<int64_t>(row.size());
-  std::vector<int64_t> ids;
-  ids.reserve(vocab);
+uint32_t sample_row(const float* row, int64_t vocab, const Allowed& mask, const SamplingParams& sp,
+                    double u, const RowScratch& sc) {
+  int64_t* ids = sc.ids;
+  double* probs = sc.probs;
+  size_t count = 0;
   for (int64_t i = 0; i < vocab; ++i)
-    if (mask(i)) ids.push_back(i);
-  if (ids.empty()) return 0;
+    if (mask(i)) ids[count++] = i;
+  if (count == 0) return 0;
   // Sort by logit, descending; ties by id for determinism.
-  std::sort(ids.begin(), ids.end(),
+  std::sort(ids, ids + count,
             [&](int64_t a, int64_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
-  if (sp.top_k > 0 && static_cast<int64_t>(ids.size()) > sp.top_k) ids.resize(sp.top_k);
-  std::vector<double> probs(ids.size());
+  if (sp.top_k > 0 && static_cast<int64_t>(count) > sp.top_k) count = sp.top_k;
   const double mx = row[ids[0]] / sp.temperature;
   double sum = 0;
-  for (size_t i = 0; i < ids.size(); ++i)
+  for (size_t i = 0; i < count; ++i)
     sum += (probs[i] = std::exp(row[ids[i]] / sp.temperature - mx));
-  for (double& p : probs) p /= sum;
-  size_t keep = probs.size();
+  for (size_t i = 0; i < count; ++i) probs[i] /= sum;
+  size_t keep = count;
   if (sp.top_p < 1.0f) {
     double acc = 0;
-    for (size_t i = 0; i < probs.size(); ++i) {
+    for (size_t i = 0; i < count; ++i) {
       acc += probs[i];
       if (acc >= sp.top_p) {
         keep = i + 1;
@@ -148,7 +171,7 @@ uint32_t sample_row(const std::vector<float>& row, const Allowed& mask, const Sa
     while (k < keep && probs[k] >= threshold) ++k;
     keep = k;
   }
-  double total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+  double total = std::accumulate(probs, probs + keep, 0.0);
   double target = u * total, acc = 0;
   for (size_t i = 0; i < keep; ++i) {
     acc += probs[i];
@@ -160,20 +183,26 @@ uint32_t sample_row(const std::vector<float>& row, const Allowed& mask, const Sa
 class MaskedArgmaxReference final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits&) const override {
+    return sampler_workspace_bytes(
+        static_cast<int64_t>(node.params<last_token_masked_argmax::Params>().vocab_size));
+  }
   Status encode(const Invocation& inv) const override {
     using namespace last_token_masked_argmax;
-    const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
+    const int64_t vocab = static_cast<int64_t>(inv.signature->params<Params>().vocab_size);
     const float* logits = inv.bindings[kLogits].as<float>();
     const uint8_t* mask = inv.bindings[kValidMask].as<uint8_t>();
     const uint32_t* allowed = inv.bindings[kAllowed].as<uint32_t>();
     uint32_t* tokens = inv.bindings[kTokens].as<uint32_t>();
     const LogprobOutputs lp = logprob_outputs(inv, kLogprobs, kTopIds, kTopLogprobs);
     const SamplingBatch& sb = *inv.sampling;
-    std::vector<float> row;
+    Workspace ws(inv);
+    const RowScratch sc = row_layout(ws, vocab);
+    FERRITE_RETURN_IF_ERROR(ws.status(desc_.name));
     for (size_t s = 0; s < sb.params.size(); ++s) {
-      penalised_row(logits + s * vocab, vocab, sb.params[s], sb.history[s], sb.generated[s], &row);
-      tokens[s] = masked_argmax(row, row_allowed(mask, allowed, vocab, s));
-      write_logprobs(logits + s * vocab, vocab, tokens[s], s, wanted(sb, s), lp);
+      penalised_row(logits + s * vocab, vocab, sb.params[s], sb.history[s], sb.generated[s], sc);
+      tokens[s] = masked_argmax(sc.row, vocab, row_allowed(mask, allowed, vocab, s));
+      write_logprobs(logits + s * vocab, vocab, tokens[s], s, wanted(sb, s), lp, sc.idx);
     }
     return Status::ok();
   }
@@ -187,24 +216,31 @@ class MaskedArgmaxReference final : public Provider {
 class SampleReference final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits&) const override {
+    return sampler_workspace_bytes(
+        static_cast<int64_t>(node.params<last_token_sample::Params>().vocab_size));
+  }
   Status encode(const Invocation& inv) const override {
     using namespace last_token_sample;
-    const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
+    const int64_t vocab = static_cast<int64_t>(inv.signature->params<Params>().vocab_size);
     const float* logits = inv.bindings[kLogits].as<float>();
     const uint8_t* mask = inv.bindings[kValidMask].as<uint8_t>();
     uint32_t* tokens = inv.bindings[kTokens].as<uint32_t>();
     const LogprobOutputs lp = logprob_outputs(inv, kLogprobs, kTopIds, kTopLogprobs);
     const uint32_t* allowed = inv.bindings[kAllowed].as<uint32_t>();
     const SamplingBatch& sb = *inv.sampling;
-    std::vector<float> row;
+    Workspace ws(inv);
+    const RowScratch sc = row_layout(ws, vocab);
+    FERRITE_RETURN_IF_ERROR(ws.status(desc_.name));
     for (size_t s = 0; s < sb.params.size(); ++s) {
       const SamplingParams& sp = sb.params[s];
-      penalised_row(logits + s * vocab, vocab, sp, sb.history[s], sb.generated[s], &row);
+      penalised_row(logits + s * vocab, vocab, sp, sb.history[s], sb.generated[s], sc);
       const Allowed ok = row_allowed(mask, allowed, vocab, s);
-      tokens[s] = sp.greedy() ? masked_argmax(row, ok)
-                              : sample_row(row, ok, sp,
-                                           last_token_sample::uniform01(sp.seed, sb.step_index[s]));
-      write_logprobs(logits + s * vocab, vocab, tokens[s], s, wanted(sb, s), lp);
+      tokens[s] = sp.greedy() ? masked_argmax(sc.row, vocab, ok)
+                              : sample_row(sc.row, vocab, ok, sp,
+                                           last_token_sample::uniform01(sp.seed, sb.step_index[s]),
+                                           sc);
+      write_logprobs(logits + s * vocab, vocab, tokens[s], s, wanted(sb, s), lp, sc.idx);
     }
     return Status::ok();
   }

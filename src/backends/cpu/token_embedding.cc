@@ -13,7 +13,7 @@ class TokenEmbeddingReference final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace token_embedding;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const uint32_t* ids = inv.bindings[kIds].as<uint32_t>();
     const TensorView& table = inv.bindings[kTable];
     float* out = inv.bindings[kOut].as<float>();

@@ -34,7 +34,7 @@ class AllReduceSum final : public Provider {
     return check_attrs(node, desc_);
   }
   Status encode(const Invocation& inv) const override {
-    const auto p = tp_all_reduce_sum::Params::from(inv.signature->attrs);
+    const auto& p = inv.signature->params<tp_all_reduce_sum::Params>();
     FERRITE_RETURN_IF_ERROR(check_world(inv.ctx, p.world_size, "tp_all_reduce_sum"));
     const TensorView& x = inv.bindings[tp_all_reduce_sum::kX];
     return inv.ctx->comm->all_reduce_sum(x.data, x.numel(), x.dtype, inv.ctx->stream);
@@ -52,13 +52,13 @@ class AllGather final : public Provider {
   Status supports(const NodeSignature& node) const override {
     FERRITE_RETURN_IF_ERROR(Provider::supports(node));
     FERRITE_RETURN_IF_ERROR(check_attrs(node, desc_));
-    const auto p = tp_all_gather::Params::from(node.attrs);
+    const auto& p = node.params<tp_all_gather::Params>();
     if (p.out_width != p.width * p.world_size)
       return unsupported(desc_.name + ": out_width must be world_size * width");
     return Status::ok();
   }
   Status encode(const Invocation& inv) const override {
-    const auto p = tp_all_gather::Params::from(inv.signature->attrs);
+    const auto& p = inv.signature->params<tp_all_gather::Params>();
     FERRITE_RETURN_IF_ERROR(check_world(inv.ctx, p.world_size, "tp_all_gather"));
     const TensorView& x = inv.bindings[tp_all_gather::kX];
     const TensorView& out = inv.bindings[tp_all_gather::kOut];

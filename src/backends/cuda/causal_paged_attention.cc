@@ -4,8 +4,9 @@
 // output gate, and the output GEMM accumulating into the residual.
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <span>
 
+#include "backends/cuda/block_stages.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/attention.cuh"
@@ -16,6 +17,7 @@
 #include "backends/cuda/profiler.h"
 #include "contracts/causal_paged_attention.h"
 #include "contracts/rope.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cuda {
 namespace {
@@ -52,7 +54,7 @@ class CausalPagedAttention final : public Provider {
 
   Status supports(const NodeSignature& node) const override {
     FERRITE_RETURN_IF_ERROR(Provider::supports(node));
-    const auto p = causal_paged_attention::Params::from(node.attrs);
+    const auto& p = node.params<causal_paged_attention::Params>();
     if (p.head_dim > 256 || p.rope_dim > p.head_dim || p.rope_dim % 2)
       return unsupported("cuda.causal_paged_attention: head_dim <= 256, even rope_dim <= head_dim");
     if (p.num_kv_heads == 0 || p.num_heads % p.num_kv_heads)
@@ -60,21 +62,44 @@ class CausalPagedAttention final : public Provider {
     return Status::ok();
   }
 
-  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    const auto p = causal_paged_attention::Params::from(node.attrs);
-    const int64_t e = dtype_bytes(node.activation_dtype, 1);
-    const int64_t t = limits.max_tokens;
+  // The workspace pieces of a step of `t` tokens: the normalised rows,
+  // Q, K, V and the attention output (the decode splits' partial rows are
+  // taken after them, as the step's split count needs).
+  struct Pieces {
+    void *n, *q, *k, *v, *attn;
+  };
+  static Pieces layout(Workspace& ws, const causal_paged_attention::Params& p, DType act,
+                       int64_t t) {
+    const int64_t e = dtype_bytes(act, 1);
     const int64_t hd = i64(p.head_dim), nh = i64(p.num_heads), nkv = i64(p.num_kv_heads);
-    const int64_t q_rows = nh * hd * (p.output_gate ? 2 : 1);
+    Pieces s;
+    s.n = ws.take_bytes(t * i64(p.hidden_size) * e);
+    s.q = ws.take_bytes(t * nh * hd * (p.output_gate ? 2 : 1) * e);
+    s.k = ws.take_bytes(t * nkv * hd * e);
+    s.v = ws.take_bytes(t * nkv * hd * e);
+    s.attn = ws.take_bytes(t * nh * hd * e);
+    return s;
+  }
+  // The split partials: [rows, heads, head_dim + 2] f32.
+  static float* take_partials(Workspace& ws, const causal_paged_attention::Params& p,
+                              int64_t rows) {
+    return ws.take<float>(rows * i64(p.num_heads) * (i64(p.head_dim) + 2));
+  }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    const auto& p = node.params<causal_paged_attention::Params>();
+    const int64_t t = limits.max_tokens;
+    // The most partial rows either decode kernel takes (tokens x splits).
     const int64_t partial_rows = std::min<int64_t>(t, kSplitBlocks) * kMaxSplits;
-    return Carver::round(t * i64(p.hidden_size) * e) + Carver::round(t * q_rows * e) +
-           2 * Carver::round(t * nkv * hd * e) + Carver::round(t * nh * hd * e) +
-           Carver::round(std::min<int64_t>(partial_rows, 2 * kSplitBlocks + t) * nh * (hd + 2) * 4);
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, p, node.activation_dtype, t);
+      take_partials(ws, p, std::min<int64_t>(partial_rows, 2 * kSplitBlocks + t));
+    });
   }
 
   Status encode(const Invocation& inv) const override {
     using namespace causal_paged_attention;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     const DType act = b[kHidden].dtype;
     const int64_t t = inv.batch->num_tokens();
@@ -82,7 +107,6 @@ class CausalPagedAttention final : public Provider {
     const int64_t hd = i64(p.head_dim);
     const int64_t q_rows = nh * hd * (p.output_gate ? 2 : 1);
     const int64_t kv_rows = nkv * hd;
-    const int64_t e = dtype_bytes(act, 1);
     if (b[kKCache].dtype != act || b[kVCache].dtype != act)
       return unsupported("cuda.causal_paged_attention: KV cache dtype must be the activation dtype");
     const int32_t page_size = static_cast<int32_t>(b[kKCache].shape[1]);
@@ -101,34 +125,21 @@ class CausalPagedAttention final : public Provider {
     a.output_gate = p.output_gate;
     a.eps = static_cast<float>(p.eps);
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const std::vector<float> inv_freq = rope_inv_freq(p);
-    std::copy(inv_freq.begin(), inv_freq.end(), a.inv_freq);
+    // supports(): head_dim <= 256, so the rope_dim / 2 frequencies fit.
+    rope_inv_freq(p, std::span<float>(a.inv_freq, static_cast<size_t>(p.rope_dim / 2)));
 
-    Carver ws(inv);
-    void* n = ws.take(t * H * e);
-    void* q = ws.take(t * q_rows * e);
-    void* k = ws.take(t * kv_rows * e);
-    void* v = ws.take(t * kv_rows * e);
-    void* attn = ws.take(t * nh * hd * e);
-    if (!n || !q || !k || !v || !attn) return internal_error("attention: workspace too small");
+    Workspace ws(inv);
+    const Pieces sc = layout(ws, p, act, t);
+    FERRITE_RETURN_IF_ERROR(ws.status("cuda.causal_paged_attention"));
+    void* q = sc.q;
+    void* k = sc.k;
+    void* v = sc.v;
+    void* attn = sc.attn;
 
     profile_mark(st.stream, "attention.qkv", st.capturing);
-    if (gemv_multi_supported(t, H, act) && gemv_supported(t, H, act, b[kQProj].dtype, act) && b[kKProj].dtype == act &&
-        b[kVProj].dtype == act && b[kInputNorm].dtype == act) {
-      // Decode: norm, Q, K and V in one launch.
-      const GemvSegment segs[3] = {
-          {b[kQProj].data, q, q_rows}, {b[kKProj].data, k, kv_rows}, {b[kVProj].data, v, kv_rows}};
-      FERRITE_RETURN_IF_ERROR(launch_gemv_multi(st.stream, b[kHidden].data, t, H, segs, 3, act,
-                                                false, b[kInputNorm].data, b[kInputNorm].dtype,
-                                                a.eps, p.zero_centred));
-    } else {
-      FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act,
-                                              b[kInputNorm].data, b[kInputNorm].dtype, t, H,
-                                              a.eps, p.zero_centred));
-      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kQProj].data, b[kQProj].dtype, q_rows, q, act, false));
-      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kKProj].data, b[kKProj].dtype, kv_rows, k, act, false));
-      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kVProj].data, b[kVProj].dtype, kv_rows, v, act, false));
-    }
+    FERRITE_RETURN_IF_ERROR(normed_projections(
+        st, b[kHidden].data, act, t, H, b[kInputNorm], a.eps, p.zero_centred, sc.n,
+        {{b[kQProj], q_rows, q}, {b[kKProj], kv_rows, k}, {b[kVProj], kv_rows, v}}, act));
     const DType norm_dt = b[kQNorm].data ? b[kQNorm].dtype : b[kInputNorm].dtype;
     const DType bias_dt = b[kQBias].data ? b[kQBias].dtype : norm_dt;
     if (st.meta.longest_run == 1 && attention_decode_fused_supported(a, act)) {
@@ -138,8 +149,8 @@ class CausalPagedAttention final : public Provider {
                                       st.meta.kv_len_bound, st.num_sms);
       float* partials = nullptr;
       if (splits > 1) {
-        partials = static_cast<float*>(ws.take(t * splits * nh * (hd + 2) * 4));
-        if (!partials) return internal_error("attention: workspace too small for splits");
+        partials = take_partials(ws, p, t * splits);
+        FERRITE_RETURN_IF_ERROR(ws.status("cuda.causal_paged_attention: decode splits"));
       }
       FERRITE_RETURN_IF_ERROR(launch_attention_decode_fused(
           st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
@@ -170,8 +181,8 @@ class CausalPagedAttention final : public Provider {
           splits_for(t, nkv, std::min<int64_t>(i64(p.max_context), st.meta.kv_len_bound));
       float* partials = nullptr;
       if (splits > 1) {
-        partials = static_cast<float*>(ws.take(t * splits * nh * (hd + 2) * 4));
-        if (!partials) return internal_error("attention: workspace too small for splits");
+        partials = take_partials(ws, p, t * splits);
+        FERRITE_RETURN_IF_ERROR(ws.status("cuda.causal_paged_attention: decode splits"));
       }
       FERRITE_RETURN_IF_ERROR(launch_attention_decode(st.stream, a, st.meta, page_size, t, q,
                                                       act, b[kKCache].data, b[kVCache].data,

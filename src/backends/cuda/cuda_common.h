@@ -88,24 +88,6 @@ inline ProviderDescriptor with_block_formats(ProviderDescriptor d) {
   return d;
 }
 
-// Carves 256-byte aligned pieces out of an invocation's workspace.
-class Carver {
- public:
-  explicit Carver(const Invocation& inv)
-      : p_(static_cast<char*>(inv.workspace)), left_(inv.workspace_bytes) {}
-  void* take(int64_t bytes) {
-    int64_t r = (bytes + 255) / 256 * 256;
-    if (r > left_) return nullptr;
-    void* out = p_;
-    p_ += r;
-    left_ -= r;
-    return out;
-  }
-  static int64_t round(int64_t bytes) { return (bytes + 255) / 256 * 256; }
-
- private:
-  char* p_;
-  int64_t left_;
-};
+// Workspace pieces: runtime/workspace.h (the one bump allocator of every backend).
 
 }  // namespace ferrite::cuda

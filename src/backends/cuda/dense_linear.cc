@@ -11,7 +11,7 @@ class DenseLinear final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace dense_linear;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     return gemm(state(inv), b[kX].data, b[kX].dtype, inv.batch->num_tokens(), i64(p.in_features),
                 b[kWeight].data, b[kWeight].dtype, i64(p.out_features), b[kOut].data,

@@ -1,11 +1,13 @@
 // dense_swiglu on CUDA: pre-norm, gate/up products and the SiLU product (one
 // fused normed GEMV at decode), down product accumulating into the residual.
+#include "backends/cuda/block_stages.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 #include "backends/cuda/profiler.h"
 #include "contracts/dense_swiglu.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cuda {
 namespace {
@@ -13,46 +15,41 @@ namespace {
 class DenseSwiglu final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
+  struct Pieces {
+    void *n, *g, *u;
+  };
+  static Pieces layout(Workspace& ws, const dense_swiglu::Params& p, DType act, int64_t t) {
+    const int64_t e = dtype_bytes(act, 1);
+    Pieces s;
+    s.n = ws.take_bytes(t * i64(p.hidden_size) * e);
+    s.g = ws.take_bytes(t * i64(p.intermediate_size) * e);
+    s.u = ws.take_bytes(t * i64(p.intermediate_size) * e);
+    return s;
+  }
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    using namespace dense_swiglu;
-    const Params p = Params::from(node.attrs);
-    const int64_t e = dtype_bytes(node.activation_dtype, 1);
-    const int64_t t = limits.max_tokens;
-    return Carver::round(t * i64(p.hidden_size) * e) +
-           2 * Carver::round(t * i64(p.intermediate_size) * e);
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, node.params<dense_swiglu::Params>(), node.activation_dtype, limits.max_tokens);
+    });
   }
   Status encode(const Invocation& inv) const override {
     using namespace dense_swiglu;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     const DType act = b[kHidden].dtype;
     const int64_t t = inv.batch->num_tokens();
     const int64_t h = i64(p.hidden_size), im = i64(p.intermediate_size);
-    const int64_t e = dtype_bytes(act, 1);
     BackendState& st = state(inv);
-    Carver ws(inv);
-    void* n = ws.take(t * h * e);
-    void* g = ws.take(t * im * e);
-    void* u = ws.take(t * im * e);
-    if (!n || !g || !u) return internal_error("dense_swiglu: workspace too small");
+    Workspace ws(inv);
+    const Pieces sc = layout(ws, p, act, t);
+    FERRITE_RETURN_IF_ERROR(ws.status("cuda.dense_swiglu"));
     profile_mark(st.stream, "mlp.gate_up", st.capturing);
-    if (gemv_multi_supported(t, h, act) && gemv_supported(t, h, act, b[kGate].dtype, act) && b[kUp].dtype == act &&
-        b[kNorm].dtype == act) {
-      // Decode: norm, gate, up and the SiLU product in one pass over both weights.
-      const GemvSegment segs[2] = {{b[kGate].data, g, im}, {b[kUp].data, u, im}};
-      FERRITE_RETURN_IF_ERROR(launch_gemv_multi(st.stream, b[kHidden].data, t, h, segs, 2, act,
-                                                true, b[kNorm].data, b[kNorm].dtype,
-                                                static_cast<float>(p.eps), p.zero_centred));
-    } else {
-      FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act, b[kNorm].data,
-                                              b[kNorm].dtype, t, h, static_cast<float>(p.eps),
-                                              p.zero_centred));
-      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kGate].data, b[kGate].dtype, im, g, act, false));
-      FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, h, b[kUp].data, b[kUp].dtype, im, u, act, false));
-      FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, g, u, g, act, t * im));
-    }
+    // Decode: norm, gate, up and the SiLU product in one pass over both weights.
+    FERRITE_RETURN_IF_ERROR(normed_projections(st, b[kHidden].data, act, t, h, b[kNorm],
+                                               static_cast<float>(p.eps), p.zero_centred, sc.n,
+                                               {{b[kGate], im, sc.g}, {b[kUp], im, sc.u}}, act,
+                                               /*swiglu=*/true));
     profile_mark(st.stream, "mlp.down", st.capturing);
-    return gemm(st, g, act, t, im, b[kDown].data, b[kDown].dtype, h, b[kHidden].data, act, true);
+    return gemm(st, sc.g, act, t, im, b[kDown].data, b[kDown].dtype, h, b[kHidden].data, act, true);
   }
 
  private:

@@ -6,6 +6,7 @@
 // into the residual. Never synchronises or allocates: graph-capturable.
 #include <algorithm>
 
+#include "backends/cuda/block_stages.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/elementwise.cuh"
@@ -13,6 +14,7 @@
 #include "backends/cuda/kernels/gemm.cuh"
 #include "backends/cuda/profiler.h"
 #include "contracts/gated_delta_recurrent_attention.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cuda {
 namespace {
@@ -23,7 +25,7 @@ class GatedDelta final : public Provider {
 
   Status supports(const NodeSignature& node) const override {
     FERRITE_RETURN_IF_ERROR(Provider::supports(node));
-    const auto p = gated_delta_recurrent_attention::Params::from(node.attrs);
+    const auto& p = node.params<gated_delta_recurrent_attention::Params>();
     if (p.conv_kernel < 1 || p.conv_kernel > 8)
       return unsupported("cuda.gated_delta_recurrent_attention: conv_kernel must be 1..8");
     if (p.num_k_heads == 0 || p.num_v_heads % p.num_k_heads)
@@ -38,53 +40,65 @@ class GatedDelta final : public Provider {
     return Status::ok();
   }
 
-  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    const auto p = gated_delta_recurrent_attention::Params::from(node.attrs);
-    const int64_t e = dtype_bytes(node.activation_dtype, 1);
-    const int64_t t = limits.max_tokens;
+  // The workspace pieces of a step of `t` tokens: the normalised rows, the
+  // projections in f32 (qkv, z, b, a) and the gated-norm output.
+  struct Pieces {
+    void* n;
+    float *x, *z, *bb, *aa;
+    void* y;
+  };
+  static Pieces layout(Workspace& ws, const gated_delta_recurrent_attention::Params& p,
+                       DType act, int64_t t) {
+    const int64_t e = dtype_bytes(act, 1);
     const int64_t hv = i64(p.num_v_heads), vd = i64(p.value_dim());
-    return Carver::round(t * i64(p.hidden_size) * e) + Carver::round(t * i64(p.conv_dim()) * 4) +
-           Carver::round(t * vd * 4) + 2 * Carver::round(t * hv * 4) + Carver::round(t * vd * e);
+    Pieces s;
+    s.n = ws.take_bytes(t * i64(p.hidden_size) * e);
+    s.x = ws.take<float>(t * i64(p.conv_dim()));
+    s.z = ws.take<float>(t * vd);
+    s.bb = ws.take<float>(t * hv);
+    s.aa = ws.take<float>(t * hv);
+    s.y = ws.take_bytes(t * vd * e);
+    return s;
+  }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, node.params<gated_delta_recurrent_attention::Params>(), node.activation_dtype,
+             limits.max_tokens);
+    });
   }
 
   Status encode(const Invocation& inv) const override {
     using namespace gated_delta_recurrent_attention;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     const DType act = b[kHidden].dtype;
     const int64_t t = inv.batch->num_tokens();
     const int64_t S = inv.batch->num_sequences();
     const int64_t H = i64(p.hidden_size), C = i64(p.conv_dim()), VD = i64(p.value_dim());
     const int64_t hv = i64(p.num_v_heads);
-    const int64_t e = dtype_bytes(act, 1);
     if (b[kConvState].dtype != DType::kF32 || b[kDeltaState].dtype != DType::kF32)
       return unsupported("cuda.gated_delta_recurrent_attention: states must be f32");
     FERRITE_RETURN_IF_ERROR(check_packed(*inv.batch, "cuda.gated_delta_recurrent_attention"));
     FERRITE_RETURN_IF_ERROR(ensure_prepared(inv));
     BackendState& st = state(inv);
 
-    Carver ws(inv);
-    void* n = ws.take(t * H * e);
-    auto* x = static_cast<float*>(ws.take(t * C * 4));
-    auto* z = static_cast<float*>(ws.take(t * VD * 4));
-    auto* bb = static_cast<float*>(ws.take(t * hv * 4));
-    auto* aa = static_cast<float*>(ws.take(t * hv * 4));
-    void* y = ws.take(t * VD * e);
-    if (!n || !x || !z || !bb || !aa || !y)
-      return internal_error("gated_delta_recurrent_attention: workspace too small");
+    Workspace ws(inv);
+    const Pieces sc = layout(ws, p, act, t);
+    FERRITE_RETURN_IF_ERROR(ws.status("cuda.gated_delta_recurrent_attention"));
+    float* x = sc.x;
+    float* z = sc.z;
+    float* bb = sc.bb;
+    float* aa = sc.aa;
+    void* y = sc.y;
 
     profile_mark(st.stream, "delta.proj", st.capturing);
-    FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, b[kHidden].data, n, act,
-                                            b[kInputNorm].data, b[kInputNorm].dtype, t, H,
-                                            static_cast<float>(p.eps), p.zero_centred));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjQkv].data, b[kInProjQkv].dtype, C, x,
-                                 DType::kF32, false));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjZ].data, b[kInProjZ].dtype, VD, z,
-                                 DType::kF32, false));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjB].data, b[kInProjB].dtype, hv, bb,
-                                 DType::kF32, false));
-    FERRITE_RETURN_IF_ERROR(gemm(st, n, act, t, H, b[kInProjA].data, b[kInProjA].dtype, hv, aa,
-                                 DType::kF32, false));
+    FERRITE_RETURN_IF_ERROR(normed_projections(
+        st, b[kHidden].data, act, t, H, b[kInputNorm], static_cast<float>(p.eps), p.zero_centred,
+        sc.n,
+        {{b[kInProjQkv], C, x}, {b[kInProjZ], VD, z}, {b[kInProjB], hv, bb},
+         {b[kInProjA], hv, aa}},
+        DType::kF32));
     profile_mark(st.stream, "delta.conv", st.capturing);
     FERRITE_RETURN_IF_ERROR(launch_causal_conv_silu(st.stream, st.meta, S, x, C,
                                                     b[kConvWeight].data, b[kConvWeight].dtype,

@@ -5,6 +5,7 @@
 #include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/profiler.h"
 #include "contracts/last_token_dense_linear.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cuda {
 namespace {
@@ -12,24 +13,28 @@ namespace {
 class LastTokenDenseLinear final : public Provider {
  public:
   const ProviderDescriptor& descriptor() const override { return desc_; }
+  static void* layout(Workspace& ws, const last_token_dense_linear::Params& p, DType act,
+                      int64_t sequences) {
+    return ws.take_bytes(sequences * i64(p.hidden_size) * dtype_bytes(act, 1));
+  }
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    using namespace last_token_dense_linear;
-    const Params p = Params::from(node.attrs);
-    return Carver::round(limits.max_sequences * i64(p.hidden_size) *
-                         dtype_bytes(node.activation_dtype, 1));
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, node.params<last_token_dense_linear::Params>(), node.activation_dtype,
+             limits.max_sequences);
+    });
   }
   Status encode(const Invocation& inv) const override {
     using namespace last_token_dense_linear;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     const DType act = b[kHidden].dtype;
     const int64_t s = inv.batch->num_sequences();
     const int64_t h = i64(p.hidden_size);
     FERRITE_RETURN_IF_ERROR(ensure_prepared(inv));
     BackendState& st = state(inv);
-    Carver ws(inv);
-    void* rows = ws.take(s * h * dtype_bytes(act, 1));
-    if (!rows) return internal_error("last_token_dense_linear: workspace too small");
+    Workspace ws(inv);
+    void* rows = layout(ws, p, act, s);
+    FERRITE_RETURN_IF_ERROR(ws.status("cuda.last_token_dense_linear"));
     profile_mark(st.stream, "lm_head", st.capturing);
     FERRITE_RETURN_IF_ERROR(
         launch_gather_rows(st.stream, b[kHidden].data, st.meta.seq_last_row, rows, act, s, h));

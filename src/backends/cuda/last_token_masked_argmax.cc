@@ -18,7 +18,7 @@ class MaskedArgmax final : public Provider {
   Status encode(const Invocation& inv) const override {
     using namespace last_token_masked_argmax;
     const auto& b = inv.bindings;
-    const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
+    const int64_t vocab = static_cast<int64_t>(inv.signature->params<Params>().vocab_size);
     const int64_t rows = inv.batch->num_sequences();
     FERRITE_RETURN_IF_ERROR(device_argmax(inv, staging_, b[kLogits].as<float>(), rows, vocab,
                                           b[kValidMask].as<uint8_t>(), b[kAllowed].as<uint32_t>(),

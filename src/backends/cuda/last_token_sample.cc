@@ -24,7 +24,7 @@ class Sample final : public Provider {
   Status encode(const Invocation& inv) const override {
     using namespace last_token_sample;
     const auto& b = inv.bindings;
-    const int64_t vocab = static_cast<int64_t>(Params::from(inv.signature->attrs).vocab_size);
+    const int64_t vocab = static_cast<int64_t>(inv.signature->params<Params>().vocab_size);
     const int64_t rows = inv.batch->num_sequences();
     const SamplingBatch* sb = inv.sampling;
     if (!sb || static_cast<int64_t>(sb->params.size()) != rows ||

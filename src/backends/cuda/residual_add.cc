@@ -11,7 +11,7 @@ class ResidualAdd final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace residual_add;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     return launch_add(stream_of(inv), b[kA].data, b[kB].data, b[kOut].data, b[kA].dtype,
                       inv.batch->num_tokens() * i64(p.hidden_size));

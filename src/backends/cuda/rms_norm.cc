@@ -12,7 +12,7 @@ class RmsNorm final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace rms_norm;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     profile_mark(stream_of(inv), "final_norm", state(inv).capturing);
     return launch_rms_norm(stream_of(inv), b[kX].data, b[kOut].data, b[kX].dtype,

@@ -15,6 +15,7 @@
 #include "backends/cuda/profiler.h"
 #include "contracts/routed_shared_swiglu_moe.h"
 #include "contracts/routed_swiglu_moe.h"
+#include "runtime/workspace.h"
 
 namespace ferrite::cuda {
 namespace {
@@ -32,7 +33,7 @@ class RoutedMoe final : public Provider {
 
   Status supports(const NodeSignature& node) const override {
     FERRITE_RETURN_IF_ERROR(Provider::supports(node));
-    const auto p = routed_swiglu_moe::Params::from(node.attrs);
+    const auto& p = node.params<routed_swiglu_moe::Params>();
     if (p.top_k < 1 || p.top_k > static_cast<uint64_t>(kMaxTopK) || p.top_k > p.num_experts)
       return unsupported("cuda routed MoE: top_k must be 1..32 and <= num_experts");
     if (p.num_experts > static_cast<uint64_t>(kMoeMaxExperts))
@@ -40,37 +41,62 @@ class RoutedMoe final : public Provider {
     return Status::ok();
   }
 
-  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
-    const auto p = routed_swiglu_moe::Params::from(node.attrs);
-    const int64_t e = dtype_bytes(node.activation_dtype, 1);
-    const int64_t t = limits.max_tokens;
+  // The workspace pieces of a step of `t` tokens (measured with the step
+  // limits for workspace_bytes(), carved with the step's by encode()). The
+  // tile table is sized for the smaller row tile (the larger bound), the
+  // expert intermediates for the f32 path.
+  struct Pieces {
+    void* n;
+    float *n32, *logits, *weights, *ys;
+    int32_t *ids, *slot_of, *row_pair, *offsets, *tiles, *tile_count, *counts;
+    void* mid;  // h [tk, I] of act, or gu [tk, 2I] f32
+    float *sgate, *sout;
+    void *sg, *su;
+  };
+  Pieces layout(Workspace& ws, const routed_swiglu_moe::Params& p, DType act, int64_t t) const {
+    const int64_t e = dtype_bytes(act, 1);
     const int64_t H = i64(p.hidden_size), E = i64(p.num_experts), I = i64(p.intermediate_size);
     const int64_t tk = t * i64(p.top_k);
-    // Carver order of encode(); the tile table is sized for the smaller
-    // row tile (the larger bound), the expert intermediates for the f32 path.
-    int64_t bytes = Carver::round(t * H * e) + Carver::round(t * H * 4) +
-                    Carver::round(t * E * 4) + 4 * Carver::round(tk * 4) +
-                    Carver::round((E + 1) * 4) + Carver::round(moe_max_tiles(tk, E, 16) * 16) +
-                    Carver::round(4) +
-                    Carver::round(std::max<int64_t>(moe_sort_count_ints(tk, E), 1) * 4) +
-                    Carver::round(tk * 2 * I * 4) + Carver::round(tk * H * 4);
+    Pieces s{};
+    s.n = ws.take_bytes(t * H * e);
+    s.n32 = ws.take<float>(t * H);
+    s.logits = ws.take<float>(t * E);
+    s.ids = ws.take<int32_t>(tk);
+    s.weights = ws.take<float>(tk);
+    s.slot_of = ws.take<int32_t>(tk);
+    s.row_pair = ws.take<int32_t>(tk);
+    s.offsets = ws.take<int32_t>(E + 1);
+    s.tiles = static_cast<int32_t*>(ws.take_bytes(moe_max_tiles(tk, E, 16) * 16));
+    s.tile_count = ws.take<int32_t>(1);
+    s.counts = ws.take<int32_t>(std::max<int64_t>(moe_sort_count_ints(tk, E), 1));
+    s.mid = ws.take_bytes(tk * 2 * I * 4);
+    s.ys = ws.take<float>(tk * H);
     if (shared_) {
       const int64_t Is = i64(p.shared_intermediate_size);
-      bytes += Carver::round(t * 4) + 2 * Carver::round(t * Is * e) + Carver::round(t * H * 4);
+      s.sgate = ws.take<float>(t);
+      s.sg = ws.take_bytes(t * Is * e);
+      s.su = ws.take_bytes(t * Is * e);
+      s.sout = ws.take<float>(t * H);
     }
-    return bytes;
+    return s;
+  }
+
+  int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
+    return measure_workspace([&](Workspace& ws) {
+      layout(ws, node.params<routed_swiglu_moe::Params>(), node.activation_dtype,
+             limits.max_tokens);
+    });
   }
 
   Status encode(const Invocation& inv) const override {
     using namespace routed_swiglu_moe;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     const DType act = b[kHidden].dtype;
     const int64_t t = inv.batch->num_tokens();
     const int64_t H = i64(p.hidden_size), E = i64(p.num_experts), K = i64(p.top_k);
     const int64_t I = i64(p.intermediate_size);
     const int64_t tk = t * K;
-    const int64_t e = dtype_bytes(act, 1);
     if (t == 0) return Status::ok();
     BackendState& st = state(inv);
     // bf16 / f16 with matching expert weights: tensor-core expert GEMMs on
@@ -80,24 +106,22 @@ class RoutedMoe final : public Provider {
     const int row_tile = moe_row_tile(tk, E);
     const int64_t max_tiles = moe_max_tiles(tk, E, row_tile);
 
-    Carver ws(inv);
-    void* n = ws.take(t * H * e);
-    auto* n32 = static_cast<float*>(ws.take(t * H * 4));
-    auto* logits = static_cast<float*>(ws.take(t * E * 4));
-    auto* ids = static_cast<int32_t*>(ws.take(tk * 4));
-    auto* weights = static_cast<float*>(ws.take(tk * 4));
-    auto* slot_of = static_cast<int32_t*>(ws.take(tk * 4));
-    auto* row_pair = static_cast<int32_t*>(ws.take(tk * 4));
-    auto* offsets = static_cast<int32_t*>(ws.take((E + 1) * 4));
-    auto* tiles = static_cast<int32_t*>(ws.take(moe_max_tiles(tk, E, 16) * 16));
-    auto* tile_count = static_cast<int32_t*>(ws.take(4));
-    const int64_t count_ints = moe_sort_count_ints(tk, E);
-    auto* counts = static_cast<int32_t*>(ws.take(std::max<int64_t>(count_ints, 1) * 4));
-    void* mid = ws.take(tk * 2 * I * 4);  // h [tk, I] of act, or gu [tk, 2I] f32
-    auto* ys = static_cast<float*>(ws.take(tk * H * 4));
-    if (!n || !n32 || !logits || !ids || !weights || !slot_of || !row_pair || !offsets ||
-        !tiles || !tile_count || !counts || !mid || !ys)
-      return internal_error("routed MoE: workspace too small");
+    Workspace ws(inv);
+    const Pieces sc = layout(ws, p, act, t);
+    FERRITE_RETURN_IF_ERROR(ws.status(desc_.name));
+    void* n = sc.n;
+    float* n32 = sc.n32;
+    float* logits = sc.logits;
+    int32_t* ids = sc.ids;
+    float* weights = sc.weights;
+    int32_t* slot_of = sc.slot_of;
+    int32_t* row_pair = sc.row_pair;
+    int32_t* offsets = sc.offsets;
+    int32_t* tiles = sc.tiles;
+    int32_t* tile_count = sc.tile_count;
+    int32_t* counts = sc.counts;
+    void* mid = sc.mid;
+    float* ys = sc.ys;
 
     profile_mark(st.stream, "moe.router", st.capturing);
     // The router reads the normalised rows in f32 (as the reference: no
@@ -164,11 +188,10 @@ class RoutedMoe final : public Provider {
     if (shared_) {
       using namespace routed_shared_swiglu_moe;
       const int64_t Is = i64(p.shared_intermediate_size);
-      sgate = static_cast<float*>(ws.take(t * 4));
-      void* sg = ws.take(t * Is * e);
-      void* su = ws.take(t * Is * e);
-      sout = static_cast<float*>(ws.take(t * H * 4));
-      if (!sgate || !sg || !su || !sout) return internal_error("routed MoE: workspace too small");
+      sgate = sc.sgate;
+      void* sg = sc.sg;
+      void* su = sc.su;
+      sout = sc.sout;
       profile_mark(st.stream, "moe.shared", st.capturing);
       if (dtype_is_quantized(b[kSharedExpertGate].dtype))  // as the router
         FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,

@@ -6,6 +6,8 @@
 // deduplicated on the host; the logits stay unmodified.
 #include "backends/cuda/sampler_stage.h"
 
+#include "runtime/workspace.h"
+
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -81,11 +83,28 @@ struct UploadLayout {
 
 }  // namespace
 
+namespace {
+
+// The sampler's workspace: the upload area, then the penalised copy of the
+// logits (`copy_floats`, 0 when no row has penalties).
+struct SamplerPieces {
+  char* up;
+  float* copy;
+};
+SamplerPieces sampler_layout(Workspace& ws, const UploadLayout& lay, int64_t copy_floats) {
+  SamplerPieces s;
+  s.up = ws.take<char>(static_cast<int64_t>(lay.bytes) + 64);
+  s.copy = copy_floats > 0 ? ws.take<float>(copy_floats) : nullptr;
+  return s;
+}
+
+}  // namespace
+
 int64_t sampler_workspace(const NodeSignature& node, const StepLimits& limits) {
   const int64_t vocab = static_cast<int64_t>(node.attrs.u("vocab_size"));
   const UploadLayout most(limits.max_sequences, limits.max_sequences * limits.max_context, true);
-  return Carver::round(limits.max_sequences * vocab * 4) +
-         Carver::round(static_cast<int64_t>(most.bytes) + 64);
+  return measure_workspace(
+      [&](Workspace& ws) { sampler_layout(ws, most, limits.max_sequences * vocab); });
 }
 
 
@@ -100,10 +119,13 @@ Status stage_step(const Invocation& inv, Staging& staging, const float* logits, 
   const Penalties pen = plan_penalties(inv.sampling, rows, vocab);
   const int64_t n = pen.entries();
   const UploadLayout lay(rows, n, row_params != nullptr);
-  Carver ws(inv);
-  auto* up = static_cast<char*>(ws.take(static_cast<int64_t>(lay.bytes) + 64));
-  auto* copy = pen.any ? static_cast<float*>(ws.take(rows * vocab * 4)) : nullptr;
-  if (!up || (pen.any && !copy))
+  Workspace ws(inv);
+  const SamplerPieces sc = sampler_layout(ws, lay, pen.any ? rows * vocab : 0);
+  char* up = sc.up;
+  float* copy = sc.copy;
+  // The workspace is sized for the step limits; a step past them is the
+  // request's doing (its penalty history), so it is refused as exhausted.
+  if (!ws.status("sampler").is_ok())
     return resource_exhausted("sampler: step exceeds the sampler workspace (penalty history too long?)");
   *rows_in = logits;
   if (params_dev) *params_dev = reinterpret_cast<const SampleRowParams*>(up + lay.params);

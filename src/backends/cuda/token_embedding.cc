@@ -13,7 +13,7 @@ class TokenEmbedding final : public Provider {
   const ProviderDescriptor& descriptor() const override { return desc_; }
   Status encode(const Invocation& inv) const override {
     using namespace token_embedding;
-    const Params p = Params::from(inv.signature->attrs);
+    const Params& p = inv.signature->params<Params>();
     const auto& b = inv.bindings;
     profile_mark(stream_of(inv), "embedding", state(inv).capturing);
     if (dtype_is_quantized(b[kTable].dtype))

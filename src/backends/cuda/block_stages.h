@@ -1,0 +1,36 @@
+// Stages shared by the CUDA block providers (attention, gated delta, dense
+// SwiGLU): a block's pre-norm and input projections go through
+// normed_projections(), so the choice "fused normed GEMV at decode, else
+// norm then GEMM" is made here once (the CPU counterpart is
+// backends/cpu/block_stages.h).
+#pragma once
+
+#include <initializer_list>
+
+#include "backends/cuda/cuda_common.h"
+
+namespace ferrite::cuda {
+
+// One projection of the normalised rows: out[t, rows] = n[t] W^T, of out_dt.
+struct NormedProjection {
+  const TensorView& w;
+  int64_t rows;
+  void* out;
+};
+
+// n = rms_norm(x, norm) over k elements of `tokens` rows (x, n of `act`),
+// then every projection of n into outputs of `out_dt`. With `swiglu` (two
+// projections, gate then up, of equal rows): out_0 = silu(gate) * up.
+//
+// Decode-shaped steps whose weights, norm and outputs are all of `act`
+// (kernels/gemm.cuh: gemv_multi_supported, gemv_supported; up to 3
+// projections) take one fused launch that normalises x in shared memory and
+// reads every weight once; everything else (block-format weights, f32
+// outputs, prefill) writes n to `n_scratch` ([tokens, k] of act) and runs
+// gemm() per projection.
+Status normed_projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
+                          const TensorView& norm, float eps, bool zero_centred, void* n_scratch,
+                          std::initializer_list<NormedProjection> projections, DType out_dt,
+                          bool swiglu = false);
+
+}  // namespace ferrite::cuda
