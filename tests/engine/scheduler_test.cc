@@ -14,6 +14,7 @@
 #include "engine/generator.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
+#include "base/thread_pool.h"
 
 namespace ferrite {
 // Heap allocations made on this thread while counting (issue 11 item 6).
@@ -358,8 +359,16 @@ TEST(Scheduler, WarmModelDecodeStepsAllocateNothing) {
     o.load.program.max_context = 256;
     o.cache.page_size = 16;
     o.cache.num_pages = 64;
+    // One CPU thread: every kernel chunk runs on this (counted) thread, in
+    // the same order each run. (With workers, a chunk the caller happens to
+    // run for the first time late may grow a kernel's thread-local panel
+    // once, cpu/kernels/matmul.cc: a one-time allocation per thread and
+    // shape, not one per step; the workers' own allocations are not counted
+    // here either way.)
+    o.tuning.threads = 1;
     auto runner = ModelRunner::open(o);
     ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+    ASSERT_EQ(ThreadPool::global().size(), 1) << "the global pool was made before this test";
     auto ex = make_model_executor(**runner);
     EngineOptions eo;
     eo.prefix_cache = true;

@@ -144,9 +144,15 @@ class CausalPagedAttentionFast final : public Provider {
   // tiled kernel's scratch, of the step's longest causal span). Measured
   // with the step limits for workspace_bytes(), carved with the step's
   // sizes by encode().
+  // An attention tile (kernels/attention.h) of the tiled path.
+  struct TileItem {
+    int32_t seq, kvh, first;  // first query: token offset * group + head in group
+    int32_t span;             // the last position the tile attends
+  };
   struct Pieces {
     float *inv_freq, *n, *q, *k, *v, *attn, *per_part;
     int32_t* token_seq;
+    TileItem* tiles;  // at most one per (token, head): a tile has >= 1 query
   };
   static Pieces layout(Workspace& ws, const causal_paged_attention::Params& p, int64_t tokens,
                        int64_t parts, int64_t part_floats) {
@@ -161,6 +167,7 @@ class CausalPagedAttentionFast final : public Provider {
     s.v = ws.take<float>(tokens * kv_rows);
     s.attn = ws.take<float>(tokens * static_cast<int64_t>(p.num_heads) * hd);
     s.token_seq = ws.take<int32_t>(tokens);
+    s.tiles = ws.take<TileItem>(tokens * static_cast<int64_t>(p.num_heads));
     s.per_part = ws.take<float>(parts * part_floats);
     return s;
   }
@@ -284,28 +291,31 @@ class CausalPagedAttentionFast final : public Provider {
       // queries of one KV head, the group's heads at consecutive tokens of
       // one sequence; every query's result is the per-(token, head) loop's,
       // bit for bit. Items longest span first, claimed dynamically.
-      struct Item {
-        int32_t seq, kvh, first;  // first query: token offset * group + head in group
-        int32_t span;             // the last position the tile attends
-      };
-      std::vector<Item> work;
+      TileItem* work = sc.tiles;
+      int64_t work_size = 0;
       for (int32_t s = 0; s < inv.batch->num_sequences(); ++s) {
         const SequenceSlice& seq = inv.batch->sequences[s];
         const int32_t nq = seq.token_count * static_cast<int32_t>(group);
         for (int32_t h = 0; h < nkv; ++h)
           for (int32_t f0 = 0; f0 < nq; f0 += kAttentionTileQueries) {
             const int32_t lastq = std::min(nq, f0 + kAttentionTileQueries) - 1;
-            work.push_back({s, h, f0, seq.position_start + lastq / static_cast<int32_t>(group)});
+            work[work_size++] = {s, h, f0,
+                                 seq.position_start + lastq / static_cast<int32_t>(group)};
           }
       }
-      std::stable_sort(work.begin(), work.end(),
-                       [](const Item& a, const Item& b) { return a.span > b.span; });
+      // Longest span first, ties in the order made (sequence, KV head, first
+      // query): the order a stable sort by span gives, without its buffer.
+      std::sort(work, work + work_size, [](const TileItem& a, const TileItem& b) {
+        if (a.span != b.span) return a.span > b.span;
+        if (a.seq != b.seq) return a.seq < b.seq;
+        if (a.kvh != b.kvh) return a.kvh < b.kvh;
+        return a.first < b.first;
+      });
       std::atomic<int64_t> next{0};
       auto run_part = [&](int64_t part) {
         float* scores = per_part + part * part_floats;
-        for (int64_t i = next.fetch_add(1); i < static_cast<int64_t>(work.size());
-             i = next.fetch_add(1)) {
-          const Item& it = work[i];
+        for (int64_t i = next.fetch_add(1); i < work_size; i = next.fetch_add(1)) {
+          const TileItem& it = work[i];
           const SequenceSlice& seq = inv.batch->sequences[it.seq];
           const int32_t nq_seq = seq.token_count * static_cast<int32_t>(group);
           const int nq = std::min<int32_t>(kAttentionTileQueries, nq_seq - it.first);

@@ -12,17 +12,18 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
                           bool swiglu) {
   const int count = static_cast<int>(projections.size());
   if (count < 1 || (swiglu && count != 2))
-    return internal_error("normed_projections: 1..3 projections, or gate and up");
-  bool fused = count <= 3 && out_dt == act && norm.dtype == act &&
+    return internal_error("normed_projections: 1..4 projections, or gate and up");
+  bool fused = count <= 4 && (out_dt == act || (out_dt == DType::kF32 && !swiglu)) &&
+               norm.dtype == act &&
                gemv_multi_supported(tokens, k, act) &&
                gemv_supported(tokens, k, act, projections.begin()->w.dtype, act);
   for (const NormedProjection& p : projections) fused = fused && p.w.dtype == act;
   if (fused) {
-    GemvSegment segs[3];
+    GemvSegment segs[4];
     int i = 0;
     for (const NormedProjection& p : projections) segs[i++] = {p.w.data, p.out, p.rows};
     return launch_gemv_multi(st.stream, x, tokens, k, segs, count, act, swiglu, norm.data,
-                             norm.dtype, eps, zero_centred);
+                             norm.dtype, eps, zero_centred, out_dt);
   }
   FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, x, n_scratch, act, norm.data, norm.dtype,
                                           tokens, k, eps, zero_centred));

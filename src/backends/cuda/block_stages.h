@@ -22,12 +22,13 @@ struct NormedProjection {
 // then every projection of n into outputs of `out_dt`. With `swiglu` (two
 // projections, gate then up, of equal rows): out_0 = silu(gate) * up.
 //
-// Decode-shaped steps whose weights, norm and outputs are all of `act`
-// (kernels/gemm.cuh: gemv_multi_supported, gemv_supported; up to 3
-// projections) take one fused launch that normalises x in shared memory and
-// reads every weight once; everything else (block-format weights, f32
-// outputs, prefill) writes n to `n_scratch` ([tokens, k] of act) and runs
-// gemm() per projection.
+// Decode-shaped steps whose weights and norm are of `act` and outputs of
+// `act` or f32 (kernels/gemm.cuh: gemv_multi_supported, gemv_supported; up
+// to 4 projections) take one fused launch that normalises x in shared memory
+// (rounded to `act`, as n_scratch would hold it) and reads every weight
+// once; everything else (block-format weights: their own kernels, prefill)
+// writes n to `n_scratch` ([tokens, k] of act) and runs gemm() per
+// projection.
 Status normed_projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
                           const TensorView& norm, float eps, bool zero_centred, void* n_scratch,
                           std::initializer_list<NormedProjection> projections, DType out_dt,

@@ -231,21 +231,22 @@ __global__ void __launch_bounds__(256) gemv_kernel(const T* __restrict__ x, int 
   }
 }
 
-// Up to three products sharing x in one launch (Q/K/V), or, with `swiglu`,
+// Up to four products sharing x in one launch (Q/K/V; the gated delta's
+// qkv / z / b / a, written in f32), or, with `swiglu`,
 // out0 = silu(x W0^T) * (x W1^T) for W0, W1 of n0 rows (gate / up). x is
 // RMS-normalised on the fly with `norm` (rounded to T as the unfused path
 // stores it).
 struct GemvSegs {
-  const void* w[3];
-  void* out[3];
-  int64_t n[3];
+  const void* w[4];
+  void* out[4];
+  int64_t n[4];
   int count;
   const void* norm;
   float eps;
   bool zero_centred;
 };
 
-template <int MAXM, typename T, bool SWIGLU>
+template <int MAXM, typename T, bool SWIGLU, typename OutT>
 __global__ void __launch_bounds__(256, 1) gemv_multi_kernel(const T* __restrict__ x, int m, int64_t k,
                                                          GemvSegs segs) {
   // The normalised x rows, rounded to T as the unfused path stores them.
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(256, 1) gemv_multi_kernel(const T* __restrict_
   struct Col {
     const uint4* wr;
     const uint4* wu;
-    T* out;
+    OutT* out;
     int64_t n, col;
     bool active;
   };
@@ -276,16 +277,24 @@ __global__ void __launch_bounds__(256, 1) gemv_multi_kernel(const T* __restrict_
         if (col >= segs.n[1]) {
           col -= segs.n[1];
           seg = 2;
+          if (col >= segs.n[2]) {
+            col -= segs.n[2];
+            seg = 3;
+          }
         }
       }
-      c.active = seg < segs.count && col < (seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2]);
+      c.active = seg < segs.count &&
+                 col < (seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : seg == 2 ? segs.n[2] : segs.n[3]);
     } else {
       c.active = col < segs.n[0];
     }
     // Constant indices only: a run-time index would put segs in local memory.
-    const void* wseg = seg == 0 ? segs.w[0] : seg == 1 ? segs.w[1] : segs.w[2];
-    c.out = static_cast<T*>(seg == 0 ? segs.out[0] : seg == 1 ? segs.out[1] : segs.out[2]);
-    c.n = seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : segs.n[2];
+    const void* wseg = seg == 0 ? segs.w[0] : seg == 1 ? segs.w[1] : seg == 2 ? segs.w[2] : segs.w[3];
+    c.out = static_cast<OutT*>(seg == 0   ? segs.out[0]
+                               : seg == 1 ? segs.out[1]
+                               : seg == 2 ? segs.out[2]
+                                          : segs.out[3]);
+    c.n = seg == 0 ? segs.n[0] : seg == 1 ? segs.n[1] : seg == 2 ? segs.n[2] : segs.n[3];
     c.col = col;
     const int64_t wcol = c.active ? col : 0;
     c.wr = reinterpret_cast<const uint4*>(static_cast<const T*>(wseg) + wcol * k);
@@ -359,7 +368,7 @@ __global__ void __launch_bounds__(256, 1) gemv_multi_kernel(const T* __restrict_
   // Column groups blockIdx.x, + gridDim.x, ...: the grid is at most what
   // fits on the GPU at once, so the x prologue above runs once per block
   // rather than once per 8 columns (it was half of a QKV block's time).
-  const int64_t total = SWIGLU ? segs.n[0] : segs.n[0] + segs.n[1] + segs.n[2];
+  const int64_t total = SWIGLU ? segs.n[0] : segs.n[0] + segs.n[1] + segs.n[2] + segs.n[3];
   const int64_t groups = (total + (blockDim.x / 32) - 1) / (blockDim.x / 32);
   for (int64_t cg = blockIdx.x; cg < groups; cg += gridDim.x) {
     const bool is_first = cg == static_cast<int64_t>(blockIdx.x);
@@ -393,7 +402,7 @@ __global__ void __launch_bounds__(256, 1) gemv_multi_kernel(const T* __restrict_
             const float g = to_f(from_f<T>(v)), u = to_f(from_f<T>(acc_u[r]));
             v = g / (1.0f + expf(-g)) * u;
           }
-          c.out[r * c.n + c.col] = from_f<T>(v);
+          c.out[r * c.n + c.col] = from_f<OutT>(v);
         }
       }
     }
@@ -478,9 +487,12 @@ bool gemv_multi_supported(int64_t m, int64_t k, DType act) {
 
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
                          const GemvSegment* segs, int count, DType act, bool swiglu,
-                         const void* norm, DType norm_dt, float eps, bool zero_centred) {
+                         const void* norm, DType norm_dt, float eps, bool zero_centred,
+                         DType out_dt) {
+  const bool f32_out = out_dt == DType::kF32;
   if (!gemv_supported(m, k, act, act, act) || !gemv_multi_supported(m, k, act) || count < 1 ||
-      count > 3 || (swiglu && count != 2) || norm_dt != act)
+      count > 4 || (swiglu && (count != 2 || f32_out)) || norm_dt != act ||
+      (out_dt != act && !f32_out))
     return unsupported("gemv_multi: shape or dtype");
   GemvSegs g{};
   g.norm = norm;
@@ -502,7 +514,9 @@ Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
     auto run = [&](auto maxm) {
       constexpr int M = decltype(maxm)::value;
       const size_t smem = static_cast<size_t>(mi) * k * sizeof(T);
-      auto kern = swiglu ? gemv_multi_kernel<M, T, true> : gemv_multi_kernel<M, T, false>;
+      auto kern = swiglu    ? gemv_multi_kernel<M, T, true, T>
+                  : f32_out ? gemv_multi_kernel<M, T, false, float>
+                            : gemv_multi_kernel<M, T, false, T>;
       (void)launch_pdl_weights(kern, resident_grid(kern, groups, smem), 256, smem, s,
                                static_cast<const T*>(x), mi, k, g);
     };

@@ -25,10 +25,11 @@ Status launch_gemv(cudaStream_t s, const void* x, int64_t m, int64_t k, const vo
                    void* out, DType act, DType out_dt, bool accumulate);
 bool gemv_supported(int64_t m, int64_t k, DType act, DType w_dt, DType out_dt);
 // Several decode products over one RMS-normalised x in one launch:
-// out_i = rms_norm(x, norm) W_i^T for up to 3 segments (Q/K/V), or with
-// `swiglu` (2 segments, gate then up, equal n) out_0 = silu(n Wg^T) * (n Wu^T).
-// Weights, norm and outputs of `act`. Up to 2 rows take the GEMV path; more
-// go to cuBLASLt.
+// out_i = rms_norm(x, norm) W_i^T for up to 4 segments (Q/K/V; the gated
+// delta's qkv / z / b / a), or with `swiglu` (2 segments, gate then up,
+// equal n) out_0 = silu(n Wg^T) * (n Wu^T). Weights and norm of `act`;
+// outputs of `out_dt`: `act`, or f32 (not with swiglu). Up to 2 rows take
+// the GEMV path; more go to cuBLASLt.
 struct GemvSegment {
   const void* w;
   void* out;
@@ -38,6 +39,7 @@ struct GemvSegment {
 bool gemv_multi_supported(int64_t m, int64_t k, DType act);
 Status launch_gemv_multi(cudaStream_t s, const void* x, int64_t m, int64_t k,
                          const GemvSegment* segs, int count, DType act, bool swiglu,
-                         const void* norm, DType norm_dt, float eps, bool zero_centred);
+                         const void* norm, DType norm_dt, float eps, bool zero_centred,
+                         DType out_dt);
 
 }  // namespace ferrite::cuda
