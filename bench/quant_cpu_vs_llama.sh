@@ -14,7 +14,21 @@
 #     --decode-prompt-len 1, timed over pure decode steps).
 # The runs alternate (llama.cpp, Ferrite, llama.cpp, ...) REPS times and each
 # side reports its best, so a background load hits both alike. Needs an idle
-# machine for figures worth quoting. Env: FERRITE, LLAMA_BENCH, THREADS, REPS.
+# machine for figures worth quoting: the load average before and after is
+# printed with the table. Env: FERRITE, LLAMA_BENCH, THREADS, REPS.
+#
+# llama.cpp's CPU build: its AMX path (GGML_NATIVE on an AMX CPU) dies with
+# SIGILL / SIGSEGV in ggml_backend_amx_mul_mat on this machine (the AMX unit
+# itself works), so build it with the native ISA spelled out minus AMX:
+#   git clone -q .peer/llama.bundle /tmp/llama.cpp && cmake -S /tmp/llama.cpp \
+#     -B /tmp/llama.cpp/b -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release \
+#     -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+#     -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON \
+#     -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
+#     && cmake --build /tmp/llama.cpp/b -j2 --target llama-bench llama-quantize
+# The twins: /usr/bin/python3 (with python3-numpy) .peer/twin_weights.py
+# qwen3-0.6b /tmp/twin/lq TOKENIZER.json {f16,q8_0}, then llama-quantize
+# model-f16.gguf model-q4_k_m.gguf Q4_K_M.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FERRITE=${FERRITE:-build/ferrite}
@@ -30,6 +44,7 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| file | test | llama.cpp tok/s | Ferrite tok/s | ratio | Ferrite decode roofline |"
 echo "|---|---|---|---|---|---|"
 for f in "${FILES[@]}"; do
@@ -61,3 +76,4 @@ for k in ("pp512", "tg128"):
     print(f"| {name} | {k} | {ll[k]:.1f} | {fe[k]:.1f} | {fe[k] / ll[k]:.2f}x | {extra} |")
 EOF
 done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
