@@ -300,6 +300,10 @@ void group_k(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t st
     for (int t = 0; t < T; ++t) dx[t] = reinterpret_cast<const float*>(act + t * stride + L.d)[b];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
+      if constexpr (T == 1) {  // decode: the next group's block into L2
+        const char* nx = reinterpret_cast<const char*>(w + (R + r) * row_bytes + b * bb);
+        for (int64_t o = 0; o < bb; o += 64) _mm_prefetch(nx + o, _MM_HINT_T1);
+      }
       KBlock k;
       unpack<F>(w + r * row_bytes + b * bb, k);
       dw[r] = k.dw;
@@ -353,6 +357,10 @@ void group_q8(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t s
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint8_t* b0 = w + r * row_bytes + 2 * p * 34;
+      if constexpr (T == 1) {  // decode: the next group's pair into L2
+        _mm_prefetch(reinterpret_cast<const char*>(b0 + R * row_bytes), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(b0 + R * row_bytes + 64), _MM_HINT_T1);
+      }
       dwa[r] = f16(b0);
       dwb[r] = two ? f16(b0 + 34) : 0.0f;
       const __m256i hi = two ? ld256(b0 + 36) : _mm256_setzero_si256();
