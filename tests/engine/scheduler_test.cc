@@ -347,11 +347,19 @@ TEST(Scheduler, WarmStepsAllocateNothing) {
 // top logprobs gets each token's top list in a vector of its own: the
 // client's copy, one allocation per token.)
 // Qwen3 (attention + dense MLP) and Qwen3.5 (gated delta + attention, with
-// recurrent-state snapshots) cover every block provider but the MoE ones.
+// recurrent-state snapshots) cover every block provider but the MoE ones;
+// Qwen3 at tensor-parallel size 2 the collectives and the rank threads'
+// hand-off (rank 0's share of the step runs on this thread).
 TEST(Scheduler, WarmModelDecodeStepsAllocateNothing) {
-  for (const char* model : {"qwen3", "qwen3_5"}) {
-    SCOPED_TRACE(model);
+  struct Case {
+    const char* model;
+    int tp;
+  };
+  for (const Case c : {Case{"qwen3", 1}, Case{"qwen3_5", 1}, Case{"qwen3", 2}}) {
+    const char* model = c.model;
+    SCOPED_TRACE(std::string(model) + " tp " + std::to_string(c.tp));
     RunnerOptions o;
+    o.tensor_parallel = c.tp;  // rank 0 runs on this thread, rank 1 on the plan's
     o.load.model_dir = std::string(FERRITE_SOURCE_DIR "/tests/models/") + model;
     o.limits.max_tokens = 64;
     o.limits.max_sequences = 4;
