@@ -40,21 +40,11 @@ class Sample final : public Provider {
     }
     BackendState& st = state(inv);
     profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
-    std::vector<SampleRowParams> params(rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      const SamplingParams& sp = sb->params[r];
-      SampleRowParams& p = params[r];
-      p = SampleRowParams{};
-      p.temperature = sp.greedy() ? 0.0f : sp.temperature;
-      p.top_k = sp.top_k;
-      p.top_p = sp.top_p;
-      p.min_p = sp.min_p;
-      p.u = sp.greedy() ? 0.0 : last_token_sample::uniform01(sp.seed, sb->step_index[r]);
-    }
     const float* in = nullptr;
     const SampleRowParams* params_dev = nullptr;
     FERRITE_RETURN_IF_ERROR(
-        stage_step(inv, staging_, b[kLogits].as<float>(), rows, vocab, &params, &in, &params_dev));
+        stage_step(inv, staging_, b[kLogits].as<float>(), rows, vocab, /*row_params=*/true, &in,
+                   &params_dev));
     FERRITE_RETURN_IF_ERROR(launch_sample(st.stream, in, rows, vocab, b[kValidMask].as<uint8_t>(),
                                           b[kAllowed].as<uint32_t>(), params_dev,
                                           b[kTokens].as<uint32_t>()));

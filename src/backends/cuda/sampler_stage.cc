@@ -6,9 +6,11 @@
 // deduplicated on the host; the logits stay unmodified.
 #include "backends/cuda/sampler_stage.h"
 
+#include "contracts/last_token_sample.h"
 #include "runtime/workspace.h"
 
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -108,17 +110,17 @@ int64_t sampler_workspace(const NodeSignature& node, const StepLimits& limits) {
 }
 
 
-// Uploads the penalties (and `row_params` when given), applies penalties to
-// a copy of the logits when a row has any. Sets *rows_in to the logits the
-// selection must read (the copy, or the logits themselves) and *params_dev
-// to the uploaded SampleRowParams.
+// Uploads the penalties (and the rows' SampleRowParams when asked), applies
+// penalties to a copy of the logits when a row has any. Sets *rows_in to the
+// logits the selection must read (the copy, or the logits themselves) and
+// *params_dev to the uploaded SampleRowParams.
 Status stage_step(const Invocation& inv, Staging& staging, const float* logits, int64_t rows,
-                  int64_t vocab, const std::vector<SampleRowParams>* row_params,
-                  const float** rows_in, const SampleRowParams** params_dev) {
+                  int64_t vocab, bool row_params, const float** rows_in,
+                  const SampleRowParams** params_dev) {
   BackendState& st = state(inv);
   const Penalties pen = plan_penalties(inv.sampling, rows, vocab);
   const int64_t n = pen.entries();
-  const UploadLayout lay(rows, n, row_params != nullptr);
+  const UploadLayout lay(rows, n, row_params);
   Workspace ws(inv);
   const SamplerPieces sc = sampler_layout(ws, lay, pen.any ? rows * vocab : 0);
   char* up = sc.up;
@@ -130,9 +132,21 @@ Status stage_step(const Invocation& inv, Staging& staging, const float* logits, 
   *rows_in = logits;
   if (params_dev) *params_dev = reinterpret_cast<const SampleRowParams*>(up + lay.params);
   if (!pen.any && !row_params) return Status::ok();
-  FERRITE_RETURN_IF_ERROR(staging.upload(up, lay.bytes, st.stream, [&](char* h) {
-    if (row_params)
-      std::memcpy(h + lay.params, row_params->data(), rows * sizeof(SampleRowParams));
+  // Written straight into the staging buffer (no per-step host vector); the
+  // callback goes by reference (no std::function allocation either).
+  auto fill = [&](char* h) {
+    if (row_params) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const SamplingParams& sp = inv.sampling->params[r];
+        SampleRowParams p{};
+        p.temperature = sp.greedy() ? 0.0f : sp.temperature;
+        p.top_k = sp.top_k;
+        p.top_p = sp.top_p;
+        p.min_p = sp.min_p;
+        p.u = sp.greedy() ? 0.0 : last_token_sample::uniform01(sp.seed, inv.sampling->step_index[r]);
+        std::memcpy(h + lay.params + r * sizeof(SampleRowParams), &p, sizeof(SampleRowParams));
+      }
+    }
     if (!pen.any) return;
     float* f = reinterpret_cast<float*>(h + lay.floats);
     std::copy(pen.rep_penalty.begin(), pen.rep_penalty.end(), f);
@@ -143,7 +157,8 @@ Status stage_step(const Invocation& inv, Staging& staging, const float* logits, 
     std::copy(pen.id.begin(), pen.id.end(), i + n);
     std::copy(pen.rep.begin(), pen.rep.end(), i + 2 * n);
     std::copy(pen.count.begin(), pen.count.end(), i + 3 * n);
-  }));
+  };
+  FERRITE_RETURN_IF_ERROR(staging.upload(up, lay.bytes, st.stream, std::ref(fill)));
   if (!pen.any) return Status::ok();
   const float* f = reinterpret_cast<const float*>(up + lay.floats);
   const int32_t* i = reinterpret_cast<const int32_t*>(up + lay.ints);
@@ -161,7 +176,7 @@ Status device_argmax(const Invocation& inv, Staging& staging, const float* logit
   BackendState& st = state(inv);
   profile_mark(st.stream, "sampler (then host until the next step)", st.capturing);
   const float* in = nullptr;
-  FERRITE_RETURN_IF_ERROR(stage_step(inv, staging, logits, rows, vocab, nullptr, &in, nullptr));
+  FERRITE_RETURN_IF_ERROR(stage_step(inv, staging, logits, rows, vocab, false, &in, nullptr));
   return launch_masked_argmax(st.stream, in, rows, vocab, mask, allowed, tokens);
 }
 

@@ -64,13 +64,15 @@ class Staging {
 // the per-step upload.
 int64_t sampler_workspace(const NodeSignature& node, const StepLimits& limits);
 
-// Uploads the penalties (and `row_params` when given), applies penalties to
-// a copy of the logits when a row has any. Sets *rows_in to the logits the
-// selection must read (the copy, or the logits themselves) and *params_dev
-// to the uploaded SampleRowParams.
+// Uploads the penalties (and, with `row_params`, each row's SampleRowParams
+// from inv.sampling: temperature 0 for greedy rows, the seeded uniform),
+// applies penalties to a copy of the logits when a row has any. Sets
+// *rows_in to the logits the selection must read (the copy, or the logits
+// themselves) and *params_dev to the uploaded SampleRowParams. Allocates on
+// the host only for penalties (their per-step entry tables).
 Status stage_step(const Invocation& inv, Staging& staging, const float* logits, int64_t rows,
-                  int64_t vocab, const std::vector<SampleRowParams>* row_params,
-                  const float** rows_in, const SampleRowParams** params_dev);
+                  int64_t vocab, bool row_params, const float** rows_in,
+                  const SampleRowParams** params_dev);
 
 // Runs the masked argmax of `rows` rows of `logits` into `tokens` (device).
 Status device_argmax(const Invocation& inv, Staging& staging, const float* logits, int64_t rows,
