@@ -347,15 +347,17 @@ TEST(Scheduler, WarmStepsAllocateNothing) {
 // top logprobs gets each token's top list in a vector of its own: the
 // client's copy, one allocation per token.)
 // Qwen3 (attention + dense MLP) and Qwen3.5 (gated delta + attention, with
-// recurrent-state snapshots) cover every block provider but the MoE ones;
-// Qwen3 at tensor-parallel size 2 the collectives and the rank threads'
-// hand-off (rank 0's share of the step runs on this thread).
+// recurrent-state snapshots), Qwen3-MoE and Qwen3.5-MoE (routed, and routed
+// with a shared expert) cover every block provider; Qwen3 at tensor-parallel
+// size 2 the collectives and the rank threads' hand-off (rank 0's share of
+// the step runs on this thread).
 TEST(Scheduler, WarmModelDecodeStepsAllocateNothing) {
   struct Case {
     const char* model;
     int tp;
   };
-  for (const Case c : {Case{"qwen3", 1}, Case{"qwen3_5", 1}, Case{"qwen3", 2}}) {
+  for (const Case c : {Case{"qwen3", 1}, Case{"qwen3_5", 1}, Case{"qwen3_moe", 1},
+                       Case{"qwen3_5_moe", 1}, Case{"qwen3", 2}}) {
     const char* model = c.model;
     SCOPED_TRACE(std::string(model) + " tp " + std::to_string(c.tp));
     RunnerOptions o;

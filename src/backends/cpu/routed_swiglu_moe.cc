@@ -41,13 +41,13 @@ TensorView sub_view(const TensorView& w, int64_t offset, Shape shape) {
 
 // The top-k experts of probabilities p (ties: lower id first), returned in
 // increasing id order with their (optionally renormalised) weights.
+// `order`: scratch of `experts` ints.
 void top_k(const float* p, int64_t experts, int64_t k, bool normalize, int32_t* ids,
-           float* weights) {
-  std::vector<int32_t> order(experts);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+           float* weights, int32_t* order) {
+  std::iota(order, order + experts, 0);
+  std::partial_sort(order, order + k, order + experts,
                     [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-  std::sort(order.begin(), order.begin() + k);
+  std::sort(order, order + k);
   float sum = 0;
   for (int64_t i = 0; i < k; ++i) sum += p[order[i]];
   for (int64_t i = 0; i < k; ++i) {
@@ -84,7 +84,7 @@ class RoutedMoeReference final : public Provider {
                          : nullptr;
     std::vector<float> n(H), logits(E), prob(E), g(std::max(I, Is)), u(std::max(I, Is)), d(H),
         weights(K);
-    std::vector<int32_t> ids(K);
+    std::vector<int32_t> ids(K), order(E);
     std::vector<double> out(H);
     for (int32_t t = 0; t < inv.batch->num_tokens(); ++t) {
       float* row = hidden + t * H;
@@ -94,7 +94,7 @@ class RoutedMoeReference final : public Provider {
       for (float l : logits) mx = std::max<double>(mx, l);
       for (int64_t e = 0; e < E; ++e) sum += std::exp(logits[e] - mx);
       for (int64_t e = 0; e < E; ++e) prob[e] = static_cast<float>(std::exp(logits[e] - mx) / sum);
-      top_k(prob.data(), E, K, p.normalize_topk, ids.data(), weights.data());
+      top_k(prob.data(), E, K, p.normalize_topk, ids.data(), weights.data(), order.data());
       std::fill(out.begin(), out.end(), 0.0);
       for (int64_t i = 0; i < K; ++i) {
         const int64_t e = ids[i];
@@ -157,7 +157,7 @@ class RoutedMoeFast final : public Provider {
   // step limits for workspace_bytes(), carved with the step's by encode()).
   struct Pieces {
     float *n, *logits, *xs, *gu, *ys, *out, *sgu, *sgate, *weights, *acc;
-    int32_t *ids, *offset, *fill, *slot_of;
+    int32_t *ids, *offset, *fill, *order, *slot_of;
     Item* items;
     int64_t item_capacity;
   };
@@ -181,6 +181,7 @@ class RoutedMoeFast final : public Provider {
     s.ids = ws.take<int32_t>(TK);
     s.offset = ws.take<int32_t>(E + 1);
     s.fill = ws.take<int32_t>(E);
+    s.order = ws.take<int32_t>(E);  // top_k's ranking
     s.slot_of = ws.take<int32_t>(TK);  // (token, k) -> gathered row
     s.item_capacity = std::max(max_items(p, TK, 2 * I), max_items(p, TK, H));
     s.items = ws.take<Item>(s.item_capacity);
@@ -232,7 +233,7 @@ class RoutedMoeFast final : public Provider {
     for (int64_t t = 0; t < T; ++t) {
       float* l = logits + t * E;
       softmax_inplace(l, E);
-      top_k(l, E, K, p.normalize_topk, &ids[t * K], &weights[t * K]);
+      top_k(l, E, K, p.normalize_topk, &ids[t * K], &weights[t * K], sc.order);
     }
     int32_t* offset = sc.offset;
     std::fill_n(offset, E + 1, 0);
