@@ -107,9 +107,8 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
 constexpr int64_t kDequantMaxBytes = 512ll << 20;
 
 // Products on GGUF block weights (q8_0, q4_k, ...; kernels/quant_gemm.cuh):
-//  - decode (m <= 8; up to 64 tokens on 8-bit activation blocks): the
-//    weight-streaming GEMV, on 8-bit activation blocks (Tuning::cuda_quant_dot)
-//    or on f32 activations;
+//  - decode (m <= 8): the weight-streaming GEMV, on 8-bit activation blocks
+//    (Tuning::cuda_quant_dot) or on f32 activations;
 //  - larger bf16 / f16 batches (prefill): slices of weight rows dequantized
 //    to the activation type into st.dequant, then cuBLASLt, each slice
 //    writing its columns of out (tensor cores at the bf16 rate; the
@@ -119,10 +118,8 @@ constexpr int64_t kDequantMaxBytes = 512ll << 20;
 Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k,
                      const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                      bool accumulate, const void* bias, DType bias_dt) {
-  // Up to 64 tokens (decode batches) the integer GEMV streams the blocks
-  // once per 8-token tile (L2 after the first); the dequantize + cuBLASLt
-  // path below writes and reads the whole bf16 matrix per call, which costs
-  // more until the batch is large.
+  // Up to 8 tokens: the integer GEMV; beyond, dequantize + cuBLASLt (faster
+  // from 9 tokens on, measured).
   if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&
       quant_gemv_q8_supported(w_dt, w, k, out_dt))
     return launch_quant_gemv_q8(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate,
@@ -206,7 +203,7 @@ Status gemm_init(BackendState& st) {
   st.lt_handle = h;
   st.lt_workspace_bytes = 32ull << 20;
   FERRITE_CUDA_RETURN(cudaMalloc(&st.lt_workspace, st.lt_workspace_bytes));
-  // 8-bit activation blocks of a decode GEMV: 64 rows of up to 64 Ki (a
+  // 8-bit activation blocks of a decode GEMV: 8 rows of up to 64 Ki (a
   // fixed buffer, so that decode graphs can point into it).
   st.q8_capacity = kQuantGemvMaxTokens * 65536;
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_x, st.q8_capacity));

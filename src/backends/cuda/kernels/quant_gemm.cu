@@ -586,8 +586,6 @@ struct Q8Dot<kFmtQ6_K> {
   }
 };
 
-constexpr int kGemvPreload = 4;
-
 // u4_g128 (72 bytes: f32 d, u8 z, 3 pad, 64 bytes of nibbles; element 2j is
 // the low nibble of byte j). Lane `part` of 4: bytes 16 part .. + 16, i.e.
 // elements 32 part .. + 32, one 32-block of the activations.
@@ -644,33 +642,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
     for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
   const int64_t xs = k / 32;
-  // Each lane loads kGemvPreload of its blocks (per row) before the first
-  // product: a whole 4096-wide row of most formats is then in flight at
-  // once (measured: loading one block, then its products, kept the H200 at
-  // about 1 TB/s, a few dependent round trips per row).
-  for (int b0 = bl; b0 < nb; b0 += kGemvPreload * kPerIter) {
-    Fmt wv[kGemvPreload][R];
+  // One block per lane and row, then its products. (Preloading 4 blocks per
+  // lane before the products was measured slower on the H200: Q4_K_M Qwen3-8B
+  // batch 1 168 -> 128 tok/s, 156 registers and fewer warps per SM.)
+#pragma unroll 2
+  for (int b = bl; b < nb; b += kPerIter) {
+    Fmt wv[R];
 #pragma unroll
-    for (int i = 0; i < kGemvPreload; ++i) {
-      const int b = b0 + i * kPerIter;
-      if (b < nb) {
+    for (int r = 0; r < R; ++r) wv[r].load(wr[r] + static_cast<int64_t>(b) * Fmt::kBytes, part);
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          wv[i][r].load(wr[r] + static_cast<int64_t>(b) * Fmt::kBytes, part);
-      }
-    }
+    for (int t = 0; t < M; ++t) {
+      if (t0 + t < m) {
+        const int8_t* xb = xq + (t0 + t) * k + static_cast<int64_t>(b) * Fmt::kElems;
+        const float* db = xd + (t0 + t) * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32);
 #pragma unroll
-    for (int i = 0; i < kGemvPreload; ++i) {
-      const int b = b0 + i * kPerIter;
-      if (b >= nb) continue;
-#pragma unroll
-      for (int t = 0; t < M; ++t) {
-        if (t0 + t < m) {
-          const int8_t* xb = xq + (t0 + t) * k + static_cast<int64_t>(b) * Fmt::kElems;
-          const float* db = xd + (t0 + t) * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32);
-#pragma unroll
-          for (int r = 0; r < R; ++r) acc[r][t] += wv[i][r].dot(xb, db);
-        }
+        for (int r = 0; r < R; ++r) acc[r][t] += wv[r].dot(xb, db);
       }
     }
   }

@@ -36,11 +36,12 @@ Status launch_quant_gemm(cudaStream_t s, const void* x, DType x_dt, int64_t m, i
 // 6-bit values unpacked to bytes in registers, K-quant sub-block scales and
 // mins applied to the integer sums), f32 accumulation across blocks. Each
 // element is off by at most amax / 254 of its 32-block (the conformance
-// suite's bound for block activations). m <= kQuantGemvMaxTokens (tiles of
-// 8 tokens beyond 8, each tile streaming the weight again, from L2); xq / xd
-// hold m * k and m * k / 32 entries. False when the format or alignment does not allow it
+// suite's bound for block activations). m <= kQuantGemvMaxTokens (8: with
+// 64, measured on the H200, Q4_K_M Qwen3-8B batch 64 fell from 4,293 to 610
+// tok/s against dequantize + cuBLASLt); xq / xd hold m * k and m * k / 32
+// entries. False when the format or alignment does not allow it
 // (the caller then uses launch_quant_gemm).
-constexpr int64_t kQuantGemvMaxTokens = 64;
+constexpr int64_t kQuantGemvMaxTokens = 8;
 bool quant_gemv_q8_supported(DType w_dt, const void* w, int64_t k, DType out_dt);
 Status launch_quant_gemv_q8(cudaStream_t s, const void* x, DType x_dt, int64_t m, int64_t k,
                             const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
