@@ -27,7 +27,8 @@ namespace ferrite {
     "integer dot products (0: dequantized panels and exact f32 dots, the reference numerics)")  \
   X(int64_t, cpu_quant_isa, "FERRITE_CPU_QUANT_ISA", 0,                                           \
     "CPU: instruction set of the integer block dot products: 0 the best this CPU runs, 1 "       \
-    "scalar, 2 AVX2, 3 AVX-512 VNNI (capped at what the CPU runs; results are bitwise equal)")   \
+    "scalar, 2 AVX2, 3 AVX-512 VNNI, 4 AVX-512 VNNI + AMX-INT8 tiles for 16+ tokens (capped at "  \
+    "what the CPU and OS run; results are bitwise equal)")                                        \
   X(bool, cuda_graphs, "FERRITE_CUDA_GRAPHS", true,                                               \
     "CUDA: replay decode steps as graphs per batch-size bucket (0: the same padded kernels run "  \
     "eagerly; results are bitwise equal)")                                                        \
