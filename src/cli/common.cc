@@ -38,8 +38,7 @@ void add_model_flags(CLI::App* app, ModelFlags* f, bool model_required, bool pos
   app->add_option("--quantization", f->quantization,
                   "with --dummy-weights: random weights in the format of a quantized Hugging "
                   "Face checkpoint: fp8 (e4m3, 128-element scale blocks), gptq-int4, awq-int4 "
-                  "(4-bit, group 128); LM head, embeddings and routers stay bf16 (CPU only for "
-                  "now; docs/hf_quant.md)");
+                  "(4-bit, group 128); LM head, embeddings and routers stay bf16 (docs/hf_quant.md)");
   app->add_option("--device", f->device, "cpu or cuda");
   app->add_option("--dtype", f->dtype,
                   "activation (and KV cache) dtype: auto (float32 on cpu, bfloat16 on cuda), "
