@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 #include "engine/generator.h"
 #include "models/gguf_model.h"
@@ -178,9 +179,16 @@ TEST_P(GgufQuantGoldenTest, GreedyTokensAndStoredTypes) {
 
 std::vector<GgufCase> quant_cases() {
   std::vector<GgufCase> cases;
+  // The (slow, scalar) reference set on the Q8_0 / Q4_0 files and one K-quant
+  // mix (Q4_K + Q6_K); the fast set on every file. The conformance suite
+  // compares the two sets on every format anyway, and this keeps the
+  // sanitizer run of CI short.
+  const std::set<std::string> reference = {"qwen3w-q8_0", "qwen3w-q4_0", "qwen3moew-q4_0",
+                                           "qwen3w-q4_k_m"};
   for (const char* stem : FERRITE_GGUF_QUANT_FILES)
     for (const char* providers : {"reference", "fast"})
-      cases.push_back({std::string(stem) + ".gguf", stem, providers});
+      if (std::string(providers) == "fast" || reference.count(stem))
+        cases.push_back({std::string(stem) + ".gguf", stem, providers});
   return cases;
 }
 

@@ -168,10 +168,11 @@ test('tools streamed: tool_calls deltas reassemble; multi-turn tool results go b
   assert.equal(finish, 'tool_calls');
   assert.equal(calls.length, 1);
   checkJson(calls[0].arguments, schemaOf(calls[0].name), 'streamed tool call');
-  // The arguments stream as they are generated, not in one piece at the end
-  // (how many pieces depends on how many tokens the server packs per chunk;
-  // the unit test feeds byte by byte).
-  assert.ok(argPieces >= 2, `arguments came in ${argPieces} piece(s)`);
+  // The arguments stream in tool_calls deltas; how many pieces depends on
+  // how many tokens the server packs per chunk (a loaded machine can pack a
+  // short call into one), so that they are emitted as they are decoded is
+  // chat_output_test's property test (fed byte by byte).
+  assert.ok(argPieces >= 1, `arguments came in ${argPieces} piece(s)`);
   // The call and its result go back through the template.
   const r = await client.chat.completions.create({ model, tools, max_tokens: 8, messages: [
     { role: 'user', content: 'Weather?' },
@@ -256,7 +257,11 @@ test('/v1/responses: text, instructions, json_schema, tools, streaming events', 
     if (ev.type === 'response.function_call_arguments.done') argsDone = ev.arguments;
     if (ev.type === 'response.output_item.done' && ev.item.type === 'function_call') item = ev.item;
   }
-  assert.ok(argDeltas >= 2, `arguments came in ${argDeltas} delta(s)`);
+  // How many deltas carry the arguments depends on how many tokens the
+  // server packs per chunk (a loaded machine packs a short call into one);
+  // that they are emitted as they are decoded is chat_output_test's
+  // property test. Here: they arrive as deltas and reassemble exactly.
+  assert.ok(argDeltas >= 1, `arguments came in ${argDeltas} delta(s)`);
   assert.equal(argsDone, args);
   assert.equal(item?.arguments, args);
   checkJson(args, schemaOf(item.name), 'responses streamed tool call');
