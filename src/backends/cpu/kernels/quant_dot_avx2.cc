@@ -129,6 +129,19 @@ void row_q8(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, f
   for (int t = 0; t < nt; ++t) out[t] = acc[t];
 }
 
+// k4_scales (quant_dot_impl.h) in registers: bytes sc[0..7], m[0..7] of the
+// 12 scale bytes at s (16 bytes readable).
+inline __m128i k4_scales_v(const uint8_t* s) {
+  const __m128i x = ld128(s);                                        // [a, b, c, .]
+  const __m128i v1 = _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 1, 2, 0));  // [a, c, b, c]
+  const __m128i v2 = _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 1, 0, 0));  // [a, a, b, b]
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(v1, _mm_setr_epi32(0, 0, 0, 4)),
+                                   _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i hi = _mm_and_si128(_mm_srlv_epi32(v2, _mm_setr_epi32(0, 6, 0, 6)),
+                                   _mm_setr_epi32(0, 0x03030303, 0, 0x03030303));
+  return _mm_or_si128(lo, _mm_slli_epi32(hi, 4));
+}
+
 template <bool kFive, int nt>
 void row_q45k(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, float* out) {
   constexpr int F = kFive ? kQ5_K : kQ4_K;
@@ -141,7 +154,9 @@ void row_q45k(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n,
     const uint8_t* blk = row + b * bb;
     uint8_t sm[16];
     k4_scales(blk + 4, sm);
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(ld128(sm), dup));
+    // The mins from registers: a 16-byte reload of the 4-byte stores of sm
+    // would wait for them (no store forwarding).
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(k4_scales_v(blk + 4), dup));
     const uint8_t* qs = blk + (kFive ? 48 : 16);
     __m256i w[8], sc[8];
     const __m256i qh = kFive ? ld(blk + 16) : _mm256_setzero_si256();
