@@ -32,6 +32,13 @@ void* operator new(std::size_t n) {
 // mismatches under the sanitizers.
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow form too (std::stable_sort's temporary buffer takes it): left
+// to the runtime, its memory would reach the std::free above from ASan's new.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  if (ferrite::g_counting) ++ferrite::g_allocations;
+  return std::malloc(n ? n : 1);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace ferrite {
 namespace {
