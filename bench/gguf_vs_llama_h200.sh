@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# llama.cpp beside Ferrite on the H200, on the same Qwen3-8B-shape twin GGUF files (issue 12):
+# llama-bench (pp4096, tg128) and llama-batched-bench (128 + 128, B = 1, 64) against
+# `ferrite bench --model FILE.gguf` (batch 1 / 64, prefill 4096), for Q4_K_M and Q8_0.
+#
+# The device tree limit (64 MiB) leaves no room for .peer/llama.bundle beside the tracked
+# files, so carry a trimmed source tarball instead (on the development machine, once):
+#   git clone -q .peer/llama.bundle /tmp/llama.cpp-src && mkdir -p .gpu && cd /tmp/llama.cpp-src &&
+#   tar --exclude=.git --exclude=./models --exclude=./docs --exclude=./benches --exclude=./tests \
+#     --exclude=./examples --exclude=./tools/ui --exclude=./tools/server --exclude=./gguf-py \
+#     --exclude=./conversion --exclude='./ggml/src/ggml-'{vulkan,sycl,metal,cann,opencl,webgpu,musa,hexagon,et,zdnn,openvino} \
+#     -czf $OLDPWD/.gpu/llama-src.tgz . && cd - && cp .peer/qwen3-tokenizer.json.gz .peer/twin_weights.py .gpu/
+# (about 10 MB; `.gpu/` in .git/info/exclude), then on the GPU machine, after the Ferrite build
+# (build-gpu, scripts/gpu_run.sh):  device carry [".gpu"], `bash bench/gguf_vs_llama_h200.sh`.
+# The peer build (~5 min) and the twin weights (F16, 16 GB + its HF copy) run in the
+# background first; the whole script takes about 9 minutes. Output: $OUT/peer_side_by_side.txt.
+set -u
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-$ROOT/out}"
+G="$ROOT/.gpu"
+B="${BUILD:-$ROOT/build-gpu}"
+mkdir -p "$OUT" /tmp/peer
+S="$OUT/peer_side_by_side.txt"
+: > "$S"
+if [ ! -f /tmp/peer/built ]; then
+  mkdir -p /tmp/peer/llama.cpp && tar xzf "$G/llama-src.tgz" -C /tmp/peer/llama.cpp &&
+  ( cd /tmp/peer/llama.cpp && cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+      -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+      -DLLAMA_BUILD_APP=OFF -DCMAKE_BUILD_TYPE=Release > /tmp/peer/cfg.log 2>&1 &&
+    cmake --build build -j 12 --target llama-bench llama-batched-bench llama-quantize \
+      > /tmp/peer/build.log 2>&1 && touch /tmp/peer/built ) &
+fi
+if [ ! -f /tmp/peer/twin/model-f16.gguf ]; then
+  gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/peer/tok.json &&
+  python3 "$G/twin_weights.py" qwen3-8b /tmp/peer/twin /tmp/peer/tok.json f16 > /tmp/peer/twin.log 2>&1 &
+fi
+wait
+[ -f /tmp/peer/built ] || { echo "llama.cpp build failed: /tmp/peer/build.log" | tee -a "$S"; exit 1; }
+L=/tmp/peer/llama.cpp/build/bin
+for q in q4_k_m q8_0; do
+  [ -f /tmp/peer/twin/$q.gguf ] || "$L/llama-quantize" /tmp/peer/twin/model-f16.gguf /tmp/peer/twin/$q.gguf \
+    "$(echo $q | tr a-z A-Z)" 16 > /tmp/peer/quantize-$q.log 2>&1 &
+done
+wait
+for q in q4_k_m q8_0; do
+  F=/tmp/peer/twin/$q.gguf
+  echo "== llama.cpp $q" >> "$S"
+  timeout 150 "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p 4096 -n 128 -r 2 -o md 2>&1 | grep -E "^\|" >> "$S"
+  timeout 150 "$L/llama-batched-bench" -m "$F" -ngl 99 -fa on -c 20000 -b 2048 -ub 512 -npp 128 \
+    -ntg 128 -npl 1,64 2>&1 | grep -E "^\|" >> "$S"
+  echo "== ferrite $q (same file)" >> "$S"
+  timeout 150 "$B/ferrite" bench --model "$F" --device cuda --batch 1 64 --prompt-len 4096 \
+    --decode-prompt-len 128 --gen-len 64 --max-num-seqs 64 --kv-cache-gib 16 -r 2 2>&1 |
+    grep -E "prefill|decode|weights|error" >> "$S"
+done
+cat "$S"
