@@ -54,19 +54,26 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   return info.param.family + (info.param.act == DType::kF32 ? "_f32" : "_bf16");
 }
 
-std::unique_ptr<ModelRunner> open_runner(const std::string& dir, DType act, bool graphs = true) {
+// The goldens' runner on CUDA: `path` a model folder or GGUF file, the
+// goldens' four truncated prompts fit one step.
+RunnerOptions cuda_options(const std::string& path, DType act) {
   RunnerOptions o;
-  o.load.model_dir = dir;
+  o.load.model_dir = path;
   o.device = "cuda";
   o.activation_dtype = act;
   o.load.program.kv_dtype = act;
-  o.tuning.cuda_graphs = graphs;
   o.limits.max_tokens = 1300;
   o.limits.max_sequences = 8;
   o.limits.max_context = 1024;
   o.load.program.max_context = 1024;
   o.cache.page_size = 16;
   o.cache.kv_memory_bytes = 64ll << 20;
+  return o;
+}
+
+std::unique_ptr<ModelRunner> open_runner(const std::string& dir, DType act, bool graphs = true) {
+  RunnerOptions o = cuda_options(dir, act);
+  o.tuning.cuda_graphs = graphs;
   auto r = ModelRunner::open(o);
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   return r.is_ok() ? std::move(r).value() : nullptr;
@@ -203,18 +210,8 @@ class CudaGgufQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     SKIP_WITHOUT_GPU();
     const std::string dir = kModelsDir + "gguf/quant/";
     ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(dir + GetParam().stem, &golden_));
-    RunnerOptions o;
-    o.load.model_dir = dir + GetParam().stem + ".gguf";
-    o.device = "cuda";
-    o.activation_dtype = GetParam().act;
-    o.load.program.kv_dtype = GetParam().act;
+    RunnerOptions o = cuda_options(dir + GetParam().stem + ".gguf", GetParam().act);
     o.tuning.cuda_quant_dot = !GetParam().exact;
-    o.limits.max_tokens = 1300;
-    o.limits.max_sequences = 8;
-    o.limits.max_context = 1024;
-    o.load.program.max_context = 1024;
-    o.cache.page_size = 16;
-    o.cache.kv_memory_bytes = 64ll << 20;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -284,18 +281,8 @@ class CudaHfQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     SKIP_WITHOUT_GPU();
     const std::string dir = kModelsDir + "hf_quant/" + GetParam().stem;
     ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(dir, &golden_));
-    RunnerOptions o;
-    o.load.model_dir = dir;
-    o.device = "cuda";
-    o.activation_dtype = GetParam().act;
-    o.load.program.kv_dtype = GetParam().act;
+    RunnerOptions o = cuda_options(dir, GetParam().act);
     o.tuning.cuda_quant_dot = !GetParam().exact;
-    o.limits.max_tokens = 1300;
-    o.limits.max_sequences = 8;
-    o.limits.max_context = 1024;
-    o.load.program.max_context = 1024;
-    o.cache.page_size = 16;
-    o.cache.kv_memory_bytes = 64ll << 20;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();

@@ -208,6 +208,29 @@ __device__ __forceinline__ void load_x8(const TX* p, bool vec, float (&f)[8]) {
   for (int i = 0; i < 8; ++i) f[i] = to_f(p[i]);
 }
 
+// The GEMVs' epilogue: each warp's per-lane partial sums of R weight rows x
+// M tokens reduced, then lane 0 writes out[t, row] (+ bias, + the old value
+// when accumulating) for the rows and tokens that exist.
+template <typename TO, int R, int M>
+__device__ __forceinline__ void store_gemv_sums(float (&acc)[R][M], int lane, int64_t row0,
+                                                int64_t t0, int64_t m, int64_t n, TO* out,
+                                                bool accumulate, const void* bias, int bias_dt) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = row0 + r;
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float sum = warp_sum(acc[r][t]);
+      if (lane == 0 && t0 + t < m && row < n) {
+        float val = sum + (bias ? load_any(bias, bias_dt, row) : 0.0f);
+        TO* o = out + (t0 + t) * n + row;
+        if (accumulate) val += to_f(*o);
+        *o = from_f<TO>(val);
+      }
+    }
+  }
+}
+
 constexpr int kGemvWarps = 4;  // warps per block
 constexpr int kGemvRows = 2;   // weight rows per warp (independent streams)
 
@@ -248,20 +271,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < kGemvRows; ++r) {
-    const int64_t row = row0 + r;
-#pragma unroll
-    for (int t = 0; t < M; ++t) {
-      const float s = warp_sum(acc[r][t]);
-      if (lane == 0 && t0 + t < m && row < n) {
-        float val = s + (bias ? load_any(bias, bias_dt, row) : 0.0f);
-        TO* o = out + (t0 + t) * n + row;
-        if (accumulate) val += to_f(*o);
-        *o = from_f<TO>(val);
-      }
-    }
-  }
+  store_gemv_sums(acc, lane, row0, t0, m, n, out, accumulate, bias, bias_dt);
 }
 
 // Tensor-core tiles: 128 tokens x 64 weight rows per block of 4 warps (each
@@ -660,20 +670,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = row0 + r;
-#pragma unroll
-    for (int t = 0; t < M; ++t) {
-      const float sum = warp_sum(acc[r][t]);
-      if (lane == 0 && t0 + t < m && row < n) {
-        float val = sum + (bias ? load_any(bias, bias_dt, row) : 0.0f);
-        TO* o = out + (t0 + t) * n + row;
-        if (accumulate) val += to_f(*o);
-        *o = from_f<TO>(val);
-      }
-    }
-  }
+  store_gemv_sums(acc, lane, row0, t0, m, n, out, accumulate, bias, bias_dt);
 }
 
 // --- MoE experts in block formats --------------------------------------------
