@@ -12,8 +12,13 @@
 #     -czf $OLDPWD/.gpu/llama-src.tgz . && cd - && cp .peer/qwen3-tokenizer.json.gz .peer/twin_weights.py .gpu/
 # (about 10 MB; `.gpu/` in .git/info/exclude), then on the GPU machine, after the Ferrite build
 # (build-gpu, scripts/gpu_run.sh):  device carry [".gpu"], `bash bench/gguf_vs_llama_h200.sh`.
-# The peer build (~5 min) and the twin weights (F16, 16 GB + its HF copy) run in the
-# background first; the whole script takes about 9 minutes. Output: $OUT/peer_side_by_side.txt.
+# The peer build (~5 min) and the twin weights (F16, 16 GB + its HF copy) come first; the
+# whole script takes about 9 minutes. `--prepare` does only that part (start it with setsid
+# in an earlier call of the same warm machine, e.g. while scripts/gpu_run.sh builds and
+# tests; it touches /tmp/peer/prepared when done) so that the measuring call is short.
+# FERRITE_AB_OFF="VAR=0 ...": each also runs ferrite's bench once more with that variable set
+# (e.g. FERRITE_CUDA_QUANT_FUSED=0, the A/B of the fused decode GEMV).
+# Output: $OUT/peer_side_by_side.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -42,15 +47,19 @@ for q in q4_k_m q8_0; do
     "$(echo $q | tr a-z A-Z)" 16 > /tmp/peer/quantize-$q.log 2>&1 &
 done
 wait
+touch /tmp/peer/prepared
+[ "${1:-}" = "--prepare" ] && exit 0
 for q in q4_k_m q8_0; do
   F=/tmp/peer/twin/$q.gguf
   echo "== llama.cpp $q" >> "$S"
   timeout 150 "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p 4096 -n 128 -r 2 -o md 2>&1 | grep -E "^\|" >> "$S"
   timeout 150 "$L/llama-batched-bench" -m "$F" -ngl 99 -fa on -c 20000 -b 2048 -ub 512 -npp 128 \
-    -ntg 128 -npl 1,64 2>&1 | grep -E "^\|" >> "$S"
-  echo "== ferrite $q (same file)" >> "$S"
-  timeout 150 "$B/ferrite" bench --model "$F" --device cuda --batch 1 64 --prompt-len 4096 \
-    --decode-prompt-len 128 --gen-len 64 --max-num-seqs 64 --kv-cache-gib 16 -r 2 2>&1 |
-    grep -E "prefill|decode|weights|error" >> "$S"
+    -ntg 128 -npl 1,8,64 2>&1 | grep -E "^\|" >> "$S"
+  for v in "" ${FERRITE_AB_OFF:-}; do
+    echo "== ferrite $q (same file) ${v:-default}" >> "$S"
+    env $v timeout 150 "$B/ferrite" bench --model "$F" --device cuda --batch 1 8 64 --prompt-len 4096 \
+      --decode-prompt-len 128 --gen-len 64 --max-num-seqs 64 --kv-cache-gib 16 -r 2 2>&1 |
+      grep -E "prefill|decode|weights|error" >> "$S"
+  done
 done
 cat "$S"

@@ -36,6 +36,11 @@ namespace ferrite {
     "CUDA: decode products (<= 8 tokens) on GGUF block weights quantize the activations to "      \
     "8-bit blocks of 32 and use integer dot products (0: f32 activations on the dequantized "     \
     "blocks, the reference numerics)")                                                            \
+  X(bool, cuda_quant_fused, "FERRITE_CUDA_QUANT_FUSED", true,                                   \
+    "CUDA: with cuda_quant_dot, each decode product on block weights is one kernel that "         \
+    "normalises and quantizes x itself and runs up to four products sharing it (Q/K/V, gate/up) " \
+    "(0: a norm, a quantization and a GEMV launch per product; results are equal up to the "      \
+    "norm's summation order)")                                                                    \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \

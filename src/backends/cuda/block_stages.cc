@@ -3,8 +3,59 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
+#include "backends/cuda/kernels/quant_gemm.cuh"
+#include "backends/cuda/kernels/quant_gemv.cuh"
 
 namespace ferrite::cuda {
+namespace {
+
+// Decode on block weights (Tuning::cuda_quant_dot and cuda_quant_fused): one
+// fused launch (norm, 8-bit quantization, products) per run of projections
+// of one format, e.g. Q and K in q4_k, V in q6_k: two launches. False
+// (nothing launched) when a projection is not a block format or a run is not
+// one the kernel takes.
+Result<bool> fused_block_projections(BackendState& st, const void* x, DType act, int64_t tokens,
+                                     int64_t k, const TensorView& norm, float eps,
+                                     bool zero_centred,
+                                     std::initializer_list<NormedProjection> projections,
+                                     DType out_dt, bool swiglu) {
+  if (!st.quant_dot || !st.quant_fused || tokens > kQuantGemvMaxTokens || norm.dtype != act)
+    return false;
+  QuantGemvSegment segs[4];
+  DType formats[4];
+  int count = 0;
+  for (const NormedProjection& p : projections) {
+    if (!dtype_is_quantized(p.w.dtype)) return false;
+    formats[count] = p.w.dtype;
+    segs[count++] = {p.w.data, p.out, p.rows};
+  }
+  if (swiglu && formats[0] != formats[1]) return false;
+  QuantGemvArgs runs[4];
+  int nruns = 0;
+  for (int i = 0; i < count;) {
+    int j = i + 1;
+    while (j < count && formats[j] == formats[i]) ++j;
+    QuantGemvArgs& a = runs[nruns++];
+    a.x = x;
+    a.x_dt = act;
+    a.m = tokens;
+    a.k = k;
+    a.w_dt = formats[i];
+    a.segs = segs + i;
+    a.count = j - i;
+    a.swiglu = swiglu;
+    a.norm = norm.data;
+    a.eps = eps;
+    a.zero_centred = zero_centred;
+    a.out_dt = out_dt;
+    if (!quant_gemv_fused_supported(a)) return false;
+    i = j;
+  }
+  for (int r = 0; r < nruns; ++r) FERRITE_RETURN_IF_ERROR(launch_quant_gemv_fused(st.stream, runs[r]));
+  return true;
+}
+
+}  // namespace
 
 Status normed_projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
                           const TensorView& norm, float eps, bool zero_centred, void* n_scratch,
@@ -18,6 +69,10 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
                gemv_multi_supported(tokens, k, act) &&
                gemv_supported(tokens, k, act, projections.begin()->w.dtype, act);
   for (const NormedProjection& p : projections) fused = fused && p.w.dtype == act;
+  FERRITE_ASSIGN_OR_RETURN(bool block_fused,
+                           fused_block_projections(st, x, act, tokens, k, norm, eps, zero_centred,
+                                                   projections, out_dt, swiglu));
+  if (block_fused) return Status::ok();
   if (fused) {
     GemvSegment segs[4];
     int i = 0;

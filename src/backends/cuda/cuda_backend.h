@@ -33,6 +33,9 @@ struct CudaExecOptions {
   // Tuning::cuda_quant_dot: decode products on GGUF block weights take 8-bit
   // activation blocks and integer dot products (kernels/quant_gemm.cuh).
   bool quant_dot = true;
+  // Tuning::cuda_quant_fused: with quant_dot, a decode product's norm,
+  // activation quantization and GEMVs in one kernel (kernels/quant_gemv.cuh).
+  bool quant_fused = true;
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).
   bool profile = false;
   // Tuning::ncu_decode_step: the K-th graph replay runs inside a profiler

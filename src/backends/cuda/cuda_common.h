@@ -36,6 +36,10 @@ struct BackendState {
   // Tuning::cuda_quant_dot: decode GEMVs on 8-bit activation blocks, which
   // live in q8_x (int8, q8_capacity elements) and q8_d (one f32 per 32).
   bool quant_dot = true;
+  // Tuning::cuda_quant_fused: ... and they stage their 8-bit activations
+  // themselves, fused with the block's norm and up to four products
+  // (kernels/quant_gemv.cuh; q8_x / q8_d then serve only the fallbacks).
+  bool quant_fused = true;
   int8_t* q8_x = nullptr;
   float* q8_d = nullptr;
   int64_t q8_capacity = 0;

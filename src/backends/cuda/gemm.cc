@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "backends/cuda/kernels/quant_gemm.cuh"
+#include "backends/cuda/kernels/quant_gemv.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 
 namespace ferrite::cuda {
@@ -118,8 +119,25 @@ constexpr int64_t kDequantMaxBytes = 512ll << 20;
 Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k,
                      const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                      bool accumulate, const void* bias, DType bias_dt) {
-  // Up to 8 tokens: the integer GEMV; beyond, dequantize + cuBLASLt (faster
-  // from 9 tokens on, measured).
+  // Up to 8 tokens: the integer GEMV (fused with the activations'
+  // quantization, else after a quantize launch); beyond, dequantize +
+  // cuBLASLt (faster from 9 tokens on, measured).
+  if (st.quant_dot && st.quant_fused && m <= kQuantGemvMaxTokens) {
+    const QuantGemvSegment seg{w, out, n};
+    QuantGemvArgs a;
+    a.x = x;
+    a.x_dt = x_dt;
+    a.m = m;
+    a.k = k;
+    a.w_dt = w_dt;
+    a.segs = &seg;
+    a.count = 1;
+    a.out_dt = out_dt;
+    a.accumulate = accumulate;
+    a.bias = bias;
+    a.bias_dt = bias_dt;
+    if (quant_gemv_fused_supported(a)) return launch_quant_gemv_fused(st.stream, a);
+  }
   if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&
       quant_gemv_q8_supported(w_dt, w, k, out_dt))
     return launch_quant_gemv_q8(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate,

@@ -3,6 +3,7 @@
 // streaming loads of W, one warp per output column).
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
+#include "backends/cuda/kernels/occupancy.cuh"
 
 #include <algorithm>
 #include <map>
@@ -419,29 +420,6 @@ void gemv_launch(cudaStream_t s, const void* x, int m, int64_t k, const void* w,
   else
     (void)launch_pdl_weights(gemv_kernel<MAXM, T, T>, blocks, 256, 0, s, static_cast<const T*>(x), m, k,
                      static_cast<const T*>(w), n, static_cast<T*>(out), accumulate);
-}
-
-// Blocks of `kernel` (256 threads, `smem` bytes) that are resident on the
-// GPU at once, capped at `groups` (a resident grid looping over the column
-// groups beat a block per group: Qwen3-0.6B b1 891 -> 962 tok/s).
-template <typename K>
-int resident_grid(K kernel, int groups, size_t smem) {
-  // Occupancy queries cost microseconds: one per (kernel, smem, device).
-  static std::mutex mu;
-  static std::map<std::pair<const void*, std::pair<size_t, int>>, int> cache;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return groups;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), std::make_pair(smem, dev));
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    int per_sm = 0, sms = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return groups;
-    it = cache.emplace(key, std::max(1, per_sm) * sms).first;
-  }
-  return std::min(groups, it->second);
 }
 
 // 2, measured on the H200 (bench, batch 1 / 2 / 4 / 8): at 2 rows the GEMV

@@ -1,0 +1,471 @@
+// Weight blocks on the device (layouts in tensor/dtype.h), shared by the
+// kernels that read them (quant_gemm.cu: tiles, dequantization, MoE experts;
+// quant_gemv.cu: the fused decode GEMV):
+//  - QFmt / qfmt / dispatch_fmt: a block DType as a compile-time format code;
+//  - dequant8<F>: 8 elements of a row in f32, exactly as the reference
+//    dequantization (the f32 paths and the tiles);
+//  - Q8Dot<F>: one lane's share of a block against 8-bit activation blocks of
+//    32 (dp4a integer dot products). Its Raw / fetch() holds only the loaded
+//    bytes and decode() unpacks them, so a loop can keep several blocks in
+//    flight per lane for a few registers each; load() is both at once.
+// Device code only, plus the host-side format dispatch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/kernels/cuda_types.cuh"
+
+namespace ferrite::cuda::qblocks {
+
+enum QFmt : int {
+  kFmtQ8_0 = 0,
+  kFmtQ4_0 = 1,
+  kFmtQ4_K = 2,
+  kFmtQ5_K = 3,
+  kFmtQ6_K = 4,
+  kFmtF8B128 = 5,  // Hugging Face FP8 (tensor/dtype.h: f32 d + 128 x e4m3)
+  kFmtU4G128 = 6,  // GPTQ / AWQ / W4A16 (f32 d, u8 z, 64 bytes of nibbles)
+};
+
+inline int qfmt(DType t) {
+  switch (t) {
+    case DType::kQ8_0:
+      return kFmtQ8_0;
+    case DType::kQ4_0:
+      return kFmtQ4_0;
+    case DType::kQ4_K:
+      return kFmtQ4_K;
+    case DType::kQ5_K:
+      return kFmtQ5_K;
+    case DType::kQ6_K:
+      return kFmtQ6_K;
+    case DType::kF8B128:
+      return kFmtF8B128;
+    case DType::kU4G128:
+      return kFmtU4G128;
+    default:
+      return -1;
+  }
+}
+
+// Calls f(std::integral_constant<int, F>{}) for the format code of t.
+template <typename Fn>
+inline bool dispatch_fmt(DType t, Fn&& f) {
+  switch (qfmt(t)) {
+    case kFmtQ8_0:
+      f(std::integral_constant<int, kFmtQ8_0>{});
+      return true;
+    case kFmtQ4_0:
+      f(std::integral_constant<int, kFmtQ4_0>{});
+      return true;
+    case kFmtQ4_K:
+      f(std::integral_constant<int, kFmtQ4_K>{});
+      return true;
+    case kFmtQ5_K:
+      f(std::integral_constant<int, kFmtQ5_K>{});
+      return true;
+    case kFmtQ6_K:
+      f(std::integral_constant<int, kFmtQ6_K>{});
+      return true;
+    case kFmtF8B128:
+      f(std::integral_constant<int, kFmtF8B128>{});
+      return true;
+    case kFmtU4G128:
+      f(std::integral_constant<int, kFmtU4G128>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+__device__ __forceinline__ float ld_half(const uint8_t* p) {
+  return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p))));
+}
+__device__ __forceinline__ uint32_t ldb(const uint8_t* p) { return __ldg(p); }
+// Eight bytes at a 2-byte aligned address (blocks of 34, 18 and 210 bytes
+// keep only that alignment), as four 16-bit loads.
+__device__ __forceinline__ void ld8(const uint8_t* p, uint32_t (&q)[8]) {
+  const auto* h = reinterpret_cast<const unsigned short*>(p);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t w = __ldg(h + j);
+    q[2 * j] = w & 0xFF;
+    q[2 * j + 1] = w >> 8;
+  }
+}
+
+// Elements e .. e + 7 (e a multiple of 8) of a weight row in format F, as
+// the reference dequantization defines them (tensor/dtype.h): the same f32
+// products and differences (fused multiply-add contraction off below).
+template <int F>
+__device__ __forceinline__ void dequant8(const uint8_t* row, int64_t e, float (&v)[8]) {
+  if constexpr (F == kFmtQ8_0) {
+    const uint8_t* b = row + (e >> 5) * 34;
+    const int off = static_cast<int>(e & 31);
+    const float d = ld_half(b);
+    uint32_t q[8];
+    ld8(b + 2 + off, q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(q[i])), d);
+  } else if constexpr (F == kFmtQ4_0) {
+    const uint8_t* b = row + (e >> 5) * 18;
+    const int off = static_cast<int>(e & 31);
+    const float d = ld_half(b);
+    uint32_t q[8];
+    ld8(b + 2 + (off & 15), q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int qi = off < 16 ? static_cast<int>(q[i] & 15) : static_cast<int>(q[i] >> 4);
+      v[i] = __fmul_rn(static_cast<float>(qi - 8), d);
+    }
+  } else if constexpr (F == kFmtQ4_K || F == kFmtQ5_K) {
+    constexpr bool five = F == kFmtQ5_K;
+    const uint8_t* b = row + (e >> 8) * (five ? 176 : 144);
+    const int j = static_cast<int>(e & 255), sub = j >> 5, c = j >> 6, l = j & 31;
+    const float d = ld_half(b), dmin = ld_half(b + 2);
+    const uint8_t* s = b + 4;
+    uint32_t sc, mn;
+    if (sub < 4) {
+      sc = ldb(s + sub) & 63;
+      mn = ldb(s + sub + 4) & 63;
+    } else {
+      sc = (ldb(s + sub + 4) & 0xF) | ((ldb(s + sub - 4) >> 6) << 4);
+      mn = (ldb(s + sub + 4) >> 4) | ((ldb(s + sub) >> 6) << 4);
+    }
+    const float d1 = __fmul_rn(d, static_cast<float>(sc));
+    const float m1 = __fmul_rn(dmin, static_cast<float>(mn));
+    const uint2 qv = __ldg(reinterpret_cast<const uint2*>(b + (five ? 48 : 16) + 32 * c + l));
+    uint2 hv = make_uint2(0, 0);
+    if constexpr (five) hv = __ldg(reinterpret_cast<const uint2*>(b + 16 + l));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t byte = ((i < 4 ? qv.x : qv.y) >> (8 * (i & 3))) & 0xFF;
+      int q = (sub & 1) ? static_cast<int>(byte >> 4) : static_cast<int>(byte & 15);
+      if constexpr (five) {
+        const uint32_t hb = ((i < 4 ? hv.x : hv.y) >> (8 * (i & 3))) & 0xFF;
+        q += static_cast<int>((hb >> sub) & 1) << 4;
+      }
+      v[i] = __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
+    }
+  } else if constexpr (F == kFmtF8B128) {
+    const uint8_t* b = row + (e >> 7) * 132;
+    const float d = __ldg(reinterpret_cast<const float*>(b));
+    // 132-byte blocks keep 4-byte alignment only: two word loads.
+    const uint2 q = make_uint2(__ldg(reinterpret_cast<const uint32_t*>(b + 4 + (e & 127))),
+                               __ldg(reinterpret_cast<const uint32_t*>(b + 8 + (e & 127))));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const auto byte = static_cast<__nv_fp8_storage_t>(((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 0xFF);
+      // e4m3fn -> f16 is exact (every e4m3 value is an f16 value).
+      const float f = __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3)));
+      v[i] = __fmul_rn(f, d);
+    }
+  } else if constexpr (F == kFmtU4G128) {
+    const uint8_t* b = row + (e >> 7) * 72;
+    const float d = __ldg(reinterpret_cast<const float*>(b));
+    const int z = __ldg(b + 4);
+    const uint32_t q = __ldg(reinterpret_cast<const uint32_t*>(b + 8 + ((e & 127) >> 1)));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int qi = static_cast<int>((q >> (4 * i)) & 15);  // element 2j: low nibble of byte j
+      v[i] = __fmul_rn(d, static_cast<float>(qi - z));
+    }
+  } else {  // q6_k
+    const uint8_t* b = row + (e >> 8) * 210;
+    const int j = static_cast<int>(e & 255), half = j >> 7, r = j & 127, qt = r >> 5, l = r & 31;
+    const uint8_t* ql = b + 64 * half + (qt & 1) * 32 + l;
+    const uint8_t* qh = b + 128 + 32 * half + l;
+    const float d = ld_half(b + 208);
+    const int sc = static_cast<int8_t>(ldb(b + 192 + 8 * half + (l >> 4) + 2 * qt));
+    const float ds = __fmul_rn(d, static_cast<float>(sc));
+    uint32_t lq[8], hq[8];
+    ld8(ql, lq);
+    ld8(qh, hq);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t nib = qt < 2 ? (lq[i] & 15) : (lq[i] >> 4);
+      const uint32_t hi = (hq[i] >> (2 * qt)) & 3;
+      v[i] = __fmul_rn(ds, static_cast<float>(static_cast<int>(nib | (hi << 4)) - 32));
+    }
+  }
+}
+
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint32_t ldh(const uint8_t* p) {  // 16 bits at a 2-byte aligned address
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+// Four bytes at a 2-byte aligned address.
+__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
+  return ldh(p) | (ldh(p + 2) << 16);
+}
+__device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+}
+__device__ __forceinline__ int sum4x4(const uint4& x) {  // sum of 16 signed bytes
+  return dp4(x.w, 0x01010101u, dp4(x.z, 0x01010101u, dp4(x.y, 0x01010101u, dp4(x.x, 0x01010101u, 0))));
+}
+__device__ __forceinline__ int dot4x4(const uint32_t (&w)[4], const uint4& x) {
+  return dp4(w[3], x.w, dp4(w[2], x.z, dp4(w[1], x.y, dp4(w[0], x.x, 0))));
+}
+__device__ __forceinline__ float half_bits(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+// The 6-bit scale and min of K-quant sub-block j (ggml's get_scale_min_k4)
+// from the 12 scale bytes as three little-endian words.
+__device__ __forceinline__ void kquant_scale_min(const uint32_t (&sw)[3], int j, uint32_t* sc,
+                                                 uint32_t* mn) {
+  // Selects, not sw[i >> 2]: j differs per lane, and a run-time index would
+  // put sw in local memory.
+  auto byte = [&](int i) {
+    const uint32_t w = i < 4 ? sw[0] : i < 8 ? sw[1] : sw[2];
+    return (w >> (8 * (i & 3))) & 0xFF;
+  };
+  if (j < 4) {
+    *sc = byte(j) & 63;
+    *mn = byte(j + 4) & 63;
+  } else {
+    *sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+    *mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+  }
+}
+
+// Per format: a weight block's share of one lane (`part` of kLanes lanes per
+// block): fetch() loads its bytes (Raw, kRawRegs registers), decode()
+// unpacks them once, then dot() meets each token's 8-bit activations of that
+// block (xq, xd point at the block's first element and first 32-scale).
+template <int F>
+struct Q8Dot;
+
+template <>
+struct Q8Dot<kFmtQ8_0> {  // 34 bytes: d, 32 x int8; 2 lanes x 16 values
+  static constexpr int kElems = 32, kBytes = 34, kLanes = 2, kRawRegs = 9;
+  struct Raw {
+    uint32_t h[8], d;  // 16-bit halves (the block keeps 2-byte alignment only)
+  };
+  uint32_t q[4];
+  float d;
+  int part;
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
+    Raw r;
+    r.d = ldh(b);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.h[i] = ldh(b + 2 + 16 * p + 2 * i);
+    return r;
+  }
+  __device__ __forceinline__ void decode(const Raw& r, int p) {
+    part = p;
+    d = half_bits(r.d);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = r.h[2 * i] | (r.h[2 * i + 1] << 16);
+  }
+  __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const uint4 x = *reinterpret_cast<const uint4*>(xq + 16 * part);
+    return d * xd[0] * static_cast<float>(dot4x4(q, x));
+  }
+};
+
+template <>
+struct Q8Dot<kFmtQ4_0> {  // 18 bytes: d, 16 bytes of nibbles (lo: 0..15, hi: 16..31)
+  static constexpr int kElems = 32, kBytes = 18, kLanes = 2, kRawRegs = 5;
+  struct Raw {
+    uint32_t h[4], d;
+  };
+  uint32_t lo[2], hi[2];
+  float d;
+  int part;
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
+    Raw r;
+    r.d = ldh(b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.h[i] = ldh(b + 2 + 8 * p + 2 * i);
+    return r;
+  }
+  __device__ __forceinline__ void decode(const Raw& r, int p) {
+    part = p;
+    d = half_bits(r.d);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t w = r.h[2 * i] | (r.h[2 * i + 1] << 16);
+      lo[i] = __vsubss4(w & 0x0F0F0F0Fu, 0x08080808u);
+      hi[i] = __vsubss4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    }
+  }
+  __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const uint2 a = *reinterpret_cast<const uint2*>(xq + 8 * part);
+    const uint2 b = *reinterpret_cast<const uint2*>(xq + 16 + 8 * part);
+    const int s = dp4(lo[1], a.y, dp4(lo[0], a.x, dp4(hi[1], b.y, dp4(hi[0], b.x, 0))));
+    return d * xd[0] * static_cast<float>(s);
+  }
+};
+
+// q4_k (144 bytes: d, dmin, 12 scale bytes, 128 bytes of nibbles) and q5_k
+// (176 bytes: the same + 32 bytes of fifth bits before the nibbles). Lane
+// `part` of 8 takes 16 bytes of chunk c = part / 2: 16 values of sub-block
+// 2c (low nibbles) and 16 of sub-block 2c + 1 (high nibbles). The first 16
+// bytes (d, dmin, scales) are one load (blocks are 16-byte aligned).
+template <bool kFive>
+struct Q8DotK {
+  static constexpr int kElems = 256, kBytes = kFive ? 176 : 144, kLanes = 8,
+                       kRawRegs = kFive ? 12 : 8;
+  struct Raw {
+    uint4 head, q, qh;  // qh: q5_k only
+  };
+  uint32_t lo[4], hi[4];
+  float dl, dh, ml, mh;
+  int part;
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
+    Raw r;
+    const int c = p >> 1, h = p & 1;
+    r.head = ld128(b);
+    r.q = ld128(b + (kFive ? 48 : 16) + 32 * c + 16 * h);
+    if constexpr (kFive) r.qh = ld128(b + 16 + 16 * h);
+    return r;
+  }
+  __device__ __forceinline__ void decode(const Raw& r, int p) {
+    part = p;
+    const int c = p >> 1;
+    const float d = half_bits(r.head.x & 0xFFFF), dmin = half_bits(r.head.x >> 16);
+    const uint32_t sw[3] = {r.head.y, r.head.z, r.head.w};
+    uint32_t sc0, m0, sc1, m1;
+    kquant_scale_min(sw, 2 * c, &sc0, &m0);
+    kquant_scale_min(sw, 2 * c + 1, &sc1, &m1);
+    dl = __fmul_rn(d, static_cast<float>(sc0));
+    dh = __fmul_rn(d, static_cast<float>(sc1));
+    ml = __fmul_rn(dmin, static_cast<float>(m0));
+    mh = __fmul_rn(dmin, static_cast<float>(m1));
+    const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+    uint32_t hw[4] = {0, 0, 0, 0};
+    if constexpr (kFive) hw[0] = r.qh.x, hw[1] = r.qh.y, hw[2] = r.qh.z, hw[3] = r.qh.w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = qw[i] & 0x0F0F0F0Fu;
+      hi[i] = (qw[i] >> 4) & 0x0F0F0F0Fu;
+      if constexpr (kFive) {
+        lo[i] |= ((hw[i] >> (2 * c)) & 0x01010101u) << 4;
+        hi[i] |= ((hw[i] >> (2 * c + 1)) & 0x01010101u) << 4;
+      }
+    }
+  }
+  __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const int c = part >> 1, h = part & 1;
+    const uint4 xl = *reinterpret_cast<const uint4*>(xq + 64 * c + 16 * h);
+    const uint4 xh = *reinterpret_cast<const uint4*>(xq + 64 * c + 32 + 16 * h);
+    const float sl = static_cast<float>(dot4x4(lo, xl)), sxl = static_cast<float>(sum4x4(xl));
+    const float sh = static_cast<float>(dot4x4(hi, xh)), sxh = static_cast<float>(sum4x4(xh));
+    return xd[2 * c] * (dl * sl - ml * sxl) + xd[2 * c + 1] * (dh * sh - mh * sxh);
+  }
+};
+template <>
+struct Q8Dot<kFmtQ4_K> : Q8DotK<false> {};
+template <>
+struct Q8Dot<kFmtQ5_K> : Q8DotK<true> {};
+
+// q6_k (210 bytes: 128 low-nibble bytes, 64 bytes of 2-bit highs, 16 int8
+// scales of 16 values, d). Lane `part` of 8: half = part / 4, l0 = 8 (part
+// % 4): the 8 values at l0.. of each quarter qt of that half (elements
+// 128 half + 32 qt + l0 ..), as signed bytes value - 32.
+template <>
+struct Q8Dot<kFmtQ6_K> {
+  static constexpr int kElems = 256, kBytes = 210, kLanes = 8, kRawRegs = 11;
+  struct Raw {
+    uint32_t qa[2], qb[2], qh[2], s[4], d;
+  };
+  uint32_t v[4][2];
+  float ds[4];
+  int part;
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
+    Raw r;
+    const int half = p >> 2, l0 = 8 * (p & 3);
+    r.d = ldh(b + 208);
+#pragma unroll
+    for (int qt = 0; qt < 4; ++qt) r.s[qt] = __ldg(b + 192 + 8 * half + (l0 >> 4) + 2 * qt);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      r.qa[i] = ld32_a2(b + 64 * half + l0 + 4 * i);
+      r.qb[i] = ld32_a2(b + 64 * half + 32 + l0 + 4 * i);
+      r.qh[i] = ld32_a2(b + 128 + 32 * half + l0 + 4 * i);
+    }
+    return r;
+  }
+  __device__ __forceinline__ void decode(const Raw& r, int p) {
+    part = p;
+    const float d = half_bits(r.d);
+#pragma unroll
+    for (int qt = 0; qt < 4; ++qt)
+      ds[qt] = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(r.s[qt] & 0xFF)));
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t qa = r.qa[i], qb = r.qb[i], qh = r.qh[i];
+      v[0][i] = __vsubss4((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4), 0x20202020u);
+      v[1][i] = __vsubss4((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4), 0x20202020u);
+      v[2][i] = __vsubss4(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4), 0x20202020u);
+      v[3][i] = __vsubss4(((qb >> 4) & 0x0F0F0F0Fu) | (((qh >> 6) & 0x03030303u) << 4), 0x20202020u);
+    }
+  }
+  __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const int half = part >> 2, l0 = 8 * (part & 3);
+    float acc = 0.0f;
+#pragma unroll
+    for (int qt = 0; qt < 4; ++qt) {
+      const uint2 x = *reinterpret_cast<const uint2*>(xq + 128 * half + 32 * qt + l0);
+      const int s = dp4(v[qt][1], x.y, dp4(v[qt][0], x.x, 0));
+      acc = fmaf(xd[4 * half + qt] * ds[qt], static_cast<float>(s), acc);
+    }
+    return acc;
+  }
+};
+
+// u4_g128 (72 bytes: f32 d, u8 z, 3 pad, 64 bytes of nibbles; element 2j is
+// the low nibble of byte j). Lane `part` of 4: bytes 16 part .. + 16, i.e.
+// elements 32 part .. + 32, one 32-block of the activations.
+template <>
+struct Q8Dot<kFmtU4G128> {
+  static constexpr int kElems = 128, kBytes = 72, kLanes = 4, kRawRegs = 6;
+  struct Raw {
+    uint32_t w[4], d, z;
+  };
+  uint32_t v[8];
+  float d;
+  int part;
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
+    Raw r;
+    r.d = __ldg(reinterpret_cast<const uint32_t*>(b));
+    r.z = __ldg(b + 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.w[i] = __ldg(reinterpret_cast<const uint32_t*>(b + 8 + 16 * p + 4 * i));
+    return r;
+  }
+  __device__ __forceinline__ void decode(const Raw& r, int p) {
+    part = p;
+    d = __uint_as_float(r.d);
+    const uint32_t z4 = 0x01010101u * r.z;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = r.w[i] & 0x0F0F0F0Fu, hi = (r.w[i] >> 4) & 0x0F0F0F0Fu;
+      v[2 * i] = __vsubss4(__byte_perm(lo, hi, 0x5140), z4);      // elements 8i .. 8i + 3
+      v[2 * i + 1] = __vsubss4(__byte_perm(lo, hi, 0x7362), z4);  // 8i + 4 .. 8i + 7
+    }
+  }
+  __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const uint4 a = *reinterpret_cast<const uint4*>(xq + 32 * part);
+    const uint4 c = *reinterpret_cast<const uint4*>(xq + 32 * part + 16);
+    int s = dp4(v[0], a.x, dp4(v[1], a.y, dp4(v[2], a.z, dp4(v[3], a.w, 0))));
+    s = dp4(v[4], c.x, dp4(v[5], c.y, dp4(v[6], c.z, dp4(v[7], c.w, s))));
+    return d * xd[part] * static_cast<float>(s);
+  }
+};
+
+}  // namespace ferrite::cuda::qblocks

@@ -1,0 +1,62 @@
+// The fused decode GEMV on block weights (GGUF q8_0 / q4_0 / q4_k / q5_k /
+// q6_k, and u4_g128; layouts in tensor/dtype.h): for up to 8 tokens,
+//
+//   n   = x                       (norm null)
+//       = rms_norm(x) * norm      (rounded to the activation type, as the
+//                                  rms_norm kernel stores it)
+//   xq  = n in 8-bit blocks of 32 (q = round(n * 127 / amax), scale amax / 127:
+//                                  the numerics of launch_quant_gemv_q8)
+//   out_i[t, r] (= or +=) sum_k xq[t, k] dequant(W_i)[r, k] (+ bias[r])
+//
+// for up to four weights W_i of one format sharing x (Q/K/V, the gated
+// delta's qkv / z / b / a), or with `swiglu` out_0 = silu(x W_0^T) * (x
+// W_1^T) (gate and up, each product rounded to the activation type first).
+//
+// One launch instead of a norm, a quantization and a GEMV per weight: every
+// block stages xq in shared memory itself (x is small and in L2), the grid is
+// what is resident on the GPU and loops over groups of two weight rows, and
+// each warp keeps several blocks of its rows in flight, the first of them
+// loaded before the kernel waits on the previous one (PDL), since weights
+// depend on no earlier kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_status.h"
+#include "tensor/dtype.h"
+
+namespace ferrite::cuda {
+
+struct QuantGemvSegment {
+  const void* w;  // [rows, k] in the launch's block format
+  void* out;      // [m, rows] of out_dt
+  int64_t rows;
+};
+
+struct QuantGemvArgs {
+  const void* x = nullptr;  // [m, k] of x_dt (f32, bf16, f16), rows packed
+  DType x_dt = DType::kBF16;
+  int64_t m = 0, k = 0;
+  DType w_dt = DType::kQ4_K;  // every segment's format
+  const QuantGemvSegment* segs = nullptr;
+  int count = 0;  // 1..4; 2 with swiglu (gate, up: equal rows)
+  bool swiglu = false;
+  const void* norm = nullptr;  // [k] of x_dt, or null: x as it is
+  float eps = 1e-6f;
+  bool zero_centred = false;  // n = x * inv * (1 + norm)
+  DType out_dt = DType::kBF16;  // f32 or x_dt (x_dt with swiglu)
+  bool accumulate = false;      // out += (one segment only)
+  const void* bias = nullptr;   // [rows] (one segment only)
+  DType bias_dt = DType::kF32;
+};
+
+// True when launch_quant_gemv_fused runs this product: m <= 8 tokens, k of
+// whole blocks, the staged 8-bit rows fit shared memory, the format is an
+// integer one (not e4m3), weights aligned for the kernel's loads, and the
+// output / norm types as above.
+bool quant_gemv_fused_supported(const QuantGemvArgs& a);
+Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a);
+
+}  // namespace ferrite::cuda
