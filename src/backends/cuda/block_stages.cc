@@ -19,8 +19,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
                                      bool zero_centred,
                                      std::initializer_list<NormedProjection> projections,
                                      DType out_dt, bool swiglu) {
-  if (!st.quant_dot || !st.quant_fused || tokens > kQuantGemvMaxTokens || norm.dtype != act)
-    return false;
+  if (!st.quant_dot || !st.quant_fused || tokens > kQuantGemvMaxTokens) return false;
   QuantGemvSegment segs[4];
   DType formats[4];
   int count = 0;
@@ -45,6 +44,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
     a.count = j - i;
     a.swiglu = swiglu;
     a.norm = norm.data;
+    a.norm_dt = norm.dtype;
     a.eps = eps;
     a.zero_centred = zero_centred;
     a.out_dt = out_dt;

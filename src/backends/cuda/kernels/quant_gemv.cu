@@ -45,7 +45,8 @@ struct FusedParams {
   int64_t total;     // rows over all segments (swiglu: of one)
   int64_t groups;    // work items: pairs of rows (swiglu: columns)
   int64_t row_bytes;
-  const void* norm;  // of TX, or null
+  const void* norm;  // of norm_dt (dt_code), or null
+  int norm_dt;
   float eps;
   bool zero_centred, swiglu, accumulate;
   const void* bias;
@@ -91,6 +92,10 @@ __device__ __forceinline__ const uint8_t* row_ptr(const FusedParams& p, int64_t 
   return locate(p, kRows * g + r).w;
 }
 
+// Eight norm weights of any float type (GGUF files keep norms in f32 beside
+// bf16 activations); dt as dt_code.
+__device__ __forceinline__ void load8_any(const void* p, int dt, int64_t i, float (&f)[8]);
+
 template <typename TX>
 __device__ __forceinline__ void load8(const TX* p, float (&f)[8]) {
   if constexpr (sizeof(TX) == 2) {
@@ -106,6 +111,16 @@ __device__ __forceinline__ void load8(const TX* p, float (&f)[8]) {
   }
 }
 
+__device__ __forceinline__ void load8_any(const void* p, int dt, int64_t i, float (&f)[8]) {
+  if (dt == 1) {
+    load8(static_cast<const __nv_bfloat16*>(p) + i, f);
+  } else if (dt == 2) {
+    load8(static_cast<const __half*>(p) + i, f);
+  } else {
+    load8(static_cast<const float*>(p) + i, f);
+  }
+}
+
 // x [m, k] (normalised with p.norm, rounded to TX as the rms_norm kernel
 // stores it) into 8-bit blocks of 32 in shared memory: xq [m, k], xd [m, k /
 // 32], exactly as quantize_q8_kernel makes them. Four lanes per block of 32,
@@ -116,7 +131,7 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
   __shared__ float red[kWarps][M];
   __shared__ float inv[M];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const TX* nw = static_cast<const TX*>(p.norm);
+  const void* nw = p.norm;
   if (nw) {
     float ss[M];
 #pragma unroll
@@ -156,7 +171,7 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
     load8(x + t * k + c, v);
     if (nw) {
       float w8[8];
-      load8(nw + c, w8);
+      load8_any(nw, p.norm_dt, c, w8);
       const float s = inv[t];
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -330,6 +345,7 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
     return false;
   if ((a.accumulate || a.bias) && a.count != 1) return false;
   if (a.bias && !small_ok(a.bias_dt)) return false;
+  if (a.norm && (!small_ok(a.norm_dt) || !aligned(a.norm, 16))) return false;
   if (smem_bytes(a.m, a.k) > kMaxSmem) return false;
   // q4_k / q5_k blocks are read with 16-byte loads, u4_g128 with 4-byte
   // ones, the others (34, 18 and 210 bytes) by halves.
@@ -356,6 +372,7 @@ Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   p.groups = a.swiglu ? p.total : (p.total + kRows - 1) / kRows;
   p.row_bytes = dtype_bytes(a.w_dt, a.k);
   p.norm = a.norm;
+  p.norm_dt = dt_code(a.norm_dt);
   p.eps = a.eps;
   p.zero_centred = a.zero_centred;
   p.accumulate = a.accumulate;

@@ -43,7 +43,8 @@ struct QuantGemvArgs {
   const QuantGemvSegment* segs = nullptr;
   int count = 0;  // 1..4; 2 with swiglu (gate, up: equal rows)
   bool swiglu = false;
-  const void* norm = nullptr;  // [k] of x_dt, or null: x as it is
+  const void* norm = nullptr;  // [k] of norm_dt (f32, bf16, f16), or null: x as it is
+  DType norm_dt = DType::kF32;
   float eps = 1e-6f;
   bool zero_centred = false;  // n = x * inv * (1 + norm)
   DType out_dt = DType::kBF16;  // f32 or x_dt (x_dt with swiglu)
