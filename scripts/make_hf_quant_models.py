@@ -39,6 +39,7 @@ import math
 import os
 import struct
 import sys
+import zlib
 
 import numpy as np
 
@@ -172,6 +173,20 @@ def minmax_asym(wg, maxq=15):
     return scale, zero
 
 
+def quant_groups_act_order(w, group, sym, perm):
+    """GPTQ with desc_act (act-order, static_groups off): the columns are
+    quantized in the order perm (GPTQ's by decreasing Hessian diagonal; here a
+    fixed random one) and the groups are runs of `group` columns of that order,
+    so a group's columns are scattered: g_idx[perm[j]] = j // group. Returns
+    codes [out, in] in the original column order, scales, zeros, g_idx."""
+    codes_p, scales, zeros = quant_groups(w[:, perm], group, sym)
+    codes = np.empty_like(codes_p)
+    codes[:, perm] = codes_p
+    g_idx = np.empty(w.shape[1], np.int32)
+    g_idx[perm] = (np.arange(w.shape[1]) // group).astype(np.int32)
+    return codes, scales, zeros, g_idx
+
+
 def quant_groups(w, group, sym, zero_one_in=None):
     """GPTQ's quantizer (RTN per group): sym -> scale = 2 max|w| / 15, zero 8;
     asym -> scale = (max - min) / 15, zero = round(-min / scale).
@@ -197,10 +212,10 @@ def quant_groups(w, group, sym, zero_one_in=None):
     return codes, scales.astype(np.float16).astype(np.float32), zeros
 
 
-def pack_gptq(codes, scales, zeros, group, bits=4):
+def pack_gptq(codes, scales, zeros, group, bits=4, g_idx=None):
     """AutoGPTQ's QuantLinear.pack: qweight [in/8, out] packs 8 input rows per
     int32 (row 8r + j at bits 4j); qzeros [G, out/8] packs zeros - 1 along the
-    output."""
+    output; g_idx [in] the group of each input column (act-order: given)."""
     out, inn = codes.shape
     iw = codes.T.astype(np.uint32)  # [in, out]
     qweight = np.zeros((inn // 8, out), np.uint32)
@@ -212,7 +227,8 @@ def pack_gptq(codes, scales, zeros, group, bits=4):
     qzeros = np.zeros((z.shape[0], out // 8), np.uint32)
     for j in range(8):
         qzeros |= z[:, j::8] << np.uint32(4 * j)
-    g_idx = (np.arange(inn) // (inn if group < 0 else group)).astype(np.int32)
+    if g_idx is None:
+        g_idx = (np.arange(inn) // (inn if group < 0 else group)).astype(np.int32)
     return {"qweight": ("I32", qweight.shape, qweight.view(np.int32).tobytes()),
             "qzeros": ("I32", qzeros.shape, qzeros.view(np.int32).tobytes()),
             "scales": ("F16", scales.shape, scales.astype(np.float16).tobytes()),
@@ -489,6 +505,10 @@ MODELS = [
      {"group": 128, "sym": True, "experts": 2}),
     ("qwen3_next-fp8", "qwen3_next", ["linear_attention", "full_attention+dense"], "fp8",
      {"skip": ["in_proj_ba"], "experts": 2}),
+    # Act-order: every module's columns quantized in its own random order;
+    # hidden 256 and MLPs 384, so that the inputs have 2 and 3 groups.
+    ("qwen3-gptq-int4-act", "qwen3", ["full_attention"], "gptq",
+     {"group": 128, "sym": False, "desc_act": True, "act_order": True, "H": 256, "I": 384}),
 ]
 
 
@@ -503,7 +523,8 @@ def quant_config(fmt, opts, skipped):
         return {"bits": 4, "checkpoint_format": "gptq", "damp_percent": 0.01,
                 "desc_act": opts.get("desc_act", False), "group_size": opts["group"],
                 "model_file_base_name": "model", "model_name_or_path": None,
-                "quant_method": "gptq", "static_groups": opts.get("desc_act", False),
+                "quant_method": "gptq",
+                "static_groups": opts.get("desc_act", False) and not opts.get("act_order", False),
                 "sym": opts["sym"], "true_sequential": True}
     if fmt == "awq":
         return {"bits": 4, "group_size": opts["group"], "modules_to_not_convert": None,
@@ -533,7 +554,17 @@ def quant_config(fmt, opts, skipped):
 
 
 def make(out_dir, index, spec):
+    global H, I
     name, family, layers, fmt, opts = spec
+    dims = (H, I)
+    H, I = opts.get("H", H), opts.get("I", I)  # this model's widths (module constants)
+    try:
+        make_one(out_dir, index, name, family, layers, fmt, opts)
+    finally:
+        H, I = dims
+
+
+def make_one(out_dir, index, name, family, layers, fmt, opts):
     rng = np.random.default_rng(1300 + index)
     c = family_config(family, layers, opts.get("experts"))
     w = model_tensors(family, c, rng)
@@ -555,6 +586,11 @@ def make(out_dir, index, spec):
             codes, s = quant_fp8_channel(x)
             q_tensors[n] = ("F8_E4M3", x.shape, codes.tobytes())
             q_tensors[m + ".weight_scale"] = ("BF16", s.shape, bf16_bytes(s))
+        elif fmt == "gptq" and opts.get("act_order"):
+            perm = np.random.default_rng(zlib.crc32(m.encode())).permutation(x.shape[1])
+            codes, sc, z, g_idx = quant_groups_act_order(x, opts["group"], opts["sym"], perm)
+            for k, v in pack_gptq(codes, sc, z, opts["group"], g_idx=g_idx).items():
+                q_tensors[m + "." + k] = v
         elif fmt == "gptq":
             codes, sc, z = quant_groups(x, opts["group"], opts["sym"], opts.get("zero_one_in"))
             for k, v in pack_gptq(codes, sc, z, opts["group"]).items():

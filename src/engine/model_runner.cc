@@ -6,6 +6,7 @@
 #include "backends/cpu/kernels/quant_dot.h"
 #include "backends/cpu/state_copy.h"
 #include "base/thread_pool.h"
+#include "models/hf_quant.h"
 #include "runtime/tensor_parallel.h"
 #ifdef FERRITE_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -136,6 +137,7 @@ std::string PlanReport::to_string() const {
     s += "multimodal checkpoint: the language model is loaded; images are not supported\n";
   if (program) s += layer_summary(*program);
   s += "plan (node -> provider):\n" + plan.to_string();
+  if (!quantization.empty()) s += fmt::format("quantization: {}\n", quantization);
   s += fmt::format("weights: {}\n", human_bytes(weight_bytes));
   s += fmt::format(
       "KV cache: {} per token ({} for one {}-token sequence)\n", human_bytes(kv_bytes_per_token),
@@ -202,6 +204,7 @@ Result<PlanReport> ModelRunner::plan_only(const RunnerOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(PlanReport report,
                            make_report(src.config, std::move(program), *registry, options));
   report.registry = std::move(registry);
+  if (src.hf_quant) report.quantization = src.hf_quant->scheme().description;
   return report;
 }
 

@@ -44,6 +44,9 @@ struct PlanReport {
   int64_t kv_bytes_per_token = 0;  // all layers, K and V
   int64_t state_bytes_per_sequence = 0;
   int world_size = 1;
+  // A quantized Hugging Face checkpoint's scheme (models/hf_quant.h), e.g.
+  // "gptq int4, group 128, sym"; empty otherwise.
+  std::string quantization;
   std::string catalog;
   std::string to_string() const;
 };

@@ -320,22 +320,28 @@ class Scanner {
     add(m, std::move(mod), DType::kF8B128, out, in);
   }
 
-  // The group of every input column must be column / group (no act-order
-  // permutation; see docs/hf_quant.md).
-  bool g_idx_ok(const std::string& m, const SafetensorsTensor* g_idx, int64_t in, int64_t group) {
+  // The group of each input column (g_idx; absent: column / group). In group
+  // order the module repacks into u4_g128 blocks; a permuted (act-order,
+  // desc_act) g_idx is recorded on the module, and open() then expands the
+  // checkpoint's 4-bit modules to 16 bits (u4_g128 blocks need each 128
+  // columns in one group). False (a problem recorded) for a g_idx that is not
+  // an i32 [in] of groups in range.
+  bool g_idx_ok(const std::string& m, const SafetensorsTensor* g_idx, int64_t in, int64_t group,
+                HfQuantWeights::Module* mod) {
     if (!g_idx) return true;
     if (!check(g_idx->dtype == DType::kI32 && g_idx->shape.numel() == in,
                fmt::format("'{}' is {}, expected i32 [{}]", g_idx->name, shape_str(*g_idx), in)))
       return false;
+    const int64_t groups = ceil_div(in, group);
     for (int64_t i = 0; i < in; ++i) {
-      if (i32_at(*g_idx, i) != i / group) {
-        problems.push_back(fmt::format(
-            "'{}': act-order (desc_act) g_idx that is not in group order (column {} is in group "
-            "{}, not {}) is not supported yet: Ferrite's 4-bit blocks need each 128 columns in "
-            "one group",
-            g_idx->name, i, i32_at(*g_idx, i), i / group));
+      const int32_t g = i32_at(*g_idx, i);
+      if (g < 0 || g >= groups) {
+        problems.push_back(fmt::format("'{}': column {} is in group {}, outside 0..{} ({}: {} "
+                                       "groups of {})",
+                                       g_idx->name, i, g, groups - 1, m, groups, group));
         return false;
       }
+      if (g != i / group) mod->g_idx = g_idx;
     }
     return true;
   }
@@ -365,8 +371,8 @@ class Scanner {
                                    s_.group_size)))
       return;
     if (!rows_ok(m, out, in)) return;
-    if (!g_idx_ok(m, c_.find(m + ".g_idx"), in, group)) return;
     HfQuantWeights::Module mod;
+    if (!g_idx_ok(m, c_.find(m + ".g_idx"), in, group, &mod)) return;
     mod.codes = qw;
     mod.scales = sc;
     mod.zeros = qz;
@@ -417,8 +423,8 @@ class Scanner {
     } else {
       zp = nullptr;
     }
-    if (!g_idx_ok(m, c_.find(m + ".weight_g_idx"), in, group)) return;
     HfQuantWeights::Module mod;
+    if (!g_idx_ok(m, c_.find(m + ".weight_g_idx"), in, group, &mod)) return;
     mod.codes = wp;
     mod.scales = sc;
     mod.zeros = zp;
@@ -463,6 +469,22 @@ Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme
   auto w = std::make_shared<HfQuantWeights>();
   w->scheme_ = scheme;
   w->modules_ = std::move(scan.modules);
+  // Act-order: one permuted g_idx expands every 4-bit module of the
+  // checkpoint (stacked MoE experts need one dtype) to the 16-bit type of
+  // its scales (f32 scales: bf16), dequantized at load as the tools do.
+  int act_order = 0;
+  for (const auto& [name, m] : w->modules_) act_order += m.g_idx != nullptr;
+  if (act_order > 0) {
+    for (auto& [name, m] : w->modules_) {
+      if (m.virt.dtype != DType::kU4G128) continue;
+      m.virt.dtype = m.scales->dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+      m.virt.nbytes = dtype_bytes(m.virt.dtype, m.virt.shape.numel());
+    }
+    w->scheme_.description += fmt::format(
+        ", act-order ({} module{} with a permuted g_idx): 4-bit modules expanded to 16 bits at "
+        "load",
+        act_order, act_order == 1 ? "" : "s");
+  }
   return w;
 }
 
@@ -471,12 +493,83 @@ const SafetensorsTensor* HfQuantWeights::find(const std::string& name) const {
   return it == modules_.end() ? nullptr : &it->second.virt;
 }
 
+namespace {
+
+// Code, scale and zero point of element (o, i) of a 4-bit module, in group g,
+// as each tool stores them (the layouts of repack_rows below).
+struct Int4Element {
+  int q, z;
+  float d;
+};
+Int4Element int4_element(const HfQuantScheme& s, const HfQuantWeights::Module& m, int64_t out,
+                         int64_t in, int64_t o, int64_t i, int64_t g) {
+  Int4Element e{0, 8, 0.0f};
+  switch (s.kind) {
+    case Kind::kGptq: {
+      e.d = scale_at(*m.scales, g * out + o);
+      const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, g * (out / 8) + o / 8));
+      e.z = static_cast<int>((zw >> (4 * (o % 8))) & 15) + (s.gptq_v1_zeros ? 1 : 0);
+      const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, (i / 8) * out + o));
+      e.q = static_cast<int>((w >> (4 * (i % 8))) & 15);
+      break;
+    }
+    case Kind::kAwq: {
+      e.d = scale_at(*m.scales, g * out + o);
+      const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, g * (out / 8) + o / 8));
+      e.z = static_cast<int>((zw >> (4 * kAwqPos[o % 8])) & 15);
+      const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, i * (out / 8) + o / 8));
+      e.q = static_cast<int>((w >> (4 * kAwqPos[o % 8])) & 15);
+      break;
+    }
+    case Kind::kPackedInt: {
+      const int64_t groups = ceil_div(in, m.group);
+      e.d = scale_at(*m.scales, o * groups + g);
+      if (m.zeros) {
+        const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, (o / 8) * groups + g));
+        e.z = static_cast<int>((zw >> (4 * (o % 8))) & 15);
+      }
+      const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, o * ceil_div(in, 8) + i / 8));
+      e.q = static_cast<int>((w >> (4 * (i % 8))) & 15);
+      break;
+    }
+    case Kind::kFp8:
+      FERRITE_CHECK(false);
+  }
+  return e;
+}
+
+// Rows of an act-order module expanded to f16 / bf16: element (o, i) is
+// scale[g] * (q - zero[g]) with g = g_idx[i] (the tools' dequantization; the
+// product of an f16 scale and a 5-bit difference, rounded once).
+void expand_module_rows(const HfQuantScheme& s, const HfQuantWeights::Module& m, int64_t out,
+                        int64_t in, int64_t row_begin, int64_t rows, DType dt, uint8_t* dst) {
+  std::vector<int32_t> group(static_cast<size_t>(in));
+  for (int64_t i = 0; i < in; ++i)
+    group[i] = m.g_idx ? i32_at(*m.g_idx, i) : static_cast<int32_t>(i / m.group);
+  std::vector<float> row(static_cast<size_t>(in));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t o = row_begin + r;
+    for (int64_t i = 0; i < in; ++i) {
+      const Int4Element e = int4_element(s, m, out, in, o, i, group[i]);
+      row[i] = e.d * static_cast<float>(e.q - e.z);
+    }
+    uint8_t* d = dst + r * dtype_bytes(dt, in);
+    for (int64_t i = 0; i < in; ++i) store_from_f32(d, dt, i, row[i]);
+  }
+}
+
+}  // namespace
+
 void HfQuantWeights::repack_rows(const SafetensorsTensor& t, int64_t row_begin, int64_t rows,
                                  uint8_t* dst) const {
   const Module& m = modules_.at(t.name);
   const int64_t out = t.shape[0], in = t.shape[1], nb = in / kQKHf;
   FERRITE_CHECK(row_begin >= 0 && rows >= 0 && row_begin + rows <= out) << t.name;
   const int64_t row_bytes = dtype_bytes(t.dtype, in);
+  if (t.dtype != DType::kF8B128 && t.dtype != DType::kU4G128) {
+    expand_module_rows(scheme_, m, out, in, row_begin, rows, t.dtype, dst);
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t o = row_begin + r;
     uint8_t* row = dst + r * row_bytes;

@@ -11,15 +11,19 @@
 // self-contained block format of tensor/dtype.h (f8_e4m3_b128, u4_g128); the
 // loader's slicing (per-expert stacking, row splits) works on its rows as on
 // any tensor, and materializing a row repacks it from the checkpoint's
-// tensors (4 or 8 bits per weight plus a scale per 128 elements: never an
-// expansion to 16 bits). Modules the checkpoint stores unquantized (LM head,
+// tensors (4 or 8 bits per weight plus a scale per 128 elements). The one
+// expansion to 16 bits: GPTQ / compressed-tensors act-order checkpoints
+// (desc_act, a permuted g_idx), whose groups are scattered over the columns
+// while a u4_g128 block needs its 128 columns in one group; their 4-bit
+// modules are dequantized at load into the scales' 16-bit type (until the
+// 4-bit providers take an input permutation). Modules the checkpoint stores unquantized (LM head,
 // embeddings, norms, routers, the ignore / modules_to_not_convert lists)
 // are ordinary tensors and stay as stored.
 //
 // Everything is checked by open() before any weight memory is allocated:
 // the method and its parameters (an unsupported variant is `unsupported`
 // naming it and what is supported), and every quantized module's tensors
-// (presence, dtypes, shapes, g_idx order).
+// (presence, dtypes, shapes, g_idx ranges).
 #pragma once
 
 #include <map>
@@ -76,6 +80,10 @@ class HfQuantWeights {
     const SafetensorsTensor* zeros = nullptr;  // qzeros / weight_zero_point (may be null)
     int64_t scale_rows = 1, scale_cols = 1;   // fp8: the scale grid's block (rows, cols)
     int64_t group = 128;                      // int4: elements per group
+    // int4 act-order (desc_act): the g_idx of a module whose columns are
+    // not in group order; the checkpoint's 4-bit modules then load expanded
+    // to 16 bits (virt.dtype f16 / bf16), see open().
+    const SafetensorsTensor* g_idx = nullptr;
   };
 
  private:

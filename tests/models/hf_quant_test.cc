@@ -90,7 +90,10 @@ class HfQuantTest : public testing::TestWithParam<QuantCase> {
 // The quantized modules stay in their 4 / 8-bit blocks in memory, everything
 // the checkpoint keeps unquantized (embeddings, LM head, norms, routers,
 // ignore lists) in its stored bf16.
+// Act-order checkpoints (a permuted g_idx) are the exception: their 4-bit
+// modules load expanded to the scales' 16-bit type (models/hf_quant.h).
 TEST_P(HfQuantTest, WeightsStayQuantized) {
+  const bool expanded = !dtype_is_quantized(GetParam().format);
   int quantized = 0;
   int64_t q_bytes = 0, d_bytes = 0;
   for (const auto& [name, view] : quant_->bound().weights().views()) {
@@ -108,7 +111,8 @@ TEST_P(HfQuantTest, WeightsStayQuantized) {
     }
   }
   EXPECT_GT(quantized, 3);
-  EXPECT_LT(q_bytes, d_bytes * (GetParam().format == DType::kU4G128 ? 0.5 : 0.8));
+  if (!expanded)
+    EXPECT_LT(q_bytes, d_bytes * (GetParam().format == DType::kU4G128 ? 0.5 : 0.8));
 }
 
 TEST_P(HfQuantTest, PrefillLogitsMatchTheDequantizedCheckpoint) {
@@ -153,6 +157,12 @@ TEST_P(HfQuantTest, CachedDecodeAndGreedyTokensMatch) {
 // Ferrite on the quantized checkpoint: prefill and cached-decode logits at
 // the family goldens' 2e-3, greedy tokens equal.
 TEST_P(HfQuantTest, MatchesTransformersGoldens) {
+  if (!std::filesystem::exists(kDir + GetParam().model + "/golden.json")) {
+    // Made on the GPU machine (it has transformers); until then the chain
+    // through the oracle above is the check.
+    ASSERT_TRUE(GetParam().model == "qwen3-gptq-int4-act") << "missing goldens";
+    GTEST_SKIP() << "no transformers goldens yet: scripts/make_hf_quant_goldens.py";
+  }
   golden::Goldens g;
   ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(kDir + GetParam().model, &g));
   golden::check_prefill_logits(*quant_, g, 2e-3);
@@ -169,13 +179,14 @@ std::vector<QuantCase> all_cases() {
       {"llama-ct-w4a16", DType::kU4G128},      {"llama-gptq-int4-pc", DType::kU4G128},
       {"qwen3_moe-gptq-int4", DType::kU4G128}, {"qwen3_5-fp8", DType::kF8B128},
       {"qwen3_5_moe-gptq-int4", DType::kU4G128}, {"qwen3_next-fp8", DType::kF8B128},
+      {"qwen3-gptq-int4-act", DType::kF16},
   };
   // The fast set on every model; the (slow, scalar) reference set on one
   // model per checkpoint layout (conformance compares the two sets on the
   // formats anyway).
   const std::set<std::string> reference = {"qwen3-fp8", "qwen3-gptq-int4", "qwen3-awq-int4",
                                            "llama-ct-fp8", "llama-ct-w4a16",
-                                           "qwen3_moe-gptq-int4"};
+                                           "qwen3_moe-gptq-int4", "qwen3-gptq-int4-act"};
   std::vector<QuantCase> cases;
   for (const auto& [m, f] : models) {
     cases.push_back({m, f, "fast"});
@@ -249,8 +260,10 @@ TEST(HfQuantErrors, UnsupportedVariantsAreNamed) {
   }
 }
 
-// Act-order g_idx that is not in group order: named, before any allocation.
-TEST(HfQuantErrors, ActOrderPermutationIsRefused) {
+// A g_idx naming a group the scales do not have: named, before any
+// allocation. (A permuted one in range is act-order and loads: the
+// qwen3-gptq-int4-act case above.)
+TEST(HfQuantErrors, GroupIndexOutOfRangeIsNamed) {
   namespace fs = std::filesystem;
   const std::string model = "qwen3-gptq-int4";
   auto ckpt = SafetensorsCheckpoint::open(kDir + model);
@@ -260,9 +273,9 @@ TEST(HfQuantErrors, ActOrderPermutationIsRefused) {
   for (const std::string& name : ckpt->names()) {
     const SafetensorsTensor* t = ckpt->find(name);
     keep.emplace_back(t->data, t->data + t->nbytes);
-    if (name == "model.layers.0.mlp.up_proj.g_idx") {  // column 0 in another group
+    if (name == "model.layers.0.mlp.up_proj.g_idx") {  // column 0 in a group past the last
       ASSERT_GE(keep.back().size(), 4u);
-      const int32_t other = 1;
+      const int32_t other = 1000;
       std::memcpy(keep.back().data(), &other, 4);
     }
     tensors.push_back({name, t->dtype, t->shape, keep.back()});
@@ -273,7 +286,7 @@ TEST(HfQuantErrors, ActOrderPermutationIsRefused) {
   ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), tensors).is_ok());
   fs::copy_file(kDir + model + "/config.json", dir / "config.json");
   const std::string err = open_error(dir.string());
-  EXPECT_NE(err.find("act-order"), std::string::npos) << err;
+  EXPECT_NE(err.find("column 0 is in group 1000"), std::string::npos) << err;
   EXPECT_NE(err.find("model.layers.0.mlp.up_proj.g_idx"), std::string::npos) << err;
 }
 
