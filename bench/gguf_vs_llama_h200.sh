@@ -18,6 +18,10 @@
 # tests; it touches /tmp/peer/prepared when done) so that the measuring call is short.
 # FERRITE_AB_OFF="VAR=0 ...": each also runs ferrite's bench once more with that variable set
 # (e.g. FERRITE_CUDA_QUANT_FUSED=0, the A/B of the fused decode GEMV).
+# PEER_MOE=1: afterwards (or alone, with PEER_DENSE=0) the Qwen3-30B-A3B-shape Q4_K_M target:
+# bench/twin_moe_gguf.py writes the MoE twin in Q8_0 (32 GB; the dense twin files are deleted
+# first for disk), llama-quantize --allow-requantize makes Q4_K_M, then llama-bench (tg128,
+# pp4096), llama-batched-bench (B = 1, 8, 32) and ferrite bench (b1 / 8 / 32, prefill 4096).
 # Output: $OUT/peer_side_by_side.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -49,7 +53,7 @@ done
 wait
 touch /tmp/peer/prepared
 [ "${1:-}" = "--prepare" ] && exit 0
-for q in q4_k_m q8_0; do
+for q in $([ "${PEER_DENSE:-1}" = 1 ] && echo q4_k_m q8_0); do
   F=/tmp/peer/twin/$q.gguf
   echo "== llama.cpp $q" >> "$S"
   timeout 150 "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p 4096 -n 128 -r 2 -o md 2>&1 | grep -E "^\|" >> "$S"
@@ -62,4 +66,24 @@ for q in q4_k_m q8_0; do
       grep -E "prefill|decode|weights|error" >> "$S"
   done
 done
+if [ "${PEER_MOE:-0}" = 1 ]; then
+  M=/tmp/peer/moe
+  if [ ! -f $M/q4_k_m.gguf ]; then
+    rm -rf /tmp/peer/twin && mkdir -p $M
+    [ -f /tmp/peer/tok.json ] || gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/peer/tok.json
+    python3 "$ROOT/bench/twin_moe_gguf.py" $M/q8_0.gguf /tmp/peer/tok.json "$G/twin_weights.py" \
+      > $M/twin.log 2>&1 &&
+      "$L/llama-quantize" --allow-requantize $M/q8_0.gguf $M/q4_k_m.gguf Q4_K_M 16 > $M/quantize.log 2>&1 &&
+      rm -f $M/q8_0.gguf
+  fi
+  F=$M/q4_k_m.gguf
+  echo "== llama.cpp qwen3-30b-a3b q4_k_m" >> "$S"
+  timeout 200 "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p 4096 -n 128 -r 1 -o md 2>&1 | grep -E "^\|" >> "$S"
+  timeout 200 "$L/llama-batched-bench" -m "$F" -ngl 99 -fa on -c 10000 -b 2048 -ub 512 -npp 128 \
+    -ntg 128 -npl 1,8,32 2>&1 | grep -E "^\|" >> "$S"
+  echo "== ferrite qwen3-30b-a3b q4_k_m (same file)" >> "$S"
+  timeout 200 "$B/ferrite" bench --model "$F" --device cuda --batch 1 8 32 --prompt-len 4096 \
+    --decode-prompt-len 128 --gen-len 64 --max-num-seqs 32 --kv-cache-gib 16 -r 1 2>&1 |
+    grep -E "prefill|decode|weights|error" >> "$S"
+fi
 cat "$S"
