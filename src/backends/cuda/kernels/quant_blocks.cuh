@@ -17,11 +17,13 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
 
 namespace ferrite::cuda::qblocks {
 
+// The format codes, in the order of kFmtDTypes.
 enum QFmt : int {
   kFmtQ8_0 = 0,
   kFmtQ4_0 = 1,
@@ -30,57 +32,28 @@ enum QFmt : int {
   kFmtQ6_K = 4,
   kFmtF8B128 = 5,  // Hugging Face FP8 (tensor/dtype.h: f32 d + 128 x e4m3)
   kFmtU4G128 = 6,  // GPTQ / AWQ / W4A16 (f32 d, u8 z, 64 bytes of nibbles)
+  kFmtCount = 7,
 };
+inline constexpr DType kFmtDTypes[kFmtCount] = {DType::kQ8_0, DType::kQ4_0,  DType::kQ4_K,
+                                                DType::kQ5_K, DType::kQ6_K,  DType::kF8B128,
+                                                DType::kU4G128};
 
+// The format code of a block dtype, -1 for any other.
 inline int qfmt(DType t) {
-  switch (t) {
-    case DType::kQ8_0:
-      return kFmtQ8_0;
-    case DType::kQ4_0:
-      return kFmtQ4_0;
-    case DType::kQ4_K:
-      return kFmtQ4_K;
-    case DType::kQ5_K:
-      return kFmtQ5_K;
-    case DType::kQ6_K:
-      return kFmtQ6_K;
-    case DType::kF8B128:
-      return kFmtF8B128;
-    case DType::kU4G128:
-      return kFmtU4G128;
-    default:
-      return -1;
-  }
+  for (int f = 0; f < kFmtCount; ++f)
+    if (kFmtDTypes[f] == t) return f;
+  return -1;
 }
 
-// Calls f(std::integral_constant<int, F>{}) for the format code of t.
+template <typename Fn, int... Fs>
+inline bool dispatch_fmt_codes(int f, Fn& fn, std::integer_sequence<int, Fs...>) {
+  return ((f == Fs ? (fn(std::integral_constant<int, Fs>{}), true) : false) || ...);
+}
+// Calls f(std::integral_constant<int, F>{}) for the format code of t; false
+// (nothing called) when t is not a block format.
 template <typename Fn>
 inline bool dispatch_fmt(DType t, Fn&& f) {
-  switch (qfmt(t)) {
-    case kFmtQ8_0:
-      f(std::integral_constant<int, kFmtQ8_0>{});
-      return true;
-    case kFmtQ4_0:
-      f(std::integral_constant<int, kFmtQ4_0>{});
-      return true;
-    case kFmtQ4_K:
-      f(std::integral_constant<int, kFmtQ4_K>{});
-      return true;
-    case kFmtQ5_K:
-      f(std::integral_constant<int, kFmtQ5_K>{});
-      return true;
-    case kFmtQ6_K:
-      f(std::integral_constant<int, kFmtQ6_K>{});
-      return true;
-    case kFmtF8B128:
-      f(std::integral_constant<int, kFmtF8B128>{});
-      return true;
-    case kFmtU4G128:
-      f(std::integral_constant<int, kFmtU4G128>{});
-      return true;
-    default:
-      return false;
-  }
+  return dispatch_fmt_codes(qfmt(t), f, std::make_integer_sequence<int, kFmtCount>{});
 }
 
 __device__ __forceinline__ float ld_half(const uint8_t* p) {
