@@ -452,7 +452,8 @@ Result<HfQuantScheme> parse_hf_quant_config(const JsonConfig& q) {
 }
 
 Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme& scheme,
-                                                             const SafetensorsCheckpoint& ckpt) {
+                                                             const SafetensorsCheckpoint& ckpt,
+                                                             std::optional<DType> expand_dtype) {
   Scanner scan(scheme, ckpt);
   scan.scan();
   if (!scan.problems.empty()) {
@@ -470,14 +471,17 @@ Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme
   w->scheme_ = scheme;
   w->modules_ = std::move(scan.modules);
   // Act-order: one permuted g_idx expands every 4-bit module of the
-  // checkpoint (stacked MoE experts need one dtype) to the 16-bit type of
-  // its scales (f32 scales: bf16), dequantized at load as the tools do.
+  // checkpoint (stacked MoE experts need one dtype) to expand_dtype, else
+  // the 16-bit type of its scales (f32 scales: bf16), dequantized at load as
+  // the tools do.
   int act_order = 0;
   for (const auto& [name, m] : w->modules_) act_order += m.g_idx != nullptr;
   if (act_order > 0) {
     for (auto& [name, m] : w->modules_) {
       if (m.virt.dtype != DType::kU4G128) continue;
-      m.virt.dtype = m.scales->dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+      m.virt.dtype = expand_dtype && (*expand_dtype == DType::kF16 || *expand_dtype == DType::kBF16)
+                         ? *expand_dtype
+                         : m.scales->dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
       m.virt.nbytes = dtype_bytes(m.virt.dtype, m.virt.shape.numel());
     }
     w->scheme_.description += fmt::format(

@@ -61,8 +61,12 @@ Result<HfQuantScheme> parse_hf_quant_config(const JsonConfig& quantization_confi
 class HfQuantWeights {
  public:
   // Finds and checks every quantized module (one error lists the problems).
-  static Result<std::shared_ptr<HfQuantWeights>> open(const HfQuantScheme& scheme,
-                                                      const SafetensorsCheckpoint& ckpt);
+  // expand_dtype: the 16-bit type act-order modules expand to (the
+  // checkpoint's torch_dtype when it is f16 / bf16, so that they match the
+  // activations); nullopt: the scales' type.
+  static Result<std::shared_ptr<HfQuantWeights>> open(
+      const HfQuantScheme& scheme, const SafetensorsCheckpoint& ckpt,
+      std::optional<DType> expand_dtype = std::nullopt);
 
   const HfQuantScheme& scheme() const { return scheme_; }
   // The virtual tensor `<module>.weight` (data == nullptr), or nullptr.

@@ -338,7 +338,8 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(auto checkpoint, SafetensorsCheckpoint::open(options.model_dir));
   src.checkpoint = std::make_shared<SafetensorsCheckpoint>(std::move(checkpoint));
   if (quant) {
-    FERRITE_ASSIGN_OR_RETURN(src.hf_quant, HfQuantWeights::open(*quant, *src.checkpoint));
+    FERRITE_ASSIGN_OR_RETURN(src.hf_quant,
+                             HfQuantWeights::open(*quant, *src.checkpoint, src.config.torch_dtype));
   }
   const TensorLookup tensors{*src.checkpoint, src.hf_quant.get()};
   std::vector<std::string> problems;

@@ -91,10 +91,18 @@ class HfQuantTest : public testing::TestWithParam<QuantCase> {
 // the checkpoint keeps unquantized (embeddings, LM head, norms, routers,
 // ignore lists) in its stored bf16.
 // Act-order checkpoints (a permuted g_idx) are the exception: their 4-bit
-// modules load expanded to the scales' 16-bit type (models/hf_quant.h).
+// modules load expanded to the checkpoint's 16-bit dtype (models/hf_quant.h).
 TEST_P(HfQuantTest, WeightsStayQuantized) {
-  const bool expanded = !dtype_is_quantized(GetParam().format);
   int quantized = 0;
+  if (!dtype_is_quantized(GetParam().format)) {
+    for (const auto& [name, view] : quant_->bound().weights().views()) {
+      if (name.find("_proj") == std::string::npos) continue;
+      EXPECT_EQ(view.dtype, GetParam().format) << name;
+      ++quantized;
+    }
+    EXPECT_GT(quantized, 3);
+    return;
+  }
   int64_t q_bytes = 0, d_bytes = 0;
   for (const auto& [name, view] : quant_->bound().weights().views()) {
     const TensorView* d = deq_->bound().weights().find(name);
@@ -111,8 +119,7 @@ TEST_P(HfQuantTest, WeightsStayQuantized) {
     }
   }
   EXPECT_GT(quantized, 3);
-  if (!expanded)
-    EXPECT_LT(q_bytes, d_bytes * (GetParam().format == DType::kU4G128 ? 0.5 : 0.8));
+  EXPECT_LT(q_bytes, d_bytes * (GetParam().format == DType::kU4G128 ? 0.5 : 0.8));
 }
 
 TEST_P(HfQuantTest, PrefillLogitsMatchTheDequantizedCheckpoint) {
@@ -179,7 +186,7 @@ std::vector<QuantCase> all_cases() {
       {"llama-ct-w4a16", DType::kU4G128},      {"llama-gptq-int4-pc", DType::kU4G128},
       {"qwen3_moe-gptq-int4", DType::kU4G128}, {"qwen3_5-fp8", DType::kF8B128},
       {"qwen3_5_moe-gptq-int4", DType::kU4G128}, {"qwen3_next-fp8", DType::kF8B128},
-      {"qwen3-gptq-int4-act", DType::kF16},
+      {"qwen3-gptq-int4-act", DType::kBF16},  // act-order: expanded to its dtype
   };
   // The fast set on every model; the (slow, scalar) reference set on one
   // model per checkpoint layout (conformance compares the two sets on the
