@@ -36,6 +36,9 @@ struct CudaExecOptions {
   // Tuning::cuda_quant_fused: with quant_dot, a decode product's norm,
   // activation quantization and GEMVs in one kernel (kernels/quant_gemv.cuh).
   bool quant_fused = true;
+  // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
+  // the grouped tensor-core path, through experts dequantized per step.
+  bool moe_dequant = false;
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).
   bool profile = false;
   // Tuning::ncu_decode_step: the K-th graph replay runs inside a profiler

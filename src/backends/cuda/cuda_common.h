@@ -40,6 +40,8 @@ struct BackendState {
   // themselves, fused with the block's norm and up to four products
   // (kernels/quant_gemv.cuh; q8_x / q8_d then serve only the fallbacks).
   bool quant_fused = true;
+  // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
+  bool moe_dequant = false;
   int8_t* q8_x = nullptr;
   float* q8_d = nullptr;
   int64_t q8_capacity = 0;

@@ -151,17 +151,8 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   if (lt_types) {
     const int64_t row_bytes = k * 2;
     const int64_t want = std::min(n * row_bytes, std::max(kDequantMaxBytes, 256 * row_bytes));
-    if (st.dequant_bytes < want && !st.capturing) {
-      if (st.dequant) {
-        FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
-        if (st.exec) drop_captured_graphs(st);  // they point into the old buffer
-        FERRITE_CUDA_RETURN(cudaFree(st.dequant));
-        st.dequant = nullptr;
-        st.dequant_bytes = 0;
-      }
-      FERRITE_CUDA_RETURN(cudaMalloc(&st.dequant, want));
-      st.dequant_bytes = want;
-    }
+    FERRITE_ASSIGN_OR_RETURN(bool grown, ensure_dequant_capacity(st, want));
+    (void)grown;  // a smaller buffer still takes slices of it
     // Slices of whole 128-row groups (cuBLASLt tiles) that fit the buffer.
     const int64_t slice = std::min(n, st.dequant_bytes / row_bytes / 128 * 128);
     // cuBLASLt plans for the full slice and the last one (else the tile
@@ -197,6 +188,25 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
 }
 
 }  // namespace
+
+Result<bool> ensure_dequant_capacity(BackendState& st, int64_t bytes) {
+  if (st.dequant_bytes >= bytes) return true;
+  if (st.capturing) return false;
+  if (st.dequant) {
+    FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
+    if (st.exec) drop_captured_graphs(st);  // they point into the old buffer
+    FERRITE_CUDA_RETURN(cudaFree(st.dequant));
+    st.dequant = nullptr;
+    st.dequant_bytes = 0;
+  }
+  if (cudaMalloc(&st.dequant, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free allocation error
+    st.dequant = nullptr;
+    return false;
+  }
+  st.dequant_bytes = bytes;
+  return true;
+}
 
 Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems) {
   if (st.q8_capacity >= elems) return true;

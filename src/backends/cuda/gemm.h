@@ -16,6 +16,12 @@ Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, c
 // (grown on eager steps only): false when they do not and cannot now.
 Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems);
 
+// Makes st.dequant hold at least `bytes` (grown on eager steps only; a
+// regrowth drops the captured decode graphs, which point into the old
+// buffer): false when it does not and cannot now (capturing, or the
+// allocation failed: the caller takes a path without it).
+Result<bool> ensure_dequant_capacity(BackendState& st, int64_t bytes);
+
 // Creates / destroys the cuBLASLt handle and workspace of a backend state.
 Status gemm_init(BackendState& st);
 void gemm_shutdown(BackendState& st);

@@ -20,6 +20,10 @@
 namespace ferrite::cuda {
 namespace {
 
+// Tuning::cuda_moe_dequant's step size: below it the per-row block products
+// read less than dequantizing every expert writes.
+constexpr int64_t kMoeDequantMinTokens = 512;
+
 class RoutedMoe final : public Provider {
  public:
   explicit RoutedMoe(bool shared)
@@ -102,7 +106,34 @@ class RoutedMoe final : public Provider {
     // bf16 / f16 with matching expert weights: tensor-core expert GEMMs on
     // the normalised rows rounded to the activation type (the dense path's
     // rounding points); otherwise the SIMT products on f32 rows.
-    const bool tc = moe_mma_supported(act, b[kGateUp].dtype, b[kDown].dtype, H, I);
+    bool tc = moe_mma_supported(act, b[kGateUp].dtype, b[kDown].dtype, H, I);
+    // Block-format experts in a large eager step (prefill; Tuning::
+    // cuda_moe_dequant): every expert dequantized to act into st.dequant
+    // (one pass over the blocks, about 2 bytes written per weight), then the
+    // grouped tensor-core GEMMs of bf16 experts. A step that cannot have the
+    // buffer (capturing, no memory) keeps the per-row block products.
+    const void* gate_up_w = b[kGateUp].data;
+    const void* down_w = b[kDown].data;
+    if (!tc && st.moe_dequant && !st.capturing && t >= kMoeDequantMinTokens &&
+        dtype_is_quantized(b[kGateUp].dtype) && dtype_is_quantized(b[kDown].dtype) &&
+        moe_mma_supported(act, act, act, H, I)) {
+      const int64_t e = dtype_bytes(act, 1);
+      const int64_t gu_bytes = E * 2 * I * H * e, down_bytes = E * H * I * e;
+      FERRITE_ASSIGN_OR_RETURN(bool room, ensure_dequant_capacity(st, gu_bytes + down_bytes));
+      if (room) {
+        profile_mark(st.stream, "moe.dequant", st.capturing);
+        auto* buf = static_cast<char*>(st.dequant);
+        FERRITE_RETURN_IF_ERROR(launch_quant_dequant_rows(st.stream, b[kGateUp].data,
+                                                          b[kGateUp].dtype, H, 0, E * 2 * I, buf,
+                                                          act));
+        FERRITE_RETURN_IF_ERROR(launch_quant_dequant_rows(st.stream, b[kDown].data,
+                                                          b[kDown].dtype, I, 0, E * H,
+                                                          buf + gu_bytes, act));
+        gate_up_w = buf;
+        down_w = buf + gu_bytes;
+        tc = true;
+      }
+    }
     const int row_tile = moe_row_tile(tk, E);
     const int64_t max_tiles = moe_max_tiles(tk, E, row_tile);
 
@@ -153,10 +184,10 @@ class RoutedMoe final : public Provider {
     // gate_up [E, 2, I, H] is [E, 2I, H]: rows [0, I) gate, [I, 2I) up.
     if (tc) {
       FERRITE_RETURN_IF_ERROR(launch_moe_expert_mma(st.stream, true, n, H, row_pair, K,
-                                                    b[kGateUp].data, H, I, act, row_tile, tiles,
+                                                    gate_up_w, H, I, act, row_tile, tiles,
                                                     tile_count, max_tiles, mid, I));
       FERRITE_RETURN_IF_ERROR(launch_moe_expert_mma(st.stream, false, mid, I, row_pair, K,
-                                                    b[kDown].data, I, H, act, row_tile, tiles,
+                                                    down_w, I, H, act, row_tile, tiles,
                                                     tile_count, max_tiles, ys, H));
     } else {
       // f32 rows; expert weights in a float type (SIMT products) or in GGUF
