@@ -41,10 +41,11 @@ namespace ferrite {
     "normalises and quantizes x itself and runs up to four products sharing it (Q/K/V, gate/up) " \
     "(0: a norm, a quantization and a GEMV launch per product; results are equal up to the "      \
     "norm's summation order)")                                                                    \
-  X(bool, cuda_moe_dequant, "FERRITE_CUDA_MOE_DEQUANT", false,                                  \
-    "CUDA: eager steps of 512+ tokens of MoE layers whose experts are in block formats "          \
-    "dequantize the experts to the activation type and take the grouped tensor-core path of "     \
-    "bf16 experts (1: on; off by default until it is measured and checked on a GPU)")            \
+  X(int64_t, cuda_moe_dequant, "FERRITE_CUDA_MOE_DEQUANT", 0,                                    \
+    "CUDA: eager steps of at least this many tokens of MoE layers whose experts are in block "    \
+    "formats dequantize the experts to the activation type and take the grouped tensor-core "     \
+    "path of bf16 experts (0: never, the default until it is measured and checked on a GPU; "     \
+    "512 is the intended setting)")                                                               \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \

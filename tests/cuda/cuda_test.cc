@@ -192,13 +192,18 @@ struct QuantFileCase {
   std::string stem;
   DType act;
   bool exact;  // tuning.cuda_quant_dot off: f32 activations in the products
+  // tuning.cuda_moe_dequant: block-format MoE experts of eager steps of this
+  // many tokens dequantized onto the grouped tensor-core path (0: off).
+  int64_t moe_dequant = 0;
 };
 void PrintTo(const QuantFileCase& c, std::ostream* os) {
-  *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8");
+  *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8")
+      << (c.moe_dequant ? "/moe_dequant" : "");
 }
 std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
   std::string s = info.param.stem + (info.param.act == DType::kF32 ? "_f32" : "_bf16") +
-                  (info.param.exact ? "_exact" : "_int8");
+                  (info.param.exact ? "_exact" : "_int8") +
+                  (info.param.moe_dequant ? "_moe_dequant" : "");
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -212,6 +217,7 @@ class CudaGgufQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(dir + GetParam().stem, &golden_));
     RunnerOptions o = cuda_options(dir + GetParam().stem + ".gguf", GetParam().act);
     o.tuning.cuda_quant_dot = !GetParam().exact;
+    o.tuning.cuda_moe_dequant = GetParam().moe_dequant;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -262,6 +268,9 @@ std::vector<QuantFileCase> quant_file_cases() {
     cases.push_back({stem, DType::kF32, true});
     cases.push_back({stem, DType::kF32, false});
     cases.push_back({stem, DType::kBF16, false});
+    // Every eager step's experts through the dequantized tensor-core path.
+    if (std::string(stem).find("moe") != std::string::npos)
+      cases.push_back({stem, DType::kBF16, false, 1});
   }
   return cases;
 }
@@ -283,6 +292,7 @@ class CudaHfQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(dir, &golden_));
     RunnerOptions o = cuda_options(dir, GetParam().act);
     o.tuning.cuda_quant_dot = !GetParam().exact;
+    o.tuning.cuda_moe_dequant = GetParam().moe_dequant;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -321,6 +331,7 @@ std::vector<QuantFileCase> hf_quant_cases() {
     cases.push_back({m, DType::kF32, true});
     cases.push_back({m, DType::kF32, false});
     cases.push_back({m, DType::kBF16, false});
+    if (std::string(m).find("moe") != std::string::npos) cases.push_back({m, DType::kBF16, false, 1});
   }
   return cases;
 }

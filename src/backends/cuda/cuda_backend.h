@@ -38,7 +38,7 @@ struct CudaExecOptions {
   bool quant_fused = true;
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
-  bool moe_dequant = false;
+  int64_t moe_dequant = 0;  // minimum tokens; 0: off
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).
   bool profile = false;
   // Tuning::ncu_decode_step: the K-th graph replay runs inside a profiler

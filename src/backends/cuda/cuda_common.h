@@ -41,7 +41,7 @@ struct BackendState {
   // (kernels/quant_gemv.cuh; q8_x / q8_d then serve only the fallbacks).
   bool quant_fused = true;
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
-  bool moe_dequant = false;
+  int64_t moe_dequant = 0;  // minimum step tokens; 0: off
   int8_t* q8_x = nullptr;
   float* q8_d = nullptr;
   int64_t q8_capacity = 0;

@@ -20,10 +20,6 @@
 namespace ferrite::cuda {
 namespace {
 
-// Tuning::cuda_moe_dequant's step size: below it the per-row block products
-// read less than dequantizing every expert writes.
-constexpr int64_t kMoeDequantMinTokens = 512;
-
 class RoutedMoe final : public Provider {
  public:
   explicit RoutedMoe(bool shared)
@@ -114,7 +110,9 @@ class RoutedMoe final : public Provider {
     // buffer (capturing, no memory) keeps the per-row block products.
     const void* gate_up_w = b[kGateUp].data;
     const void* down_w = b[kDown].data;
-    if (!tc && st.moe_dequant && !st.capturing && t >= kMoeDequantMinTokens &&
+    // (The intended threshold, 512 tokens: below about that the per-row
+    // block products read less than dequantizing every expert writes.)
+    if (!tc && st.moe_dequant > 0 && !st.capturing && t >= st.moe_dequant &&
         dtype_is_quantized(b[kGateUp].dtype) && dtype_is_quantized(b[kDown].dtype) &&
         moe_mma_supported(act, act, act, H, I)) {
       const int64_t e = dtype_bytes(act, 1);
