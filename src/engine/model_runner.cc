@@ -250,6 +250,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.profile = options.tuning.profile;
     co.quant_dot = options.tuning.cuda_quant_dot;
     co.quant_fused = options.tuning.cuda_quant_fused;
+    co.quant_fused_fp8 = options.tuning.cuda_quant_fused_fp8;
     co.moe_dequant = options.tuning.cuda_moe_dequant;
     co.ncu_decode_step = options.tuning.ncu_decode_step;
     co.max_tokens = r->report_.plan.limits.max_tokens;

@@ -41,6 +41,10 @@ namespace ferrite {
     "normalises and quantizes x itself and runs up to four products sharing it (Q/K/V, gate/up) " \
     "(0: a norm, a quantization and a GEMV launch per product; results are equal up to the "      \
     "norm's summation order)")                                                                    \
+  X(bool, cuda_quant_fused_fp8, "FERRITE_CUDA_QUANT_FUSED_FP8", false,                           \
+    "CUDA: with cuda_quant_fused, FP8 (e4m3, 128-blocks) weights take the fused decode kernel "    \
+    "too, on activations staged in their own type (off by default until it is checked and "       \
+    "measured on a GPU: FP8 decode takes the f32 GEMV)")                                          \
   X(int64_t, cuda_moe_dequant, "FERRITE_CUDA_MOE_DEQUANT", 0,                                    \
     "CUDA: eager steps of at least this many tokens of MoE layers whose experts are in block "    \
     "formats dequantize the experts to the activation type and take the grouped tensor-core "     \

@@ -195,15 +195,17 @@ struct QuantFileCase {
   // tuning.cuda_moe_dequant: block-format MoE experts of eager steps of this
   // many tokens dequantized onto the grouped tensor-core path (0: off).
   int64_t moe_dequant = 0;
+  bool fused_fp8 = false;  // tuning.cuda_quant_fused_fp8
 };
 void PrintTo(const QuantFileCase& c, std::ostream* os) {
   *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8")
-      << (c.moe_dequant ? "/moe_dequant" : "");
+      << (c.moe_dequant ? "/moe_dequant" : "") << (c.fused_fp8 ? "/fused_fp8" : "");
 }
 std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
   std::string s = info.param.stem + (info.param.act == DType::kF32 ? "_f32" : "_bf16") +
                   (info.param.exact ? "_exact" : "_int8") +
-                  (info.param.moe_dequant ? "_moe_dequant" : "");
+                  (info.param.moe_dequant ? "_moe_dequant" : "") +
+                  (info.param.fused_fp8 ? "_fused_fp8" : "");
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -218,6 +220,7 @@ class CudaGgufQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     RunnerOptions o = cuda_options(dir + GetParam().stem + ".gguf", GetParam().act);
     o.tuning.cuda_quant_dot = !GetParam().exact;
     o.tuning.cuda_moe_dequant = GetParam().moe_dequant;
+    o.tuning.cuda_quant_fused_fp8 = GetParam().fused_fp8;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -293,6 +296,7 @@ class CudaHfQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     RunnerOptions o = cuda_options(dir, GetParam().act);
     o.tuning.cuda_quant_dot = !GetParam().exact;
     o.tuning.cuda_moe_dequant = GetParam().moe_dequant;
+    o.tuning.cuda_quant_fused_fp8 = GetParam().fused_fp8;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -332,6 +336,10 @@ std::vector<QuantFileCase> hf_quant_cases() {
     cases.push_back({m, DType::kF32, false});
     cases.push_back({m, DType::kBF16, false});
     if (std::string(m).find("moe") != std::string::npos) cases.push_back({m, DType::kBF16, false, 1});
+    if (std::string(m).find("fp8") != std::string::npos) {  // the fused e4m3 decode kernel
+      cases.push_back({m, DType::kF32, false, 0, true});
+      cases.push_back({m, DType::kBF16, false, 0, true});
+    }
   }
   return cases;
 }

@@ -25,6 +25,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
   int count = 0;
   for (const NormedProjection& p : projections) {
     if (!dtype_is_quantized(p.w.dtype)) return false;
+    if (p.w.dtype == DType::kF8B128 && !st.quant_fused_fp8) return false;
     formats[count] = p.w.dtype;
     segs[count++] = {p.w.data, p.out, p.rows};
   }

@@ -36,6 +36,7 @@ struct CudaExecOptions {
   // Tuning::cuda_quant_fused: with quant_dot, a decode product's norm,
   // activation quantization and GEMVs in one kernel (kernels/quant_gemv.cuh).
   bool quant_fused = true;
+  bool quant_fused_fp8 = false;  // Tuning::cuda_quant_fused_fp8
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 0;  // minimum tokens; 0: off

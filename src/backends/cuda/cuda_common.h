@@ -40,6 +40,7 @@ struct BackendState {
   // themselves, fused with the block's norm and up to four products
   // (kernels/quant_gemv.cuh; q8_x / q8_d then serve only the fallbacks).
   bool quant_fused = true;
+  bool quant_fused_fp8 = false;  // Tuning::cuda_quant_fused_fp8: e4m3 weights too
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 0;  // minimum step tokens; 0: off
   int8_t* q8_x = nullptr;

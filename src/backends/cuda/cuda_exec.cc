@@ -57,6 +57,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.exec = this;
     st_.quant_dot = options_.quant_dot;
     st_.quant_fused = options_.quant_fused;
+    st_.quant_fused_fp8 = options_.quant_fused_fp8;
     st_.moe_dequant = options_.moe_dequant;
     FERRITE_RETURN_IF_ERROR(gemm_init(st_));
     FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));

@@ -122,7 +122,8 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   // Up to 8 tokens: the integer GEMV (fused with the activations'
   // quantization, else after a quantize launch); beyond, dequantize +
   // cuBLASLt (faster from 9 tokens on, measured).
-  if (st.quant_dot && st.quant_fused && m <= kQuantGemvMaxTokens) {
+  if (st.quant_dot && st.quant_fused && m <= kQuantGemvMaxTokens &&
+      (w_dt != DType::kF8B128 || st.quant_fused_fp8)) {
     const QuantGemvSegment seg{w, out, n};
     QuantGemvArgs a;
     a.x = x;

@@ -34,9 +34,83 @@ constexpr int depth() {
   return d < 2 ? 2 : d > 4 ? 4 : d;
 }
 
-size_t smem_bytes(int64_t m, int64_t k) {
+// The staged rows: 8-bit blocks (m * k bytes + a scale per 32), or for e4m3
+// weights the normalised rows themselves in the activation type.
+size_t smem_bytes(int64_t m, int64_t k, bool float_x, int64_t x_elem) {
+  if (float_x) return static_cast<size_t>(m * k * x_elem);
   return static_cast<size_t>((m * k + 15) / 16 * 16 + m * (k / 32) * 4);
 }
+
+// Eight staged activations from shared memory (16-byte aligned).
+template <typename TX>
+__device__ __forceinline__ void load8_shared(const TX* p, float (&f)[8]) {
+  if constexpr (sizeof(TX) == 2) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const TX* h = reinterpret_cast<const TX*>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = to_f(h[i]);
+  } else {
+    const float4 a = reinterpret_cast<const float4*>(p)[0];
+    const float4 b = reinterpret_cast<const float4*>(p)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z,
+    f[7] = b.w;
+  }
+}
+
+// e4m3 codes are not integers: an FP8 block (f32 d + 128 codes; 4-byte
+// aligned) meets the staged activations in f32. Lane `part` of 8 takes 16
+// codes; its sum of code x activation products is scaled by d once (the
+// reference multiplies each code by d first: the same products up to f32
+// rounding, within the bounds of the approximate decode path).
+struct F8Dot {
+  static constexpr int kElems = 128, kBytes = 132, kLanes = 8, kRawRegs = 5;
+  struct Raw {
+    uint32_t w[4], d;
+  };
+  float f[16];
+  float d;
+  int part;
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
+    Raw r;
+    r.d = __ldg(reinterpret_cast<const uint32_t*>(b));
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      r.w[i] = __ldg(reinterpret_cast<const uint32_t*>(b + 4 + 16 * p + 4 * i));
+    return r;
+  }
+  __device__ __forceinline__ void decode(const Raw& r, int p) {
+    part = p;
+    d = __uint_as_float(r.d);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const auto byte = static_cast<__nv_fp8_storage_t>((r.w[i >> 2] >> (8 * (i & 3))) & 0xFF);
+      f[i] = __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3)));  // exact
+    }
+  }
+  template <typename TX>
+  __device__ __forceinline__ float dot(const TX* x) const {  // x: the block's first element
+    float xv[16];
+    load8_shared(x + 16 * part, *reinterpret_cast<float(*)[8]>(xv));
+    load8_shared(x + 16 * part + 8, *reinterpret_cast<float(*)[8]>(xv + 8));
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s = fmaf(f[i], xv[i], s);
+    return s * d;
+  }
+};
+
+// The per-lane block reader of format F, and whether its activations are
+// staged as floats (e4m3) or as 8-bit blocks (the integer formats).
+template <int F>
+struct GemvFmt {
+  using Dot = Q8Dot<F>;
+  static constexpr bool kFloatX = false;
+};
+template <>
+struct GemvFmt<kFmtF8B128> {
+  using Dot = F8Dot;
+  static constexpr bool kFloatX = true;
+};
 
 struct FusedParams {
   const uint8_t* w[4];
@@ -125,9 +199,9 @@ __device__ __forceinline__ void load8_any(const void* p, int dt, int64_t i, floa
 // stores it) into 8-bit blocks of 32 in shared memory: xq [m, k], xd [m, k /
 // 32], exactly as quantize_q8_kernel makes them. Four lanes per block of 32,
 // eight elements each.
-template <typename TX, int M>
+template <typename TX, int M, bool kFloatX>
 __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t k,
-                                        const FusedParams& p, int8_t* xq, float* xd) {
+                                        const FusedParams& p, int8_t* xq, float* xd, TX* xf) {
   __shared__ float red[kWarps][M];
   __shared__ float inv[M];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -176,6 +250,14 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
 #pragma unroll
       for (int j = 0; j < 8; ++j)
         v[j] = to_f(from_f<TX>(v[j] * s * (p.zero_centred ? 1.0f + w8[j] : w8[j])));
+    }
+    if constexpr (kFloatX) {  // e4m3 weights: the (normalised) rows as they are
+      if (ok) {
+        TX* dst = xf + t * k + c;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[j] = from_f<TX>(v[j]);
+      }
+      continue;
     }
     float amax = 0.0f;
 #pragma unroll
@@ -240,8 +322,9 @@ __device__ __forceinline__ void store_item(const FusedParams& p, int64_t g, int 
 template <int F, typename TX, typename TO, int M>
 __global__ void __launch_bounds__(kThreads, 2)
     quant_gemv_fused_kernel(const TX* __restrict__ x, int m, int64_t k, FusedParams p) {
-  using Fmt = Q8Dot<F>;
+  using Fmt = typename GemvFmt<F>::Dot;
   using Raw = typename Fmt::Raw;
+  constexpr bool kFloatX = GemvFmt<F>::kFloatX;
   constexpr int kPerIter = 32 / Fmt::kLanes;  // blocks of a row per warp iteration
   constexpr int D = depth<Fmt, M>();
   extern __shared__ __align__(16) unsigned char smem[];
@@ -287,7 +370,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   int8_t* xq = reinterpret_cast<int8_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + (static_cast<int64_t>(m) * k + 15) / 16 * 16);
-  stage_x<TX, M>(x, m, k, p, xq, xd);
+  TX* xf = reinterpret_cast<TX*>(smem);
+  stage_x<TX, M, kFloatX>(x, m, k, p, xq, xd, xf);
   __syncthreads();
 
   const int64_t xs = k / 32;
@@ -311,6 +395,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
             for (int t = 0; t < M; ++t)
               if (t < m)
+              if constexpr (kFloatX)
+                acc[r][t] += wv.dot(xf + t * k + static_cast<int64_t>(blk) * Fmt::kElems);
+              else
                 acc[r][t] += wv.dot(xq + t * k + static_cast<int64_t>(blk) * Fmt::kElems,
                                     xd + t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32));
           }
@@ -336,7 +423,7 @@ bool aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p)
 
 bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   const int f = qfmt(a.w_dt);
-  if (f < 0 || f == kFmtF8B128 || a.m < 1 || a.m > 8 || a.k < 32 || a.k % 32 != 0 ||
+  if (f < 0 || a.m < 1 || a.m > 8 || a.k < 32 || a.k % 32 != 0 ||
       a.k % dtype_block_elems(a.w_dt) != 0 || !small_ok(a.x_dt) || !a.x || !aligned(a.x, 16))
     return false;
   if (a.out_dt != DType::kF32 && a.out_dt != a.x_dt) return false;
@@ -346,10 +433,12 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   if ((a.accumulate || a.bias) && a.count != 1) return false;
   if (a.bias && !small_ok(a.bias_dt)) return false;
   if (a.norm && (!small_ok(a.norm_dt) || !aligned(a.norm, 16))) return false;
-  if (smem_bytes(a.m, a.k) > kMaxSmem) return false;
+  if (smem_bytes(a.m, a.k, f == kFmtF8B128, dtype_bytes(a.x_dt, 1)) > kMaxSmem) return false;
   // q4_k / q5_k blocks are read with 16-byte loads, u4_g128 with 4-byte
   // ones, the others (34, 18 and 210 bytes) by halves.
-  const uintptr_t wa = (f == kFmtQ4_K || f == kFmtQ5_K) ? 16 : f == kFmtU4G128 ? 4 : 2;
+  const uintptr_t wa = (f == kFmtQ4_K || f == kFmtQ5_K)            ? 16
+                       : (f == kFmtU4G128 || f == kFmtF8B128) ? 4
+                                                              : 2;
   if (dtype_bytes(a.w_dt, a.k) % static_cast<int64_t>(wa) != 0) return false;
   for (int i = 0; i < a.count; ++i)
     if (!a.segs[i].w || !a.segs[i].out || !aligned(a.segs[i].w, wa)) return false;
@@ -378,12 +467,13 @@ Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   p.accumulate = a.accumulate;
   p.bias = a.bias;
   p.bias_dt = dt_code(a.bias_dt);
-  const size_t smem = smem_bytes(a.m, a.k);
+  const size_t smem =
+      smem_bytes(a.m, a.k, a.w_dt == DType::kF8B128, dtype_bytes(a.x_dt, 1));
   const int blocks = static_cast<int>((p.groups + kWarps - 1) / kWarps);
   const int mi = static_cast<int>(a.m);
   bool ok = dispatch_fmt(a.w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
-    if constexpr (F != kFmtF8B128) {
+    {
       dispatch_float(a.x_dt, [&](auto tx) {
         using TX = decltype(tx);
         auto run = [&](auto to, auto mc) {

@@ -1,11 +1,15 @@
 // The fused decode GEMV on block weights (GGUF q8_0 / q4_0 / q4_k / q5_k /
-// q6_k, and u4_g128; layouts in tensor/dtype.h): for up to 8 tokens,
+// q6_k, u4_g128 and f8_e4m3_b128; layouts in tensor/dtype.h): for up to 8
+// tokens,
 //
 //   n   = x                       (norm null)
 //       = rms_norm(x) * norm      (rounded to the activation type, as the
 //                                  rms_norm kernel stores it)
 //   xq  = n in 8-bit blocks of 32 (q = round(n * 127 / amax), scale amax / 127:
-//                                  the numerics of launch_quant_gemv_q8)
+//                                  the numerics of launch_quant_gemv_q8); for
+//                                  e4m3 weights n itself, and each lane's 16
+//                                  code x activation products summed in f32
+//                                  before its block scale
 //   out_i[t, r] (= or +=) sum_k xq[t, k] dequant(W_i)[r, k] (+ bias[r])
 //
 // for up to four weights W_i of one format sharing x (Q/K/V, the gated
@@ -54,8 +58,8 @@ struct QuantGemvArgs {
 };
 
 // True when launch_quant_gemv_fused runs this product: m <= 8 tokens, k of
-// whole blocks, the staged 8-bit rows fit shared memory, the format is an
-// integer one (not e4m3), weights aligned for the kernel's loads, and the
+// whole blocks, the staged rows fit shared memory (m * k * 1.125 bytes; for
+// e4m3 m * k activations), weights aligned for the kernel's loads, and the
 // output / norm types as above.
 bool quant_gemv_fused_supported(const QuantGemvArgs& a);
 Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a);
