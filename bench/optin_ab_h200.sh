@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A/B of the CUDA paths that are opt-in until measured (docs/tuning.md), on the GPU machine
+# after scripts/gpu_run.sh built build-gpu (and its cuda_test ran their `_fused_fp8` /
+# `_moe_dequant` golden cases):
+#  - FERRITE_CUDA_QUANT_FUSED_FP8: FP8 decode on the fused kernel (Qwen3-8B, b1 / b8);
+#  - FERRITE_CUDA_MOE_DEQUANT: prefill of block-format MoE experts on the grouped tensor-core
+#    path (Qwen3-30B-A3B Q4_K_M and GPTQ-Int4 shapes, a 4,096-token prefill).
+# About 4 minutes. Output: $OUT/optin_ab.txt.
+set -u
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-$ROOT/out}"
+B="${BUILD:-$ROOT/build-gpu}/ferrite"
+mkdir -p "$OUT"
+T="$OUT/optin_ab.txt"
+run() {  # label, env assignment, ferrite bench arguments...
+  local label=$1 var=$2
+  shift 2
+  echo "== $label $var" | tee -a "$T"
+  env "$var" timeout 200 "$B" bench --device cuda --dummy-weights -r 1 "$@" 2>&1 |
+    grep -E "^(prefill|decode)|error" | tee -a "$T"
+}
+for v in 0 1; do
+  run "qwen3-8b fp8" "FERRITE_CUDA_QUANT_FUSED_FP8=$v" --model "$ROOT/configs/qwen3-8b" \
+    --quantization fp8 --batch 1 8 --prompt-len 512 --decode-prompt-len 128 --gen-len 48 \
+    --max-num-seqs 8 --kv-cache-gib 8
+done
+for q in "--dummy-dtype q4_k_m" "--quantization gptq-int4"; do
+  for v in 0 512; do
+    run "qwen3-30b-a3b $q" "FERRITE_CUDA_MOE_DEQUANT=$v" --model "$ROOT/configs/qwen3-30b-a3b" \
+      $q --batch 1 --prompt-len 4096 --decode-prompt-len 128 --gen-len 16 --max-num-seqs 4 \
+      --kv-cache-gib 8
+  done
+done
