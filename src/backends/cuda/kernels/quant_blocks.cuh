@@ -217,22 +217,29 @@ __device__ __forceinline__ void kquant_scale_min(const uint32_t (&sw)[3], int j,
 template <int F>
 struct Q8Dot;
 
+// The raw share of a lane in a 2-byte aligned block of 32 (q8_0, q4_0): the
+// f16 d and N 16-bit halves of the payload at b + 2 + 2N part (the blocks
+// keep 2-byte alignment only).
+template <int N>
+struct HalvesRaw {
+  uint32_t h[N], d;
+  static __device__ __forceinline__ HalvesRaw fetch(const uint8_t* b, int p) {
+    HalvesRaw r;
+    r.d = ldh(b);
+#pragma unroll
+    for (int i = 0; i < N; ++i) r.h[i] = ldh(b + 2 + 2 * N * p + 2 * i);
+    return r;
+  }
+};
+
 template <>
 struct Q8Dot<kFmtQ8_0> {  // 34 bytes: d, 32 x int8; 2 lanes x 16 values
   static constexpr int kElems = 32, kBytes = 34, kLanes = 2, kRawRegs = 9;
-  struct Raw {
-    uint32_t h[8], d;  // 16-bit halves (the block keeps 2-byte alignment only)
-  };
+  using Raw = HalvesRaw<8>;
   uint32_t q[4];
   float d;
   int part;
-  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
-    Raw r;
-    r.d = ldh(b);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) r.h[i] = ldh(b + 2 + 16 * p + 2 * i);
-    return r;
-  }
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) { return Raw::fetch(b, p); }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
     d = half_bits(r.d);
@@ -249,19 +256,11 @@ struct Q8Dot<kFmtQ8_0> {  // 34 bytes: d, 32 x int8; 2 lanes x 16 values
 template <>
 struct Q8Dot<kFmtQ4_0> {  // 18 bytes: d, 16 bytes of nibbles (lo: 0..15, hi: 16..31)
   static constexpr int kElems = 32, kBytes = 18, kLanes = 2, kRawRegs = 5;
-  struct Raw {
-    uint32_t h[4], d;
-  };
+  using Raw = HalvesRaw<4>;
   uint32_t lo[2], hi[2];
   float d;
   int part;
-  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
-    Raw r;
-    r.d = ldh(b);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) r.h[i] = ldh(b + 2 + 8 * p + 2 * i);
-    return r;
-  }
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) { return Raw::fetch(b, p); }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
     d = half_bits(r.d);
