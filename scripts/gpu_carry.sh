@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fills the git-ignored folders a GPU session carries (device `carry: [".gpu", ".deb"]`), on the
+# development machine, once per machine (tree limit: 64 MiB with the tracked files):
+#  - .deb/: the dev packages the GPU machine lacks (scripts/gpu_run.sh unpacks them privately);
+#  - .gpu/: a trimmed llama.cpp source tarball (from .peer/llama.bundle: run
+#    ../shared/peer/get_llama_cpp.sh first), the real Qwen3 tokenizer and the peer's
+#    twin_weights.py (bench/gguf_vs_llama_h200.sh, bench/twin_moe_gguf.py), and with
+#    `--baseline REV` a source snapshot for scripts/gpu_run.sh's A/B (FERRITE_BASELINE=.gpu/baseline).
+# Then one device chain (the machine stays warm ~30 s between calls: have the next call ready):
+#   1. bash scripts/gpu_session.sh prepare     (peer build in the background; build + GPU tests)
+#   2. bash scripts/gpu_session.sh measure     (opt-in A/B, side by side with llama.cpp)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+mkdir -p .deb .gpu
+if ! ls .deb/*.deb > /dev/null 2>&1; then
+  (cd .deb && apt-get download libpcre2-dev libpcre2-8-0 libcpp-httplib-dev libcpp-httplib0.11 \
+    libbrotli1 libbrotli-dev zlib1g-dev libssl-dev)
+fi
+if [ ! -f .gpu/llama-src.tgz ]; then
+  [ -f .peer/llama.bundle ] || { echo "gpu_carry.sh: run ../shared/peer/get_llama_cpp.sh first" >&2; exit 1; }
+  rm -rf /tmp/llama.cpp-src && git clone -q .peer/llama.bundle /tmp/llama.cpp-src
+  (cd /tmp/llama.cpp-src && tar --exclude=.git --exclude=./models --exclude=./docs --exclude=./benches \
+    --exclude=./tests --exclude=./examples --exclude=./tools/ui --exclude=./tools/server \
+    --exclude=./gguf-py --exclude=./conversion \
+    --exclude='./ggml/src/ggml-'{vulkan,sycl,metal,cann,opencl,webgpu,musa,hexagon,et,zdnn,openvino} \
+    -czf "$OLDPWD/.gpu/llama-src.tgz" .)
+  cp .peer/qwen3-tokenizer.json.gz .peer/twin_weights.py .gpu/
+fi
+if [ "${1:-}" = "--baseline" ]; then
+  rm -rf .gpu/baseline && mkdir -p .gpu/baseline
+  git archive "$2" CMakeLists.txt src | tar x -C .gpu/baseline
+fi
+du -sh .gpu .deb

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU session in two calls on one warm machine (scripts/gpu_carry.sh first; device
+# `carry: [".gpu", ".deb"]`):
+#   prepare: the llama.cpp build and the twin weights start in the background (setsid, nice 19;
+#            bench/gguf_vs_llama_h200.sh --prepare), then scripts/gpu_run.sh --no-bench (build
+#            and every GPU test, the opt-in paths' golden cases included). About 6 minutes.
+#   measure: bench/optin_ab_h200.sh, then bench/gguf_vs_llama_h200.sh (dense twins; PEER_MOE=1
+#            adds the Qwen3-30B-A3B one, about 4 more minutes). About 6 minutes.
+# Logs and tables under $OUT.
+set -u
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT" /tmp/peer /tmp/peer-out
+case "${1:-}" in
+  prepare)
+    if [ ! -f /tmp/peer/prep-started ]; then
+      touch /tmp/peer/prep-started
+      OUT=/tmp/peer-out setsid nohup nice -n 19 bash bench/gguf_vs_llama_h200.sh --prepare \
+        > /tmp/peer-prep.log 2>&1 < /dev/null &
+    fi
+    timeout 560 bash scripts/gpu_run.sh --no-bench > "$OUT/gpu_run.log" 2>&1
+    echo "gpu_run rc=$?" >> "$OUT/gpu_run.log"
+    cp /tmp/ferrite-gpu-logs/*.log "$OUT/" 2>/dev/null
+    tail -1 /tmp/peer/build.log > "$OUT/peer_state.txt" 2>&1
+    cat "$OUT/summary.txt" 2>/dev/null
+    ;;
+  measure)
+    timeout 280 bash bench/optin_ab_h200.sh > "$OUT/optin.log" 2>&1
+    for i in $(seq 1 60); do [ -f /tmp/peer/prepared ] && break; sleep 5; done
+    timeout 300 bash bench/gguf_vs_llama_h200.sh > "$OUT/side.log" 2>&1
+    cat "$OUT/optin_ab.txt" "$OUT/peer_side_by_side.txt" 2>/dev/null
+    ;;
+  *)
+    echo "usage: scripts/gpu_session.sh prepare|measure" >&2
+    exit 2
+    ;;
+esac
