@@ -257,12 +257,29 @@ def pack_awq(codes, scales, zeros):
             "scales": ("F16", scales.shape, scales.astype(np.float16).tobytes())}
 
 
-def pack_ct_int4(w, group, sym):
+def pack_ct_int4(w, group, sym, perm=None):
     """compressed-tensors W4A16 (pack-quantized): signed codes in [-8, 7]
     (sym: scale = max|w| / 7.5, zero 0; asym: scale = (max - min) / 15,
     zero = -8 - round(min / scale)), pack_to_int32 with offset 8 along the
     input (weight_packed [out, in/8]); zero points packed along the output
-    (weight_zero_point [out/8, G]); weight_scale [out, G] bf16."""
+    (weight_zero_point [out/8, G]); weight_scale [out, G] bf16. With perm
+    (actorder "group"): the groups are runs of the columns in that order and
+    weight_g_idx [in] names each column's group."""
+    if perm is not None:
+        t = pack_ct_int4(w[:, perm], group, sym)
+        wp = np.frombuffer(t["weight_packed"][2], np.uint32).reshape(t["weight_packed"][1])
+        shifts = np.arange(0, 32, 4, dtype=np.uint32)
+        q_p = ((wp[:, :, None] >> shifts[None, None, :]) & 15).reshape(w.shape[0], -1)
+        q = np.empty_like(q_p)
+        q[:, perm] = q_p
+        packed = np.zeros_like(wp)
+        for i in range(8):
+            packed |= q[:, i::8].astype(np.uint32) << np.uint32(4 * i)
+        t["weight_packed"] = ("I32", packed.shape, packed.view(np.int32).tobytes())
+        g_idx = np.empty(w.shape[1], np.int32)
+        g_idx[perm] = (np.arange(w.shape[1]) // group).astype(np.int32)
+        t["weight_g_idx"] = ("I32", g_idx.shape, g_idx.tobytes())
+        return t
     out, inn = w.shape
     g = inn if group < 0 else group
     G = math.ceil(inn / g)
@@ -366,6 +383,9 @@ def dequantize_ct_int4(t, m):
         zp = ((zpk[:, None, :] >> shifts[None, :, None]) & 15).reshape(-1, G)[:out].astype(np.int64) - 8
     else:
         zp = np.zeros((out, G), np.int64)
+    if m + ".weight_g_idx" in t:  # actorder "group": each column's group
+        g_idx = np.frombuffer(t[m + ".weight_g_idx"][2], np.int32)
+        return ((q - zp[:, g_idx]).astype(np.float32) * sc[:, g_idx]).astype(np.float32)
     group = inn // G
     return ((q - np.repeat(zp, group, 1)).astype(np.float32) * np.repeat(sc, group, 1)).astype(np.float32)
 
@@ -509,6 +529,8 @@ MODELS = [
     # hidden 256 and MLPs 384, so that the inputs have 2 and 3 groups.
     ("qwen3-gptq-int4-act", "qwen3", ["full_attention"], "gptq",
      {"group": 128, "sym": False, "desc_act": True, "act_order": True, "H": 256, "I": 384}),
+    ("llama-ct-w4a16-act", "llama", ["full_attention"], "ct-int4",
+     {"group": 128, "sym": False, "act_order": True, "H": 256, "I": 384}),
 ]
 
 
@@ -543,7 +565,8 @@ def quant_config(fmt, opts, skipped):
         fmt_name = "float-quantized"
     else:
         group = {"input_activations": None, "output_activations": None, "targets": ["Linear"],
-                 "weights": {"actorder": None, "block_structure": None, "dynamic": False,
+                 "weights": {"actorder": "group" if opts.get("act_order") else None,
+                             "block_structure": None, "dynamic": False,
                              "group_size": opts["group"], "num_bits": 4, "observer": "minmax",
                              "observer_kwargs": {}, "strategy": "group",
                              "symmetric": opts["sym"], "type": "int"}}
@@ -600,7 +623,9 @@ def make_one(out_dir, index, name, family, layers, fmt, opts):
             for k, v in pack_awq(codes, sc, z).items():
                 q_tensors[m + "." + k] = v
         elif fmt == "ct-int4":
-            for k, v in pack_ct_int4(x, opts["group"], opts["sym"]).items():
+            perm = (np.random.default_rng(zlib.crc32(m.encode())).permutation(x.shape[1])
+                    if opts.get("act_order") else None)
+            for k, v in pack_ct_int4(x, opts["group"], opts["sym"], perm).items():
                 q_tensors[m + "." + k] = v
         # The oracle: dequantized from the packed tensors, as the tools unpack.
         if fmt in ("fp8", "ct-fp8"):
