@@ -62,6 +62,31 @@ TEST(QuantKernels, FastDequantizationIsTheReference) {
   }
 }
 
+// The Hugging Face formats (f8_e4m3_b128: every code, NaNs and subnormals
+// included; u4_g128: every nibble and zero point) the same way.
+TEST(QuantKernels, FastDequantizationIsTheReferenceForHfFormats) {
+  for (DType t : {DType::kF8B128, DType::kU4G128}) {
+    std::mt19937 rng(4);
+    const int64_t n = 128 * 24;
+    std::vector<uint8_t> bytes(dtype_bytes(t, n));
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    const int64_t bb = dtype_block_bytes(t);
+    for (int64_t k = 0; k < static_cast<int64_t>(bytes.size()) / bb; ++k) {
+      const float d = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f,
+                                 static_cast<int>(rng() % 16) - 12) * (k % 2 ? -1.0f : 1.0f);
+      std::memcpy(bytes.data() + k * bb, &d, 4);
+    }
+    if (t == DType::kF8B128)  // every code once in the first two blocks
+      for (int c = 0; c < 256; ++c) bytes[(c / 128) * bb + 4 + c % 128] = static_cast<uint8_t>(c);
+    std::vector<float> want(n), got(n);
+    dequantize_row(t, bytes.data(), want.data(), n);
+    dequantize_row_fast(t, bytes.data(), got.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same_bits(want[i], got[i]))
+          << dtype_name(t) << " element " << i << ": " << want[i] << " vs " << got[i];
+  }
+}
+
 // The exact path (Tuning::cpu_quant_dot = 0) for the scope of a test.
 struct ExactMode {
   ExactMode() { set_quant_matmul_mode(false, 0); }

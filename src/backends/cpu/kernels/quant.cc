@@ -111,6 +111,55 @@ void q6_k(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+// f8_e4m3_b128 (f32 d, 128 e4m3 codes): each code's value built from its
+// bits (normal: sign | (exp + 120) << 23 | mant << 20; subnormal: mant *
+// 2^-9; 0x7F / 0xFF: the quiet NaN with the code's sign, as
+// tensor/dtype.h's decoding), times d: the reference's product.
+void f8_b128(const uint8_t* b, float* y, int64_t nb) {
+  const __m512i m7f = _mm512_set1_epi32(0x7F), m80 = _mm512_set1_epi32(0x80);
+  const __m512i bias = _mm512_set1_epi32(120 << 23), qnan = _mm512_set1_epi32(0x7FC00000);
+  const __m512 two_m9 = _mm512_set1_ps(0x1p-9f);
+  for (int64_t i = 0; i < nb; ++i, b += 132, y += 128) {
+    float dv;
+    std::memcpy(&dv, b, 4);
+    const __m512 d = _mm512_set1_ps(dv);
+    for (int c = 0; c < 8; ++c) {
+      const __m512i v = _mm512_cvtepu8_epi32(load16(b + 4 + 16 * c));
+      const __m512i em = _mm512_and_si512(v, m7f);
+      const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, m80), 24);
+      __m512i bits = _mm512_add_epi32(_mm512_slli_epi32(em, 20), bias);
+      const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(em), two_m9);
+      bits = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(em, _mm512_set1_epi32(8)), bits,
+                                     _mm512_castps_si512(sub));
+      bits = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(em, m7f), bits, qnan);
+      const __m512 f = _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
+      _mm512_storeu_ps(y + 16 * c, _mm512_mul_ps(f, d));
+    }
+  }
+}
+
+// u4_g128 (f32 d, u8 z, 64 bytes of nibbles; element 2j the low nibble of
+// byte j): d * (q - z), as the reference.
+void u4_g128(const uint8_t* b, float* y, int64_t nb) {
+  const __m128i lo4 = _mm_set1_epi8(0x0F);
+  for (int64_t i = 0; i < nb; ++i, b += 72, y += 128) {
+    float dv;
+    std::memcpy(&dv, b, 4);
+    const __m512 d = _mm512_set1_ps(dv);
+    const __m512i z = _mm512_set1_epi32(b[4]);
+    for (int c = 0; c < 4; ++c) {  // bytes 16c .. 16c + 15: elements 32c .. 32c + 31
+      const __m128i a = load16(b + 8 + 16 * c);
+      const __m128i lo = _mm_and_si128(a, lo4), hi = _mm_and_si128(_mm_srli_epi16(a, 4), lo4);
+      // Interleave: element 2j = lo[j], 2j + 1 = hi[j].
+      const __m128i e0 = _mm_unpacklo_epi8(lo, hi), e1 = _mm_unpackhi_epi8(lo, hi);
+      const __m512 q0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(e0), z));
+      const __m512 q1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(e1), z));
+      _mm512_storeu_ps(y + 32 * c, _mm512_mul_ps(d, q0));
+      _mm512_storeu_ps(y + 32 * c + 16, _mm512_mul_ps(d, q1));
+    }
+  }
+}
+
 #endif
 
 }  // namespace
@@ -138,6 +187,12 @@ void dequantize_row_fast(DType t, const void* src, float* dst, int64_t n) {
       return;
     case DType::kQ6_K:
       q6_k(b, dst, nb);
+      return;
+    case DType::kF8B128:
+      f8_b128(b, dst, nb);
+      return;
+    case DType::kU4G128:
+      u4_g128(b, dst, nb);
       return;
     default:
       break;
