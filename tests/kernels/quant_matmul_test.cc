@@ -40,6 +40,16 @@ QWeight make_qweight(DType t, int64_t rows, int64_t in, uint32_t seed) {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
+// dequantize_row_fast gives the reference's bits for every element.
+void expect_fast_dequant_is_reference(DType t, const std::vector<uint8_t>& bytes, int64_t n) {
+  std::vector<float> want(n), got(n);
+  dequantize_row(t, bytes.data(), want.data(), n);
+  dequantize_row_fast(t, bytes.data(), got.data(), n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_TRUE(same_bits(want[i], got[i]))
+        << dtype_name(t) << " element " << i << ": " << want[i] << " vs " << got[i];
+}
+
 TEST(QuantKernels, FastDequantizationIsTheReference) {
   for (DType t : kQuantTypes) {
     // Random bytes (with finite scales) cover every bit pattern of the quants.
@@ -53,12 +63,7 @@ TEST(QuantKernels, FastDequantizationIsTheReference) {
       std::memcpy(bytes.data() + k * bb + (t == DType::kQ6_K ? 208 : 0), &h, 2);
       if (t == DType::kQ4_K || t == DType::kQ5_K) std::memcpy(bytes.data() + k * bb + 2, &h, 2);
     }
-    std::vector<float> want(n), got(n);
-    dequantize_row(t, bytes.data(), want.data(), n);
-    dequantize_row_fast(t, bytes.data(), got.data(), n);
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_TRUE(same_bits(want[i], got[i]))
-          << dtype_name(t) << " element " << i << ": " << want[i] << " vs " << got[i];
+    ASSERT_NO_FATAL_FAILURE(expect_fast_dequant_is_reference(t, bytes, n));
   }
 }
 
@@ -78,12 +83,7 @@ TEST(QuantKernels, FastDequantizationIsTheReferenceForHfFormats) {
     }
     if (t == DType::kF8B128)  // every code once in the first two blocks
       for (int c = 0; c < 256; ++c) bytes[(c / 128) * bb + 4 + c % 128] = static_cast<uint8_t>(c);
-    std::vector<float> want(n), got(n);
-    dequantize_row(t, bytes.data(), want.data(), n);
-    dequantize_row_fast(t, bytes.data(), got.data(), n);
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_TRUE(same_bits(want[i], got[i]))
-          << dtype_name(t) << " element " << i << ": " << want[i] << " vs " << got[i];
+    ASSERT_NO_FATAL_FAILURE(expect_fast_dequant_is_reference(t, bytes, n));
   }
 }
 
