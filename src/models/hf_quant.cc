@@ -499,30 +499,27 @@ const SafetensorsTensor* HfQuantWeights::find(const std::string& name) const {
 
 namespace {
 
-// Code, scale and zero point of element (o, i) of a 4-bit module, in group g,
-// as each tool stores them (the layouts of repack_rows below).
-struct Int4Element {
-  int q, z;
+// The scale and zero point of group g of output row o of a 4-bit module, and
+// the code of element (o, i), as each tool stores them (GPTQ: qweight [in/8,
+// out], qzeros [G, out/8] holding zero - 1 in v1; AWQ: its reversed nibble
+// order along the output; compressed-tensors: weight_packed [out, in/8],
+// scales [out, G], zero points packed along the output). Shared by the
+// u4_g128 repack and the act-order expansion.
+struct Int4Group {
   float d;
+  int z;
 };
-Int4Element int4_element(const HfQuantScheme& s, const HfQuantWeights::Module& m, int64_t out,
-                         int64_t in, int64_t o, int64_t i, int64_t g) {
-  Int4Element e{0, 8, 0.0f};
+Int4Group int4_group(const HfQuantScheme& s, const HfQuantWeights::Module& m, int64_t out,
+                     int64_t in, int64_t o, int64_t g) {
+  Int4Group e{0.0f, 8};
   switch (s.kind) {
-    case Kind::kGptq: {
-      e.d = scale_at(*m.scales, g * out + o);
-      const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, g * (out / 8) + o / 8));
-      e.z = static_cast<int>((zw >> (4 * (o % 8))) & 15) + (s.gptq_v1_zeros ? 1 : 0);
-      const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, (i / 8) * out + o));
-      e.q = static_cast<int>((w >> (4 * (i % 8))) & 15);
-      break;
-    }
+    case Kind::kGptq:
     case Kind::kAwq: {
       e.d = scale_at(*m.scales, g * out + o);
       const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, g * (out / 8) + o / 8));
-      e.z = static_cast<int>((zw >> (4 * kAwqPos[o % 8])) & 15);
-      const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, i * (out / 8) + o / 8));
-      e.q = static_cast<int>((w >> (4 * kAwqPos[o % 8])) & 15);
+      const int shift = 4 * (s.kind == Kind::kAwq ? kAwqPos[o % 8] : o % 8);
+      e.z = static_cast<int>((zw >> shift) & 15) +
+            (s.kind == Kind::kGptq && s.gptq_v1_zeros ? 1 : 0);
       break;
     }
     case Kind::kPackedInt: {
@@ -532,14 +529,32 @@ Int4Element int4_element(const HfQuantScheme& s, const HfQuantWeights::Module& m
         const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, (o / 8) * groups + g));
         e.z = static_cast<int>((zw >> (4 * (o % 8))) & 15);
       }
-      const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, o * ceil_div(in, 8) + i / 8));
-      e.q = static_cast<int>((w >> (4 * (i % 8))) & 15);
       break;
     }
     case Kind::kFp8:
       FERRITE_CHECK(false);
   }
   return e;
+}
+int int4_code(const HfQuantScheme& s, const HfQuantWeights::Module& m, int64_t out, int64_t in,
+              int64_t o, int64_t i) {
+  uint32_t w = 0;
+  int shift = 4 * static_cast<int>(i % 8);
+  switch (s.kind) {
+    case Kind::kGptq:
+      w = static_cast<uint32_t>(i32_at(*m.codes, (i / 8) * out + o));
+      break;
+    case Kind::kAwq:
+      w = static_cast<uint32_t>(i32_at(*m.codes, i * (out / 8) + o / 8));
+      shift = 4 * kAwqPos[o % 8];
+      break;
+    case Kind::kPackedInt:
+      w = static_cast<uint32_t>(i32_at(*m.codes, o * ceil_div(in, 8) + i / 8));
+      break;
+    case Kind::kFp8:
+      FERRITE_CHECK(false);
+  }
+  return static_cast<int>((w >> shift) & 15);
 }
 
 // Rows of an act-order module expanded to f16 / bf16: element (o, i) is
@@ -550,15 +565,16 @@ void expand_module_rows(const HfQuantScheme& s, const HfQuantWeights::Module& m,
   std::vector<int32_t> group(static_cast<size_t>(in));
   for (int64_t i = 0; i < in; ++i)
     group[i] = m.g_idx ? i32_at(*m.g_idx, i) : static_cast<int32_t>(i / m.group);
-  std::vector<float> row(static_cast<size_t>(in));
+  std::vector<Int4Group> groups(static_cast<size_t>(ceil_div(in, m.group)));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t o = row_begin + r;
-    for (int64_t i = 0; i < in; ++i) {
-      const Int4Element e = int4_element(s, m, out, in, o, i, group[i]);
-      row[i] = e.d * static_cast<float>(e.q - e.z);
-    }
+    for (size_t g = 0; g < groups.size(); ++g)
+      groups[g] = int4_group(s, m, out, in, o, static_cast<int64_t>(g));
     uint8_t* d = dst + r * dtype_bytes(dt, in);
-    for (int64_t i = 0; i < in; ++i) store_from_f32(d, dt, i, row[i]);
+    for (int64_t i = 0; i < in; ++i) {
+      const Int4Group& e = groups[group[i]];
+      store_from_f32(d, dt, i, e.d * static_cast<float>(int4_code(s, m, out, in, o, i) - e.z));
+    }
   }
 }
 
@@ -589,58 +605,16 @@ void HfQuantWeights::repack_rows(const SafetensorsTensor& t, int64_t row_begin, 
       continue;
     }
     // u4_g128.
-    const int64_t groups = ceil_div(in, m.group);
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = row + b * 72;
       std::memset(blk, 0, 72);
-      const int64_t g = (b * kQKHf) / m.group;
-      float d = 0;
-      int z = 8;
-      switch (scheme_.kind) {
-        case Kind::kGptq: {
-          d = scale_at(*m.scales, g * out + o);
-          const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, g * (out / 8) + o / 8));
-          z = static_cast<int>((zw >> (4 * (o % 8))) & 15) + (scheme_.gptq_v1_zeros ? 1 : 0);
-          for (int j = 0; j < kQKHf; ++j) {
-            const int64_t i = b * kQKHf + j;
-            const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, (i / 8) * out + o));
-            const int q = static_cast<int>((w >> (4 * (i % 8))) & 15);
-            blk[8 + j / 2] |= static_cast<uint8_t>((j & 1) ? q << 4 : q);
-          }
-          break;
-        }
-        case Kind::kAwq: {
-          d = scale_at(*m.scales, g * out + o);
-          const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, g * (out / 8) + o / 8));
-          z = static_cast<int>((zw >> (4 * kAwqPos[o % 8])) & 15);
-          for (int j = 0; j < kQKHf; ++j) {
-            const int64_t i = b * kQKHf + j;
-            const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, i * (out / 8) + o / 8));
-            const int q = static_cast<int>((w >> (4 * kAwqPos[o % 8])) & 15);
-            blk[8 + j / 2] |= static_cast<uint8_t>((j & 1) ? q << 4 : q);
-          }
-          break;
-        }
-        case Kind::kPackedInt: {
-          d = scale_at(*m.scales, o * groups + g);
-          if (m.zeros) {
-            const uint32_t zw = static_cast<uint32_t>(i32_at(*m.zeros, (o / 8) * groups + g));
-            z = static_cast<int>((zw >> (4 * (o % 8))) & 15);
-          }
-          const int64_t words = ceil_div(in, 8);
-          for (int j = 0; j < kQKHf; ++j) {
-            const int64_t i = b * kQKHf + j;
-            const uint32_t w = static_cast<uint32_t>(i32_at(*m.codes, o * words + i / 8));
-            const int q = static_cast<int>((w >> (4 * (i % 8))) & 15);
-            blk[8 + j / 2] |= static_cast<uint8_t>((j & 1) ? q << 4 : q);
-          }
-          break;
-        }
-        case Kind::kFp8:
-          FERRITE_CHECK(false);
+      const Int4Group e = int4_group(scheme_, m, out, in, o, (b * kQKHf) / m.group);
+      for (int j = 0; j < kQKHf; ++j) {
+        const int q = int4_code(scheme_, m, out, in, o, b * kQKHf + j);
+        blk[8 + j / 2] |= static_cast<uint8_t>((j & 1) ? q << 4 : q);
       }
-      std::memcpy(blk, &d, 4);
-      blk[4] = static_cast<uint8_t>(z);
+      std::memcpy(blk, &e.d, 4);
+      blk[4] = static_cast<uint8_t>(e.z);
     }
   }
 }
