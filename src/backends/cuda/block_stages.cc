@@ -19,13 +19,12 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
                                      bool zero_centred,
                                      std::initializer_list<NormedProjection> projections,
                                      DType out_dt, bool swiglu) {
-  if (!st.quant_dot || !st.quant_fused || tokens > kQuantGemvMaxTokens) return false;
+  if (projections.size() > 4) return false;
   QuantGemvSegment segs[4];
   DType formats[4];
   int count = 0;
   for (const NormedProjection& p : projections) {
-    if (!dtype_is_quantized(p.w.dtype)) return false;
-    if (p.w.dtype == DType::kF8B128 && !st.quant_fused_fp8) return false;
+    if (!quant_fused_enabled(st, p.w.dtype, tokens)) return false;
     formats[count] = p.w.dtype;
     segs[count++] = {p.w.data, p.out, p.rows};
   }
@@ -65,15 +64,15 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
   const int count = static_cast<int>(projections.size());
   if (count < 1 || (swiglu && count != 2))
     return internal_error("normed_projections: 1..4 projections, or gate and up");
+  FERRITE_ASSIGN_OR_RETURN(bool block_fused,
+                           fused_block_projections(st, x, act, tokens, k, norm, eps, zero_centred,
+                                                   projections, out_dt, swiglu));
+  if (block_fused) return Status::ok();
   bool fused = count <= 4 && (out_dt == act || (out_dt == DType::kF32 && !swiglu)) &&
                norm.dtype == act &&
                gemv_multi_supported(tokens, k, act) &&
                gemv_supported(tokens, k, act, projections.begin()->w.dtype, act);
   for (const NormedProjection& p : projections) fused = fused && p.w.dtype == act;
-  FERRITE_ASSIGN_OR_RETURN(bool block_fused,
-                           fused_block_projections(st, x, act, tokens, k, norm, eps, zero_centred,
-                                                   projections, out_dt, swiglu));
-  if (block_fused) return Status::ok();
   if (fused) {
     GemvSegment segs[4];
     int i = 0;

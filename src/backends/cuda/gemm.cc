@@ -122,8 +122,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   // Up to 8 tokens: the integer GEMV (fused with the activations'
   // quantization, else after a quantize launch); beyond, dequantize +
   // cuBLASLt (faster from 9 tokens on, measured).
-  if (st.quant_dot && st.quant_fused && m <= kQuantGemvMaxTokens &&
-      (w_dt != DType::kF8B128 || st.quant_fused_fp8)) {
+  if (quant_fused_enabled(st, w_dt, m)) {
     const QuantGemvSegment seg{w, out, n};
     QuantGemvArgs a;
     a.x = x;
@@ -190,6 +189,11 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
 
 }  // namespace
 
+bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m) {
+  return st.quant_dot && st.quant_fused && m <= kQuantGemvMaxTokens && dtype_is_quantized(w_dt) &&
+         (w_dt != DType::kF8B128 || st.quant_fused_fp8);
+}
+
 Result<bool> ensure_dequant_capacity(BackendState& st, int64_t bytes) {
   if (st.dequant_bytes >= bytes) return true;
   if (st.capturing) return false;
@@ -201,7 +205,7 @@ Result<bool> ensure_dequant_capacity(BackendState& st, int64_t bytes) {
     st.dequant_bytes = 0;
   }
   if (cudaMalloc(&st.dequant, bytes) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky-free allocation error
+    (void)cudaGetLastError();  // an out-of-memory error is not sticky: clear it
     st.dequant = nullptr;
     return false;
   }

@@ -16,6 +16,13 @@ Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, c
 // (grown on eager steps only): false when they do not and cannot now.
 Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems);
 
+// Whether a decode product of m tokens on block weights of w_dt may take the
+// fused GEMV (kernels/quant_gemv.cuh): Tuning::cuda_quant_dot and
+// cuda_quant_fused, and for e4m3 weights cuda_quant_fused_fp8; the kernel's
+// own shape checks (quant_gemv_fused_supported) come after. The one place of
+// this policy for gemm() and normed_projections().
+bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m);
+
 // Makes st.dequant hold at least `bytes` (grown on eager steps only; a
 // regrowth drops the captured decode graphs, which point into the old
 // buffer): false when it does not and cannot now (capturing, or the

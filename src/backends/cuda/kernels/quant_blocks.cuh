@@ -230,6 +230,22 @@ struct HalvesRaw {
     for (int i = 0; i < N; ++i) r.h[i] = ldh(b + 2 + 2 * N * p + 2 * i);
     return r;
   }
+  __device__ __forceinline__ uint32_t word(int i) const { return h[2 * i] | (h[2 * i + 1] << 16); }
+};
+
+// The raw share of a lane in a 4-byte aligned block of 128 (u4_g128,
+// f8_e4m3_b128): the f32 d at b and the 16 bytes at b + kPayload + 16 part.
+template <int kPayload>
+struct WordsRaw {
+  uint32_t w[4], d;
+  static __device__ __forceinline__ WordsRaw fetch(const uint8_t* b, int p) {
+    WordsRaw r;
+    r.d = __ldg(reinterpret_cast<const uint32_t*>(b));
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      r.w[i] = __ldg(reinterpret_cast<const uint32_t*>(b + kPayload + 16 * p + 4 * i));
+    return r;
+  }
 };
 
 template <>
@@ -244,7 +260,7 @@ struct Q8Dot<kFmtQ8_0> {  // 34 bytes: d, 32 x int8; 2 lanes x 16 values
     part = p;
     d = half_bits(r.d);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) q[i] = r.h[2 * i] | (r.h[2 * i + 1] << 16);
+    for (int i = 0; i < 4; ++i) q[i] = r.word(i);
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
   __device__ float dot(const int8_t* xq, const float* xd) const {
@@ -266,7 +282,7 @@ struct Q8Dot<kFmtQ4_0> {  // 18 bytes: d, 16 bytes of nibbles (lo: 0..15, hi: 16
     d = half_bits(r.d);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const uint32_t w = r.h[2 * i] | (r.h[2 * i + 1] << 16);
+      const uint32_t w = r.word(i);
       lo[i] = __vsubss4(w & 0x0F0F0F0Fu, 0x08080808u);
       hi[i] = __vsubss4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
     }
@@ -405,18 +421,16 @@ struct Q8Dot<kFmtQ6_K> {
 template <>
 struct Q8Dot<kFmtU4G128> {
   static constexpr int kElems = 128, kBytes = 72, kLanes = 4, kRawRegs = 6;
-  struct Raw {
-    uint32_t w[4], d, z;
+  struct Raw : WordsRaw<8> {
+    uint32_t z;
   };
   uint32_t v[8];
   float d;
   int part;
   static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
     Raw r;
-    r.d = __ldg(reinterpret_cast<const uint32_t*>(b));
+    static_cast<WordsRaw<8>&>(r) = WordsRaw<8>::fetch(b, p);
     r.z = __ldg(b + 4);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) r.w[i] = __ldg(reinterpret_cast<const uint32_t*>(b + 8 + 16 * p + 4 * i));
     return r;
   }
   __device__ __forceinline__ void decode(const Raw& r, int p) {

@@ -64,20 +64,11 @@ __device__ __forceinline__ void load8_shared(const TX* p, float (&f)[8]) {
 // rounding, within the bounds of the approximate decode path).
 struct F8Dot {
   static constexpr int kElems = 128, kBytes = 132, kLanes = 8, kRawRegs = 5;
-  struct Raw {
-    uint32_t w[4], d;
-  };
+  using Raw = WordsRaw<4>;
   float f[16];
   float d;
   int part;
-  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
-    Raw r;
-    r.d = __ldg(reinterpret_cast<const uint32_t*>(b));
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      r.w[i] = __ldg(reinterpret_cast<const uint32_t*>(b + 4 + 16 * p + 4 * i));
-    return r;
-  }
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) { return Raw::fetch(b, p); }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
     d = __uint_as_float(r.d);
@@ -473,33 +464,31 @@ Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   const int mi = static_cast<int>(a.m);
   bool ok = dispatch_fmt(a.w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
-    {
-      dispatch_float(a.x_dt, [&](auto tx) {
-        using TX = decltype(tx);
-        auto run = [&](auto to, auto mc) {
-          using TO = decltype(to);
-          constexpr int M = decltype(mc)::value;
-          auto kern = quant_gemv_fused_kernel<F, TX, TO, M>;
-          // Above 48 KiB of shared memory a kernel must opt in, once.
-          static const bool opted = cudaFuncSetAttribute(
-              kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-              static_cast<int>(kMaxSmem)) == cudaSuccess;
-          (void)opted;
-          (void)launch_pdl_weights(kern, resident_grid(kern, blocks, smem, kThreads), kThreads,
-                                   smem, s, static_cast<const TX*>(a.x), mi, a.k, p);
-        };
-        auto by_m = [&](auto to) {
-          if (mi == 1) run(to, std::integral_constant<int, 1>{});
-          else if (mi <= 4) run(to, std::integral_constant<int, 4>{});
-          else run(to, std::integral_constant<int, 8>{});
-        };
-        if (a.out_dt == DType::kF32) {
-          by_m(float{});
-        } else if constexpr (!std::is_same_v<TX, float>) {
-          by_m(TX{});
-        }
-      });
-    }
+    dispatch_float(a.x_dt, [&](auto tx) {
+      using TX = decltype(tx);
+      auto run = [&](auto to, auto mc) {
+        using TO = decltype(to);
+        constexpr int M = decltype(mc)::value;
+        auto kern = quant_gemv_fused_kernel<F, TX, TO, M>;
+        // Above 48 KiB of shared memory a kernel must opt in, once.
+        static const bool opted = cudaFuncSetAttribute(
+            kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            static_cast<int>(kMaxSmem)) == cudaSuccess;
+        (void)opted;
+        (void)launch_pdl_weights(kern, resident_grid(kern, blocks, smem, kThreads), kThreads,
+                                 smem, s, static_cast<const TX*>(a.x), mi, a.k, p);
+      };
+      auto by_m = [&](auto to) {
+        if (mi == 1) run(to, std::integral_constant<int, 1>{});
+        else if (mi <= 4) run(to, std::integral_constant<int, 4>{});
+        else run(to, std::integral_constant<int, 8>{});
+      };
+      if (a.out_dt == DType::kF32) {
+        by_m(float{});
+      } else if constexpr (!std::is_same_v<TX, float>) {
+        by_m(TX{});
+      }
+    });
   });
   if (!ok) return bad_dtype("quant gemv (fused)", a.w_dt);
   return check_launch("quant_gemv_fused");
