@@ -85,6 +85,7 @@ grep -E "error|FAILED" "$LOGS/build.log" | head -20 | tee -a "$SUMMARY"
 
 # --- tests -----------------------------------------------------------------
 if [ $RUN_TESTS -eq 1 ]; then
+  TT=$(date +%s)
   if [ -x "$BUILD/tests/cuda/cuda_test" ]; then
     "$BUILD/tests/cuda/cuda_test" > "$LOGS/cuda_test.log" 2>&1
     log "cuda_test: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]' "$LOGS/cuda_test.log" | tr '\n' ' ')"
@@ -100,7 +101,7 @@ if [ $RUN_TESTS -eq 1 ]; then
   fi
   if [ -x "$BUILD/tests/conformance/conformance_test" ]; then
     "$BUILD/tests/conformance/conformance_test" --gtest_filter='*cuda*:*Sampler*' > "$LOGS/conformance.log" 2>&1
-    log "conformance (cuda providers): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$LOGS/conformance.log" | tr '\n' ' ')"
+    log "conformance (cuda providers): rc=$? (tests took $(( $(date +%s) - TT )) s) $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$LOGS/conformance.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED  \] [A-Z]" "$LOGS/conformance.log" | head -20 | tee -a "$SUMMARY"
   fi
 fi
@@ -164,24 +165,29 @@ if [ "${FERRITE_PROFILE_RUN:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
 fi
 
 # Per-kernel GPU times of one replayed decode step under ncu (FERRITE_NCU=1;
-# FERRITE_NCU_SPECS="model batch;..."): the 10th graph replay runs inside a
-# profiler range (FERRITE_NCU_DECODE_STEP), kernels are serialised by ncu.
+# FERRITE_NCU_SPECS="model batch [bench flags...];..."): the 10th graph replay
+# runs inside a profiler range (FERRITE_NCU_DECODE_STEP), kernels are
+# serialised by ncu. Kernels matching FERRITE_NCU_LAUNCHES (a regex, default
+# quant_gemv) are also listed launch by launch (grid, registers, issue).
 if [ "${FERRITE_NCU:-0}" = 1 ] && [ -x "$BUILD/ferrite" ]; then
   NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
   IFS=';' read -r -a SPECS <<< "${FERRITE_NCU_SPECS:-qwen3-8b 1;qwen3-0.6b 1}"
   for spec in "${SPECS[@]}"; do
     set -- $spec
-    log "== ncu $1 batch $2 (one replayed decode step)"
-    FERRITE_NCU_DECODE_STEP=10 timeout 240 "$NCU" --profile-from-start off --csv --print-units base --log-file "$LOGS/ncu-$1-$2.csv" \
+    tag="$1-$2"
+    [ $# -gt 2 ] && tag="$tag-$(echo "${*:3}" | tr -c 'a-zA-Z0-9_\n' '_' | sed 's/^_*//;s/_*$//')"
+    log "== ncu $spec (one replayed decode step)"
+    TN=$(date +%s)
+    FERRITE_NCU_DECODE_STEP=10 timeout 240 "$NCU" --profile-from-start off --csv --print-units base --log-file "$LOGS/ncu-$tag.csv" \
       --cache-control none --clock-control none \
-      --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
       "$BUILD/ferrite" bench --model "$ROOT/configs/$1" --dummy-weights --device cuda \
       --batch "$2" --prompt-len 16 --decode-prompt-len 128 --gen-len 16 --max-num-seqs 128 \
-      --kv-cache-gib 24 > "$LOGS/ncu-$1-$2.out" 2> "$LOGS/ncu-$1-$2.err"
-    log "ncu rc=$?"
-    python3 "$ROOT/scripts/ncu_summary.py" "$LOGS/ncu-$1-$2.csv" 2>&1 | head -40 | tee -a "$SUMMARY"
-    grep -E "decode" "$LOGS/ncu-$1-$2.out" | head -3 | tee -a "$SUMMARY"
-    tail -3 "$LOGS/ncu-$1-$2.err" | tee -a "$SUMMARY"
+      --kv-cache-gib 24 "${@:3}" > "$LOGS/ncu-$tag.out" 2> "$LOGS/ncu-$tag.err"
+    log "ncu rc=$? in $(( $(date +%s) - TN )) s"
+    python3 "$ROOT/scripts/ncu_summary.py" "$LOGS/ncu-$tag.csv" --launches "${FERRITE_NCU_LAUNCHES:-quant_gemv}" 2>&1 | head -400 | tee -a "$SUMMARY"
+    grep -E "decode" "$LOGS/ncu-$tag.out" | head -3 | tee -a "$SUMMARY"
+    tail -3 "$LOGS/ncu-$tag.err" | tee -a "$SUMMARY"
   done
 fi
 
