@@ -191,23 +191,24 @@ __device__ __forceinline__ float half_bits(uint32_t h) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
 }
 
-// The 6-bit scale and min of K-quant sub-block j (ggml's get_scale_min_k4)
-// from the 12 scale bytes as three little-endian words.
-__device__ __forceinline__ void kquant_scale_min(const uint32_t (&sw)[3], int j, uint32_t* sc,
-                                                 uint32_t* mn) {
-  // Selects, not sw[i >> 2]: j differs per lane, and a run-time index would
-  // put sw in local memory.
-  auto byte = [&](int i) {
-    const uint32_t w = i < 4 ? sw[0] : i < 8 ? sw[1] : sw[2];
-    return (w >> (8 * (i & 3))) & 0xFF;
-  };
-  if (j < 4) {
-    *sc = byte(j) & 63;
-    *mn = byte(j + 4) & 63;
-  } else {
-    *sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
-    *mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-  }
+// The 6-bit scales and mins of K-quant sub-blocks 2c and 2c + 1 (ggml's
+// get_scale_min_k4) from the 12 scale bytes as three little-endian words:
+// sub-blocks 0-3 keep scale and min in the low 6 bits of bytes 0-3 / 4-7,
+// sub-blocks 4-7 their low 4 bits in the nibbles of bytes 8-11 and their
+// high 2 bits in the top bits of bytes 0-3 / 4-7. Word-wide, without
+// branches: c differs per lane and both halves of a warp take one path.
+__device__ __forceinline__ void kquant_scale_min_pair(const uint32_t (&sw)[3], int c,
+                                                      uint32_t (&sc)[2], uint32_t (&mn)[2]) {
+  const bool lo = c < 2;
+  const uint32_t s4 = lo ? sw[0] & 0x3F3F3F3Fu
+                         : (sw[2] & 0x0F0F0F0Fu) | (((sw[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m4 = lo ? sw[1] & 0x3F3F3F3Fu
+                         : ((sw[2] >> 4) & 0x0F0F0F0Fu) | (((sw[1] >> 6) & 0x03030303u) << 4);
+  const int sh = 16 * (c & 1);
+  sc[0] = (s4 >> sh) & 0xFF;
+  sc[1] = (s4 >> (sh + 8)) & 0xFF;
+  mn[0] = (m4 >> sh) & 0xFF;
+  mn[1] = (m4 >> (sh + 8)) & 0xFF;
 }
 
 // Per format: a weight block's share of one lane (`part` of kLanes lanes per
@@ -324,13 +325,12 @@ struct Q8DotK {
     const int c = p >> 1;
     const float d = half_bits(r.head.x & 0xFFFF), dmin = half_bits(r.head.x >> 16);
     const uint32_t sw[3] = {r.head.y, r.head.z, r.head.w};
-    uint32_t sc0, m0, sc1, m1;
-    kquant_scale_min(sw, 2 * c, &sc0, &m0);
-    kquant_scale_min(sw, 2 * c + 1, &sc1, &m1);
-    dl = __fmul_rn(d, static_cast<float>(sc0));
-    dh = __fmul_rn(d, static_cast<float>(sc1));
-    ml = __fmul_rn(dmin, static_cast<float>(m0));
-    mh = __fmul_rn(dmin, static_cast<float>(m1));
+    uint32_t sc[2], mn[2];
+    kquant_scale_min_pair(sw, c, sc, mn);
+    dl = __fmul_rn(d, static_cast<float>(sc[0]));
+    dh = __fmul_rn(d, static_cast<float>(sc[1]));
+    ml = __fmul_rn(dmin, static_cast<float>(mn[0]));
+    mh = __fmul_rn(dmin, static_cast<float>(mn[1]));
     const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
     uint32_t hw[4] = {0, 0, 0, 0};
     if constexpr (kFive) hw[0] = r.qh.x, hw[1] = r.qh.y, hw[2] = r.qh.z, hw[3] = r.qh.w;
@@ -352,6 +352,21 @@ struct Q8DotK {
     const float sl = static_cast<float>(dot4x4(lo, xl)), sxl = static_cast<float>(sum4x4(xl));
     const float sh = static_cast<float>(dot4x4(hi, xh)), sxh = static_cast<float>(sum4x4(xh));
     return xd[2 * c] * (dl * sl - ml * sxl) + xd[2 * c + 1] * (dh * sh - mh * sxh);
+  }
+  // The same against activations staged with their block sums (xds: per
+  // block of 32 its scale and scale x sum of its codes, 16-byte aligned at
+  // the block's first 32-block): the min term of a sub-block is one product
+  // per sub-block, taken by the lane of its first half (h = 0), instead of
+  // 8 dp4a per lane and token.
+  static constexpr bool kStagedSums = true;
+  __device__ float dot_sums(const int8_t* xq, const float* xds) const {
+    const int c = part >> 1, h = part & 1;
+    const uint4 xl = *reinterpret_cast<const uint4*>(xq + 64 * c + 16 * h);
+    const uint4 xh = *reinterpret_cast<const uint4*>(xq + 64 * c + 32 + 16 * h);
+    const float4 ds = *reinterpret_cast<const float4*>(xds + 4 * c);
+    const float sl = static_cast<float>(dot4x4(lo, xl)), sh = static_cast<float>(dot4x4(hi, xh));
+    const float mins = h ? 0.0f : fmaf(ml, ds.y, mh * ds.w);
+    return fmaf(ds.x * dl, sl, fmaf(ds.z * dh, sh, -mins));
   }
 };
 template <>

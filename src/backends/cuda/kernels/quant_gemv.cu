@@ -19,7 +19,8 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 // Weight rows per work item of a warp (gate and up of one column with swiglu).
 constexpr int kRows = 2;
 // The staged 8-bit rows: m * k bytes + m * k / 32 scales, at most this much
-// (m = 8 x k = 14,336, Llama-3.1-8B's down projection at batch 8, fits).
+// (m = 8 x k = 14,336, Llama-3.1-8B's down projection at batch 8, fits,
+// with the code sums of q4_k / q5_k: 143 KiB).
 constexpr size_t kMaxSmem = 160u << 10;
 
 // Blocks of one lane's rows in flight: at one token about 64 registers of
@@ -34,11 +35,17 @@ constexpr int depth() {
   return d < 2 ? 2 : d > 4 ? 4 : d;
 }
 
-// The staged rows: 8-bit blocks (m * k bytes + a scale per 32), or for e4m3
-// weights the normalised rows themselves in the activation type.
-size_t smem_bytes(int64_t m, int64_t k, bool float_x, int64_t x_elem) {
-  if (float_x) return static_cast<size_t>(m * k * x_elem);
-  return static_cast<size_t>((m * k + 15) / 16 * 16 + m * (k / 32) * 4);
+// Formats whose blocks subtract a min per sub-block (q4_k, q5_k): their
+// activations are staged with each 32-block's scale x code sum beside its
+// scale (Q8DotK::dot_sums), so the min term costs one product per sub-block.
+constexpr bool staged_sums(int f) { return f == kFmtQ4_K || f == kFmtQ5_K; }
+
+// The staged rows: 8-bit blocks (m * k bytes + a scale per 32, + its code
+// sum with staged_sums), or for e4m3 weights the normalised rows themselves
+// in the activation type.
+size_t smem_bytes(int64_t m, int64_t k, int f, int64_t x_elem) {
+  if (f == kFmtF8B128) return static_cast<size_t>(m * k * x_elem);
+  return static_cast<size_t>((m * k + 15) / 16 * 16 + m * (k / 32) * (staged_sums(f) ? 8 : 4));
 }
 
 // Eight staged activations from shared memory (16-byte aligned).
@@ -188,9 +195,10 @@ __device__ __forceinline__ void load8_any(const void* p, int dt, int64_t i, floa
 
 // x [m, k] (normalised with p.norm, rounded to TX as the rms_norm kernel
 // stores it) into 8-bit blocks of 32 in shared memory: xq [m, k], xd [m, k /
-// 32], exactly as quantize_q8_kernel makes them. Four lanes per block of 32,
-// eight elements each.
-template <typename TX, int M, bool kFloatX>
+// 32], exactly as quantize_q8_kernel makes them (with kSums, xd [m, k / 32,
+// 2]: each scale followed by scale x the sum of the block's codes). Four
+// lanes per block of 32, eight elements each.
+template <typename TX, int M, bool kFloatX, bool kSums>
 __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t k,
                                         const FusedParams& p, int8_t* xq, float* xd, TX* xf) {
   __shared__ float red[kWarps][M];
@@ -262,9 +270,23 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
       const uint32_t b = static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(v[j] * id)));
       q[j >> 2] |= b << (8 * (j & 3));
     }
+    int csum = 0;
+    if constexpr (kSums) {
+      csum = dp4(q[0], 0x01010101u, dp4(q[1], 0x01010101u, 0));
+      csum += __shfl_xor_sync(0xffffffffu, csum, 1);
+      csum += __shfl_xor_sync(0xffffffffu, csum, 2);
+    }
     if (ok) {
       *reinterpret_cast<uint2*>(xq + t * k + c) = make_uint2(q[0], q[1]);
-      if ((lane & 3) == 0) xd[g] = amax / 127.0f;
+      if ((lane & 3) == 0) {
+        const float sc = amax / 127.0f;
+        if constexpr (kSums) {
+          xd[2 * g] = sc;
+          xd[2 * g + 1] = sc * static_cast<float>(csum);
+        } else {
+          xd[g] = sc;
+        }
+      }
     }
   }
 }
@@ -316,6 +338,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   using Fmt = typename GemvFmt<F>::Dot;
   using Raw = typename Fmt::Raw;
   constexpr bool kFloatX = GemvFmt<F>::kFloatX;
+  constexpr bool kSums = staged_sums(F);
   constexpr int kPerIter = 32 / Fmt::kLanes;  // blocks of a row per warp iteration
   constexpr int D = depth<Fmt, M>();
   extern __shared__ __align__(16) unsigned char smem[];
@@ -362,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   int8_t* xq = reinterpret_cast<int8_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + (static_cast<int64_t>(m) * k + 15) / 16 * 16);
   TX* xf = reinterpret_cast<TX*>(smem);
-  stage_x<TX, M, kFloatX>(x, m, k, p, xq, xd, xf);
+  stage_x<TX, M, kFloatX, kSums>(x, m, k, p, xq, xd, xf);
   __syncthreads();
 
   const int64_t xs = k / 32;
@@ -388,6 +411,10 @@ __global__ void __launch_bounds__(kThreads, 2)
               if (t < m)
               if constexpr (kFloatX)
                 acc[r][t] += wv.dot(xf + t * k + static_cast<int64_t>(blk) * Fmt::kElems);
+              else if constexpr (kSums)
+                acc[r][t] += wv.dot_sums(
+                    xq + t * k + static_cast<int64_t>(blk) * Fmt::kElems,
+                    xd + 2 * (t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32)));
               else
                 acc[r][t] += wv.dot(xq + t * k + static_cast<int64_t>(blk) * Fmt::kElems,
                                     xd + t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32));
@@ -424,7 +451,7 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   if ((a.accumulate || a.bias) && a.count != 1) return false;
   if (a.bias && !small_ok(a.bias_dt)) return false;
   if (a.norm && (!small_ok(a.norm_dt) || !aligned(a.norm, 16))) return false;
-  if (smem_bytes(a.m, a.k, f == kFmtF8B128, dtype_bytes(a.x_dt, 1)) > kMaxSmem) return false;
+  if (smem_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)) > kMaxSmem) return false;
   // q4_k / q5_k blocks are read with 16-byte loads, u4_g128 with 4-byte
   // ones, the others (34, 18 and 210 bytes) by halves.
   const uintptr_t wa = (f == kFmtQ4_K || f == kFmtQ5_K)            ? 16
@@ -458,8 +485,7 @@ Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   p.accumulate = a.accumulate;
   p.bias = a.bias;
   p.bias_dt = dt_code(a.bias_dt);
-  const size_t smem =
-      smem_bytes(a.m, a.k, a.w_dt == DType::kF8B128, dtype_bytes(a.x_dt, 1));
+  const size_t smem = smem_bytes(a.m, a.k, qfmt(a.w_dt), dtype_bytes(a.x_dt, 1));
   const int blocks = static_cast<int>((p.groups + kWarps - 1) / kWarps);
   const int mi = static_cast<int>(a.m);
   bool ok = dispatch_fmt(a.w_dt, [&](auto fc) {
