@@ -3,9 +3,11 @@
 # `carry: [".gpu", ".deb"]`):
 #   prepare: the llama.cpp build and the twin weights start in the background (setsid, nice 19;
 #            bench/gguf_vs_llama_h200.sh --prepare), then scripts/gpu_run.sh --no-bench (build
-#            and every GPU test, the opt-in paths' golden cases included). About 6 minutes.
-#   measure: bench/optin_ab_h200.sh, then bench/gguf_vs_llama_h200.sh (dense twins; PEER_MOE=1
-#            adds the Qwen3-30B-A3B one, about 4 more minutes). About 6 minutes.
+#            and every GPU test, the opt-in paths' golden cases included), then with OPTIN=1
+#            bench/optin_ab_h200.sh (the opt-in A/B). About 6 minutes, 9 with OPTIN.
+#   measure: with OPTIN=1 bench/optin_ab_h200.sh, then bench/gguf_vs_llama_h200.sh (dense twins;
+#            PEER_MOE=1 adds the Qwen3-30B-A3B one, about 4 more minutes), then with
+#            TABLE="models..." bench/quant_table_h200.sh on them. About 6 minutes.
 # Logs and tables under $OUT.
 set -u
 cd "$(dirname "$0")/.."
@@ -23,12 +25,21 @@ case "${1:-}" in
     cp /tmp/ferrite-gpu-logs/*.log "$OUT/" 2>/dev/null
     tail -1 /tmp/peer/build.log > "$OUT/peer_state.txt" 2>&1
     cat "$OUT/summary.txt" 2>/dev/null
+    if [ "${OPTIN:-0}" = 1 ]; then
+      timeout 280 bash bench/optin_ab_h200.sh > "$OUT/optin.log" 2>&1
+      cat "$OUT/optin_ab.txt" 2>/dev/null
+    fi
     ;;
   measure)
-    timeout 280 bash bench/optin_ab_h200.sh > "$OUT/optin.log" 2>&1
+    [ "${OPTIN:-0}" = 1 ] && timeout 280 bash bench/optin_ab_h200.sh > "$OUT/optin.log" 2>&1
     for i in $(seq 1 60); do [ -f /tmp/peer/prepared ] && break; sleep 5; done
-    timeout 300 bash bench/gguf_vs_llama_h200.sh > "$OUT/side.log" 2>&1
+    timeout "${SIDE_TIMEOUT:-300}" bash bench/gguf_vs_llama_h200.sh > "$OUT/side.log" 2>&1
     cat "$OUT/optin_ab.txt" "$OUT/peer_side_by_side.txt" 2>/dev/null
+    if [ -n "${TABLE:-}" ]; then
+      FERRITE_BENCH_FLAGS="${FERRITE_BENCH_FLAGS:--r 1}" timeout "${TABLE_TIMEOUT:-300}" \
+        bash bench/quant_table_h200.sh $TABLE > "$OUT/table.log" 2>&1
+      cat "$OUT/quant_table.txt" 2>/dev/null
+    fi
     ;;
   *)
     echo "usage: scripts/gpu_session.sh prepare|measure" >&2

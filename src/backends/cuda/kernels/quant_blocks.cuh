@@ -219,19 +219,29 @@ template <int F>
 struct Q8Dot;
 
 // The raw share of a lane in a 2-byte aligned block of 32 (q8_0, q4_0): the
-// f16 d and N 16-bit halves of the payload at b + 2 + 2N part (the blocks
-// keep 2-byte alignment only).
+// f16 d and N payload words at b + 2 + 4N part (the blocks keep 2-byte
+// alignment only). Loaded as the N (+1 when the start is not 4-byte
+// aligned) aligned words that cover them, joined by word() with a funnel
+// shift once the loads have arrived: N + 2 loads instead of 2N + 1 halves.
+// The extra word is loaded only when the start is misaligned, so no load
+// reaches past the block's last byte's word.
 template <int N>
-struct HalvesRaw {
-  uint32_t h[N], d;
-  static __device__ __forceinline__ HalvesRaw fetch(const uint8_t* b, int p) {
-    HalvesRaw r;
+struct WordsA2 {
+  uint32_t w[N + 1], d, sh;
+  static __device__ __forceinline__ WordsA2 fetch(const uint8_t* b, int p) {
+    WordsA2 r;
     r.d = ldh(b);
+    const uintptr_t s = reinterpret_cast<uintptr_t>(b + 2 + 4 * N * p);
+    const auto* a = reinterpret_cast<const uint32_t*>(s & ~uintptr_t{3});
+    r.sh = static_cast<uint32_t>(s & 2) * 8;  // 0 or 16 bits
 #pragma unroll
-    for (int i = 0; i < N; ++i) r.h[i] = ldh(b + 2 + 2 * N * p + 2 * i);
+    for (int i = 0; i < N; ++i) r.w[i] = __ldg(a + i);
+    r.w[N] = r.sh ? __ldg(a + N) : 0u;
     return r;
   }
-  __device__ __forceinline__ uint32_t word(int i) const { return h[2 * i] | (h[2 * i + 1] << 16); }
+  __device__ __forceinline__ uint32_t word(int i) const {
+    return __funnelshift_r(w[i], w[i + 1], sh);
+  }
 };
 
 // The raw share of a lane in a 4-byte aligned block of 128 (u4_g128,
@@ -251,8 +261,8 @@ struct WordsRaw {
 
 template <>
 struct Q8Dot<kFmtQ8_0> {  // 34 bytes: d, 32 x int8; 2 lanes x 16 values
-  static constexpr int kElems = 32, kBytes = 34, kLanes = 2, kRawRegs = 9;
-  using Raw = HalvesRaw<8>;
+  static constexpr int kElems = 32, kBytes = 34, kLanes = 2, kRawRegs = 7;
+  using Raw = WordsA2<4>;
   uint32_t q[4];
   float d;
   int part;
@@ -273,7 +283,7 @@ struct Q8Dot<kFmtQ8_0> {  // 34 bytes: d, 32 x int8; 2 lanes x 16 values
 template <>
 struct Q8Dot<kFmtQ4_0> {  // 18 bytes: d, 16 bytes of nibbles (lo: 0..15, hi: 16..31)
   static constexpr int kElems = 32, kBytes = 18, kLanes = 2, kRawRegs = 5;
-  using Raw = HalvesRaw<4>;
+  using Raw = WordsA2<2>;
   uint32_t lo[2], hi[2];
   float d;
   int part;
@@ -380,36 +390,60 @@ struct Q8Dot<kFmtQ5_K> : Q8DotK<true> {};
 // 128 half + 32 qt + l0 ..), as signed bytes value - 32.
 template <>
 struct Q8Dot<kFmtQ6_K> {
-  static constexpr int kElems = 256, kBytes = 210, kLanes = 8, kRawRegs = 11;
+  static constexpr int kElems = 256, kBytes = 210, kLanes = 8, kRawRegs = 13;
+  // The lane's three 8-byte spans (low nibbles of quarters 0 / 2 and 1 / 3,
+  // high bits) share the block's alignment (offsets are multiples of 8):
+  // each is 2 aligned words + 1 when the block is not 4-byte aligned, joined
+  // with shift sh; its 4 scales (bytes at 2 apart) come from 3 aligned words
+  // joined with shift ssh. 13 loads instead of 17 halves and bytes; d and
+  // both shifts share a register (d | sh << 16 | ssh << 24).
   struct Raw {
-    uint32_t qa[2], qb[2], qh[2], s[4], d;
+    uint32_t qa[3], qb[3], qh[3], s[3], dsh;
   };
   uint32_t v[4][2];
   float ds[4];
   int part;
+  static __device__ __forceinline__ void span8(const uint32_t* a, bool odd, uint32_t (&w)[3]) {
+    w[0] = __ldg(a);
+    w[1] = __ldg(a + 1);
+    w[2] = odd ? __ldg(a + 2) : 0u;
+  }
   static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
     Raw r;
     const int half = p >> 2, l0 = 8 * (p & 3);
-    r.d = ldh(b + 208);
-#pragma unroll
-    for (int qt = 0; qt < 4; ++qt) r.s[qt] = __ldg(b + 192 + 8 * half + (l0 >> 4) + 2 * qt);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      r.qa[i] = ld32_a2(b + 64 * half + l0 + 4 * i);
-      r.qb[i] = ld32_a2(b + 64 * half + 32 + l0 + 4 * i);
-      r.qh[i] = ld32_a2(b + 128 + 32 * half + l0 + 4 * i);
-    }
+    const uintptr_t bb = reinterpret_cast<uintptr_t>(b);
+    const bool odd = (bb & 2) != 0;
+    const auto* a = reinterpret_cast<const uint32_t*>(bb & ~uintptr_t{3});
+    const int base = static_cast<int>(bb & 3);  // 0 or 2
+    span8(a + (base + 64 * half + l0) / 4, odd, r.qa);
+    span8(a + (base + 64 * half + 32 + l0) / 4, odd, r.qb);
+    span8(a + (base + 128 + 32 * half + l0) / 4, odd, r.qh);
+    // Scales of quarters 0-3: bytes sb, sb + 2, sb + 4, sb + 6 (within 3
+    // aligned words from sb's word on; sb's word holds the block's byte 192 +
+    // 8 half + j or earlier bytes of the same block).
+    const uintptr_t sb = bb + 192 + 8 * half + ((p & 3) >> 1);
+    const auto* sa = reinterpret_cast<const uint32_t*>(sb & ~uintptr_t{3});
+    r.dsh = ldh(b + 208) | (odd ? 16u << 16 : 0u) | (static_cast<uint32_t>(sb & 3) * 8 << 24);
+    r.s[0] = __ldg(sa);
+    r.s[1] = __ldg(sa + 1);
+    r.s[2] = (sb & 3) > 1 ? __ldg(sa + 2) : 0u;  // byte sb + 6 past the second word
     return r;
   }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
-    const float d = half_bits(r.d);
+    const float d = half_bits(r.dsh & 0xFFFF);
+    const uint32_t sh = (r.dsh >> 16) & 0xFF, ssh = r.dsh >> 24;
+    const uint32_t s01 = __funnelshift_r(r.s[0], r.s[1], ssh);  // quarters 0, 1 at bytes 0, 2
+    const uint32_t s23 = __funnelshift_r(r.s[1], r.s[2], ssh);  // quarters 2, 3
+    const uint32_t sq[4] = {s01 & 0xFF, (s01 >> 16) & 0xFF, s23 & 0xFF, (s23 >> 16) & 0xFF};
 #pragma unroll
     for (int qt = 0; qt < 4; ++qt)
-      ds[qt] = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(r.s[qt] & 0xFF)));
+      ds[qt] = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sq[qt])));
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const uint32_t qa = r.qa[i], qb = r.qb[i], qh = r.qh[i];
+      const uint32_t qa = __funnelshift_r(r.qa[i], r.qa[i + 1], sh);
+      const uint32_t qb = __funnelshift_r(r.qb[i], r.qb[i + 1], sh);
+      const uint32_t qh = __funnelshift_r(r.qh[i], r.qh[i + 1], sh);
       v[0][i] = __vsubss4((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4), 0x20202020u);
       v[1][i] = __vsubss4((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4), 0x20202020u);
       v[2][i] = __vsubss4(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4), 0x20202020u);

@@ -402,22 +402,27 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (f0 + d < items) {  // uniform over the warp
         const int blk = cit * kPerIter + bl;
         if (blk < nb) {
+          // Both rows decoded first, then each token's activations meet
+          // them back to back: one read of a token's staged block serves
+          // both rows.
+          Fmt wv[kRows];
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            Fmt wv;
-            wv.decode(raw[d][r], part);
+          for (int r = 0; r < kRows; ++r) wv[r].decode(raw[d][r], part);
 #pragma unroll
-            for (int t = 0; t < M; ++t)
-              if (t < m)
-              if constexpr (kFloatX)
-                acc[r][t] += wv.dot(xf + t * k + static_cast<int64_t>(blk) * Fmt::kElems);
-              else if constexpr (kSums)
-                acc[r][t] += wv.dot_sums(
-                    xq + t * k + static_cast<int64_t>(blk) * Fmt::kElems,
-                    xd + 2 * (t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32)));
-              else
-                acc[r][t] += wv.dot(xq + t * k + static_cast<int64_t>(blk) * Fmt::kElems,
-                                    xd + t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32));
+          for (int t = 0; t < M; ++t) {
+            if (t < m) {
+              const int64_t xo = t * k + static_cast<int64_t>(blk) * Fmt::kElems;
+              const int64_t so = t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32);
+#pragma unroll
+              for (int r = 0; r < kRows; ++r) {
+                if constexpr (kFloatX)
+                  acc[r][t] += wv[r].dot(xf + xo);
+                else if constexpr (kSums)
+                  acc[r][t] += wv[r].dot_sums(xq + xo, xd + 2 * so);
+                else
+                  acc[r][t] += wv[r].dot(xq + xo, xd + so);
+              }
+            }
           }
         }
         if (f0 + d + D < items) fetch(raw[d]);
