@@ -50,6 +50,10 @@ namespace ferrite {
     "formats dequantize the experts to the activation type and take the grouped tensor-core "     \
     "path of bf16 experts (0: never, the default until it is measured and checked on a GPU; "     \
     "512 is the intended setting)")                                                               \
+  X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
+    "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
+    "short context is spread over more blocks with fewer positions each (results are equal up "  \
+    "to the splits' summation order)")                                                            \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \

@@ -33,14 +33,15 @@ int splits_for(int64_t tokens, int64_t kv_heads, int64_t max_context) {
   return static_cast<int>(std::max<int64_t>(s, 1));
 }
 
-// Splits of the fused decode kernel: a split per 64 positions of the
-// step's length bound (one or two rounds of 8 warps x 8 or 4 positions;
-// the first is loaded before the kernel waits for Q/K/V), while the grid
-// has fewer than two blocks per SM; within the workspace's partial rows.
-// (128 positions per split: Qwen3-0.6B b1 1,040 -> 990, 8B 213.8 -> 208.5.)
-constexpr int64_t kFusedPositionsPerSplit = 64;
-int fused_splits(int64_t tokens, int64_t kv_heads, int64_t kv_len_bound, int num_sms) {
-  const int64_t per_split = kFusedPositionsPerSplit;
+// Splits of the fused decode kernel: a split per `per_split` positions of
+// the step's length bound (Tuning::cuda_decode_split_positions, 64: one or
+// two rounds of 8 warps x 8 or 4 positions; the first is loaded before the
+// kernel waits for Q/K/V), while the grid has fewer than two blocks per SM;
+// within the workspace's partial rows. (128 positions per split: Qwen3-0.6B
+// b1 1,040 -> 990, 8B 213.8 -> 208.5.)
+int fused_splits(int64_t tokens, int64_t kv_heads, int64_t kv_len_bound, int num_sms,
+                 int64_t per_split) {
+  per_split = std::max<int64_t>(16, per_split);
   const int64_t blocks = tokens * kv_heads;
   int64_t s = std::max<int64_t>(1, kv_len_bound / per_split);
   s = std::min<int64_t>({s, kMaxSplits, std::max<int64_t>(1, (2 * num_sms + blocks - 1) / blocks),
@@ -146,7 +147,8 @@ class CausalPagedAttention final : public Provider {
       // Decode step: norm / RoPE / K/V write and attention in one kernel.
       profile_mark(st.stream, "attention.core", st.capturing);
       const int splits = fused_splits(t, nkv * fused_decode_parts(static_cast<int>(nh / nkv)),
-                                      st.meta.kv_len_bound, st.num_sms);
+                                      st.meta.kv_len_bound, st.num_sms,
+                                      st.decode_split_positions);
       float* partials = nullptr;
       if (splits > 1) {
         partials = take_partials(ws, p, t * splits);

@@ -40,6 +40,7 @@ struct CudaExecOptions {
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 0;  // minimum tokens; 0: off
+  int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).
   bool profile = false;
   // Tuning::ncu_decode_step: the K-th graph replay runs inside a profiler

@@ -43,6 +43,8 @@ struct BackendState {
   bool quant_fused_fp8 = false;  // Tuning::cuda_quant_fused_fp8: e4m3 weights too
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 0;  // minimum step tokens; 0: off
+  // Tuning::cuda_decode_split_positions (causal_paged_attention.cc).
+  int64_t decode_split_positions = 64;
   int8_t* q8_x = nullptr;
   float* q8_d = nullptr;
   int64_t q8_capacity = 0;
