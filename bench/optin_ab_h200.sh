@@ -4,9 +4,12 @@
 # `_moe_dequant` golden cases):
 #  - FERRITE_CUDA_QUANT_FUSED_FP8: FP8 decode on the fused kernel (Qwen3-8B, b1 / b8);
 #  - FERRITE_CUDA_MOE_DEQUANT: prefill of block-format MoE experts on the grouped tensor-core
-#    path (Qwen3-30B-A3B Q4_K_M and GPTQ-Int4 shapes, a 4,096-token prefill);
+#    path (Qwen3-30B-A3B Q4_K_M shape, a 4,096-token prefill; MOE_QUANTS="--dummy-dtype
+#    q4_k_m;--quantization gptq-int4" for GPTQ-Int4 too);
 #  - FERRITE_CUDA_DECODE_SPLIT_POSITIONS: positions per split of the fused decode attention
-#    (64, the default, against 32; Qwen3-8B Q4_K_M and Qwen3-0.6B bf16, b1 / b8).
+#    (64, the default, against 32; Qwen3-8B Q4_K_M, b1 / b8);
+#  - FERRITE_CUDA_DEQUANT_SLICE_MIB: block weights dequantized per cuBLASLt call in products of
+#    9+ tokens (512, the default, against L2-sized slices; Qwen3-8B Q4_K_M, b32-b128, prefill).
 # About 5 minutes. Output: $OUT/optin_ab.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,11 +33,14 @@ for v in 64 32; do
   run "qwen3-8b q4_k_m" "FERRITE_CUDA_DECODE_SPLIT_POSITIONS=$v" --model "$ROOT/configs/qwen3-8b" \
     --dummy-dtype q4_k_m --batch 1 8 --prompt-len 256 --decode-prompt-len 256 --gen-len 48 \
     --max-num-seqs 8 --kv-cache-gib 8
-  run "qwen3-0.6b bf16" "FERRITE_CUDA_DECODE_SPLIT_POSITIONS=$v" --model "$ROOT/configs/qwen3-0.6b" \
-    --batch 1 8 --prompt-len 256 --decode-prompt-len 256 --gen-len 48 --max-num-seqs 8 \
-    --kv-cache-gib 8
 done
-for q in "--dummy-dtype q4_k_m" "--quantization gptq-int4"; do
+for v in 512 24 8; do
+  run "qwen3-8b q4_k_m" "FERRITE_CUDA_DEQUANT_SLICE_MIB=$v" --model "$ROOT/configs/qwen3-8b" \
+    --dummy-dtype q4_k_m --batch 32 64 128 --prompt-len 4096 --decode-prompt-len 128 \
+    --gen-len 32 --max-num-seqs 128 --kv-cache-gib 16
+done
+IFS=';' read -r -a MQ <<< "${MOE_QUANTS:---dummy-dtype q4_k_m}"
+for q in "${MQ[@]}"; do
   for v in 0 512; do
     run "qwen3-30b-a3b $q" "FERRITE_CUDA_MOE_DEQUANT=$v" --model "$ROOT/configs/qwen3-30b-a3b" \
       $q --batch 1 --prompt-len 4096 --decode-prompt-len 128 --gen-len 16 --max-num-seqs 4 \

@@ -54,6 +54,10 @@ namespace ferrite {
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \
     "to the splits' summation order)")                                                            \
+  X(int64_t, cuda_dequant_slice_mib, "FERRITE_CUDA_DEQUANT_SLICE_MIB", 512,                       \
+    "CUDA: products of more than 8 tokens on block weights dequantize at most this many MiB of "  \
+    "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \
+    "dequantization and the product")                                                            \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \

@@ -41,6 +41,7 @@ struct CudaExecOptions {
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 0;  // minimum tokens; 0: off
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
+  int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).
   bool profile = false;
   // Tuning::ncu_decode_step: the K-th graph replay runs inside a profiler

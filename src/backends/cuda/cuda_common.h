@@ -45,6 +45,8 @@ struct BackendState {
   int64_t moe_dequant = 0;  // minimum step tokens; 0: off
   // Tuning::cuda_decode_split_positions (causal_paged_attention.cc).
   int64_t decode_split_positions = 64;
+  // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
+  int64_t dequant_slice_mib = 512;
   int8_t* q8_x = nullptr;
   float* q8_d = nullptr;
   int64_t q8_capacity = 0;

@@ -103,9 +103,6 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
   return pos->second.ok ? &pos->second : nullptr;
 }
 
-// The dequantized-rows buffer: at most this much (larger matrices go in
-// slices of rows), grown only on eager steps.
-constexpr int64_t kDequantMaxBytes = 512ll << 20;
 
 // Products on GGUF block weights (q8_0, q4_k, ...; kernels/quant_gemm.cuh):
 //  - decode (m <= 8): the weight-streaming GEMV, on 8-bit activation blocks
@@ -149,12 +146,18 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
                         (out_dt == x_dt || out_dt == DType::kF32) &&
                         !(accumulate && out_dt != x_dt) && k % dtype_block_elems(w_dt) == 0;
   if (lt_types) {
+    // The dequantized-rows buffer: at most Tuning::cuda_dequant_slice_mib
+    // (larger matrices go in slices of rows, 128 at least), grown only on
+    // eager steps.
     const int64_t row_bytes = k * 2;
-    const int64_t want = std::min(n * row_bytes, std::max(kDequantMaxBytes, 256 * row_bytes));
+    const int64_t slice_bytes =
+        std::max(std::max<int64_t>(1, st.dequant_slice_mib) << 20, 128 * row_bytes);
+    const int64_t want = std::min(n * row_bytes, slice_bytes);
     FERRITE_ASSIGN_OR_RETURN(bool grown, ensure_dequant_capacity(st, want));
     (void)grown;  // a smaller buffer still takes slices of it
     // Slices of whole 128-row groups (cuBLASLt tiles) that fit the buffer.
-    const int64_t slice = std::min(n, st.dequant_bytes / row_bytes / 128 * 128);
+    const int64_t slice =
+        std::min(n, std::min(st.dequant_bytes, slice_bytes) / row_bytes / 128 * 128);
     // cuBLASLt plans for the full slice and the last one (else the tile
     // kernel below does the whole product).
     const LtPlan* full = slice >= 128 || slice == n
