@@ -41,15 +41,15 @@ namespace ferrite {
     "normalises and quantizes x itself and runs up to four products sharing it (Q/K/V, gate/up) " \
     "(0: a norm, a quantization and a GEMV launch per product; results are equal up to the "      \
     "norm's summation order)")                                                                    \
-  X(bool, cuda_quant_fused_fp8, "FERRITE_CUDA_QUANT_FUSED_FP8", false,                           \
+  X(bool, cuda_quant_fused_fp8, "FERRITE_CUDA_QUANT_FUSED_FP8", true,                            \
     "CUDA: with cuda_quant_fused, FP8 (e4m3, 128-blocks) weights take the fused decode kernel "    \
-    "too, on activations staged in their own type (off by default until it is checked and "       \
-    "measured on a GPU: FP8 decode takes the f32 GEMV)")                                          \
-  X(int64_t, cuda_moe_dequant, "FERRITE_CUDA_MOE_DEQUANT", 0,                                    \
+    "too, on activations staged in their own type (0: the f32 GEMV; Qwen3-8B b1 on the H200 "     \
+    "225 against 133 tokens/s)")                                                                  \
+  X(int64_t, cuda_moe_dequant, "FERRITE_CUDA_MOE_DEQUANT", 512,                                  \
     "CUDA: eager steps of at least this many tokens of MoE layers whose experts are in block "    \
     "formats dequantize the experts to the activation type and take the grouped tensor-core "     \
-    "path of bf16 experts (0: never, the default until it is measured and checked on a GPU; "     \
-    "512 is the intended setting)")                                                               \
+    "path of bf16 experts (0: never; Qwen3-30B-A3B Q4_K_M 4,096-token prefill on the H200 "      \
+    "23,751 against 3,013 tokens/s)")                                                             \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

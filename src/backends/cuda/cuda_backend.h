@@ -36,10 +36,10 @@ struct CudaExecOptions {
   // Tuning::cuda_quant_fused: with quant_dot, a decode product's norm,
   // activation quantization and GEMVs in one kernel (kernels/quant_gemv.cuh).
   bool quant_fused = true;
-  bool quant_fused_fp8 = false;  // Tuning::cuda_quant_fused_fp8
+  bool quant_fused_fp8 = true;  // Tuning::cuda_quant_fused_fp8
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
-  int64_t moe_dequant = 0;  // minimum tokens; 0: off
+  int64_t moe_dequant = 512;  // minimum tokens; 0: off
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).

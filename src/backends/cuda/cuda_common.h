@@ -40,9 +40,9 @@ struct BackendState {
   // themselves, fused with the block's norm and up to four products
   // (kernels/quant_gemv.cuh; q8_x / q8_d then serve only the fallbacks).
   bool quant_fused = true;
-  bool quant_fused_fp8 = false;  // Tuning::cuda_quant_fused_fp8: e4m3 weights too
+  bool quant_fused_fp8 = true;  // Tuning::cuda_quant_fused_fp8: e4m3 weights too
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
-  int64_t moe_dequant = 0;  // minimum step tokens; 0: off
+  int64_t moe_dequant = 512;  // minimum step tokens; 0: off
   // Tuning::cuda_decode_split_positions (causal_paged_attention.cc).
   int64_t decode_split_positions = 64;
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
