@@ -18,6 +18,11 @@ START=$(date +%s)
 # Seconds left of this call's CALL_BUDGET (default 585: the device's 600 s a command, less
 # the copy back), at least 30.
 left() { local l=$(( ${CALL_BUDGET:-585} - ($(date +%s) - START) )); echo $(( l < 30 ? 30 : l )); }
+# The opt-in A/B, its table kept on the machine for a later call's PICK.
+optin() {
+  timeout "$(left)" bash bench/optin_ab_h200.sh > "$OUT/optin.log" 2>&1
+  cp "$OUT/optin_ab.txt" /tmp/ferrite-optin.txt 2>/dev/null
+}
 case "${1:-}" in
   prepare)
     if [ ! -f /tmp/peer/prep-started ]; then
@@ -31,16 +36,12 @@ case "${1:-}" in
     tail -1 /tmp/peer/build.log > "$OUT/peer_state.txt" 2>&1
     cat "$OUT/summary.txt" 2>/dev/null
     if [ "${OPTIN:-0}" = 1 ]; then
-      timeout "$(left)" bash bench/optin_ab_h200.sh > "$OUT/optin.log" 2>&1
-      cp "$OUT/optin_ab.txt" /tmp/ferrite-optin.txt 2>/dev/null
+      optin
       cat "$OUT/optin_ab.txt" 2>/dev/null
     fi
     ;;
   measure)
-    if [ "${OPTIN:-0}" = 1 ]; then
-      timeout "$(left)" bash bench/optin_ab_h200.sh > "$OUT/optin.log" 2>&1
-      cp "$OUT/optin_ab.txt" /tmp/ferrite-optin.txt 2>/dev/null
-    fi
+    [ "${OPTIN:-0}" = 1 ] && optin
     # PICK=1: the settings the opt-in A/B favours (scripts/optin_pick.py) for what follows.
     if [ "${PICK:-0}" = 1 ] && [ -f /tmp/ferrite-optin.txt ]; then
       python3 scripts/optin_pick.py /tmp/ferrite-optin.txt > "$OUT/picked.sh"

@@ -103,7 +103,6 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
   return pos->second.ok ? &pos->second : nullptr;
 }
 
-
 // Products on GGUF block weights (q8_0, q4_k, ...; kernels/quant_gemm.cuh):
 //  - decode (m <= 8): the weight-streaming GEMV, on 8-bit activation blocks
 //    (Tuning::cuda_quant_dot) or on f32 activations;

@@ -174,10 +174,6 @@ __device__ __forceinline__ uint4 ld128(const uint8_t* p) {
 __device__ __forceinline__ uint32_t ldh(const uint8_t* p) {  // 16 bits at a 2-byte aligned address
   return __ldg(reinterpret_cast<const unsigned short*>(p));
 }
-// Four bytes at a 2-byte aligned address.
-__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
-  return ldh(p) | (ldh(p + 2) << 16);
-}
 __device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
   return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
 }

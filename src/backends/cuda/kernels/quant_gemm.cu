@@ -515,7 +515,8 @@ bool quant_gemv_q8_supported(DType w_dt, const void* w, int64_t k, DType out_dt)
   const int f = qfmt(w_dt);
   if (f < 0 || !small_ok(out_dt) || k % dtype_block_elems(w_dt) != 0) return false;
   // q4_k / q5_k blocks (144 / 176 bytes) are read with 16-byte loads; the
-  // others (34, 18, 210 bytes) keep 2-byte alignment and are read by halves.
+  // others (34, 18, 210 bytes) keep 2-byte alignment and are read as the
+  // aligned words around them (Q8Dot<F>::fetch).
   if (f == kFmtF8B128) return false;  // e4m3 codes are not integers
   const uintptr_t a = reinterpret_cast<uintptr_t>(w);
   if (f == kFmtU4G128) return a % 4 == 0;

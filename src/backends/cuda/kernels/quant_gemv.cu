@@ -457,8 +457,9 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   if (a.bias && !small_ok(a.bias_dt)) return false;
   if (a.norm && (!small_ok(a.norm_dt) || !aligned(a.norm, 16))) return false;
   if (smem_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)) > kMaxSmem) return false;
-  // q4_k / q5_k blocks are read with 16-byte loads, u4_g128 with 4-byte
-  // ones, the others (34, 18 and 210 bytes) by halves.
+  // q4_k / q5_k blocks are read with 16-byte loads, u4_g128 / f8 with
+  // 4-byte ones, the others (34, 18 and 210 bytes: 2-byte alignment) as the
+  // aligned words around them.
   const uintptr_t wa = (f == kFmtQ4_K || f == kFmtQ5_K)            ? 16
                        : (f == kFmtU4G128 || f == kFmtF8B128) ? 4
                                                               : 2;
