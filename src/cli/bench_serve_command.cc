@@ -36,6 +36,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <type_traits>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -45,6 +46,23 @@ namespace ferrite::cli {
 namespace {
 
 using json = nlohmann::json;
+
+// A field of a server's JSON reply, or `fallback` when it is absent or of
+// another type: a reply is untrusted input, and json::value would throw on a
+// field of the wrong type.
+template <class T>
+T field_or(const json& j, const char* key, T fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if constexpr (std::is_same_v<T, bool>) {
+    return it->is_boolean() ? it->template get<bool>() : fallback;
+  } else if constexpr (std::is_integral_v<T>) {
+    return it->is_number_integer() ? it->template get<T>() : fallback;
+  } else {
+    return it->is_string() ? it->template get<std::string>() : fallback;
+  }
+}
 using Clock = std::chrono::steady_clock;
 
 struct BenchServeFlags {
@@ -245,7 +263,7 @@ class Runner {
         buf.erase(0, pos + 2);
         if (ev.rfind("error: ", 0) == 0) {  // llama-server's error event
           json j = json::parse(ev.substr(7), nullptr, false);
-          err = !j.is_discarded() && j.is_object() ? j.value("message", ev.substr(7))
+          err = !j.is_discarded() && j.is_object() ? field_or(j, "message", ev.substr(7))
                                                    : ev.substr(7);
           continue;
         }
@@ -258,16 +276,16 @@ class Runner {
         json j = json::parse(payload, nullptr, false);
         if (j.is_discarded()) continue;
         if (j.contains("error")) {
-          err = j["error"].is_object() ? j["error"].value("message", "error") : "error";
+          err = j["error"].is_object() ? field_or(j["error"], "message", std::string("error")) : "error";
           continue;
         }
         if (llama()) {
           // {"content", "tokens": [ids], "stop": false} per token; the last
           // event has "stop": true and the server's counts.
-          if (j.value("stop", false)) {
+          if (field_or(j, "stop", false)) {
             done = true;
-            usage_tokens = j.value("tokens_predicted", int64_t{-1});
-            o.prompt_tokens = j.value("tokens_evaluated", int64_t{-1});
+            usage_tokens = field_or(j, "tokens_predicted", int64_t{-1});
+            o.prompt_tokens = field_or(j, "tokens_evaluated", int64_t{-1});
           }
           int64_t n = 0;
           if (j.contains("tokens") && j["tokens"].is_array())
@@ -279,10 +297,10 @@ class Runner {
           continue;
         }
         if (j.contains("usage") && j["usage"].is_object()) {
-          usage_tokens = j["usage"].value("completion_tokens", -1);
-          o.prompt_tokens = j["usage"].value("prompt_tokens", -1);
+          usage_tokens = field_or(j["usage"], "completion_tokens", int64_t{-1});
+          o.prompt_tokens = field_or(j["usage"], "prompt_tokens", int64_t{-1});
         }
-        if (!j.contains("choices") || j["choices"].empty()) continue;
+        if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
         const json& c = j["choices"][0];
         std::string piece;
         if (c.contains("text") && c["text"].is_string()) piece = c["text"];
@@ -377,9 +395,10 @@ class Runner {
       return unavailable(fmt::format("GET {}/v1/models: {}", f_.url,
                                      http_error(res->status, res->body)));
     json j = json::parse(res->body, nullptr, false);
-    if (j.is_discarded() || !j.contains("data") || j["data"].empty())
+    if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() ||
+        j["data"].empty())
       return unavailable("the server lists no model");
-    model_ = j["data"][0].value("id", "");
+    model_ = field_or(j["data"][0], "id", std::string());
     return Status::ok();
   }
 

@@ -57,6 +57,24 @@ std::optional<ApiError> get_float(const json& j, const char* key, double lo, dou
   return std::nullopt;
 }
 
+// Optional string field; absent or null leaves *out as is (the default). A
+// value of another type is a 400 naming `param` (json::value would throw).
+std::optional<ApiError> get_string(const json& j, const char* key, std::string* out,
+                                   const char* param) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return bad_request(fmt::format("'{}' must be a string", key), param);
+  *out = it->get<std::string>();
+  return std::nullopt;
+}
+
+// A field's string value, or "" when it is absent or of another type: for
+// tests like "type is 'function'", where any other value is rejected anyway.
+std::string string_or_empty(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 std::optional<ApiError> get_int(const json& j, const char* key, int64_t lo, int64_t hi,
                                 int64_t* out, bool* present = nullptr) {
   auto it = j.find(key);
@@ -163,6 +181,12 @@ std::optional<ApiError> chat_messages(const RequestContext& ctx, const json& bod
         if (f.contains("arguments") && f["arguments"].is_string()) {
           const std::string& a = f["arguments"].get_ref<const std::string&>();
           *text_bytes += a.size();
+          // The arguments are JSON text inside a string: the body's depth
+          // check did not see their nesting, and the template walks them.
+          if (json_depth(a, ctx.limits.max_json_depth) > ctx.limits.max_json_depth)
+            return bad_request(fmt::format("tool call arguments nest deeper than {} levels",
+                                           ctx.limits.max_json_depth),
+                               "messages");
           args = json::parse(a, nullptr, false);
           if (args.is_discarded()) args = a;
         } else if (f.contains("arguments") && !f["arguments"].is_null()) {
@@ -213,7 +237,7 @@ std::optional<ApiError> parse_tools(const json& body, json* tools, json* forced)
     if (!it->is_array()) return bad_request("'tools' must be an array", "tools");
     if (it->size() > 128) return bad_request("at most 128 tools", "tools");
     for (const json& t : *it) {
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+      if (!t.is_object() || string_or_empty(t, "type") != "function" || !t.contains("function") ||
           !t["function"].is_object())
         return bad_request("each tool must be {\"type\": \"function\", \"function\": {...}}", "tools");
       const json& f = t["function"];
@@ -234,7 +258,7 @@ std::optional<ApiError> parse_tools(const json& body, json* tools, json* forced)
       if (mode != "none" && mode != "auto" && mode != "required")
         return bad_request("'tool_choice' must be none, auto, required or a function",
                            "tool_choice");
-    } else if (it->is_object() && it->value("type", "") == "function" && it->contains("function") &&
+    } else if (it->is_object() && string_or_empty(*it, "type") == "function" && it->contains("function") &&
                (*it)["function"].is_object() && (*it)["function"].contains("name") &&
                (*it)["function"]["name"].is_string()) {
       mode = "named";
@@ -712,7 +736,8 @@ std::optional<ApiError> parse_responses_request(const RequestContext& ctx,
   } else if (in->is_array()) {
     for (const json& item : *in) {
       if (!item.is_object()) return bad_request("each input item must be an object", "input");
-      const std::string type = item.value("type", "message");
+      std::string type = "message";
+      API_TRY(get_string(item, "type", &type, "input"));
       if (type == "message") {
         if (!item.contains("role") || !item["role"].is_string())
           return bad_request("an input message needs a string 'role'", "input");
@@ -722,9 +747,12 @@ std::optional<ApiError> parse_responses_request(const RequestContext& ctx,
       } else if (type == "function_call") {
         if (!item.contains("name") || !item["name"].is_string())
           return bad_request("a function_call item needs a string 'name'", "input");
-        json call = {{"id", item.value("call_id", "call_0")},
+        std::string call_id = "call_0", arguments = "{}";
+        API_TRY(get_string(item, "call_id", &call_id, "input"));
+        API_TRY(get_string(item, "arguments", &arguments, "input"));
+        json call = {{"id", call_id},
                      {"type", "function"},
-                     {"function", {{"name", item["name"]}, {"arguments", item.value("arguments", "{}")}}}};
+                     {"function", {{"name", item["name"]}, {"arguments", arguments}}}};
         if (!messages.empty() && messages.back()["role"] == "assistant" &&
             messages.back().contains("tool_calls"))
           messages.back()["tool_calls"].push_back(call);
@@ -733,7 +761,9 @@ std::optional<ApiError> parse_responses_request(const RequestContext& ctx,
       } else if (type == "function_call_output") {
         json out = item.contains("output") ? item["output"] : json("");
         if (!out.is_string()) out = out.dump();
-        messages.push_back({{"role", "tool"}, {"tool_call_id", item.value("call_id", "")}, {"content", out}});
+        std::string call_id;
+        API_TRY(get_string(item, "call_id", &call_id, "input"));
+        messages.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", out}});
       } else if (type == "reasoning") {
         continue;
       } else {
@@ -749,7 +779,7 @@ std::optional<ApiError> parse_responses_request(const RequestContext& ctx,
     if (!it->is_array()) return bad_request("'tools' must be an array", "tools");
     json tools = json::array();
     for (const json& t : *it) {
-      if (!t.is_object() || t.value("type", "") != "function")
+      if (!t.is_object() || string_or_empty(t, "type") != "function")
         return bad_request("only tools of type 'function' are supported", "tools");
       json f = {{"name", t.contains("name") ? t["name"] : json(nullptr)}};
       if (t.contains("description")) f["description"] = t["description"];
@@ -759,7 +789,7 @@ std::optional<ApiError> parse_responses_request(const RequestContext& ctx,
     chat["tools"] = tools;
   }
   if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
-    if (it->is_object() && it->value("type", "") == "function" && it->contains("name"))
+    if (it->is_object() && string_or_empty(*it, "type") == "function" && it->contains("name"))
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*it)["name"]}}}};
     else
       chat["tool_choice"] = *it;
@@ -771,7 +801,9 @@ std::optional<ApiError> parse_responses_request(const RequestContext& ctx,
         return bad_request("'text.format' must be an object with a string 'type'", "text");
       const std::string type = (*f)["type"].get<std::string>();
       if (type == "json_schema") {
-        json js = {{"name", f->value("name", "response")}};
+        std::string name = "response";
+        API_TRY(get_string(*f, "name", &name, "text"));
+        json js = {{"name", name}};
         if (f->contains("schema")) js["schema"] = (*f)["schema"];
         if (f->contains("strict")) js["strict"] = (*f)["strict"];
         chat["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};

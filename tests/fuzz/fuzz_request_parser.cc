@@ -1,7 +1,7 @@
 // libFuzzer target: the OpenAI request parser (src/server/request_parser.h).
 //
-// Input: a request body, parsed as a /v1/chat/completions and as a
-// /v1/completions body against the Qwen3 tokenizer and chat template
+// Input: a request body, parsed as a /v1/chat/completions, a
+// /v1/completions and a /v1/responses body against the Qwen3 tokenizer and chat template
 // (server_fixture.h) with a small context. Oracle: no crash, no sanitizer
 // report, no hang; a rejected body is a 4xx with a message; an accepted one
 // has a prompt of in-vocabulary ids that, with max_tokens (>= 1), fits the
@@ -34,9 +34,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return c;
   }();
   std::string_view body(reinterpret_cast<const char*>(data), size);
-  for (bool chat_api : {true, false}) {
+  enum class Api { kChat, kCompletions, kResponses };
+  for (Api api : {Api::kChat, Api::kCompletions, Api::kResponses}) {
+    const bool chat_api = api != Api::kCompletions;
     ParsedRequest req;
-    auto err = parse_request(ctx, body, chat_api, &req);
+    auto err = api == Api::kResponses ? parse_responses_request(ctx, body, &req)
+                                      : parse_request(ctx, body, chat_api, &req);
     if (err) {
       FERRITE_FUZZ_CHECK(err->status >= 400 && err->status < 500);
       FERRITE_FUZZ_CHECK(!err->message.empty());

@@ -228,6 +228,58 @@ TEST_F(RequestParserTest, ToolsAndReasoningThroughTheTemplate) {
   }
 }
 
+// A field of the wrong type is a 400 naming it, never an exception (a fuzz
+// finding: a tool whose "type" was an object threw json::type_error out of
+// the parser). The /v1/responses fields that default when absent too.
+TEST_F(RequestParserTest, FieldsOfTheWrongTypeAre400s) {
+  ctx_.max_context = 4096;
+  for (auto [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":{"a":1},"function":{"name":"f"}}]})", "tools"},
+           {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":7,"function":{"name":"f"}}]})", "tools"},
+           {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":[1],"function":{"name":"f"}}})", "tool_choice"},
+       }) {
+    ParsedRequest q;
+    auto e = parse(body, true, &q);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->status, 400) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
+  for (auto [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"input":[{"type":{"x":1},"role":"user","content":"hi"}]})", "input"},
+           {R"({"input":[{"type":"function_call","name":"f","call_id":5}]})", "input"},
+           {R"({"input":[{"type":"function_call","name":"f","arguments":{"a":1}}]})", "input"},
+           {R"({"input":[{"type":"function_call_output","call_id":[],"output":"1"}]})", "input"},
+           {R"({"input":"hi","tools":[{"type":false,"name":"f"}]})", "tools"},
+           {R"({"input":"hi","text":{"format":{"type":"json_schema","name":{},"schema":{"type":"object"}}}})", "text"},
+       }) {
+    ParsedRequest q;
+    auto e = parse_responses_request(ctx_, body, &q);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->status, 400) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
+  // Tool call arguments are JSON inside a string: their nesting has the
+  // body's limit too.
+  nlohmann::json deep = {
+      {"messages",
+       {{{"role", "user"}, {"content", "x"}},
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"tool_calls",
+          {{{"id", "c1"},
+            {"type", "function"},
+            {"function",
+             {{"name", "f"},
+              {"arguments", std::string(100, '[') + std::string(100, ']')}}}}}}}}}};
+  ParsedRequest q;
+  auto e = parse(deep.dump(), true, &q);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "messages");
+  // The same body with shallow arguments is accepted.
+  deep["messages"][1]["tool_calls"][0]["function"]["arguments"] = "[[1]]";
+  EXPECT_FALSE(parse(deep.dump(), true, &q));
+}
+
 TEST_F(RequestParserTest, Llama3TemplateWritesJsonToolCalls) {
   auto llama = ChatTemplate::from_source(
       [] {
