@@ -25,13 +25,22 @@ std::vector<Backend> available_backends() {
   out.push_back(std::move(cpu));
 #ifdef FERRITE_HAVE_CUDA
   if (cuda_device_present()) {
-    auto device = make_cuda_device(0);
-    if (device.is_ok()) {
+    // "cuda" with the default tuning; "cuda_mmq": products of 9+ tokens on
+    // block weights through the int8 tensor-core tile
+    // (Tuning::cuda_quant_mmq_tokens, off by default until measured).
+    for (const char* name : {"cuda", "cuda_mmq"}) {
+      auto device = make_cuda_device(0);
+      if (!device.is_ok()) continue;
       Backend cuda;
-      cuda.name = "cuda";
+      cuda.name = name;
       cuda.device = std::move(device).value();
       cuda.registry = make_cuda_registry();
-      auto state = make_cuda_exec_context(*cuda.device, CudaExecOptions{}, &cuda.ctx);
+      CudaExecOptions options;
+      if (cuda.name == "cuda_mmq") {
+        options.quant_mmq_tokens = 256;
+        cuda.block_weight_providers_only = true;
+      }
+      auto state = make_cuda_exec_context(*cuda.device, options, &cuda.ctx);
       if (state.is_ok()) {
         cuda.keep_alive = std::move(state).value();
         out.push_back(std::move(cuda));

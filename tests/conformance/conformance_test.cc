@@ -171,8 +171,14 @@ void PrintTo(const ProviderId& id, std::ostream* os) { *os << id.backend << "/" 
 
 std::vector<ProviderId> all_providers() {
   std::vector<ProviderId> ids;
-  for (const Backend& b : available_backends())
-    for (const auto& p : b.registry->providers()) ids.push_back({b.name, p->descriptor().name});
+  for (const Backend& b : available_backends()) {
+    for (const auto& p : b.registry->providers()) {
+      bool blocks = false;
+      for (DType t : p->descriptor().weight_dtypes) blocks = blocks || dtype_is_quantized(t);
+      if (b.block_weight_providers_only && !blocks) continue;
+      ids.push_back({b.name, p->descriptor().name});
+    }
+  }
   return ids;
 }
 

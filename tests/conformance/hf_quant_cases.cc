@@ -91,8 +91,10 @@ std::vector<Case> hf_quant_cases() {
     CaseRng rng(1313);
     for (DType wt : kHfFormats) {
       const std::string f(dtype_name(wt));
-      for (int32_t tokens : {1, 3, 19}) {
-        const int64_t in = tokens == 3 ? 384 : 256;
+      // 70 tokens: the int8 tile's token tiles of 64 (u4_g128; quant_mmq.cu),
+      // with a last k step of one 128-block.
+      for (int32_t tokens : {1, 3, 19, 70}) {
+        const int64_t in = tokens == 3 || tokens == 70 ? 384 : 256;
         Case c;
         c.name = "hf_dense_in" + std::to_string(in) + "_t" + std::to_string(tokens) + "_" + f;
         c.contract = &dense_linear::contract();

@@ -138,6 +138,24 @@ std::vector<Case> quantized_cases() {
           out.push_back(std::move(c));
         }
       }
+      // A batch of 70 tokens x 130 outputs with a bias: two token tiles of
+      // 64 and a partial one of the int8 tile (quant_mmq.cu), three row
+      // tiles, rows of 2 blocks of 256.
+      {
+        const int64_t in = 512, outs = 130;
+        const int32_t tokens = 70;
+        Case c;
+        c.name = "dense_in512_o130_t70_bias_" + f;
+        c.contract = &dense_linear::contract();
+        c.attrs.set("in_features", u(in)).set("out_features", u(outs));
+        add_sequence(c, tokens, 0);
+        const float s = 1.0f / std::sqrt(static_cast<float>(in));
+        c.bindings = {random_tensor(rng, DType::kF32, {tokens, in}, -1, 1, true),
+                      qtensor(rng, wt, {outs, in}, -s, s),
+                      random_tensor(rng, DType::kF32, {outs}, -0.5f, 0.5f, false),
+                      zeros(DType::kF32, {tokens, outs}, true)};
+        out.push_back(std::move(c));
+      }
       // SwiGLU, all three matrices in the format, and the Q4_K_M-style mix.
       for (bool mixed : {false, true}) {
         if (mixed && wt != DType::kQ4_K) continue;

@@ -47,6 +47,13 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
   int64_t dequant_slice_mib = 512;
+  // Tuning::cuda_quant_mmq_tokens (gemm.cc, quant_product): products of 9 ..
+  // this many tokens on block weights through kernels/quant_mmq.cuh, whose
+  // 8-bit activations live in mmq_scratch (sized at init for that many
+  // tokens of up to kQuantScratchMaxK, so decode graphs can point into it).
+  int64_t quant_mmq_tokens = 0;
+  void* mmq_scratch = nullptr;
+  int64_t mmq_scratch_bytes = 0;
   int8_t* q8_x = nullptr;
   float* q8_d = nullptr;
   int64_t q8_capacity = 0;

@@ -13,6 +13,7 @@
 
 #include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
+#include "backends/cuda/kernels/quant_mmq.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 
 namespace ferrite::cuda {
@@ -106,6 +107,8 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
 // Products on GGUF block weights (q8_0, q4_k, ...; kernels/quant_gemm.cuh):
 //  - decode (m <= 8): the weight-streaming GEMV, on 8-bit activation blocks
 //    (Tuning::cuda_quant_dot) or on f32 activations;
+//  - 9 .. Tuning::cuda_quant_mmq_tokens tokens (when on): the int8
+//    tensor-core tile on 8-bit activation blocks (kernels/quant_mmq.cuh);
 //  - larger bf16 / f16 batches (prefill): slices of weight rows dequantized
 //    to the activation type into st.dequant, then cuBLASLt, each slice
 //    writing its columns of out (tensor cores at the bf16 rate; the
@@ -141,6 +144,10 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   if (m <= 8)
     return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                              bias_dt);
+  if (m <= st.quant_mmq_tokens && quant_mmq_supported(x_dt, w_dt, w, k, out_dt) &&
+      quant_mmq_scratch_bytes(m, k) <= st.mmq_scratch_bytes)
+    return launch_quant_mmq(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
+                            bias_dt, st.mmq_scratch, st.mmq_scratch_bytes);
   const bool lt_types = (x_dt == DType::kBF16 || x_dt == DType::kF16) &&
                         (out_dt == x_dt || out_dt == DType::kF32) &&
                         !(accumulate && out_dt != x_dt) && k % dtype_block_elems(w_dt) == 0;
@@ -240,9 +247,13 @@ Status gemm_init(BackendState& st) {
   FERRITE_CUDA_RETURN(cudaMalloc(&st.lt_workspace, st.lt_workspace_bytes));
   // 8-bit activation blocks of a decode GEMV: 8 rows of up to 64 Ki (a
   // fixed buffer, so that decode graphs can point into it).
-  st.q8_capacity = kQuantGemvMaxTokens * 65536;
+  st.q8_capacity = kQuantGemvMaxTokens * kQuantScratchMaxK;
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_x, st.q8_capacity));
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_d, st.q8_capacity / 32 * sizeof(float)));
+  if (st.quant_mmq_tokens > kQuantGemvMaxTokens) {
+    st.mmq_scratch_bytes = quant_mmq_scratch_bytes(st.quant_mmq_tokens, kQuantScratchMaxK);
+    FERRITE_CUDA_RETURN(cudaMalloc(&st.mmq_scratch, st.mmq_scratch_bytes));
+  }
   return Status::ok();
 }
 
@@ -251,6 +262,9 @@ void gemm_shutdown(BackendState& st) {
   if (st.q8_x) cudaFree(st.q8_x);
   if (st.q8_d) cudaFree(st.q8_d);
   if (st.dequant) cudaFree(st.dequant);
+  if (st.mmq_scratch) cudaFree(st.mmq_scratch);
+  st.mmq_scratch = nullptr;
+  st.mmq_scratch_bytes = 0;
   st.q8_x = nullptr;
   st.q8_d = nullptr;
   st.dequant = nullptr;

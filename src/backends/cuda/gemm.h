@@ -8,6 +8,11 @@
 
 namespace ferrite::cuda {
 
+// The longest input row (k) the fixed 8-bit activation scratches hold (the
+// decode GEMV's q8_x / q8_d, the int8 tile's mmq_scratch); longer rows take
+// the paths without them.
+constexpr int64_t kQuantScratchMaxK = 65536;
+
 Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, const void* w,
             DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate,
             const void* bias = nullptr, DType bias_dt = DType::kF32);
