@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # A/B of the CUDA paths that are opt-in until measured (docs/tuning.md), on the GPU machine
-# after scripts/gpu_run.sh built build-gpu (and its cuda_test ran their `_fused_fp8` /
+# after scripts/gpu_run.sh built build-gpu (and its cuda_test ran their `_mmq` /
 # `_moe_dequant` golden cases):
-#  - FERRITE_CUDA_QUANT_FUSED_FP8: FP8 decode on the fused kernel (Qwen3-8B, b1 / b8);
+#  - FERRITE_CUDA_QUANT_MMQ_TOKENS: products of 9+ tokens on block weights through the int8
+#    tensor-core tile (0, the default: dequantize + cuBLASLt, against 256; Qwen3-8B Q4_K_M,
+#    Q8_0 and GPTQ-Int4, b16-b128 and a 256-token prefill; MMQ_QUANTS overrides the list);
 #  - FERRITE_CUDA_MOE_DEQUANT: prefill of block-format MoE experts on the grouped tensor-core
 #    path (Qwen3-30B-A3B Q4_K_M shape, a 4,096-token prefill; MOE_QUANTS="--dummy-dtype
-#    q4_k_m;--quantization gptq-int4" for GPTQ-Int4 too);
+#    q4_k_m;--quantization gptq-int4" for GPTQ-Int4 too; MOE=0 skips it).
+# DECIDED=1 also re-runs the A/Bs already settled (session 9, docs/perf-log.md):
+#  - FERRITE_CUDA_QUANT_FUSED_FP8: FP8 decode on the fused kernel (Qwen3-8B, b1 / b8);
 #  - FERRITE_CUDA_DECODE_SPLIT_POSITIONS: positions per split of the fused decode attention
 #    (64, the default, against 32; Qwen3-8B Q4_K_M, b1 / b8);
 #  - FERRITE_CUDA_DEQUANT_SLICE_MIB: block weights dequantized per cuBLASLt call in products of
 #    9+ tokens (512, the default, against L2-sized slices; Qwen3-8B Q4_K_M, b32-b128, prefill).
-# About 5 minutes. Output: $OUT/optin_ab.txt.
+# About 4 minutes (8 more with DECIDED=1). Output: $OUT/optin_ab.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -24,6 +28,15 @@ run() {  # label, env assignment, ferrite bench arguments...
   env "$var" timeout 200 "$B" bench --device cuda --dummy-weights -r 1 "$@" 2>&1 |
     grep -E "^(prefill|decode)|error" | tee -a "$T"
 }
+IFS=';' read -r -a QQ <<< "${MMQ_QUANTS:---dummy-dtype q4_k_m;--dummy-dtype q8_0;--quantization gptq-int4}"
+for q in "${QQ[@]}"; do
+  for v in 0 256; do
+    run "qwen3-8b $q" "FERRITE_CUDA_QUANT_MMQ_TOKENS=$v" --model "$ROOT/configs/qwen3-8b" \
+      $q --batch 16 32 64 128 --prompt-len 256 --decode-prompt-len 128 --gen-len 24 \
+      --max-num-seqs 128 --kv-cache-gib 16
+  done
+done
+if [ "${DECIDED:-0}" = 1 ]; then
 for v in 0 1; do
   run "qwen3-8b fp8" "FERRITE_CUDA_QUANT_FUSED_FP8=$v" --model "$ROOT/configs/qwen3-8b" \
     --quantization fp8 --batch 1 8 --prompt-len 512 --decode-prompt-len 128 --gen-len 48 \
@@ -39,6 +52,8 @@ for v in 512 24 8; do
     --dummy-dtype q4_k_m --batch 32 64 128 --prompt-len 4096 --decode-prompt-len 128 \
     --gen-len 32 --max-num-seqs 128 --kv-cache-gib 16
 done
+fi
+[ "${MOE:-1}" = 1 ] || exit 0
 IFS=';' read -r -a MQ <<< "${MOE_QUANTS:---dummy-dtype q4_k_m}"
 for q in "${MQ[@]}"; do
   for v in 0 512; do
