@@ -251,6 +251,7 @@ Status gemm_init(BackendState& st) {
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_x, st.q8_capacity));
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_d, st.q8_capacity / 32 * sizeof(float)));
   if (st.quant_mmq_tokens > kQuantGemvMaxTokens) {
+    FERRITE_RETURN_IF_ERROR(quant_mmq_init());
     st.mmq_scratch_bytes = quant_mmq_scratch_bytes(st.quant_mmq_tokens, kQuantScratchMaxK);
     FERRITE_CUDA_RETURN(cudaMalloc(&st.mmq_scratch, st.mmq_scratch_bytes));
   }

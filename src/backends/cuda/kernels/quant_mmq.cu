@@ -231,6 +231,28 @@ bool dispatch_mmq_fmt(DType t, Fn&& fn) {
 
 }  // namespace
 
+Status quant_mmq_init() {
+  // Every instantiation's shared memory is above 48 KiB, which a kernel must
+  // opt in to, once: here, at backend start, never inside a graph capture.
+  cudaError_t first = cudaSuccess;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                  DType::kU4G128}) {
+    dispatch_mmq_fmt(t, [&](auto fc) {
+      constexpr int F = decltype(fc)::value;
+      auto opt_in = [&](auto tile) {
+        constexpr int kTile = decltype(tile)::value;
+        const cudaError_t e = cudaFuncSetAttribute(quant_mmq_kernel<F, kTile>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   2 * stage_bytes<F, kTile>());
+        if (first == cudaSuccess) first = e;
+      };
+      opt_in(std::integral_constant<int, 32>{});
+      opt_in(std::integral_constant<int, 64>{});
+    });
+  }
+  return first == cudaSuccess ? Status::ok() : cuda_error(first, "quant mmq: shared memory opt-in");
+}
+
 bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t k, DType out_dt) {
   if (!dispatch_mmq_fmt(w_dt, [](auto) {})) return false;
   if (!small_ok(x_dt) || !small_ok(out_dt)) return false;
@@ -265,32 +287,21 @@ Status launch_quant_mmq(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
   if (!xok) return bad_dtype("quant mmq activations", x_dt);
   const int64_t row_bytes = dtype_bytes(w_dt, k);
   const auto* wb = static_cast<const uint8_t*>(w);
-  cudaError_t err = cudaSuccess;
   dispatch_mmq_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     auto go = [&](auto tile) {
       constexpr int kTile = decltype(tile)::value;
-      auto* kernel = quant_mmq_kernel<F, kTile>;
-      constexpr int smem = 2 * stage_bytes<F, kTile>();
-      // Above 48 KiB a kernel must opt in (once per instantiation).
-      static const cudaError_t opt_in =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      if (opt_in != cudaSuccess) {
-        err = opt_in;
-        return;
-      }
       const dim3 grid(static_cast<unsigned>((n + kRows - 1) / kRows),
                       static_cast<unsigned>((m + kTile - 1) / kTile));
-      kernel<<<grid, kWarps * 32, smem, s>>>(xq, xds, ldt, m, k, wb, row_bytes, n, out,
-                                             dt_code(out_dt), accumulate, bias, dt_code(bias_dt));
+      quant_mmq_kernel<F, kTile><<<grid, kWarps * 32, 2 * stage_bytes<F, kTile>(), s>>>(
+          xq, xds, ldt, m, k, wb, row_bytes, n, out, dt_code(out_dt), accumulate, bias,
+          dt_code(bias_dt));
     };
     if (m <= 32)
       go(std::integral_constant<int, 32>{});
     else
       go(std::integral_constant<int, 64>{});
   });
-  if (err != cudaSuccess)
-    return internal_error(std::string("quant mmq: cudaFuncSetAttribute: ") + cudaGetErrorString(err));
   return check_launch("quant_mmq");
 }
 

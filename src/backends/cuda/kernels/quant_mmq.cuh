@@ -32,6 +32,10 @@
 
 namespace ferrite::cuda {
 
+// Lets the kernels use the shared memory they need (call once per process
+// before the first launch_quant_mmq, outside any graph capture).
+Status quant_mmq_init();
+
 // True when launch_quant_mmq runs this product: a format above, k whole
 // blocks, x f32 / bf16 / f16, out f32 / bf16 / f16, and a 16-byte aligned
 // weight (rows may start anywhere their predecessor ends).
