@@ -16,22 +16,16 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "tensor/dtype.h"
+#include "test_util.h"
 
 namespace ferrite::cuda::mmq {
 namespace {
 
-std::vector<float> random_values(int64_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using ferrite::cpu::testing::random_f32;
 
 struct Rows {
   DType dt;
@@ -42,7 +36,7 @@ struct Rows {
 
 Rows make_rows(DType dt, int64_t rows, int64_t k, uint32_t seed) {
   Rows w{dt, rows, k, dtype_bytes(dt, k), {}, {}};
-  const std::vector<float> v = random_values(rows * k, seed, -1.0f, 1.0f);
+  const std::vector<float> v = random_f32(rows * k, seed, -1.0f, 1.0f);
   w.bytes.resize(static_cast<size_t>(w.row_bytes * rows));
   quantize_row(dt, v.data(), w.bytes.data(), rows * k);
   if (dt == DType::kU4G128) {
@@ -151,7 +145,7 @@ struct Acts {
   std::vector<float> d, ds;  // [m, k / 32]: amax / 127, d * sum(q)
 };
 Acts make_acts(int64_t m, int64_t k, uint32_t seed) {
-  Acts a{m, k, random_values(m * k, seed, -2.0f, 2.0f), {}, {}, {}};
+  Acts a{m, k, random_f32(m * k, seed, -2.0f, 2.0f), {}, {}, {}};
   a.q.resize(static_cast<size_t>(m * k));
   a.d.resize(static_cast<size_t>(m * k / 32));
   a.ds.resize(a.d.size());
