@@ -4,17 +4,17 @@
 # `_moe_dequant` golden cases):
 #  - FERRITE_CUDA_QUANT_MMQ_TOKENS: products of 9+ tokens on block weights through the int8
 #    tensor-core tile (0, the default: dequantize + cuBLASLt, against 256; Qwen3-8B Q4_K_M,
-#    Q8_0 and GPTQ-Int4, b16-b128 and a 256-token prefill; MMQ_QUANTS overrides the list);
-#  - FERRITE_CUDA_MOE_DEQUANT: prefill of block-format MoE experts on the grouped tensor-core
-#    path (Qwen3-30B-A3B Q4_K_M shape, a 4,096-token prefill; MOE_QUANTS="--dummy-dtype
-#    q4_k_m;--quantization gptq-int4" for GPTQ-Int4 too; MOE=0 skips it).
+#    Q8_0 and GPTQ-Int4, b16-b128 and a 256-token prefill; MMQ_QUANTS overrides the list).
 # DECIDED=1 also re-runs the A/Bs already settled (session 9, docs/perf-log.md):
 #  - FERRITE_CUDA_QUANT_FUSED_FP8: FP8 decode on the fused kernel (Qwen3-8B, b1 / b8);
 #  - FERRITE_CUDA_DECODE_SPLIT_POSITIONS: positions per split of the fused decode attention
 #    (64, the default, against 32; Qwen3-8B Q4_K_M, b1 / b8);
 #  - FERRITE_CUDA_DEQUANT_SLICE_MIB: block weights dequantized per cuBLASLt call in products of
-#    9+ tokens (512, the default, against L2-sized slices; Qwen3-8B Q4_K_M, b32-b128, prefill).
-# About 4 minutes (8 more with DECIDED=1). Output: $OUT/optin_ab.txt.
+#    9+ tokens (512, the default, against L2-sized slices; Qwen3-8B Q4_K_M, b32-b128, prefill);
+#  - FERRITE_CUDA_MOE_DEQUANT: prefill of block-format MoE experts on the grouped tensor-core
+#    path (512, the default, against 0; Qwen3-30B-A3B Q4_K_M shape, a 4,096-token prefill;
+#    MOE_QUANTS="--dummy-dtype q4_k_m;--quantization gptq-int4" for GPTQ-Int4 too).
+# About 3 minutes (9 more with DECIDED=1). Output: $OUT/optin_ab.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -37,7 +37,7 @@ for q in "${QQ[@]}"; do
   done
 done
 if [ "${DECIDED:-0}" = 1 ]; then
-for v in 0 1; do
+for v in 1 0; do  # the default first (optin_pick.py compares with it)
   run "qwen3-8b fp8" "FERRITE_CUDA_QUANT_FUSED_FP8=$v" --model "$ROOT/configs/qwen3-8b" \
     --quantization fp8 --batch 1 8 --prompt-len 512 --decode-prompt-len 128 --gen-len 48 \
     --max-num-seqs 8 --kv-cache-gib 8
@@ -52,13 +52,12 @@ for v in 512 24 8; do
     --dummy-dtype q4_k_m --batch 32 64 128 --prompt-len 4096 --decode-prompt-len 128 \
     --gen-len 32 --max-num-seqs 128 --kv-cache-gib 16
 done
-fi
-[ "${MOE:-1}" = 1 ] || exit 0
 IFS=';' read -r -a MQ <<< "${MOE_QUANTS:---dummy-dtype q4_k_m}"
 for q in "${MQ[@]}"; do
-  for v in 0 512; do
+  for v in 512 0; do
     run "qwen3-30b-a3b $q" "FERRITE_CUDA_MOE_DEQUANT=$v" --model "$ROOT/configs/qwen3-30b-a3b" \
       $q --batch 1 --prompt-len 4096 --decode-prompt-len 128 --gen-len 16 --max-num-seqs 4 \
       --kv-cache-gib 8
   done
 done
+fi
