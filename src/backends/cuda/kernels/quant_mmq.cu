@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Rows [64 blockIdx.x, + 64) x tokens [kTile blockIdx.y, + kTile).
+// Rows [64 blockIdx.x, + 64) x tokens [kTile blockIdx.y, + kTile) (kTile 16,
+// 32 or 64).
 template <int F, int kTile>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_mmq_kernel(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int64_t ldt,
@@ -246,6 +247,7 @@ Status quant_mmq_init() {
                                                    2 * stage_bytes<F, kTile>());
         if (first == cudaSuccess) first = e;
       };
+      opt_in(std::integral_constant<int, 16>{});
       opt_in(std::integral_constant<int, 32>{});
       opt_in(std::integral_constant<int, 64>{});
     });
@@ -297,7 +299,11 @@ Status launch_quant_mmq(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
           xq, xds, ldt, m, k, wb, row_bytes, n, out, dt_code(out_dt), accumulate, bias,
           dt_code(bias_dt));
     };
-    if (m <= 32)
+    // The smallest token tile that holds m (padding tokens cost mma and
+    // epilogue work), 64 beyond.
+    if (m <= 16)
+      go(std::integral_constant<int, 16>{});
+    else if (m <= 32)
       go(std::integral_constant<int, 32>{});
     else
       go(std::integral_constant<int, 64>{});

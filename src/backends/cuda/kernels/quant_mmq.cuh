@@ -12,8 +12,8 @@
 // with (wd, wm) the chunk's scale and min (quant_mmq_formats.h; q6_k: a
 // scale per 16 elements). Each element of x is off by at most amax / 254 of
 // its 32-block, as in the decode GEMV (the conformance bound for block
-// activations). A block of 4 warps takes 64 weight rows (16 a warp) x 32 or
-// 64 tokens: per k step of 256 elements the rows' raw blocks and the tokens'
+// activations). A block of 4 warps takes 64 weight rows (16 a warp) x 16, 32
+// or 64 tokens: per k step of 256 elements the rows' raw blocks and the tokens'
 // 8-bit blocks are copied to shared memory (cp.async, two stages), the raw
 // blocks are decoded into the A fragments of m16n8k32 s8 mma (the tokens are
 // B), and each chunk's int32 tile is scaled into f32 accumulators.
