@@ -59,9 +59,10 @@ namespace ferrite {
     "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \
     "dequantization and the product")                                                            \
   X(int64_t, cuda_quant_mmq_tokens, "FERRITE_CUDA_QUANT_MMQ_TOKENS", 0,                         \
-    "CUDA: products of 9 up to this many tokens on block weights (GGUF formats, GPTQ / AWQ "      \
-    "4-bit) take the int8 tensor-core tile on 8-bit activation blocks, which reads the blocks "   \
-    "once (0: dequantize to 16 bits for cuBLASLt; not yet measured on the H200, hence off)")      \
+    "CUDA: with cuda_quant_dot, products of 9 up to this many tokens on block weights (GGUF "     \
+    "formats, GPTQ / AWQ 4-bit) take the int8 tensor-core tile on 8-bit activation blocks, which "\
+    "reads the blocks once (0: dequantize to 16 bits for cuBLASLt; not yet measured on the H200, "\
+    "hence off)")                                                                                 \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \

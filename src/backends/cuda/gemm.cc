@@ -144,7 +144,9 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   if (m <= 8)
     return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                              bias_dt);
-  if (m <= st.quant_mmq_tokens && quant_mmq_supported(x_dt, w_dt, w, k, out_dt) &&
+  // The int8 tile quantizes the activations: only under cuda_quant_dot (off:
+  // the exact f32 products).
+  if (st.quant_dot && m <= st.quant_mmq_tokens && quant_mmq_supported(x_dt, w_dt, w, k, out_dt) &&
       quant_mmq_scratch_bytes(m, k) <= st.mmq_scratch_bytes)
     return launch_quant_mmq(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                             bias_dt, st.mmq_scratch, st.mmq_scratch_bytes);
