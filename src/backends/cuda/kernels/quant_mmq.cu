@@ -5,6 +5,7 @@
 
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/quant_mmq_formats.h"
 
 namespace ferrite::cuda {
@@ -217,18 +218,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 int64_t token_pad(int64_t m) { return (m + kTokenPad - 1) / kTokenPad * kTokenPad; }
 
-template <typename Fn>
-bool dispatch_mmq_fmt(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kQ8_0: fn(std::integral_constant<int, kQ8_0>{}); return true;
-    case DType::kQ4_0: fn(std::integral_constant<int, kQ4_0>{}); return true;
-    case DType::kQ4_K: fn(std::integral_constant<int, kQ4_K>{}); return true;
-    case DType::kQ5_K: fn(std::integral_constant<int, kQ5_K>{}); return true;
-    case DType::kQ6_K: fn(std::integral_constant<int, kQ6_K>{}); return true;
-    case DType::kU4G128: fn(std::integral_constant<int, kU4G128>{}); return true;
-    default: return false;
-  }
-}
+// The formats the tile reads: the block formats of quant_blocks.cuh (whose
+// codes quant_mmq_formats.h shares) but e4m3, whose codes are not integers.
+bool mmq_format(DType t) { return qblocks::qfmt(t) >= 0 && t != DType::kF8B128; }
+constexpr bool same_code(int a, int b) { return a == b; }
+static_assert(same_code(kQ8_0, qblocks::kFmtQ8_0) && same_code(kQ4_0, qblocks::kFmtQ4_0) &&
+              same_code(kQ4_K, qblocks::kFmtQ4_K) && same_code(kQ5_K, qblocks::kFmtQ5_K) &&
+              same_code(kQ6_K, qblocks::kFmtQ6_K) && same_code(kU4G128, qblocks::kFmtU4G128));
 
 }  // namespace
 
@@ -236,10 +232,11 @@ Status quant_mmq_init() {
   // Every instantiation's shared memory is above 48 KiB, which a kernel must
   // opt in to, once: here, at backend start, never inside a graph capture.
   cudaError_t first = cudaSuccess;
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
-                  DType::kU4G128}) {
-    dispatch_mmq_fmt(t, [&](auto fc) {
+  for (DType t : qblocks::kFmtDTypes) {
+    if (!mmq_format(t)) continue;
+    qblocks::dispatch_fmt(t, [&](auto fc) {
       constexpr int F = decltype(fc)::value;
+      if constexpr (F != qblocks::kFmtF8B128) {
       auto opt_in = [&](auto tile) {
         constexpr int kTile = decltype(tile)::value;
         const cudaError_t e = cudaFuncSetAttribute(quant_mmq_kernel<F, kTile>,
@@ -250,13 +247,14 @@ Status quant_mmq_init() {
       opt_in(std::integral_constant<int, 16>{});
       opt_in(std::integral_constant<int, 32>{});
       opt_in(std::integral_constant<int, 64>{});
+      }
     });
   }
   return first == cudaSuccess ? Status::ok() : cuda_error(first, "quant mmq: shared memory opt-in");
 }
 
 bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t k, DType out_dt) {
-  if (!dispatch_mmq_fmt(w_dt, [](auto) {})) return false;
+  if (!mmq_format(w_dt)) return false;
   if (!small_ok(x_dt) || !small_ok(out_dt)) return false;
   if (k <= 0 || k % dtype_block_elems(w_dt) != 0) return false;
   return reinterpret_cast<uintptr_t>(w) % 16 == 0;
@@ -289,8 +287,9 @@ Status launch_quant_mmq(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
   if (!xok) return bad_dtype("quant mmq activations", x_dt);
   const int64_t row_bytes = dtype_bytes(w_dt, k);
   const auto* wb = static_cast<const uint8_t*>(w);
-  dispatch_mmq_fmt(w_dt, [&](auto fc) {
+  qblocks::dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
+    if constexpr (F != qblocks::kFmtF8B128) {
     auto go = [&](auto tile) {
       constexpr int kTile = decltype(tile)::value;
       const dim3 grid(static_cast<unsigned>((n + kRows - 1) / kRows),
@@ -307,6 +306,7 @@ Status launch_quant_mmq(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
       go(std::integral_constant<int, 32>{});
     else
       go(std::integral_constant<int, 64>{});
+    }
   });
   return check_launch("quant_mmq");
 }
