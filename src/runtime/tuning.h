@@ -50,6 +50,11 @@ namespace ferrite {
     "formats dequantize the experts to the activation type and take the grouped tensor-core "     \
     "path of bf16 experts (0: never; Qwen3-30B-A3B Q4_K_M 4,096-token prefill on the H200 "      \
     "23,751 against 3,013 tokens/s)")                                                             \
+  X(int64_t, cuda_moe_fused_tokens, "FERRITE_CUDA_MOE_FUSED_TOKENS", 8,                          \
+    "CUDA: MoE steps of up to this many tokens (32 at most) take the fused decode launches: "     \
+    "norm + router, routing + sort, and with cuda_quant_dot for block-format experts gate/up + "  \
+    "SiLU product + 8-bit h, then down + combine (0: one launch per stage; results are bitwise " \
+    "equal)")                                                                                     \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

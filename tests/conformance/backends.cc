@@ -25,9 +25,11 @@ std::vector<Backend> available_backends() {
   out.push_back(std::move(cpu));
 #ifdef FERRITE_HAVE_CUDA
   if (cuda_device_present()) {
-    // "cuda" with the default tuning; "cuda_mmq": products of 9+ tokens on
-    // block weights through the int8 tensor-core tile
-    // (Tuning::cuda_quant_mmq_tokens, off by default until measured).
+    // "cuda" with the default tuning; "cuda_mmq": the block-weight
+    // providers again, with products of 9+ tokens through the int8
+    // tensor-core tile (Tuning::cuda_quant_mmq_tokens, off by default) and
+    // MoE decode steps on one launch per stage (Tuning::
+    // cuda_moe_fused_tokens 0), the path of the default's larger steps.
     for (const char* name : {"cuda", "cuda_mmq"}) {
       auto device = make_cuda_device(0);
       if (!device.is_ok()) continue;
@@ -38,6 +40,7 @@ std::vector<Backend> available_backends() {
       CudaExecOptions options;
       if (cuda.name == "cuda_mmq") {
         options.quant_mmq_tokens = 256;
+        options.moe_fused_tokens = 0;
         cuda.block_weight_providers_only = true;
       }
       auto state = make_cuda_exec_context(*cuda.device, options, &cuda.ctx);

@@ -66,14 +66,20 @@ HostTensor qtensor(CaseRng& rng, DType t, Shape shape, float lo, float hi) {
 }
 
 // MoE with rows of whole 256-element blocks: 8 experts top-2, hidden 256,
-// intermediate 256 (shared: 256), a decode step and a short prefill; router
+// intermediate 256 (shared: 256), a decode step, a few tokens and a short prefill; router
 // and norms f32 (as GGUF files keep them), experts (and the shared expert)
 // in `wt`, the down projections in `down` (Q4_K_M mixes q6_k in).
 Case moe_case(bool shared, DType wt, DType down, std::vector<int32_t> seqs, CaseRng& rng) {
   const int64_t H = 256, E = 8, I = 256, Is = 256;
   Case c;
   c.name = shared ? "shared_moe" : "moe";
-  c.name += seqs.size() == 1 ? "_h256_e8_top2_decode_" : "_h256_e8_top2_prefill_";
+  int64_t tokens = 0;
+  for (int32_t n : seqs) tokens += n;
+  // (A few tokens: the CUDA provider's fused decode launches, which take up
+  // to Tuning::cuda_moe_fused_tokens; ten or more: one launch per stage.)
+  c.name += seqs.size() == 1 ? "_h256_e8_top2_decode_"
+            : tokens <= 8    ? "_h256_e8_top2_few_"
+                             : "_h256_e8_top2_prefill_";
   c.name += dtype_name(wt);
   if (down != wt) {
     c.name += "_down_";
@@ -209,6 +215,8 @@ std::vector<Case> quantized_cases() {
         out.push_back(moe_case(shared, wt, wt, {9, 1}, rng));
       }
       out.push_back(moe_case(shared, DType::kQ4_K, DType::kQ6_K, {9, 1}, rng));
+      out.push_back(moe_case(shared, DType::kQ4_K, DType::kQ6_K, {3, 2}, rng));
+      out.push_back(moe_case(shared, DType::kQ8_0, DType::kQ8_0, {3, 2}, rng));
     }
     // The projection-heavy contracts' own cases, re-quantized.
     for (auto gen : {causal_paged_attention_cases, gated_delta_recurrent_attention_cases,

@@ -40,6 +40,9 @@ struct CudaExecOptions {
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 512;  // minimum tokens; 0: off
+  // Tuning::cuda_moe_fused_tokens: MoE steps of up to this many tokens take
+  // the fused decode launches (routed_swiglu_moe.cc); 0: off.
+  int64_t moe_fused_tokens = 8;
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib
   int64_t quant_mmq_tokens = 0;         // Tuning::cuda_quant_mmq_tokens (0: off)

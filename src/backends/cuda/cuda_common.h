@@ -43,6 +43,9 @@ struct BackendState {
   bool quant_fused_fp8 = true;  // Tuning::cuda_quant_fused_fp8: e4m3 weights too
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 512;  // minimum step tokens; 0: off
+  // Tuning::cuda_moe_fused_tokens (routed_swiglu_moe.cc): fused decode
+  // launches for MoE steps of up to this many tokens; 0: off.
+  int64_t moe_fused_tokens = 8;
   // Tuning::cuda_decode_split_positions (causal_paged_attention.cc).
   int64_t decode_split_positions = 64;
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).

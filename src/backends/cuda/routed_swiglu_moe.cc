@@ -4,7 +4,11 @@
 // gate/up (fused SiLU product) and down GEMMs over the tile table (no host
 // loop over experts; SIMT products for f32), per-token combine in increasing
 // expert id, then the shared expert (sigmoid gate), then the residual.
-// Never synchronises or allocates: graph-capturable.
+// Decode-sized steps (Tuning::cuda_moe_fused_tokens) fuse the stages into
+// fewer launches with the same results: norm + router, routing + sort, and
+// for block-format experts on 8-bit activations gate/up + SiLU + 8-bit h,
+// then down + combine (kernels/quant_moe_decode.cuh), the shared expert
+// first. Never synchronises or allocates: graph-capturable.
 #include <algorithm>
 
 #include "backends/cuda/cuda_common.h"
@@ -12,6 +16,7 @@
 #include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/kernels/moe.cuh"
 #include "backends/cuda/kernels/quant_gemm.cuh"
+#include "backends/cuda/kernels/quant_moe_decode.cuh"
 #include "backends/cuda/profiler.h"
 #include "contracts/routed_shared_swiglu_moe.h"
 #include "contracts/routed_swiglu_moe.h"
@@ -49,7 +54,9 @@ class RoutedMoe final : public Provider {
     void* n;
     float *n32, *logits, *weights, *ys;
     int32_t *ids, *slot_of, *row_pair, *offsets, *tiles, *tile_count, *counts;
-    void* mid;  // h [tk, I] of act, or gu [tk, 2I] f32
+    void* mid;  // h [tk, I] of act, or gu [tk, 2I] f32, or 8-bit h (fused decode)
+    int8_t* xq;  // the fused decode's 8-bit tokens [min(t, 32), H] and scales
+    float* xd;
     float *sgate, *sout;
     void *sg, *su;
   };
@@ -71,6 +78,9 @@ class RoutedMoe final : public Provider {
     s.counts = ws.take<int32_t>(std::max<int64_t>(moe_sort_count_ints(tk, E), 1));
     s.mid = ws.take_bytes(tk * 2 * I * 4);
     s.ys = ws.take<float>(tk * H);
+    const int64_t tf = std::min<int64_t>(t, kMoeFusedMaxRows);
+    s.xq = static_cast<int8_t*>(ws.take_bytes(tf * H));
+    s.xd = ws.take<float>(tf * H / 32 + 1);
     if (shared_) {
       const int64_t Is = i64(p.shared_intermediate_size);
       s.sgate = ws.take<float>(t);
@@ -152,31 +162,97 @@ class RoutedMoe final : public Provider {
     void* mid = sc.mid;
     float* ys = sc.ys;
 
+    // Decode-sized steps: fewer launches (the results are the same).
+    const bool fuse = t <= st.moe_fused_tokens && t <= kMoeFusedMaxRows;
+    const bool fuse_router = fuse && !dtype_is_quantized(b[kRouter].dtype);
+    const bool fuse_route = fuse && t <= 32 && tk <= kMoeSortSmallPairs;
+    // Block-format experts on 8-bit activations: x quantized by the norm +
+    // router launch, h (8-bit) in the expert intermediates' room.
+    // (Their own workspace piece, not st.q8_x: the shared expert's products
+    // may quantize into that between the norm and the experts.)
+    const bool fuse_experts = fuse_router && !tc && st.quant_dot &&
+                              quant_moe_decode_supported(b[kGateUp].dtype, b[kDown].dtype, H, I);
+
     profile_mark(st.stream, "moe.router", st.capturing);
     // The router reads the normalised rows in f32 (as the reference: no
     // rounding that could flip a routing decision); the tensor-core experts
     // and the shared expert read them rounded to the activation type.
-    FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32,
-                                            (tc || shared_) ? n : nullptr, b[kNorm].data,
-                                            b[kNorm].dtype, t, H, static_cast<float>(p.eps),
-                                            p.zero_centred));
-    if (dtype_is_quantized(b[kRouter].dtype))
-      // A router in a block format (GGUF files keep it f32; the conformance
-      // suite quantizes it): f32 rows on the dequantized blocks, never 8-bit
-      // activations, so that no rounding can flip a routing decision.
-      FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,
-                                                b[kRouter].data, b[kRouter].dtype, E, logits,
-                                                DType::kF32, false, nullptr, DType::kF32));
-    else if (t <= kMoeRouterMaxRows)
-      FERRITE_RETURN_IF_ERROR(launch_moe_router(st.stream, n32, t, H, b[kRouter].data,
-                                                b[kRouter].dtype, E, logits));
-    else
-      FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kRouter].data,
-                                   b[kRouter].dtype, E, logits, DType::kF32, false));
-    FERRITE_RETURN_IF_ERROR(
-        launch_moe_route(st.stream, logits, t, E, K, p.normalize_topk, ids, weights));
-    FERRITE_RETURN_IF_ERROR(launch_moe_sort(st.stream, ids, tk, E, row_tile, offsets, slot_of,
-                                            row_pair, tiles, tile_count, counts));
+    void* n_act = (tc || shared_) ? n : nullptr;
+    if (fuse_router) {
+      FERRITE_RETURN_IF_ERROR(launch_moe_norm_router(
+          st.stream, b[kHidden].data, act, n32, n_act, b[kNorm].data, b[kNorm].dtype, t, H,
+          static_cast<float>(p.eps), p.zero_centred, fuse_experts ? sc.xq : nullptr,
+          fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits));
+    } else {
+      FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32, n_act,
+                                              b[kNorm].data, b[kNorm].dtype, t, H,
+                                              static_cast<float>(p.eps), p.zero_centred));
+      if (dtype_is_quantized(b[kRouter].dtype))
+        // A router in a block format (GGUF files keep it f32; the conformance
+        // suite quantizes it): f32 rows on the dequantized blocks, never 8-bit
+        // activations, so that no rounding can flip a routing decision.
+        FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,
+                                                  b[kRouter].data, b[kRouter].dtype, E, logits,
+                                                  DType::kF32, false, nullptr, DType::kF32));
+      else if (t <= kMoeRouterMaxRows)
+        FERRITE_RETURN_IF_ERROR(launch_moe_router(st.stream, n32, t, H, b[kRouter].data,
+                                                  b[kRouter].dtype, E, logits));
+      else
+        FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kRouter].data,
+                                     b[kRouter].dtype, E, logits, DType::kF32, false));
+    }
+    if (fuse_route) {
+      FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
+                                                    ids, weights, row_tile, offsets, slot_of,
+                                                    row_pair, tiles, tile_count));
+    } else {
+      FERRITE_RETURN_IF_ERROR(
+          launch_moe_route(st.stream, logits, t, E, K, p.normalize_topk, ids, weights));
+      FERRITE_RETURN_IF_ERROR(launch_moe_sort(st.stream, ids, tk, E, row_tile, offsets, slot_of,
+                                              row_pair, tiles, tile_count, counts));
+    }
+
+    // The shared expert: its gate logit sgate [t] and output sout [t, H] f32.
+    float* sgate = nullptr;
+    float* sout = nullptr;
+    auto shared_expert = [&]() -> Status {
+      using namespace routed_shared_swiglu_moe;
+      const int64_t Is = i64(p.shared_intermediate_size);
+      sgate = sc.sgate;
+      void* sg = sc.sg;
+      void* su = sc.su;
+      sout = sc.sout;
+      profile_mark(st.stream, "moe.shared", st.capturing);
+      if (dtype_is_quantized(b[kSharedExpertGate].dtype))  // as the router
+        FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,
+                                                  b[kSharedExpertGate].data,
+                                                  b[kSharedExpertGate].dtype, 1, sgate,
+                                                  DType::kF32, false, nullptr, DType::kF32));
+      else
+        FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kSharedExpertGate].data,
+                                     b[kSharedExpertGate].dtype, 1, sgate, DType::kF32, false));
+      FERRITE_RETURN_IF_ERROR(
+          gemm(st, n, act, t, H, b[kSharedGate].data, b[kSharedGate].dtype, Is, sg, act, false));
+      FERRITE_RETURN_IF_ERROR(
+          gemm(st, n, act, t, H, b[kSharedUp].data, b[kSharedUp].dtype, Is, su, act, false));
+      FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, sg, su, sg, act, t * Is));
+      return gemm(st, sg, act, t, Is, b[kSharedDown].data, b[kSharedDown].dtype, H, sout,
+                  DType::kF32, false);
+    };
+
+    if (fuse_experts) {
+      // The shared expert first: down + combine adds it with the residual.
+      if (shared_) FERRITE_RETURN_IF_ERROR(shared_expert());
+      profile_mark(st.stream, "moe.experts", st.capturing);
+      auto* hq = static_cast<int8_t*>(mid);
+      auto* hd = reinterpret_cast<float*>(hq + tk * I);
+      FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(st.stream, sc.xq, sc.xd, H, row_pair,
+                                                       K, gate_up_w, b[kGateUp].dtype, I, tiles,
+                                                       tile_count, max_tiles, hq, hd));
+      return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
+                                           ids, slot_of, weights, sgate, sout, b[kHidden].data,
+                                           act);
+    }
 
     profile_mark(st.stream, "moe.experts", st.capturing);
     // gate_up [E, 2, I, H] is [E, 2I, H]: rows [0, I) gate, [I, 2I) up.
@@ -211,33 +287,7 @@ class RoutedMoe final : public Provider {
       FERRITE_RETURN_IF_ERROR(launch_moe_act(st.stream, gu, tk, I));
       FERRITE_RETURN_IF_ERROR(experts(gu, 2 * I, tk, I, false, kDown, H, ys, H));
     }
-
-    float* sgate = nullptr;
-    float* sout = nullptr;
-    if (shared_) {
-      using namespace routed_shared_swiglu_moe;
-      const int64_t Is = i64(p.shared_intermediate_size);
-      sgate = sc.sgate;
-      void* sg = sc.sg;
-      void* su = sc.su;
-      sout = sc.sout;
-      profile_mark(st.stream, "moe.shared", st.capturing);
-      if (dtype_is_quantized(b[kSharedExpertGate].dtype))  // as the router
-        FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,
-                                                  b[kSharedExpertGate].data,
-                                                  b[kSharedExpertGate].dtype, 1, sgate,
-                                                  DType::kF32, false, nullptr, DType::kF32));
-      else
-        FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kSharedExpertGate].data,
-                                     b[kSharedExpertGate].dtype, 1, sgate, DType::kF32, false));
-      FERRITE_RETURN_IF_ERROR(
-          gemm(st, n, act, t, H, b[kSharedGate].data, b[kSharedGate].dtype, Is, sg, act, false));
-      FERRITE_RETURN_IF_ERROR(
-          gemm(st, n, act, t, H, b[kSharedUp].data, b[kSharedUp].dtype, Is, su, act, false));
-      FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, sg, su, sg, act, t * Is));
-      FERRITE_RETURN_IF_ERROR(gemm(st, sg, act, t, Is, b[kSharedDown].data, b[kSharedDown].dtype,
-                                   H, sout, DType::kF32, false));
-    }
+    if (shared_) FERRITE_RETURN_IF_ERROR(shared_expert());
     profile_mark(st.stream, "moe.combine", st.capturing);
     return launch_moe_combine(st.stream, b[kHidden].data, act, t, H, K, slot_of, weights, ys,
                               sgate, sout);

@@ -59,6 +59,41 @@ __global__ void moe_norm_kernel(const T* x, float* y32, T* y, const void* w, int
 // hidden dimension. grid.y covers the row groups, so decode batches and
 // short prompts get (experts / 8) x groups blocks instead of the two blocks
 // a 64 x 64 SIMT tile grid gives 128 experts.
+// A warp's share of the router product: acc[r] = x(r) . w_e over `rows` rows
+// (<= kMoeRouterGemvRows), lanes striding the hidden dimension, each lane's
+// products in increasing i. `xv(r, i)` gives the input; the expert row is
+// read kRouterBatch loads at a time ahead of the products (the loads of one
+// lane are independent: a warp with 2,048 f32 weights waited on 16 round
+// trips with the unroll alone), which keeps the order of the sums.
+constexpr int kRouterBatch = 16;
+template <int ROWS, typename TW, class XV>
+__device__ __forceinline__ void router_dot(const TW* __restrict__ we, int64_t H, int rows,
+                                           int lane, XV xv, float (&acc)[ROWS]) {
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0;
+  for (int64_t i0 = lane; i0 < H; i0 += 32 * kRouterBatch) {
+    float wv[kRouterBatch];
+#pragma unroll
+    for (int u = 0; u < kRouterBatch; ++u) {
+      const int64_t i = i0 + 32 * u;
+      wv[u] = i < H ? to_f(we[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kRouterBatch; ++u) {
+      const int64_t i = i0 + 32 * u;
+      if (i >= H) break;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+        if (r < rows) acc[r] = fmaf(xv(r, i), wv[u], acc[r]);
+    }
+  }
+}
+
+// logits[r, e] = x[r] . w[e]: a warp per (expert, group of
+// kMoeRouterGemvRows rows), x (f32) read through L1 / L2. grid.y covers the
+// row groups, so decode batches and short prompts get (experts / 8) x
+// groups blocks instead of the two blocks a 64 x 64 SIMT tile grid gives
+// 128 experts.
 template <typename TW>
 __global__ void router_gemv_kernel(const float* __restrict__ x, int64_t rows_total, int64_t H,
                                    const TW* __restrict__ w, int64_t E, float* logits) {
@@ -70,17 +105,8 @@ __global__ void router_gemv_kernel(const float* __restrict__ x, int64_t rows_tot
   const int rows = static_cast<int>(left < kMoeRouterGemvRows ? left : kMoeRouterGemvRows);
   x += r0 * H;
   logits += r0 * E;
-  const TW* we = w + e * H;
   float acc[kMoeRouterGemvRows];
-#pragma unroll
-  for (int r = 0; r < kMoeRouterGemvRows; ++r) acc[r] = 0;
-#pragma unroll 4
-  for (int64_t i = lane; i < H; i += 32) {
-    const float wv = to_f(we[i]);
-#pragma unroll
-    for (int r = 0; r < kMoeRouterGemvRows; ++r)
-      if (r < rows) acc[r] = fmaf(x[r * H + i], wv, acc[r]);
-  }
+  router_dot(w + e * H, H, rows, lane, [&](int r, int64_t i) { return x[r * H + i]; }, acc);
 #pragma unroll
   for (int r = 0; r < kMoeRouterGemvRows; ++r) {
     if (r >= rows) break;
@@ -89,17 +115,83 @@ __global__ void router_gemv_kernel(const float* __restrict__ x, int64_t rows_tot
   }
 }
 
+// The norm and the router in one launch for a few rows (<= kMoeFusedMaxRows):
+// every block of 256 threads computes the rows' inverse RMS (the summation
+// of moe_norm_kernel), then the grid writes y32 (and y, and with xq the
+// 8-bit blocks of 32 of y32, as quantize_q8_kernel makes them) and each warp
+// takes an expert, forming the normalised inputs on the fly: bitwise the
+// values and logits of moe_norm_kernel + router_gemv_kernel.
+template <typename T, typename TW>
+__global__ void __launch_bounds__(256)
+    moe_norm_router_kernel(const T* __restrict__ x, int rows, int64_t H, const void* nw, int nwdt,
+                           float eps, bool zc, float* y32, T* y, int8_t* xq, float* xd,
+                           const TW* __restrict__ w, int64_t E, float* logits) {
+  __shared__ float red[kMoeFusedMaxRows][8];
+  __shared__ float inv[kMoeFusedMaxRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int r = 0; r < rows; ++r) {
+    float ss = 0;
+    for (int64_t i = threadIdx.x; i < H; i += 256) {
+      const float v = to_f(x[r * H + i]);
+      ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) red[r][warp] = ss;
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    float tot = 0;
+    for (int i = 0; i < 8; ++i) tot += red[threadIdx.x][i];
+    inv[threadIdx.x] = rsqrtf(tot / static_cast<float>(H) + eps);
+  }
+  __syncthreads();
+  auto xv = [&](int r, int64_t i) {
+    const float wi = load_any(nw, nwdt, i);
+    return to_f(x[r * H + i]) * inv[r] * (zc ? 1.0f + wi : wi);
+  };
+  const int64_t gw = static_cast<int64_t>(blockIdx.x) * 8 + warp, nwarps = gridDim.x * 8LL;
+  if (xq) {  // H % 32 == 0: a warp per block of 32
+    for (int64_t g = gw; g < rows * (H / 32); g += nwarps) {
+      const int64_t idx = g * 32 + lane;
+      const float v = xv(static_cast<int>(idx / H), idx % H);
+      y32[idx] = v;
+      if (y) y[idx] = from_f<T>(v);
+      const float amax = warp_max(fabsf(v));
+      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      xq[idx] = static_cast<int8_t>(__float2int_rn(v * id));
+      if (lane == 0) xd[g] = amax / 127.0f;
+    }
+  } else {
+    for (int64_t idx = gw * 32 + lane; idx < rows * H; idx += nwarps * 32) {
+      const float v = xv(static_cast<int>(idx / H), idx % H);
+      y32[idx] = v;
+      if (y) y[idx] = from_f<T>(v);
+    }
+  }
+  const int64_t e = gw;
+  if (e >= E) return;
+  // 4 rows a pass (the inputs formed on the fly cost registers: 8 spilled).
+  constexpr int kRows = 4;
+  for (int r0 = 0; r0 < rows; r0 += kRows) {
+    const int n = min(kRows, rows - r0);
+    float acc[kRows];
+    router_dot(w + e * H, H, n, lane, [&](int r, int64_t i) { return xv(r0 + r, i); }, acc);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= n) break;
+      const float v = warp_sum(acc[r]);
+      if (lane == 0) logits[(r0 + r) * E + e] = v;
+    }
+  }
+}
+
 // A warp per token: softmax (f32), top-k by probability (ties: lower id),
 // ids in increasing order, optional renormalisation (summed in increasing
-// id, as the reference). Lane k holds the k-th selection.
-constexpr int kRouteWarps = 8;
-__global__ void route_kernel(const float* logits, int64_t tokens, int E, int K, bool normalize,
-                             int32_t* ids, float* weights) {
-  __shared__ float sorted_p[kRouteWarps][32];
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  const int64_t t = blockIdx.x * int64_t(kRouteWarps) + wid;
-  if (t >= tokens) return;
-  const float* l = logits + t * E;
+// id, as the reference). Lane k holds the k-th selection. sorted_p: 32
+// floats of the warp's own.
+__device__ void route_token(const float* l, int E, int K, bool normalize, int32_t* ids,
+                            float* weights, float* sorted_p) {
+  const int lane = threadIdx.x & 31;
   float mx = -INFINITY;
   for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
   mx = warp_max(mx);
@@ -132,14 +224,24 @@ __global__ void route_kernel(const float* logits, int64_t tokens, int E, int K, 
   // Rank by id (the ids are distinct).
   int rank = 0;
   for (int j = 0; j < K; ++j) rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
-  if (lane < K) sorted_p[wid][rank] = my_p;
+  if (lane < K) sorted_p[rank] = my_p;
   __syncwarp();
   float tot = 0;
-  for (int j = 0; j < K; ++j) tot += sorted_p[wid][j];
+  for (int j = 0; j < K; ++j) tot += sorted_p[j];
   if (lane < K) {
-    ids[t * K + rank] = my_id;
-    weights[t * K + rank] = normalize ? my_p / tot : my_p;
+    ids[rank] = my_id;
+    weights[rank] = normalize ? my_p / tot : my_p;
   }
+}
+
+constexpr int kRouteWarps = 8;
+__global__ void route_kernel(const float* logits, int64_t tokens, int E, int K, bool normalize,
+                             int32_t* ids, float* weights) {
+  __shared__ float sorted_p[kRouteWarps][32];
+  const int wid = threadIdx.x >> 5;
+  const int64_t t = blockIdx.x * int64_t(kRouteWarps) + wid;
+  if (t >= tokens) return;
+  route_token(logits + t * E, E, K, normalize, ids + t * K, weights + t * K, sorted_p[wid]);
 }
 
 // --- sort by expert and the tile table ------------------------------------------------
@@ -221,12 +323,9 @@ __device__ __forceinline__ void scatter_expert(const int32_t* ids, int32_t p0, i
 
 // Few pairs (decode): everything in one block of 1024 threads.
 // Shared memory: cnt [E], off [E+1], scan 64.
-__global__ void __launch_bounds__(1024) moe_sort_small_kernel(const int32_t* ids, int32_t pairs,
-                                                              int E, int bm, int32_t* offsets,
-                                                              int32_t* slot_of,
-                                                              int32_t* row_pair, int4* tiles,
-                                                              int32_t* tile_count) {
-  extern __shared__ int32_t sm[];
+__device__ void sort_small_block(const int32_t* ids, int32_t pairs, int E, int bm,
+                                 int32_t* offsets, int32_t* slot_of, int32_t* row_pair,
+                                 int4* tiles, int32_t* tile_count, int32_t* sm) {
   int32_t* cnt = sm;
   int32_t* off = sm + E;
   int32_t* scan = off + E + 1;
@@ -238,6 +337,33 @@ __global__ void __launch_bounds__(1024) moe_sort_small_kernel(const int32_t* ids
   __syncthreads();
   for (int e = threadIdx.x >> 5; e < E; e += blockDim.x >> 5)
     if (cnt[e] > 0) scatter_expert(ids, 0, pairs, e, off[e], cnt[e], slot_of, row_pair);
+}
+
+__global__ void __launch_bounds__(1024) moe_sort_small_kernel(const int32_t* ids, int32_t pairs,
+                                                              int E, int bm, int32_t* offsets,
+                                                              int32_t* slot_of,
+                                                              int32_t* row_pair, int4* tiles,
+                                                              int32_t* tile_count) {
+  extern __shared__ int32_t sm[];
+  sort_small_block(ids, pairs, E, bm, offsets, slot_of, row_pair, tiles, tile_count, sm);
+}
+
+// Routing and the one-block sort in one launch (tokens <= 32, pairs <=
+// kMoeSortSmallPairs): warp t routes token t, then the block sorts. The
+// same results as route_kernel + moe_sort_small_kernel, one launch fewer.
+__global__ void __launch_bounds__(1024)
+    moe_route_sort_kernel(const float* logits, int tokens, int E, int K, bool normalize,
+                          int32_t* ids, float* weights, int bm, int32_t* offsets,
+                          int32_t* slot_of, int32_t* row_pair, int4* tiles,
+                          int32_t* tile_count) {
+  extern __shared__ int32_t sm[];
+  __shared__ float sorted_p[32][32];
+  const int wid = threadIdx.x >> 5;
+  if (wid < tokens)
+    route_token(logits + static_cast<int64_t>(wid) * E, E, K, normalize, ids + wid * K,
+                weights + wid * K, sorted_p[wid]);
+  __syncthreads();  // the block's global writes (ids) are visible to the block
+  sort_small_block(ids, tokens * K, E, bm, offsets, slot_of, row_pair, tiles, tile_count, sm);
 }
 
 // Many pairs: per-chunk counts, one planning block, then a warp per
@@ -631,6 +757,32 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
   return check_launch("router_gemv_kernel");
 }
 
+Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y32, void* y,
+                              const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
+                              float eps, bool zero_centred, int8_t* xq, float* xd,
+                              const void* router_w, DType router_dt, int64_t experts,
+                              float* logits) {
+  if (!small_ok(norm_dt)) return bad_dtype("moe norm weight", norm_dt);
+  if (rows < 1 || rows > kMoeFusedMaxRows) return unsupported("moe norm + router: 1..32 rows");
+  if (xq && hidden % 32 != 0) return unsupported("moe norm + router: 8-bit rows need hidden % 32");
+  if (experts == 0) return Status::ok();
+  const unsigned blocks = static_cast<unsigned>((experts + 7) / 8);
+  bool inner = true;
+  const bool ok = dispatch_float(act, [&](auto at) {
+    using T = decltype(at);
+    inner = dispatch_float(router_dt, [&](auto wt) {
+      using TW = decltype(wt);
+      moe_norm_router_kernel<T, TW><<<blocks, 256, 0, s>>>(
+          static_cast<const T*>(x), static_cast<int>(rows), hidden, norm_w, dt_code(norm_dt),
+          eps, zero_centred, y32, static_cast<T*>(y), xq, xd, static_cast<const TW*>(router_w),
+          experts, logits);
+    });
+  });
+  if (!ok) return bad_dtype("moe norm input", act);
+  if (!inner) return bad_dtype("moe router weight", router_dt);
+  return check_launch("moe_norm_router_kernel");
+}
+
 Status launch_moe_route(cudaStream_t s, const float* logits, int64_t tokens, int64_t experts,
                         int64_t top_k, bool normalize, int32_t* ids, float* weights) {
   if (top_k < 1 || top_k > kMaxTopK || top_k > experts)
@@ -640,6 +792,23 @@ Status launch_moe_route(cudaStream_t s, const float* logits, int64_t tokens, int
                  kRouteWarps * 32, 0, s>>>(logits, tokens, static_cast<int>(experts),
                                            static_cast<int>(top_k), normalize, ids, weights);
   return check_launch("route_kernel");
+}
+
+Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens,
+                             int64_t experts, int64_t top_k, bool normalize, int32_t* ids,
+                             float* weights, int row_tile, int32_t* offsets, int32_t* slot_of,
+                             int32_t* row_pair, int32_t* tiles, int32_t* tile_count) {
+  if (top_k < 1 || top_k > kMaxTopK || top_k > experts)
+    return unsupported("moe routing: top_k must be 1..32 and <= experts");
+  if (experts < 1 || experts > kMoeMaxExperts) return unsupported("moe sort: 1..4096 experts");
+  if (tokens < 1 || tokens > 32 || tokens * top_k > kMoeSortSmallPairs)
+    return unsupported("moe route + sort: 1..32 tokens and at most 256 pairs");
+  const int E = static_cast<int>(experts);
+  const size_t plan_smem = static_cast<size_t>(4 * (2 * E + 1 + 64));
+  moe_route_sort_kernel<<<1, 1024, plan_smem, s>>>(
+      logits, static_cast<int>(tokens), E, static_cast<int>(top_k), normalize, ids, weights,
+      row_tile, offsets, slot_of, row_pair, reinterpret_cast<int4*>(tiles), tile_count);
+  return check_launch("moe_route_sort_kernel");
 }
 
 int64_t moe_sort_count_ints(int64_t pairs, int64_t experts) {

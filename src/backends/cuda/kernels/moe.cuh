@@ -23,6 +23,7 @@ constexpr int kMoeRouterGemvRows = 8;    // rows per warp of launch_moe_router
 constexpr int kMoeRouterMaxRows = 512;   // launch_moe_router handles up to this many rows
 constexpr int kMoeSortSmallPairs = 256;  // up to this many pairs: one-block sort
 constexpr int kMoeSortChunk = 1024;      // pairs per chunk of the multi-block sort
+constexpr int kMoeFusedMaxRows = 32;     // launch_moe_norm_router handles up to this many rows
 // y32 [rows, width] f32 = rms_norm(x of act) * (w or 1 + w); y (optional,
 // may be null) the same values rounded to act.
 Status launch_moe_norm(cudaStream_t s, const void* x, DType act, float* y32, void* y,
@@ -33,6 +34,16 @@ Status launch_moe_norm(cudaStream_t s, const void* x, DType act, float* y32, voi
 // rows); more rows go through gemm().
 Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t hidden,
                          const void* w, DType w_dt, int64_t experts, float* logits);
+// launch_moe_norm + launch_moe_router in one launch for 1 .. kMoeFusedMaxRows
+// rows (f32 / bf16 / f16 router weights), bitwise the same y32, y and
+// logits; with xq / xd (hidden % 32 == 0) also y32 as 8-bit blocks of 32 (xq
+// [rows, hidden], xd [rows, hidden / 32]: q = round(y * 127 / amax), d =
+// amax / 127, as the block-format expert products quantize their inputs).
+Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y32, void* y,
+                              const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
+                              float eps, bool zero_centred, int8_t* xq, float* xd,
+                              const void* router_w, DType router_dt, int64_t experts,
+                              float* logits);
 // Per token (a warp each): softmax of logits [tokens, experts] (f32), top-k
 // (ties to the lower id), ids in increasing order, weights optionally
 // renormalised.
@@ -55,6 +66,13 @@ int64_t moe_sort_count_ints(int64_t pairs, int64_t experts);
 Status launch_moe_sort(cudaStream_t s, const int32_t* ids, int64_t pairs, int64_t experts,
                        int row_tile, int32_t* offsets, int32_t* slot_of, int32_t* row_pair,
                        int32_t* tiles, int32_t* tile_count, int32_t* counts);
+// launch_moe_route + launch_moe_sort in one launch (one block) for 1 .. 32
+// tokens and at most kMoeSortSmallPairs pairs: the same ids, weights and
+// sort outputs.
+Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens,
+                             int64_t experts, int64_t top_k, bool normalize, int32_t* ids,
+                             float* weights, int row_tile, int32_t* offsets, int32_t* slot_of,
+                             int32_t* row_pair, int32_t* tiles, int32_t* tile_count);
 // The tensor-core expert GEMM applies: bf16 / f16 activations, weights of
 // the same type, hidden and intermediate multiples of 8.
 bool moe_mma_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,

@@ -1,0 +1,223 @@
+// The fused decode expert kernels of quant_moe_decode.cuh. Both take a
+// lane's share of each weight block as quant_gemm.cu's quant_moe_q8_kernel
+// does (lane / kLanes the block, lane % kLanes the part, blocks in
+// increasing order, then a warp sum), so the products are bitwise the
+// unfused ones; what changes is what the epilogues do with them.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/quant_blocks.cuh"
+#include "backends/cuda/kernels/quant_moe_decode.cuh"
+
+namespace ferrite::cuda {
+namespace {
+
+using namespace qblocks;
+
+// Gate / up: a block of 32 warps takes the 32 outputs i of one 32-block of h
+// for one row tile (warp w: output 32 blockIdx.x + w, its gate and up rows
+// as two streams); the tile's rows M at a time. The SiLU products of a chunk
+// meet in shared memory, where warp t quantizes row t's 32 values (lane l
+// element l: the warp maximum, then q = round(h * 127 / amax)).
+constexpr int kGateUpRows = 4;  // gathered rows per chunk
+
+template <int F>
+__global__ void __launch_bounds__(1024)
+    quant_moe_gate_up_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd,
+                             int64_t H, const int32_t* __restrict__ row_pair, int top_k,
+                             const uint8_t* __restrict__ w, int64_t row_bytes, int64_t I,
+                             const int32_t* __restrict__ tiles,
+                             const int32_t* __restrict__ tile_count, int8_t* __restrict__ hq,
+                             float* __restrict__ hd) {
+  using Fmt = Q8Dot<F>;
+  constexpr int kPerIter = 32 / Fmt::kLanes, M = kGateUpRows;
+  __shared__ float hs[M][32];
+  const int tile = blockIdx.y;
+  if (tile >= *tile_count) return;  // the whole block
+  const int e = tiles[4 * tile], r0 = tiles[4 * tile + 1], nr = tiles[4 * tile + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 32 + warp;
+  const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i) * row_bytes;
+  const uint8_t* wu = wg + I * row_bytes;
+  const int nb = static_cast<int>(H / Fmt::kElems);
+  const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
+  const int64_t xs = H / 32;
+  for (int c0 = 0; c0 < nr; c0 += M) {
+    int64_t xrow[M];
+    float ag[M], au[M];
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      xrow[t] = c0 + t < nr ? row_pair[r0 + c0 + t] / top_k : -1;
+      ag[t] = 0.0f;
+      au[t] = 0.0f;
+    }
+#pragma unroll 2
+    for (int b = bl; b < nb; b += kPerIter) {
+      const typename Fmt::Raw rg = Fmt::fetch(wg + static_cast<int64_t>(b) * Fmt::kBytes, part);
+      const typename Fmt::Raw ru = Fmt::fetch(wu + static_cast<int64_t>(b) * Fmt::kBytes, part);
+      Fmt g, u;
+      g.decode(rg, part);
+      u.decode(ru, part);
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        if (xrow[t] >= 0) {
+          const int8_t* xb = xq + xrow[t] * H + static_cast<int64_t>(b) * Fmt::kElems;
+          const float* db = xd + xrow[t] * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32);
+          ag[t] += g.dot(xb, db);
+          au[t] += u.dot(xb, db);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float gs = warp_sum(ag[t]), us = warp_sum(au[t]);
+      if (lane == 0) hs[t][warp] = gs / (1.0f + expf(-gs)) * us;
+    }
+    __syncthreads();
+    if (warp < M && c0 + warp < nr) {
+      const float v = hs[warp][lane];
+      const float amax = warp_max(fabsf(v));
+      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      const int64_t row = r0 + c0 + warp;
+      hq[row * I + static_cast<int64_t>(blockIdx.x) * 32 + lane] =
+          static_cast<int8_t>(__float2int_rn(v * id));
+      if (lane == 0) hd[row * (I / 32) + blockIdx.x] = amax / 127.0f;
+    }
+    __syncthreads();
+  }
+}
+
+// Down + combine: a warp per (token t = blockIdx.y, output j), the token's
+// top_k experts kDownBatch at a time (their blocks fetched together: one
+// round trip per batch instead of one per expert), each product warp-summed
+// and weighted into the token's sum in expert order, then the shared expert
+// and the residual.
+constexpr int kDownWarps = 8, kDownBatch = 4;
+
+template <int F, typename T>
+__global__ void __launch_bounds__(kDownWarps * 32)
+    quant_moe_down_combine_kernel(const int8_t* __restrict__ hq, const float* __restrict__ hd,
+                                  int64_t I, const uint8_t* __restrict__ w, int64_t row_bytes,
+                                  int64_t H, int K, const int32_t* __restrict__ ids,
+                                  const int32_t* __restrict__ slot_of,
+                                  const float* __restrict__ weights, const float* shared_gate,
+                                  const float* shared_out, T* hidden) {
+  using Fmt = Q8Dot<F>;
+  constexpr int kPerIter = 32 / Fmt::kLanes, KB = kDownBatch;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kDownWarps + warp;
+  const int64_t t = blockIdx.y;
+  if (j >= H) return;
+  const int nb = static_cast<int>(I / Fmt::kElems);
+  const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
+  const int64_t xs = I / 32;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += KB) {
+    const uint8_t* wr[KB];
+    int64_t hrow[KB];
+    float ps[KB];
+#pragma unroll
+    for (int c = 0; c < KB; ++c) {
+      const int64_t p = t * K + k0 + c;
+      const bool ok = k0 + c < K;
+      wr[c] = w + (static_cast<int64_t>(ok ? ids[p] : 0) * H + j) * row_bytes;
+      hrow[c] = ok ? slot_of[p] : -1;
+      ps[c] = 0.0f;
+    }
+#pragma unroll 2
+    for (int b = bl; b < nb; b += kPerIter) {
+      typename Fmt::Raw raw[KB];
+#pragma unroll
+      for (int c = 0; c < KB; ++c)
+        if (hrow[c] >= 0) raw[c] = Fmt::fetch(wr[c] + static_cast<int64_t>(b) * Fmt::kBytes, part);
+#pragma unroll
+      for (int c = 0; c < KB; ++c) {
+        if (hrow[c] >= 0) {
+          Fmt f;
+          f.decode(raw[c], part);
+          ps[c] += f.dot(hq + hrow[c] * I + static_cast<int64_t>(b) * Fmt::kElems,
+                         hd + hrow[c] * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32));
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < KB; ++c) {
+      if (k0 + c >= K) break;
+      const float y = warp_sum(ps[c]);
+      acc += weights[t * K + k0 + c] * y;
+    }
+  }
+  if (lane == 0) {
+    if (shared_out) {
+      const float sg = 1.0f / (1.0f + expf(-shared_gate[t]));
+      acc += sg * shared_out[t * H + j];
+    }
+    hidden[t * H + j] = from_f<T>(to_f(hidden[t * H + j]) + acc);
+  }
+}
+
+}  // namespace
+
+bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
+                                int64_t intermediate) {
+  auto ok = [](DType dt, int64_t k) {
+    return qfmt(dt) >= 0 && dt != DType::kF8B128 && k > 0 && k % 32 == 0 &&
+           k % dtype_block_elems(dt) == 0;
+  };
+  return ok(gate_up_dt, hidden) && ok(down_dt, intermediate);
+}
+
+Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
+                                const int32_t* row_pair, int64_t top_k, const void* gate_up,
+                                DType w_dt, int64_t I, const int32_t* tiles,
+                                const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
+                                float* hd) {
+  if (!quant_moe_decode_supported(w_dt, DType::kQ8_0, H, I))
+    return unsupported("fused moe gate/up: block weights with rows of whole blocks");
+  if (max_tiles == 0) return Status::ok();
+  if (max_tiles > 65535) return unsupported("fused moe gate/up: too many row tiles");
+  const int64_t row_bytes = dtype_bytes(w_dt, H);
+  const dim3 grid(static_cast<unsigned>(I / 32), static_cast<unsigned>(max_tiles));
+  const auto* wb = static_cast<const uint8_t*>(gate_up);
+  dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    if constexpr (F != kFmtF8B128)
+      quant_moe_gate_up_kernel<F><<<grid, 1024, 0, s>>>(xq, xd, H, row_pair,
+                                                       static_cast<int>(top_k), wb, row_bytes, I,
+                                                       tiles, tile_count, hq, hd);
+  });
+  return check_launch("quant_moe_gate_up_kernel");
+}
+
+Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const float* hd,
+                                     int64_t I, const void* down, DType w_dt, int64_t H,
+                                     int64_t tokens, int64_t top_k, const int32_t* ids,
+                                     const int32_t* slot_of, const float* weights,
+                                     const float* shared_gate, const float* shared_out,
+                                     void* hidden, DType act) {
+  if (!quant_moe_decode_supported(DType::kQ8_0, w_dt, 32, I))
+    return unsupported("fused moe down: block weights with rows of whole blocks");
+  if (tokens == 0) return Status::ok();
+  if (tokens > 65535) return unsupported("fused moe down: too many tokens");
+  const int64_t row_bytes = dtype_bytes(w_dt, I);
+  const dim3 grid(static_cast<unsigned>((H + kDownWarps - 1) / kDownWarps),
+                  static_cast<unsigned>(tokens));
+  const auto* wb = static_cast<const uint8_t*>(down);
+  bool ok = true;
+  dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    if constexpr (F != kFmtF8B128) {
+      ok = dispatch_float(act, [&](auto tag) {
+        using T = decltype(tag);
+        quant_moe_down_combine_kernel<F, T><<<grid, kDownWarps * 32, 0, s>>>(
+            hq, hd, I, wb, row_bytes, H, static_cast<int>(top_k), ids, slot_of, weights,
+            shared_gate, shared_out, static_cast<T*>(hidden));
+      });
+    }
+  });
+  if (!ok) return bad_dtype("fused moe down activation", act);
+  return check_launch("quant_moe_down_combine_kernel");
+}
+
+}  // namespace ferrite::cuda

@@ -1,0 +1,51 @@
+// Decode-sized routed MoE steps whose experts are in block formats (GGUF
+// blocks, u4_g128; not FP8) on 8-bit activation blocks: two launches for the
+// expert half of a layer instead of five (quantize, gate/up, SiLU product,
+// quantize, down, combine). At a few tokens these steps are launch- and
+// latency-bound (Qwen3-30B-A3B Q4_K_M batch 1: ~100 us a layer for 21 MB of
+// expert weights), so fewer, wider launches are the lever. Both kernels keep
+// the numerics of the unfused path bitwise: the same per-lane block
+// partition, warp sums and summation orders (routed_swiglu_moe.cc picks
+// them under Tuning::cuda_moe_fused_tokens).
+// Host-side launchers (defined in the .cu beside this header); C++17.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_status.h"
+#include "tensor/dtype.h"
+
+namespace ferrite::cuda {
+
+// Whether the fused decode experts take these weights: block formats with
+// 8-bit activation products (not FP8), hidden and intermediate whole blocks
+// of their formats and multiples of 32.
+bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
+                                int64_t intermediate);
+
+// gate_up [E, 2I, H] in blocks (rows [0, I) gate, [I, 2I) up), over the
+// tile table of launch_moe_sort: for every gathered row r of a tile of
+// expert e, h = silu(g) * u of g = x(r) . gate[e, i], u = x(r) . up[e, i],
+// stored as 8-bit blocks of 32: hq [rows, I], hd [rows, I / 32] (exactly as
+// quantizing the f32 h). x(r) = token row_pair[r] / top_k of xq [tokens, H]
+// / xd [tokens, H / 32] (the 8-bit normalised tokens).
+Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
+                                const int32_t* row_pair, int64_t top_k, const void* gate_up,
+                                DType w_dt, int64_t I, const int32_t* tiles,
+                                const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
+                                float* hd);
+
+// down [E, H, I] in blocks, then the combine: for every token t and output
+// j, hidden[t, j] += sum_k weights[t, k] * (h(slot_of[t, k]) . down[ids[t,
+// k], j]) over k in order (ids increasing), + sigmoid(shared_gate[t]) *
+// shared_out[t, j] when shared_out; f32 sums, as launch_moe_combine.
+Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const float* hd,
+                                     int64_t I, const void* down, DType w_dt, int64_t H,
+                                     int64_t tokens, int64_t top_k, const int32_t* ids,
+                                     const int32_t* slot_of, const float* weights,
+                                     const float* shared_gate, const float* shared_out,
+                                     void* hidden, DType act);
+
+}  // namespace ferrite::cuda
