@@ -42,7 +42,8 @@ done
 for v in 8 0; do
   run "qwen3.5-35b-a3b --quantization gptq-int4" "FERRITE_CUDA_MOE_FUSED_TOKENS=$v" \
     --model "$ROOT/configs/qwen3.5-35b-a3b" --quantization gptq-int4 --batch 1 8 \
-    --prompt-len 128 --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 --kv-cache-gib 4
+    --prompt-len 128 --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 --kv-cache-gib 4 \
+    --max-model-len 8192
 done
 if [ "${DECIDED:-0}" = 1 ]; then
 IFS=';' read -r -a QQ <<< "${MMQ_QUANTS:---dummy-dtype q4_k_m;--dummy-dtype q8_0;--quantization gptq-int4}"

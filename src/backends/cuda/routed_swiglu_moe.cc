@@ -164,7 +164,8 @@ class RoutedMoe final : public Provider {
 
     // Decode-sized steps: fewer launches (the results are the same).
     const bool fuse = t <= st.moe_fused_tokens && t <= kMoeFusedMaxRows;
-    const bool fuse_router = fuse && !dtype_is_quantized(b[kRouter].dtype);
+    const bool fuse_router = fuse && !dtype_is_quantized(b[kRouter].dtype) &&
+                             moe_norm_router_supported(H, b[kRouter].data, b[kRouter].dtype);
     const bool fuse_route = fuse && t <= 32 && tk <= kMoeSortSmallPairs;
     // Block-format experts on 8-bit activations: x quantized by the norm +
     // router launch, h (8-bit) in the expert intermediates' room.

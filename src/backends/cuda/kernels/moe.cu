@@ -115,74 +115,147 @@ __global__ void router_gemv_kernel(const float* __restrict__ x, int64_t rows_tot
   }
 }
 
-// The norm and the router in one launch for a few rows (<= kMoeFusedMaxRows):
-// every block of 256 threads computes the rows' inverse RMS (the summation
-// of moe_norm_kernel), then the grid writes y32 (and y, and with xq the
-// 8-bit blocks of 32 of y32, as quantize_q8_kernel makes them) and each warp
-// takes an expert, forming the normalised inputs on the fly: bitwise the
-// values and logits of moe_norm_kernel + router_gemv_kernel.
-template <typename T, typename TW>
-__global__ void __launch_bounds__(256)
-    moe_norm_router_kernel(const T* __restrict__ x, int rows, int64_t H, const void* nw, int nwdt,
-                           float eps, bool zc, float* y32, T* y, int8_t* xq, float* xd,
-                           const TW* __restrict__ w, int64_t E, float* logits) {
-  __shared__ float red[kMoeFusedMaxRows][8];
-  __shared__ float inv[kMoeFusedMaxRows];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int r = 0; r < rows; ++r) {
-    float ss = 0;
-    for (int64_t i = threadIdx.x; i < H; i += 256) {
-      const float v = to_f(x[r * H + i]);
-      ss += v * v;
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) red[r][warp] = ss;
-  }
-  __syncthreads();
-  if (threadIdx.x < rows) {
-    float tot = 0;
-    for (int i = 0; i < 8; ++i) tot += red[threadIdx.x][i];
-    inv[threadIdx.x] = rsqrtf(tot / static_cast<float>(H) + eps);
-  }
-  __syncthreads();
-  auto xv = [&](int r, int64_t i) {
-    const float wi = load_any(nw, nwdt, i);
-    return to_f(x[r * H + i]) * inv[r] * (zc ? 1.0f + wi : wi);
-  };
-  const int64_t gw = static_cast<int64_t>(blockIdx.x) * 8 + warp, nwarps = gridDim.x * 8LL;
-  if (xq) {  // H % 32 == 0: a warp per block of 32
-    for (int64_t g = gw; g < rows * (H / 32); g += nwarps) {
-      const int64_t idx = g * 32 + lane;
-      const float v = xv(static_cast<int>(idx / H), idx % H);
-      y32[idx] = v;
-      if (y) y[idx] = from_f<T>(v);
-      const float amax = warp_max(fabsf(v));
-      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      xq[idx] = static_cast<int8_t>(__float2int_rn(v * id));
-      if (lane == 0) xd[g] = amax / 127.0f;
-    }
+// The router product for up to kMoeRouterMaxRows rows, and with kNorm the
+// norm fused in front of it (launch_moe_norm_router). A block of 256 threads
+// takes kRouterExperts experts and a chunk of up to kRouterChunkRows rows
+// (as many as kRouterSmemFloats floats hold); grid (experts, row chunks).
+//  1. kNorm: the chunk's inverse RMS, with moe_norm_kernel's summation;
+//  2. the chunk's inputs staged in shared memory as f32 (kNorm: x * inv * w,
+//     moe_norm_kernel's values; else the f32 rows as they are); with kNorm
+//     the blocks of the first expert column also write y32 / y and the
+//     8-bit blocks of 32 (quantize_q8_kernel's numerics);
+//  3. kRouterWarpsPerExpert warps per expert, each lane 8 consecutive
+//     weights at a time (16-byte loads, all of a lane's loads in flight at
+//     once: the warp per expert of router_gemv_kernel waited on 4-16 round
+//     trips), warp sums, then the warps' partial sums added in a fixed order.
+// Fused or not, the same summation: the logits are bitwise equal.
+constexpr int kRouterExperts = 2, kRouterWarpsPerExpert = 4, kRouterChunkRows = 8;
+constexpr int kRouterSmemFloats = 8192;  // 32 KiB of staged inputs
+
+template <typename TW>
+__device__ __forceinline__ void load_w8(const TW* p, float (&f)[8]) {
+  if constexpr (sizeof(TW) == 4) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
   } else {
-    for (int64_t idx = gw * 32 + lane; idx < rows * H; idx += nwarps * 32) {
-      const float v = xv(static_cast<int>(idx / H), idx % H);
-      y32[idx] = v;
-      if (y) y[idx] = from_f<T>(v);
-    }
-  }
-  const int64_t e = gw;
-  if (e >= E) return;
-  // 4 rows a pass (the inputs formed on the fly cost registers: 8 spilled).
-  constexpr int kRows = 4;
-  for (int r0 = 0; r0 < rows; r0 += kRows) {
-    const int n = min(kRows, rows - r0);
-    float acc[kRows];
-    router_dot(w + e * H, H, n, lane, [&](int r, int64_t i) { return xv(r0 + r, i); }, acc);
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+    const TW* h = reinterpret_cast<const TW*>(&u);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (r >= n) break;
-      const float v = warp_sum(acc[r]);
-      if (lane == 0) logits[(r0 + r) * E + e] = v;
+    for (int i = 0; i < 8; ++i) f[i] = to_f(h[i]);
+  }
+}
+
+template <typename T, typename TW, bool kNorm>
+__global__ void __launch_bounds__(256)
+    moe_router_kernel(const T* __restrict__ x, int rows_total, int64_t H, int chunk_rows,
+                      const void* nw, int nwdt, float eps, bool zc, float* y32, T* y,
+                      int8_t* xq, float* xd, const TW* __restrict__ w, int64_t E,
+                      float* __restrict__ logits) {
+  extern __shared__ float xs[];  // [chunk_rows, H]
+  __shared__ float red[kRouterChunkRows][8];
+  __shared__ float inv[kRouterChunkRows];
+  __shared__ float part[8][kRouterChunkRows];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int row0 = blockIdx.y * chunk_rows;
+  const int nrows = min(chunk_rows, rows_total - row0);
+  x += static_cast<int64_t>(row0) * H;
+  if constexpr (kNorm) {
+    for (int r = 0; r < nrows; ++r) {
+      float ss = 0;
+      for (int64_t i = tid; i < H; i += 256) {
+        const float v = to_f(x[r * H + i]);
+        ss += v * v;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) red[r][warp] = ss;
+    }
+    __syncthreads();
+    if (tid < nrows) {
+      float tot = 0;
+      for (int i = 0; i < 8; ++i) tot += red[tid][i];
+      inv[tid] = rsqrtf(tot / static_cast<float>(H) + eps);
+    }
+    __syncthreads();
+  }
+  for (int64_t idx = tid; idx < nrows * H; idx += 256) {
+    float v = to_f(x[idx]);
+    if constexpr (kNorm) {
+      const int64_t i = idx % H;
+      const float wi = load_any(nw, nwdt, i);
+      v = v * inv[idx / H] * (zc ? 1.0f + wi : wi);
+    }
+    xs[idx] = v;
+  }
+  __syncthreads();
+  if constexpr (kNorm) {
+    if (blockIdx.x == 0) {
+      const int64_t off = static_cast<int64_t>(row0) * H;
+      if (xq) {  // H % 32 == 0: a warp per block of 32
+        for (int64_t g = warp; g < nrows * (H / 32); g += 8) {
+          const int64_t idx = g * 32 + lane;
+          const float v = xs[idx];
+          y32[off + idx] = v;
+          if (y) y[off + idx] = from_f<T>(v);
+          const float amax = warp_max(fabsf(v));
+          const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+          xq[off + idx] = static_cast<int8_t>(__float2int_rn(v * id));
+          if (lane == 0) xd[off / 32 + g] = amax / 127.0f;
+        }
+      } else {
+        for (int64_t idx = tid; idx < nrows * H; idx += 256) {
+          y32[off + idx] = xs[idx];
+          if (y) y[off + idx] = from_f<T>(xs[idx]);
+        }
+      }
     }
   }
+  const int el = warp / kRouterWarpsPerExpert, q = warp % kRouterWarpsPerExpert;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * kRouterExperts + el;
+  float acc[kRouterChunkRows];
+#pragma unroll
+  for (int r = 0; r < kRouterChunkRows; ++r) acc[r] = 0.0f;
+  if (e < E) {
+    const TW* we = w + e * H;
+    const int64_t groups = H / 8;
+#pragma unroll 2
+    for (int64_t g = q * 32 + lane; g < groups; g += 32 * kRouterWarpsPerExpert) {
+      float wv[8];
+      load_w8(we + 8 * g, wv);
+#pragma unroll
+      for (int r = 0; r < kRouterChunkRows; ++r) {
+        if (r < nrows) {
+          const float4 a = *reinterpret_cast<const float4*>(xs + r * H + 8 * g);
+          const float4 b = *reinterpret_cast<const float4*>(xs + r * H + 8 * g + 4);
+          const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[r] = fmaf(xv[j], wv[j], acc[r]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRouterChunkRows; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) part[warp][r] = v;
+  }
+  __syncthreads();
+  if (tid < kRouterExperts * nrows) {
+    const int le = tid / nrows, r = tid % nrows;
+    const int64_t ee = static_cast<int64_t>(blockIdx.x) * kRouterExperts + le;
+    if (ee < E) {
+      float tot = 0.0f;
+      for (int k = 0; k < kRouterWarpsPerExpert; ++k) tot += part[le * kRouterWarpsPerExpert + k][r];
+      logits[static_cast<int64_t>(row0 + r) * E + ee] = tot;
+    }
+  }
+}
+
+// Rows per block chunk of moe_router_kernel for a hidden size (0: it does
+// not apply: hidden not a multiple of 8, or above kRouterSmemFloats).
+inline int router_chunk_rows(int64_t H) {
+  if (H <= 0 || H % 8 != 0 || H > kRouterSmemFloats) return 0;
+  return static_cast<int>(std::min<int64_t>(kRouterChunkRows, kRouterSmemFloats / H));
 }
 
 // A warp per token: softmax (f32), top-k by probability (ties: lower id),
@@ -198,6 +271,18 @@ __device__ void route_token(const float* l, int E, int K, bool normalize, int32_
   float sum = 0;
   for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
   sum = warp_sum(sum);
+  // Up to 256 experts the probabilities stay in registers across the k
+  // rounds (8 a lane); more are recomputed each round (the same values).
+  constexpr int kCached = 8;
+  const bool cached = E <= 32 * kCached;
+  float pc[kCached];
+#pragma unroll
+  for (int j = 0; j < kCached; ++j) {
+    const int e = lane + 32 * j;
+    float pe = cached && e < E ? expf(l[e] - mx) / sum : 0.0f;
+    if (!(pe >= 0.0f)) pe = 0.0f;  // NaN logits: never an invalid id
+    pc[j] = pe;
+  }
   float prev_p = INFINITY;
   int prev_id = -1;
   int my_id = INT_MAX;
@@ -206,11 +291,21 @@ __device__ void route_token(const float* l, int E, int K, bool normalize, int32_
     // The best (p, lower id) strictly after the previous selection.
     float bp = -1.0f;
     int bi = INT_MAX;
-    for (int e = lane; e < E; e += 32) {
-      float pe = expf(l[e] - mx) / sum;
-      if (!(pe >= 0.0f)) pe = 0.0f;  // NaN logits: never an invalid id
-      const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
-      if (after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
+    if (cached) {
+#pragma unroll
+      for (int j = 0; j < kCached; ++j) {
+        const int e = lane + 32 * j;
+        const float pe = pc[j];
+        const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
+        if (e < E && after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
+      }
+    } else {
+      for (int e = lane; e < E; e += 32) {
+        float pe = expf(l[e] - mx) / sum;
+        if (!(pe >= 0.0f)) pe = 0.0f;
+        const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
+        if (after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
+      }
     }
     for (int o = 16; o > 0; o >>= 1) {
       const float op = __shfl_xor_sync(0xffffffffu, bp, o);
@@ -364,6 +459,63 @@ __global__ void __launch_bounds__(1024)
                 weights + wid * K, sorted_p[wid]);
   __syncthreads();  // the block's global writes (ids) are visible to the block
   sort_small_block(ids, tokens * K, E, bm, offsets, slot_of, row_pair, tiles, tile_count, sm);
+}
+
+// Routing and the sort by one warp for at most 32 pairs (decode): the
+// tokens routed in turn, then lane p holds pair p's expert and its place
+// (experts ascending, pairs of an expert in order) comes from comparisons
+// over the warp; offsets, pair <-> row and the tile table as
+// sort_small_block makes them, without its block-wide scans and barriers.
+__global__ void __launch_bounds__(32)
+    moe_route_sort_warp_kernel(const float* logits, int tokens, int E, int K, bool normalize,
+                               int32_t* ids, float* weights, int bm, int32_t* offsets,
+                               int32_t* slot_of, int32_t* row_pair, int4* tiles,
+                               int32_t* tile_count) {
+  __shared__ float sorted_p[32];
+  __shared__ int32_t sid[32];
+  const int lane = threadIdx.x;
+  for (int t = 0; t < tokens; ++t) {
+    route_token(logits + static_cast<int64_t>(t) * E, E, K, normalize, ids + t * K,
+                weights + t * K, sorted_p);
+    __syncwarp();
+  }
+  const int P = tokens * K;
+  __syncwarp();  // the warp's global writes (ids) are visible to the warp
+  const int my = lane < P ? ids[lane] : INT_MAX;
+  sid[lane] = my;
+  __syncwarp();
+  int before = 0, same_before = 0, cnt = 0;
+  for (int q = 0; q < P; ++q) {
+    const int o = sid[q];
+    before += o < my;
+    same_before += o == my && q < lane;
+    cnt += o == my;
+  }
+  const bool valid = lane < P;
+  const bool first = valid && same_before == 0;
+  if (valid) {
+    slot_of[lane] = before + same_before;
+    row_pair[before + same_before] = lane;
+  }
+  for (int e0 = 0; e0 <= E; e0 += 32) {
+    const int e = e0 + lane;
+    int c = 0;
+    for (int q = 0; q < P; ++q) c += sid[q] < e;
+    if (e <= E) offsets[e] = c;
+  }
+  // Tiles: each expert's first lane writes its tiles after those of the
+  // experts below it.
+  const int my_tiles = first ? (cnt + bm - 1) / bm : 0;
+  int base = 0, total = 0;
+  for (int q = 0; q < P; ++q) {
+    const int tq = __shfl_sync(0xffffffffu, my_tiles, q);
+    base += sid[q] < my ? tq : 0;
+    total += tq;
+  }
+  if (first)
+    for (int j = 0; j < my_tiles; ++j)
+      tiles[base + j] = make_int4(my, before + j * bm, min(bm, cnt - j * bm), 0);
+  if (lane == 0) *tile_count = total;
 }
 
 // Many pairs: per-chunk counts, one planning block, then a warp per
@@ -741,10 +893,31 @@ Status launch_moe_norm(cudaStream_t s, const void* x, DType act, float* y32, voi
   return check_launch("moe_norm_kernel");
 }
 
+namespace {
+bool router_aligned(const void* w, DType w_dt, int64_t H) {
+  return router_chunk_rows(H) > 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0 &&
+         (w_dt == DType::kF32 || w_dt == DType::kBF16 || w_dt == DType::kF16);
+}
+}  // namespace
+
 Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t hidden,
                          const void* w, DType w_dt, int64_t experts, float* logits) {
   if (rows > kMoeRouterMaxRows) return unsupported("moe router GEMV: too many rows");
   if (rows == 0 || experts == 0) return Status::ok();
+  if (router_aligned(w, w_dt, hidden)) {
+    const int rc = router_chunk_rows(hidden);
+    const dim3 grid(static_cast<unsigned>((experts + kRouterExperts - 1) / kRouterExperts),
+                    static_cast<unsigned>((rows + rc - 1) / rc));
+    const size_t smem = static_cast<size_t>(rc) * hidden * 4;
+    const bool ok = dispatch_float(w_dt, [&](auto tag) {
+      using TW = decltype(tag);
+      moe_router_kernel<float, TW, false><<<grid, 256, smem, s>>>(
+          x, static_cast<int>(rows), hidden, rc, nullptr, 0, 0.0f, false, nullptr, nullptr,
+          nullptr, nullptr, static_cast<const TW*>(w), experts, logits);
+    });
+    if (!ok) return bad_dtype("moe router weight", w_dt);
+    return check_launch("moe_router_kernel");
+  }
   constexpr int kWarps = 8;
   const dim3 grid(static_cast<unsigned>((experts + kWarps - 1) / kWarps),
                   static_cast<unsigned>((rows + kMoeRouterGemvRows - 1) / kMoeRouterGemvRows));
@@ -757,6 +930,10 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
   return check_launch("router_gemv_kernel");
 }
 
+bool moe_norm_router_supported(int64_t hidden, const void* router_w, DType router_dt) {
+  return router_aligned(router_w, router_dt, hidden);
+}
+
 Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y32, void* y,
                               const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
                               float eps, bool zero_centred, int8_t* xq, float* xd,
@@ -765,22 +942,27 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
   if (!small_ok(norm_dt)) return bad_dtype("moe norm weight", norm_dt);
   if (rows < 1 || rows > kMoeFusedMaxRows) return unsupported("moe norm + router: 1..32 rows");
   if (xq && hidden % 32 != 0) return unsupported("moe norm + router: 8-bit rows need hidden % 32");
+  if (!router_aligned(router_w, router_dt, hidden))
+    return unsupported("moe norm + router: hidden a multiple of 8 up to 8192, aligned rows");
   if (experts == 0) return Status::ok();
-  const unsigned blocks = static_cast<unsigned>((experts + 7) / 8);
+  const int rc = router_chunk_rows(hidden);
+  const dim3 grid(static_cast<unsigned>((experts + kRouterExperts - 1) / kRouterExperts),
+                  static_cast<unsigned>((rows + rc - 1) / rc));
+  const size_t smem = static_cast<size_t>(rc) * hidden * 4;
   bool inner = true;
   const bool ok = dispatch_float(act, [&](auto at) {
     using T = decltype(at);
     inner = dispatch_float(router_dt, [&](auto wt) {
       using TW = decltype(wt);
-      moe_norm_router_kernel<T, TW><<<blocks, 256, 0, s>>>(
-          static_cast<const T*>(x), static_cast<int>(rows), hidden, norm_w, dt_code(norm_dt),
-          eps, zero_centred, y32, static_cast<T*>(y), xq, xd, static_cast<const TW*>(router_w),
-          experts, logits);
+      moe_router_kernel<T, TW, true><<<grid, 256, smem, s>>>(
+          static_cast<const T*>(x), static_cast<int>(rows), hidden, rc, norm_w,
+          dt_code(norm_dt), eps, zero_centred, y32, static_cast<T*>(y), xq, xd,
+          static_cast<const TW*>(router_w), experts, logits);
     });
   });
   if (!ok) return bad_dtype("moe norm input", act);
   if (!inner) return bad_dtype("moe router weight", router_dt);
-  return check_launch("moe_norm_router_kernel");
+  return check_launch("moe_router_kernel (norm)");
 }
 
 Status launch_moe_route(cudaStream_t s, const float* logits, int64_t tokens, int64_t experts,
@@ -804,6 +986,12 @@ Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens
   if (tokens < 1 || tokens > 32 || tokens * top_k > kMoeSortSmallPairs)
     return unsupported("moe route + sort: 1..32 tokens and at most 256 pairs");
   const int E = static_cast<int>(experts);
+  if (tokens * top_k <= 32) {
+    moe_route_sort_warp_kernel<<<1, 32, 0, s>>>(
+        logits, static_cast<int>(tokens), E, static_cast<int>(top_k), normalize, ids, weights,
+        row_tile, offsets, slot_of, row_pair, reinterpret_cast<int4*>(tiles), tile_count);
+    return check_launch("moe_route_sort_warp_kernel");
+  }
   const size_t plan_smem = static_cast<size_t>(4 * (2 * E + 1 + 64));
   moe_route_sort_kernel<<<1, 1024, plan_smem, s>>>(
       logits, static_cast<int>(tokens), E, static_cast<int>(top_k), normalize, ids, weights,

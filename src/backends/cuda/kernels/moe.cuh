@@ -30,8 +30,10 @@ Status launch_moe_norm(cudaStream_t s, const void* x, DType act, float* y32, voi
                        const void* w, DType w_dt, int64_t rows, int64_t width, float eps,
                        bool zero_centred);
 // logits [rows, experts] f32 = x [rows, hidden] (f32) . w[e] for rows <=
-// kMoeRouterMaxRows (a warp per expert and group of kMoeRouterGemvRows
-// rows); more rows go through gemm().
+// kMoeRouterMaxRows (blocks of 2 experts x a chunk of rows staged in shared
+// memory, 4 warps an expert; a warp per expert and group of
+// kMoeRouterGemvRows rows when the hidden size does not fit that); more
+// rows go through gemm().
 Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t hidden,
                          const void* w, DType w_dt, int64_t experts, float* logits);
 // launch_moe_norm + launch_moe_router in one launch for 1 .. kMoeFusedMaxRows
@@ -39,6 +41,9 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
 // logits; with xq / xd (hidden % 32 == 0) also y32 as 8-bit blocks of 32 (xq
 // [rows, hidden], xd [rows, hidden / 32]: q = round(y * 127 / amax), d =
 // amax / 127, as the block-format expert products quantize their inputs).
+// Whether launch_moe_norm_router takes this router (f32 / bf16 / f16, 16-byte
+// aligned, hidden a multiple of 8 up to 8192).
+bool moe_norm_router_supported(int64_t hidden, const void* router_w, DType router_dt);
 Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y32, void* y,
                               const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
                               float eps, bool zero_centred, int8_t* xq, float* xd,
@@ -66,9 +71,9 @@ int64_t moe_sort_count_ints(int64_t pairs, int64_t experts);
 Status launch_moe_sort(cudaStream_t s, const int32_t* ids, int64_t pairs, int64_t experts,
                        int row_tile, int32_t* offsets, int32_t* slot_of, int32_t* row_pair,
                        int32_t* tiles, int32_t* tile_count, int32_t* counts);
-// launch_moe_route + launch_moe_sort in one launch (one block) for 1 .. 32
-// tokens and at most kMoeSortSmallPairs pairs: the same ids, weights and
-// sort outputs.
+// launch_moe_route + launch_moe_sort in one launch for 1 .. 32 tokens and at
+// most kMoeSortSmallPairs pairs (one warp up to 32 pairs, else one block):
+// the same ids, weights and sort outputs.
 Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens,
                              int64_t experts, int64_t top_k, bool normalize, int32_t* ids,
                              float* weights, int row_tile, int32_t* offsets, int32_t* slot_of,

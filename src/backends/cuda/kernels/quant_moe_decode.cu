@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(1024)
 
 // Down + combine: a warp per (token t = blockIdx.y, output j), the token's
 // top_k experts kDownBatch at a time (their blocks fetched together: one
-// round trip per batch instead of one per expert), each product warp-summed
+// round trip per batch instead of one per expert; a batch of 8 takes up to
+// 174 registers, too few warps per SM for one wave of H warps at batch 1), each product warp-summed
 // and weighted into the token's sum in expert order, then the shared expert
 // and the residual.
 constexpr int kDownWarps = 8, kDownBatch = 4;
