@@ -17,13 +17,16 @@ def main():
     runs = OrderedDict()  # var -> value -> {row: tokens/s}
     cur = None
     for line in open(sys.argv[1], errors="replace"):
-        m = re.match(r"== .* (FERRITE_[A-Z0-9_]+)=(\S+)", line)
+        m = re.match(r"== (.*) (FERRITE_[A-Z0-9_]+)=(\S+)", line)
         if m:
-            cur = runs.setdefault(m.group(1), OrderedDict()).setdefault(m.group(2), {})
+            # Rows are keyed by the run's label too: one variable's A/B may
+            # cover several models and formats.
+            label = m.group(1)
+            cur = runs.setdefault(m.group(2), OrderedDict()).setdefault(m.group(3), {})
             continue
         m = re.match(r"(prefill\s+\d+ tokens|decode\s+batch\s+\d+):\s+([\d.]+) tokens/s", line)
         if m and cur is not None:
-            cur[re.sub(r"\s+", " ", m.group(1))] = float(m.group(2))
+            cur[label + " " + re.sub(r"\s+", " ", m.group(1))] = float(m.group(2))
     for var, values in runs.items():
         vals = list(values.items())
         if len(vals) < 2 or any(not rows for _, rows in vals):

@@ -66,8 +66,8 @@ namespace ferrite {
   X(int64_t, cuda_quant_mmq_tokens, "FERRITE_CUDA_QUANT_MMQ_TOKENS", 0,                         \
     "CUDA: with cuda_quant_dot, products of 9 up to this many tokens on block weights (GGUF "     \
     "formats, GPTQ / AWQ 4-bit) take the int8 tensor-core tile on 8-bit activation blocks, which "\
-    "reads the blocks once (0: dequantize to 16 bits for cuBLASLt; not yet measured on the H200, "\
-    "hence off)")                                                                                 \
+    "reads the blocks once (0: dequantize to 16 bits for cuBLASLt; off: on the H200 the tile is "  \
+    "about 2x slower, Qwen3-8B Q4_K_M b64 2,159 against 4,309 tokens/s)")                        \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \
