@@ -404,6 +404,51 @@ TEST(CudaGraphTest, ReplayIsBitwiseEqualToEager) {
   }
 }
 
+// The fused MoE decode launches (Tuning::cuda_moe_fused_tokens, default 8)
+// against one launch a stage (0): a prefill of 3 sequences, then a decode
+// step of them (3 tokens: the fused path), eager; the decode logits bitwise
+// equal. Block-format experts (the qwen3moe GGUF, f32 and bf16 activations:
+// fused gate/up and down + combine), bf16 experts (norm + router and
+// routing + sort fused) and a shared expert (qwen3_5_moe).
+TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<std::string, DType>> models = {
+      {kModelsDir + "gguf/quant/qwen3moew-q4_k_m.gguf", DType::kF32},
+      {kModelsDir + "gguf/quant/qwen3moew-q4_k_m.gguf", DType::kBF16},
+      {kModelsDir + "qwen3_moe", DType::kBF16},
+      {kModelsDir + "qwen3_5_moe", DType::kBF16}};
+  const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
+  for (const auto& [path, act] : models) {
+    std::vector<float> logits[2];
+    for (int f = 0; f < 2; ++f) {
+      RunnerOptions o = cuda_options(path, act);
+      o.tuning.cuda_graphs = false;
+      o.tuning.cuda_moe_fused_tokens = f == 0 ? 8 : 0;
+      auto r = ModelRunner::open(o);
+      ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
+      std::unique_ptr<ModelRunner> runner = std::move(r).value();
+      BoundPlan& plan = runner->bound();
+      std::vector<std::vector<int32_t>> pages(prompts.size());
+      StepBatch prefill, decode;
+      for (size_t s = 0; s < prompts.size(); ++s) {
+        ASSERT_TRUE(plan.pages().allocate(plan.pages().pages_for(prompts[s].size() + 8), &pages[s]).is_ok());
+        prefill.sequences.push_back({prefill.num_tokens(), static_cast<int32_t>(prompts[s].size()), 0, pages[s], -1});
+        prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
+        decode.sequences.push_back({static_cast<int32_t>(s), 1, static_cast<int32_t>(prompts[s].size()), pages[s], -1});
+        decode.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
+      }
+      ASSERT_TRUE(plan.forward(prefill).is_ok());
+      ASSERT_TRUE(plan.forward(decode).is_ok());
+      logits[f] = logits_on_host(*runner);
+      for (auto& pg : pages) plan.pages().release_all(pg);
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    ASSERT_FALSE(logits[0].empty());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0)
+        << path << " " << dtype_name(act) << ": the fused decode step differs";
+  }
+}
+
 // The tensor-core prefill path end to end: a 300-token prompt in one step
 // (flash, tiles not a multiple of 64) and in chunks of 100 (flash over a
 // cached prefix) against chunks of 8 (split-KV kernel), on random weights of
