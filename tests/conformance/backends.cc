@@ -25,10 +25,10 @@ std::vector<Backend> available_backends() {
   out.push_back(std::move(cpu));
 #ifdef FERRITE_HAVE_CUDA
   if (cuda_device_present()) {
-    // "cuda" with the default tuning; "cuda_mmq": the block-weight
-    // providers again, with products of 9+ tokens through the int8
-    // tensor-core tile (Tuning::cuda_quant_mmq_tokens, off by default) and
-    // MoE decode steps on one launch per stage (Tuning::
+    // "cuda" with the default tuning but for the MoE knob below; "cuda_mmq":
+    // the block-weight providers again, with products of 9+ tokens through
+    // the int8 tensor-core tile (Tuning::cuda_quant_mmq_tokens, off by
+    // default) and MoE steps on one launch per stage (Tuning::
     // cuda_moe_fused_tokens 0), the path of the default's larger steps.
     for (const char* name : {"cuda", "cuda_mmq"}) {
       auto device = make_cuda_device(0);
@@ -38,6 +38,9 @@ std::vector<Backend> available_backends() {
       cuda.device = std::move(device).value();
       cuda.registry = make_cuda_registry();
       CudaExecOptions options;
+      // MoE steps of up to 32 tokens on the fused decode launches (the
+      // default takes 8): the cases of 9 and 10 tokens run them too.
+      options.moe_fused_tokens = 32;
       if (cuda.name == "cuda_mmq") {
         options.quant_mmq_tokens = 256;
         options.moe_fused_tokens = 0;

@@ -3,7 +3,8 @@
 //  - two sequences (9 tokens and 1 token) over 8 experts, top-2 and top-3,
 //    with and without renormalisation, plain and zero-centred norms, f32,
 //    bf16 and f16 weights;
-//  - decode (1 token, 128 experts, top-8: 120 experts receive nothing);
+//  - decode (1 token, 128 experts, top-8: 120 experts receive nothing) and
+//    6 tokens of the same shape;
 //  - a few tokens over 16 experts, top-1;
 //  - long prefills (>= 300 tokens): 16 experts top-2 with hidden 72 and
 //    intermediate 40 (many rows per expert: the CUDA provider's 64-row
@@ -91,6 +92,9 @@ std::vector<Case> moe_cases(bool shared) {
       }
   const std::vector<MoeShape> shapes = {
       {"decode_e128_top8", 64, 128, 32, 8, true, {1}},
+      // 48 pairs: the CUDA provider's one-block routing + sort (a warp takes
+      // up to 32).
+      {"few_e128_top8", 64, 128, 32, 8, true, {4, 2}},
       {"few_e16_top1", 64, 16, 32, 1, false, {3, 2}},
       {"prefill_e16_top2_h72_i40", 72, 16, 40, 2, true, {300, 20}},
       {"prefill_e128_top8", 64, 128, 32, 8, true, {300}},
