@@ -166,7 +166,7 @@ class RoutedMoe final : public Provider {
     const bool fuse = t <= st.moe_fused_tokens && t <= kMoeFusedMaxRows;
     const bool fuse_router = fuse && !dtype_is_quantized(b[kRouter].dtype) &&
                              moe_norm_router_supported(H, b[kRouter].data, b[kRouter].dtype);
-    const bool fuse_route = fuse && t <= 32 && tk <= kMoeSortSmallPairs;
+    const bool fuse_route = fuse && tk <= kMoeSortSmallPairs;
     // Block-format experts on 8-bit activations: x quantized by the norm +
     // router launch, h (8-bit) in the expert intermediates' room.
     // (Their own workspace piece, not st.q8_x: the shared expert's products
@@ -214,15 +214,13 @@ class RoutedMoe final : public Provider {
     }
 
     // The shared expert: its gate logit sgate [t] and output sout [t, H] f32.
-    float* sgate = nullptr;
-    float* sout = nullptr;
+    float* sgate = shared_ ? sc.sgate : nullptr;
+    float* sout = shared_ ? sc.sout : nullptr;
     auto shared_expert = [&]() -> Status {
       using namespace routed_shared_swiglu_moe;
       const int64_t Is = i64(p.shared_intermediate_size);
-      sgate = sc.sgate;
       void* sg = sc.sg;
       void* su = sc.su;
-      sout = sc.sout;
       profile_mark(st.stream, "moe.shared", st.capturing);
       if (dtype_is_quantized(b[kSharedExpertGate].dtype))  // as the router
         FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,

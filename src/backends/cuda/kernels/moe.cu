@@ -18,6 +18,7 @@
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/moe.cuh"
 #include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/quant_blocks.cuh"
 
 #include <algorithm>
 #include <climits>
@@ -27,14 +28,12 @@ namespace {
 
 // --- norm and router --------------------------------------------------------------
 
-// y32 (f32) = rms_norm(x) * (w or 1 + w), one block per row; y (optional)
-// the same values rounded to T (the experts' input, as the dense path).
+// The inverse RMS of a row, by a whole block: each thread sums the squares
+// of the elements it strides over, then the warps' sums are added in warp
+// order. Shared by moe_norm_kernel and the fused norm + router, which must
+// normalise bitwise alike. red: 32 floats; every thread gets the result.
 template <typename T>
-__global__ void moe_norm_kernel(const T* x, float* y32, T* y, const void* w, int wdt,
-                                int64_t width, float eps, bool zero_centred) {
-  __shared__ float red[32];
-  const int64_t r = blockIdx.x;
-  const T* xr = x + r * width;
+__device__ float block_inv_rms(const T* xr, int64_t width, float eps, float* red) {
   float ss = 0;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     const float v = to_f(xr[i]);
@@ -45,7 +44,19 @@ __global__ void moe_norm_kernel(const T* x, float* y32, T* y, const void* w, int
   __syncthreads();
   float tot = 0;
   for (int i = 0; i < static_cast<int>((blockDim.x + 31) >> 5); ++i) tot += red[i];
-  const float inv = rsqrtf(tot / static_cast<float>(width) + eps);
+  __syncthreads();  // red may be reused
+  return rsqrtf(tot / static_cast<float>(width) + eps);
+}
+
+// y32 (f32) = rms_norm(x) * (w or 1 + w), one block per row; y (optional)
+// the same values rounded to T (the experts' input, as the dense path).
+template <typename T>
+__global__ void moe_norm_kernel(const T* x, float* y32, T* y, const void* w, int wdt,
+                                int64_t width, float eps, bool zero_centred) {
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * width;
+  const float inv = block_inv_rms(xr, width, eps, red);
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     const float wi = load_any(w, wdt, i);
     const float v = to_f(xr[i]) * inv * (zero_centred ? 1.0f + wi : wi);
@@ -54,23 +65,28 @@ __global__ void moe_norm_kernel(const T* x, float* y32, T* y, const void* w, int
   }
 }
 
-// logits[r, e] = x[r] . w[e]: a warp per (expert, group of
-// kMoeRouterGemvRows rows), x (f32) read through L1 / L2, lanes striding the
-// hidden dimension. grid.y covers the row groups, so decode batches and
-// short prompts get (experts / 8) x groups blocks instead of the two blocks
-// a 64 x 64 SIMT tile grid gives 128 experts.
-// A warp's share of the router product: acc[r] = x(r) . w_e over `rows` rows
-// (<= kMoeRouterGemvRows), lanes striding the hidden dimension, each lane's
-// products in increasing i. `xv(r, i)` gives the input; the expert row is
-// read kRouterBatch loads at a time ahead of the products (the loads of one
-// lane are independent: a warp with 2,048 f32 weights waited on 16 round
-// trips with the unroll alone), which keeps the order of the sums.
+// logits[r, e] = x[r] . w[e] where moe_router_kernel does not apply (hidden
+// not a multiple of 8 or above 8,192): a warp per (expert, group of
+// kMoeRouterGemvRows rows), x (f32) read through L1 / L2, lanes striding
+// the hidden dimension; the expert row read kRouterBatch loads a lane ahead
+// of the products (with the unroll alone a warp of 2,048 f32 weights waited
+// on 16 round trips). grid.y covers the row groups.
 constexpr int kRouterBatch = 16;
-template <int ROWS, typename TW, class XV>
-__device__ __forceinline__ void router_dot(const TW* __restrict__ we, int64_t H, int rows,
-                                           int lane, XV xv, float (&acc)[ROWS]) {
+template <typename TW>
+__global__ void router_gemv_kernel(const float* __restrict__ x, int64_t rows_total, int64_t H,
+                                   const TW* __restrict__ w, int64_t E, float* logits) {
+  const int lane = threadIdx.x & 31;
+  const int64_t e = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (e >= E) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kMoeRouterGemvRows;
+  const int64_t left = rows_total - r0;
+  const int rows = static_cast<int>(left < kMoeRouterGemvRows ? left : kMoeRouterGemvRows);
+  x += r0 * H;
+  logits += r0 * E;
+  const TW* we = w + e * H;
+  float acc[kMoeRouterGemvRows];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) acc[r] = 0;
+  for (int r = 0; r < kMoeRouterGemvRows; ++r) acc[r] = 0;
   for (int64_t i0 = lane; i0 < H; i0 += 32 * kRouterBatch) {
     float wv[kRouterBatch];
 #pragma unroll
@@ -83,30 +99,10 @@ __device__ __forceinline__ void router_dot(const TW* __restrict__ we, int64_t H,
       const int64_t i = i0 + 32 * u;
       if (i >= H) break;
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-        if (r < rows) acc[r] = fmaf(xv(r, i), wv[u], acc[r]);
+      for (int r = 0; r < kMoeRouterGemvRows; ++r)
+        if (r < rows) acc[r] = fmaf(x[r * H + i], wv[u], acc[r]);
     }
   }
-}
-
-// logits[r, e] = x[r] . w[e]: a warp per (expert, group of
-// kMoeRouterGemvRows rows), x (f32) read through L1 / L2. grid.y covers the
-// row groups, so decode batches and short prompts get (experts / 8) x
-// groups blocks instead of the two blocks a 64 x 64 SIMT tile grid gives
-// 128 experts.
-template <typename TW>
-__global__ void router_gemv_kernel(const float* __restrict__ x, int64_t rows_total, int64_t H,
-                                   const TW* __restrict__ w, int64_t E, float* logits) {
-  const int lane = threadIdx.x & 31;
-  const int64_t e = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (e >= E) return;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kMoeRouterGemvRows;
-  const int64_t left = rows_total - r0;
-  const int rows = static_cast<int>(left < kMoeRouterGemvRows ? left : kMoeRouterGemvRows);
-  x += r0 * H;
-  logits += r0 * E;
-  float acc[kMoeRouterGemvRows];
-  router_dot(w + e * H, H, rows, lane, [&](int r, int64_t i) { return x[r * H + i]; }, acc);
 #pragma unroll
   for (int r = 0; r < kMoeRouterGemvRows; ++r) {
     if (r >= rows) break;
@@ -153,39 +149,24 @@ __global__ void __launch_bounds__(256)
                       int8_t* xq, float* xd, const TW* __restrict__ w, int64_t E,
                       float* __restrict__ logits) {
   extern __shared__ float xs[];  // [chunk_rows, H]
-  __shared__ float red[kRouterChunkRows][8];
-  __shared__ float inv[kRouterChunkRows];
+  __shared__ float red[32];
   __shared__ float part[8][kRouterChunkRows];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int row0 = blockIdx.y * chunk_rows;
   const int nrows = min(chunk_rows, rows_total - row0);
   x += static_cast<int64_t>(row0) * H;
-  if constexpr (kNorm) {
-    for (int r = 0; r < nrows; ++r) {
-      float ss = 0;
-      for (int64_t i = tid; i < H; i += 256) {
-        const float v = to_f(x[r * H + i]);
-        ss += v * v;
+  for (int r = 0; r < nrows; ++r) {
+    const T* xr = x + r * H;
+    float inv = 1.0f;
+    if constexpr (kNorm) inv = block_inv_rms(xr, H, eps, red);
+    for (int64_t i = tid; i < H; i += 256) {
+      float v = to_f(xr[i]);
+      if constexpr (kNorm) {
+        const float wi = load_any(nw, nwdt, i);
+        v = v * inv * (zc ? 1.0f + wi : wi);
       }
-      ss = warp_sum(ss);
-      if (lane == 0) red[r][warp] = ss;
+      xs[r * H + i] = v;
     }
-    __syncthreads();
-    if (tid < nrows) {
-      float tot = 0;
-      for (int i = 0; i < 8; ++i) tot += red[tid][i];
-      inv[tid] = rsqrtf(tot / static_cast<float>(H) + eps);
-    }
-    __syncthreads();
-  }
-  for (int64_t idx = tid; idx < nrows * H; idx += 256) {
-    float v = to_f(x[idx]);
-    if constexpr (kNorm) {
-      const int64_t i = idx % H;
-      const float wi = load_any(nw, nwdt, i);
-      v = v * inv[idx / H] * (zc ? 1.0f + wi : wi);
-    }
-    xs[idx] = v;
   }
   __syncthreads();
   if constexpr (kNorm) {
@@ -197,10 +178,7 @@ __global__ void __launch_bounds__(256)
           const float v = xs[idx];
           y32[off + idx] = v;
           if (y) y[off + idx] = from_f<T>(v);
-          const float amax = warp_max(fabsf(v));
-          const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-          xq[off + idx] = static_cast<int8_t>(__float2int_rn(v * id));
-          if (lane == 0) xd[off / 32 + g] = amax / 127.0f;
+          qblocks::quantize_q8_lane(v, lane, xq + off + idx, xd + off / 32 + g);
         }
       } else {
         for (int64_t idx = tid; idx < nrows * H; idx += 256) {
@@ -245,7 +223,8 @@ __global__ void __launch_bounds__(256)
     const int64_t ee = static_cast<int64_t>(blockIdx.x) * kRouterExperts + le;
     if (ee < E) {
       float tot = 0.0f;
-      for (int k = 0; k < kRouterWarpsPerExpert; ++k) tot += part[le * kRouterWarpsPerExpert + k][r];
+      for (int k = 0; k < kRouterWarpsPerExpert; ++k)
+        tot += part[le * kRouterWarpsPerExpert + k][r];
       logits[static_cast<int64_t>(row0 + r) * E + ee] = tot;
     }
   }
@@ -273,16 +252,16 @@ __device__ void route_token(const float* l, int E, int K, bool normalize, int32_
   sum = warp_sum(sum);
   // Up to 256 experts the probabilities stay in registers across the k
   // rounds (8 a lane); more are recomputed each round (the same values).
+  auto prob = [&](int e) {
+    const float pe = expf(l[e] - mx) / sum;
+    return pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
+  };
   constexpr int kCached = 8;
   const bool cached = E <= 32 * kCached;
   float pc[kCached];
 #pragma unroll
-  for (int j = 0; j < kCached; ++j) {
-    const int e = lane + 32 * j;
-    float pe = cached && e < E ? expf(l[e] - mx) / sum : 0.0f;
-    if (!(pe >= 0.0f)) pe = 0.0f;  // NaN logits: never an invalid id
-    pc[j] = pe;
-  }
+  for (int j = 0; j < kCached; ++j)
+    pc[j] = cached && lane + 32 * j < E ? prob(lane + 32 * j) : 0.0f;
   float prev_p = INFINITY;
   int prev_id = -1;
   int my_id = INT_MAX;
@@ -291,21 +270,16 @@ __device__ void route_token(const float* l, int E, int K, bool normalize, int32_
     // The best (p, lower id) strictly after the previous selection.
     float bp = -1.0f;
     int bi = INT_MAX;
+    auto consider = [&](float pe, int e) {
+      const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
+      if (after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
+    };
     if (cached) {
 #pragma unroll
-      for (int j = 0; j < kCached; ++j) {
-        const int e = lane + 32 * j;
-        const float pe = pc[j];
-        const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
-        if (e < E && after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
-      }
+      for (int j = 0; j < kCached; ++j)
+        if (lane + 32 * j < E) consider(pc[j], lane + 32 * j);
     } else {
-      for (int e = lane; e < E; e += 32) {
-        float pe = expf(l[e] - mx) / sum;
-        if (!(pe >= 0.0f)) pe = 0.0f;
-        const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
-        if (after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
-      }
+      for (int e = lane; e < E; e += 32) consider(prob(e), e);
     }
     for (int o = 16; o > 0; o >>= 1) {
       const float op = __shfl_xor_sync(0xffffffffu, bp, o);
@@ -444,19 +418,24 @@ __global__ void __launch_bounds__(1024) moe_sort_small_kernel(const int32_t* ids
 }
 
 // Routing and the one-block sort in one launch (tokens <= 32, pairs <=
-// kMoeSortSmallPairs): warp t routes token t, then the block sorts. The
-// same results as route_kernel + moe_sort_small_kernel, one launch fewer.
-__global__ void __launch_bounds__(1024)
+// kMoeSortSmallPairs): the block's warps route the tokens (warp w tokens w,
+// w + 16), then the block sorts. The same results as route_kernel +
+// moe_sort_small_kernel, one launch fewer. 512 threads: at 1,024 the 64
+// registers a thread left routing's cached probabilities spilling.
+constexpr int kRouteSortThreads = 512;
+__global__ void __launch_bounds__(kRouteSortThreads)
     moe_route_sort_kernel(const float* logits, int tokens, int E, int K, bool normalize,
                           int32_t* ids, float* weights, int bm, int32_t* offsets,
                           int32_t* slot_of, int32_t* row_pair, int4* tiles,
                           int32_t* tile_count) {
   extern __shared__ int32_t sm[];
-  __shared__ float sorted_p[32][32];
+  __shared__ float sorted_p[kRouteSortThreads / 32][32];
   const int wid = threadIdx.x >> 5;
-  if (wid < tokens)
-    route_token(logits + static_cast<int64_t>(wid) * E, E, K, normalize, ids + wid * K,
-                weights + wid * K, sorted_p[wid]);
+  for (int t = wid; t < tokens; t += kRouteSortThreads / 32) {
+    route_token(logits + static_cast<int64_t>(t) * E, E, K, normalize, ids + t * K,
+                weights + t * K, sorted_p[wid]);
+    __syncwarp();  // sorted_p is read before the warp's next token writes it
+  }
   __syncthreads();  // the block's global writes (ids) are visible to the block
   sort_small_block(ids, tokens * K, E, bm, offsets, slot_of, row_pair, tiles, tile_count, sm);
 }
@@ -993,7 +972,7 @@ Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens
     return check_launch("moe_route_sort_warp_kernel");
   }
   const size_t plan_smem = static_cast<size_t>(4 * (2 * E + 1 + 64));
-  moe_route_sort_kernel<<<1, 1024, plan_smem, s>>>(
+  moe_route_sort_kernel<<<1, kRouteSortThreads, plan_smem, s>>>(
       logits, static_cast<int>(tokens), E, static_cast<int>(top_k), normalize, ids, weights,
       row_tile, offsets, slot_of, row_pair, reinterpret_cast<int4*>(tiles), tile_count);
   return check_launch("moe_route_sort_kernel");

@@ -207,6 +207,17 @@ __device__ __forceinline__ void kquant_scale_min_pair(const uint32_t (&sw)[3], i
   mn[1] = (m4 >> (sh + 8)) & 0xFF;
 }
 
+// The 8-bit activation blocks of 32 that every Q8Dot product reads: a warp
+// holds one block, lane `lane` element v; q = round(v * 127 / amax) goes to
+// *q, the scale amax / 127 to *d (lane 0). The one definition of that
+// quantization (the prefill-side kernel, the MoE router and expert kernels).
+__device__ __forceinline__ void quantize_q8_lane(float v, int lane, int8_t* q, float* d) {
+  const float amax = warp_max(fabsf(v));
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  *q = static_cast<int8_t>(__float2int_rn(v * id));
+  if (lane == 0) *d = amax / 127.0f;
+}
+
 // Per format: a weight block's share of one lane (`part` of kLanes lanes per
 // block): fetch() loads its bytes (Raw, kRawRegs registers), decode()
 // unpacks them once, then dot() meets each token's 8-bit activations of that

@@ -240,11 +240,7 @@ __global__ void __launch_bounds__(256)
   const int lane = threadIdx.x & 31;
   if (g >= groups) return;
   const int64_t row = g / (k / 32), col = (g - row * (k / 32)) * 32;
-  const float v = to_f(x[row * ldx + col + lane]);
-  const float amax = warp_max(fabsf(v));
-  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-  xq[g * 32 + lane] = static_cast<int8_t>(__float2int_rn(v * id));
-  if (lane == 0) xd[g] = amax / 127.0f;
+  quantize_q8_lane(to_f(x[row * ldx + col + lane]), lane, xq + g * 32 + lane, xd + g);
 }
 
 

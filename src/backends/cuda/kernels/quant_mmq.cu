@@ -237,16 +237,16 @@ Status quant_mmq_init() {
     qblocks::dispatch_fmt(t, [&](auto fc) {
       constexpr int F = decltype(fc)::value;
       if constexpr (F != qblocks::kFmtF8B128) {
-      auto opt_in = [&](auto tile) {
-        constexpr int kTile = decltype(tile)::value;
-        const cudaError_t e = cudaFuncSetAttribute(quant_mmq_kernel<F, kTile>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   2 * stage_bytes<F, kTile>());
-        if (first == cudaSuccess) first = e;
-      };
-      opt_in(std::integral_constant<int, 16>{});
-      opt_in(std::integral_constant<int, 32>{});
-      opt_in(std::integral_constant<int, 64>{});
+        auto opt_in = [&](auto tile) {
+          constexpr int kTile = decltype(tile)::value;
+          const cudaError_t e = cudaFuncSetAttribute(quant_mmq_kernel<F, kTile>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     2 * stage_bytes<F, kTile>());
+          if (first == cudaSuccess) first = e;
+        };
+        opt_in(std::integral_constant<int, 16>{});
+        opt_in(std::integral_constant<int, 32>{});
+        opt_in(std::integral_constant<int, 64>{});
       }
     });
   }
@@ -290,22 +290,22 @@ Status launch_quant_mmq(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
   qblocks::dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     if constexpr (F != qblocks::kFmtF8B128) {
-    auto go = [&](auto tile) {
-      constexpr int kTile = decltype(tile)::value;
-      const dim3 grid(static_cast<unsigned>((n + kRows - 1) / kRows),
-                      static_cast<unsigned>((m + kTile - 1) / kTile));
-      quant_mmq_kernel<F, kTile><<<grid, kWarps * 32, 2 * stage_bytes<F, kTile>(), s>>>(
-          xq, xds, ldt, m, k, wb, row_bytes, n, out, dt_code(out_dt), accumulate, bias,
-          dt_code(bias_dt));
-    };
-    // The smallest token tile that holds m (padding tokens cost mma and
-    // epilogue work), 64 beyond.
-    if (m <= 16)
-      go(std::integral_constant<int, 16>{});
-    else if (m <= 32)
-      go(std::integral_constant<int, 32>{});
-    else
-      go(std::integral_constant<int, 64>{});
+      auto go = [&](auto tile) {
+        constexpr int kTile = decltype(tile)::value;
+        const dim3 grid(static_cast<unsigned>((n + kRows - 1) / kRows),
+                        static_cast<unsigned>((m + kTile - 1) / kTile));
+        quant_mmq_kernel<F, kTile><<<grid, kWarps * 32, 2 * stage_bytes<F, kTile>(), s>>>(
+            xq, xds, ldt, m, k, wb, row_bytes, n, out, dt_code(out_dt), accumulate, bias,
+            dt_code(bias_dt));
+      };
+      // The smallest token tile that holds m (padding tokens cost mma and
+      // epilogue work), 64 beyond.
+      if (m <= 16)
+        go(std::integral_constant<int, 16>{});
+      else if (m <= 32)
+        go(std::integral_constant<int, 32>{});
+      else
+        go(std::integral_constant<int, 64>{});
     }
   });
   return check_launch("quant_mmq");

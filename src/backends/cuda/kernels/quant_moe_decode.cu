@@ -18,8 +18,8 @@ using namespace qblocks;
 // Gate / up: a block of 32 warps takes the 32 outputs i of one 32-block of h
 // for one row tile (warp w: output 32 blockIdx.x + w, its gate and up rows
 // as two streams); the tile's rows M at a time. The SiLU products of a chunk
-// meet in shared memory, where warp t quantizes row t's 32 values (lane l
-// element l: the warp maximum, then q = round(h * 127 / amax)).
+// meet in shared memory, where warp t quantizes row t's 32 values
+// (quantize_q8_lane).
 constexpr int kGateUpRows = 4;  // gathered rows per chunk
 
 template <int F>
@@ -76,13 +76,9 @@ __global__ void __launch_bounds__(1024)
     }
     __syncthreads();
     if (warp < M && c0 + warp < nr) {
-      const float v = hs[warp][lane];
-      const float amax = warp_max(fabsf(v));
-      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
       const int64_t row = r0 + c0 + warp;
-      hq[row * I + static_cast<int64_t>(blockIdx.x) * 32 + lane] =
-          static_cast<int8_t>(__float2int_rn(v * id));
-      if (lane == 0) hd[row * (I / 32) + blockIdx.x] = amax / 127.0f;
+      const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + lane;
+      quantize_q8_lane(hs[warp][lane], lane, hq + row * I + col, hd + row * (I / 32) + blockIdx.x);
     }
     __syncthreads();
   }
@@ -160,13 +156,18 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 
 }  // namespace
 
+namespace {
+// Rows of k elements in block format dt that the 8-bit products take: an
+// integer format (not e4m3), whole blocks, whole 32-blocks of activations.
+bool q8_rows(DType dt, int64_t k) {
+  return qfmt(dt) >= 0 && dt != DType::kF8B128 && k > 0 && k % 32 == 0 &&
+         k % dtype_block_elems(dt) == 0;
+}
+}  // namespace
+
 bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
                                 int64_t intermediate) {
-  auto ok = [](DType dt, int64_t k) {
-    return qfmt(dt) >= 0 && dt != DType::kF8B128 && k > 0 && k % 32 == 0 &&
-           k % dtype_block_elems(dt) == 0;
-  };
-  return ok(gate_up_dt, hidden) && ok(down_dt, intermediate);
+  return q8_rows(gate_up_dt, hidden) && q8_rows(down_dt, intermediate);
 }
 
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
@@ -174,7 +175,7 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
                                 float* hd) {
-  if (!quant_moe_decode_supported(w_dt, DType::kQ8_0, H, I))
+  if (!q8_rows(w_dt, H) || I <= 0 || I % 32 != 0)
     return unsupported("fused moe gate/up: block weights with rows of whole blocks");
   if (max_tiles == 0) return Status::ok();
   if (max_tiles > 65535) return unsupported("fused moe gate/up: too many row tiles");
@@ -197,7 +198,7 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
                                      void* hidden, DType act) {
-  if (!quant_moe_decode_supported(DType::kQ8_0, w_dt, 32, I))
+  if (!q8_rows(w_dt, I))
     return unsupported("fused moe down: block weights with rows of whole blocks");
   if (tokens == 0) return Status::ok();
   if (tokens > 65535) return unsupported("fused moe down: too many tokens");
