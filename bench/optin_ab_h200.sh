@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # A/B of the CUDA paths still being decided (docs/tuning.md), on the GPU machine after
 # scripts/gpu_run.sh built build-gpu (and its cuda_test and conformance ran the paths' cases):
+#  - FERRITE_CUDA_QUANT_STREAM_TOKENS: decode GEMVs on block weights with their rows
+#    bulk-copied into shared memory (8, the default, against 0: streamed through registers;
+#    Qwen3-8B Q4_K_M, Q8_0, GPTQ-Int4 and FP8, Qwen3-30B-A3B Q4_K_M, b1 / b8; STREAM_QUANTS
+#    overrides the 8B list).
+# DECIDED=1 also re-runs the A/Bs already settled (docs/perf-log.md):
 #  - FERRITE_CUDA_MOE_FUSED_TOKENS: MoE decode steps on the fused launches (8, the default,
 #    against 0: one launch per stage; Qwen3-30B-A3B Q4_K_M and GPTQ-Int4, Qwen3.5-35B-A3B
-#    GPTQ-Int4 (a shared expert), b1 / b8; FUSED_QUANTS / FUSED_MODELS override the lists).
-# DECIDED=1 also re-runs the A/Bs already settled (docs/perf-log.md):
+#    GPTQ-Int4 (a shared expert), b1 / b8; FUSED_QUANTS / FUSED_MODELS override the lists;
+#    session 11: 8 wins);
 #  - FERRITE_CUDA_QUANT_MMQ_TOKENS: products of 9+ tokens on block weights through the int8
 #    tensor-core tile (0, the default: dequantize + cuBLASLt, against 256; Qwen3-8B Q4_K_M,
 #    Q8_0 and GPTQ-Int4, b16-b128 and a 256-token prefill; session 11: the tile is 2x slower);
@@ -16,7 +21,7 @@
 #  - FERRITE_CUDA_MOE_DEQUANT: prefill of block-format MoE experts on the grouped tensor-core
 #    path (512, the default, against 0; Qwen3-30B-A3B Q4_K_M shape, a 4,096-token prefill;
 #    MOE_QUANTS="--dummy-dtype q4_k_m;--quantization gptq-int4" for GPTQ-Int4 too).
-# About 4 minutes (12 more with DECIDED=1). Output: $OUT/optin_ab.txt.
+# About 4 minutes (15 more with DECIDED=1). Output: $OUT/optin_ab.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -30,6 +35,20 @@ run() {  # label, env assignment, ferrite bench arguments...
   env "$var" timeout 200 "$B" bench --device cuda --dummy-weights -r 1 "$@" 2>&1 |
     grep -E "^(prefill|decode)|error" | tee -a "$T"
 }
+IFS=';' read -r -a SQ <<< "${STREAM_QUANTS:---dummy-dtype q4_k_m;--dummy-dtype q8_0;--quantization gptq-int4;--quantization fp8}"
+for q in "${SQ[@]}"; do
+  for v in 8 0; do  # the default first (optin_pick.py compares with it)
+    run "qwen3-8b $q" "FERRITE_CUDA_QUANT_STREAM_TOKENS=$v" --model "$ROOT/configs/qwen3-8b" $q \
+      --batch 1 8 --prompt-len 128 --decode-prompt-len 128 --gen-len 48 --max-num-seqs 8 \
+      --kv-cache-gib 4
+  done
+done
+for v in 8 0; do
+  run "qwen3-30b-a3b --dummy-dtype q4_k_m" "FERRITE_CUDA_QUANT_STREAM_TOKENS=$v" \
+    --model "$ROOT/configs/qwen3-30b-a3b" --dummy-dtype q4_k_m --batch 1 8 --prompt-len 128 \
+    --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 --kv-cache-gib 4
+done
+if [ "${DECIDED:-0}" = 1 ]; then
 IFS=';' read -r -a FQ <<< "${FUSED_QUANTS:---dummy-dtype q4_k_m;--quantization gptq-int4}"
 for m in ${FUSED_MODELS:-qwen3-30b-a3b}; do
   for q in "${FQ[@]}"; do
@@ -45,7 +64,6 @@ for v in 8 0; do
     --prompt-len 128 --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 --kv-cache-gib 4 \
     --max-model-len 8192
 done
-if [ "${DECIDED:-0}" = 1 ]; then
 IFS=';' read -r -a QQ <<< "${MMQ_QUANTS:---dummy-dtype q4_k_m;--dummy-dtype q8_0;--quantization gptq-int4}"
 for q in "${QQ[@]}"; do
   for v in 0 256; do  # the default first

@@ -45,6 +45,11 @@ namespace ferrite {
     "CUDA: with cuda_quant_fused, FP8 (e4m3, 128-blocks) weights take the fused decode kernel "    \
     "too, on activations staged in their own type (0: the f32 GEMV; Qwen3-8B b1 on the H200 "     \
     "225 against 133 tokens/s)")                                                                  \
+  X(int64_t, cuda_quant_stream_tokens, "FERRITE_CUDA_QUANT_STREAM_TOKENS", 8,                    \
+    "CUDA: with cuda_quant_fused, decode products of up to this many tokens (8 at most) copy "   \
+    "their block-weight rows into shared memory with the copy engine (bulk copies into a ring "  \
+    "of slots a warp) instead of streaming them through registers, where the rows are 16-byte "  \
+    "multiples (0: off; results are bitwise equal)")                                              \
   X(int64_t, cuda_moe_dequant, "FERRITE_CUDA_MOE_DEQUANT", 512,                                  \
     "CUDA: eager steps of at least this many tokens of MoE layers whose experts are in block "    \
     "formats dequantize the experts to the activation type and take the grouped tensor-core "     \

@@ -29,7 +29,9 @@ std::vector<Backend> available_backends() {
     // the block-weight providers again, with products of 9+ tokens through
     // the int8 tensor-core tile (Tuning::cuda_quant_mmq_tokens, off by
     // default) and MoE steps on one launch per stage (Tuning::
-    // cuda_moe_fused_tokens 0), the path of the default's larger steps.
+    // cuda_moe_fused_tokens 0), the path of the default's larger steps, and
+    // the decode GEMV streaming rows through registers (Tuning::
+    // cuda_quant_stream_tokens 0; "cuda" bulk-copies them).
     for (const char* name : {"cuda", "cuda_mmq"}) {
       auto device = make_cuda_device(0);
       if (!device.is_ok()) continue;
@@ -44,6 +46,7 @@ std::vector<Backend> available_backends() {
       if (cuda.name == "cuda_mmq") {
         options.quant_mmq_tokens = 256;
         options.moe_fused_tokens = 0;
+        options.quant_stream_tokens = 0;  // the register-streaming decode GEMV
         cuda.block_weight_providers_only = true;
       }
       auto state = make_cuda_exec_context(*cuda.device, options, &cuda.ctx);

@@ -92,9 +92,11 @@ std::vector<Case> hf_quant_cases() {
     for (DType wt : kHfFormats) {
       const std::string f(dtype_name(wt));
       // 70 tokens: the int8 tile's token tiles of 64 (u4_g128; quant_mmq.cu),
-      // with a last k step of one 128-block.
-      for (int32_t tokens : {1, 3, 19, 70}) {
-        const int64_t in = tokens == 3 || tokens == 70 ? 384 : 256;
+      // with a last k step of one 128-block. 4 tokens of 1,024 inputs: rows
+      // of 16-byte multiples in both formats (the bulk-copy decode GEMV,
+      // quant_gemv_stream.cu; 256 inputs take it for u4_g128 only).
+      for (int32_t tokens : {1, 3, 4, 19, 70}) {
+        const int64_t in = tokens == 3 || tokens == 70 ? 384 : tokens == 4 ? 1024 : 256;
         Case c;
         c.name = "hf_dense_in" + std::to_string(in) + "_t" + std::to_string(tokens) + "_" + f;
         c.contract = &dense_linear::contract();

@@ -125,9 +125,11 @@ std::vector<Case> quantized_cases() {
     for (DType wt : kBlockTypes) {
       const std::string f(dtype_name(wt));
       // Odd shapes too: 3 blocks of 32 (no whole 64-element vector), 3
-      // blocks of 256, and 2 / 17 tokens (no whole token tile).
+      // blocks of 256, and 2 / 17 tokens (no whole token tile). 2,048
+      // inputs: rows of 16-byte multiples in every format (q6_k's first;
+      // the bulk-copy decode GEMV, quant_gemv_stream.cu).
       const int64_t odd = dtype_block_elems(wt) == 32 ? 96 : 768;
-      for (int64_t in : {int64_t{256}, int64_t{512}, odd}) {
+      for (int64_t in : {int64_t{256}, int64_t{512}, odd, int64_t{2048}}) {
         for (int32_t tokens : {1, 2, 3, 17, 19}) {
           if ((tokens == 2 || tokens == 17) != (in == odd)) continue;
           Case c;

@@ -449,6 +449,79 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   }
 }
 
+// The bulk-copy decode GEMV (Tuning::cuda_quant_stream_tokens, default 8)
+// against the register-streaming one (0), on dummy weights of a Qwen3 shape
+// whose rows are 16-byte multiples in every block format (hidden and
+// intermediate 2,048, so q6_k rows qualify): a prefill of 3 sequences, a
+// decode step of one of them (1 token) and then of all three (3 tokens),
+// eager, bf16 activations; the logits of both decode steps bitwise equal.
+TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = testing::TempDir() + "/ferrite_cuda_stream";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir + "/config.json");
+    f << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 2048,
+            "intermediate_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 4,
+            "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 1024, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000, "max_position_embeddings": 4096, "tie_word_embeddings": false,
+            "attention_bias": false, "torch_dtype": "bfloat16"})";
+  }
+  struct Format {
+    DType dt;
+    bool k_m_mix;
+  };
+  const Format formats[] = {{DType::kQ4_K, true},   {DType::kQ8_0, false}, {DType::kQ4_0, false},
+                            {DType::kQ5_K, false},  {DType::kQ6_K, false}, {DType::kU4G128, false},
+                            {DType::kF8B128, false}};
+  const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
+  for (const Format& fmt : formats) {
+    SCOPED_TRACE(std::string(dtype_name(fmt.dt)) + (fmt.k_m_mix ? " (Q4_K_M mix)" : ""));
+    std::vector<float> logits[2][2];
+    for (int f = 0; f < 2; ++f) {
+      RunnerOptions o = cuda_options(dir, DType::kBF16);
+      o.load.dummy_weights = true;
+      o.load.dummy_dtype = fmt.dt;
+      o.load.dummy_k_m_mix = fmt.k_m_mix;
+      o.tuning.cuda_graphs = false;
+      o.tuning.cuda_quant_stream_tokens = f == 0 ? 8 : 0;
+      auto r = ModelRunner::open(o);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      std::unique_ptr<ModelRunner> runner = std::move(r).value();
+      BoundPlan& plan = runner->bound();
+      std::vector<std::vector<int32_t>> pages(prompts.size());
+      StepBatch prefill, one, three;
+      for (size_t s = 0; s < prompts.size(); ++s) {
+        const int32_t len = static_cast<int32_t>(prompts[s].size());
+        ASSERT_TRUE(plan.pages().allocate(plan.pages().pages_for(len + 8), &pages[s]).is_ok());
+        prefill.sequences.push_back({prefill.num_tokens(), len, 0, pages[s], -1});
+        prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
+        const int32_t pos = len + (s == 0 ? 1 : 0);
+        three.sequences.push_back({static_cast<int32_t>(s), 1, pos, pages[s], -1});
+        three.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
+      }
+      one.sequences.push_back({0, 1, static_cast<int32_t>(prompts[0].size()), pages[0], -1});
+      one.token_ids.push_back(77);
+      ASSERT_TRUE(plan.forward(prefill).is_ok());
+      ASSERT_TRUE(plan.forward(one).is_ok());
+      logits[f][0] = logits_on_host(*runner);
+      ASSERT_TRUE(plan.forward(three).is_ok());
+      logits[f][1] = logits_on_host(*runner);
+      for (auto& pg : pages) plan.pages().release_all(pg);
+    }
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_EQ(logits[0][step].size(), logits[1][step].size());
+      ASSERT_FALSE(logits[0][step].empty());
+      EXPECT_TRUE(std::all_of(logits[0][step].begin(), logits[0][step].end(),
+                              [](float v) { return std::isfinite(v); }));
+      EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[1][step].data(),
+                            logits[0][step].size() * 4),
+                0)
+          << (step == 0 ? "the 1-token" : "the 3-token") << " decode step differs";
+    }
+  }
+}
+
 // The tensor-core prefill path end to end: a 300-token prompt in one step
 // (flash, tiles not a multiple of 64) and in chunks of 100 (flash over a
 // cached prefix) against chunks of 8 (split-KV kernel), on random weights of

@@ -48,6 +48,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
     a.eps = eps;
     a.zero_centred = zero_centred;
     a.out_dt = out_dt;
+    a.stream = tokens <= st.quant_stream_tokens;
     if (!quant_gemv_fused_supported(a)) return false;
     i = j;
   }

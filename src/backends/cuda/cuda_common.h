@@ -41,6 +41,10 @@ struct BackendState {
   // (kernels/quant_gemv.cuh; q8_x / q8_d then serve only the fallbacks).
   bool quant_fused = true;
   bool quant_fused_fp8 = true;  // Tuning::cuda_quant_fused_fp8: e4m3 weights too
+  // Tuning::cuda_quant_stream_tokens: ... with their weight rows bulk-copied
+  // into shared memory for steps of up to this many tokens (QuantGemvArgs::
+  // stream).
+  int64_t quant_stream_tokens = 8;
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 512;  // minimum step tokens; 0: off
   // Tuning::cuda_moe_fused_tokens (routed_swiglu_moe.cc): fused decode

@@ -168,11 +168,12 @@ __device__ __forceinline__ void dequant8(const uint8_t* row, int64_t e, float (&
   }
 }
 
-__device__ __forceinline__ uint4 ld128(const uint8_t* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-__device__ __forceinline__ uint32_t ldh(const uint8_t* p) {  // 16 bits at a 2-byte aligned address
-  return __ldg(reinterpret_cast<const unsigned short*>(p));
+// The block readers' loads (fetch<kShared>): read-only global loads, or for
+// blocks that a bulk copy staged in shared memory (kShared) plain loads.
+template <bool kShared, typename T>
+__device__ __forceinline__ T ldq(const T* p) {
+  if constexpr (kShared) return *p;
+  else return __ldg(p);
 }
 __device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
   return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
@@ -235,15 +236,16 @@ struct Q8Dot;
 template <int N>
 struct WordsA2 {
   uint32_t w[N + 1], d, sh;
+  template <bool S = false>
   static __device__ __forceinline__ WordsA2 fetch(const uint8_t* b, int p) {
     WordsA2 r;
-    r.d = ldh(b);
+    r.d = ldq<S>(reinterpret_cast<const unsigned short*>(b));
     const uintptr_t s = reinterpret_cast<uintptr_t>(b + 2 + 4 * N * p);
     const auto* a = reinterpret_cast<const uint32_t*>(s & ~uintptr_t{3});
     r.sh = static_cast<uint32_t>(s & 2) * 8;  // 0 or 16 bits
 #pragma unroll
-    for (int i = 0; i < N; ++i) r.w[i] = __ldg(a + i);
-    r.w[N] = r.sh ? __ldg(a + N) : 0u;
+    for (int i = 0; i < N; ++i) r.w[i] = ldq<S>(a + i);
+    r.w[N] = r.sh ? ldq<S>(a + N) : 0u;
     return r;
   }
   __device__ __forceinline__ uint32_t word(int i) const {
@@ -256,12 +258,13 @@ struct WordsA2 {
 template <int kPayload>
 struct WordsRaw {
   uint32_t w[4], d;
+  template <bool S = false>
   static __device__ __forceinline__ WordsRaw fetch(const uint8_t* b, int p) {
     WordsRaw r;
-    r.d = __ldg(reinterpret_cast<const uint32_t*>(b));
+    r.d = ldq<S>(reinterpret_cast<const uint32_t*>(b));
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      r.w[i] = __ldg(reinterpret_cast<const uint32_t*>(b + kPayload + 16 * p + 4 * i));
+      r.w[i] = ldq<S>(reinterpret_cast<const uint32_t*>(b + kPayload + 16 * p + 4 * i));
     return r;
   }
 };
@@ -273,7 +276,10 @@ struct Q8Dot<kFmtQ8_0> {  // 34 bytes: d, 32 x int8; 2 lanes x 16 values
   uint32_t q[4];
   float d;
   int part;
-  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) { return Raw::fetch(b, p); }
+  template <bool S = false>
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
+    return Raw::template fetch<S>(b, p);
+  }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
     d = half_bits(r.d);
@@ -294,7 +300,10 @@ struct Q8Dot<kFmtQ4_0> {  // 18 bytes: d, 16 bytes of nibbles (lo: 0..15, hi: 16
   uint32_t lo[2], hi[2];
   float d;
   int part;
-  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) { return Raw::fetch(b, p); }
+  template <bool S = false>
+  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
+    return Raw::template fetch<S>(b, p);
+  }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
     d = half_bits(r.d);
@@ -329,12 +338,14 @@ struct Q8DotK {
   uint32_t lo[4], hi[4];
   float dl, dh, ml, mh;
   int part;
+  template <bool S = false>
   static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
     Raw r;
     const int c = p >> 1, h = p & 1;
-    r.head = ld128(b);
-    r.q = ld128(b + (kFive ? 48 : 16) + 32 * c + 16 * h);
-    if constexpr (kFive) r.qh = ld128(b + 16 + 16 * h);
+    auto ld = [](const uint8_t* q) { return ldq<S>(reinterpret_cast<const uint4*>(q)); };
+    r.head = ld(b);
+    r.q = ld(b + (kFive ? 48 : 16) + 32 * c + 16 * h);
+    if constexpr (kFive) r.qh = ld(b + 16 + 16 * h);
     return r;
   }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
@@ -410,11 +421,13 @@ struct Q8Dot<kFmtQ6_K> {
   uint32_t v[4][2];
   float ds[4];
   int part;
+  template <bool S>
   static __device__ __forceinline__ void span8(const uint32_t* a, bool odd, uint32_t (&w)[3]) {
-    w[0] = __ldg(a);
-    w[1] = __ldg(a + 1);
-    w[2] = odd ? __ldg(a + 2) : 0u;
+    w[0] = ldq<S>(a);
+    w[1] = ldq<S>(a + 1);
+    w[2] = odd ? ldq<S>(a + 2) : 0u;
   }
+  template <bool S = false>
   static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
     Raw r;
     const int half = p >> 2, l0 = 8 * (p & 3);
@@ -422,18 +435,19 @@ struct Q8Dot<kFmtQ6_K> {
     const bool odd = (bb & 2) != 0;
     const auto* a = reinterpret_cast<const uint32_t*>(bb & ~uintptr_t{3});
     const int base = static_cast<int>(bb & 3);  // 0 or 2
-    span8(a + (base + 64 * half + l0) / 4, odd, r.qa);
-    span8(a + (base + 64 * half + 32 + l0) / 4, odd, r.qb);
-    span8(a + (base + 128 + 32 * half + l0) / 4, odd, r.qh);
+    span8<S>(a + (base + 64 * half + l0) / 4, odd, r.qa);
+    span8<S>(a + (base + 64 * half + 32 + l0) / 4, odd, r.qb);
+    span8<S>(a + (base + 128 + 32 * half + l0) / 4, odd, r.qh);
     // Scales of quarters 0-3: bytes sb, sb + 2, sb + 4, sb + 6 (within 3
     // aligned words from sb's word on; sb's word holds the block's byte 192 +
     // 8 half + j or earlier bytes of the same block).
     const uintptr_t sb = bb + 192 + 8 * half + ((p & 3) >> 1);
     const auto* sa = reinterpret_cast<const uint32_t*>(sb & ~uintptr_t{3});
-    r.dsh = ldh(b + 208) | (odd ? 16u << 16 : 0u) | (static_cast<uint32_t>(sb & 3) * 8 << 24);
-    r.s[0] = __ldg(sa);
-    r.s[1] = __ldg(sa + 1);
-    r.s[2] = (sb & 3) > 1 ? __ldg(sa + 2) : 0u;  // byte sb + 6 past the second word
+    r.dsh = ldq<S>(reinterpret_cast<const unsigned short*>(b + 208)) | (odd ? 16u << 16 : 0u) |
+            (static_cast<uint32_t>(sb & 3) * 8 << 24);
+    r.s[0] = ldq<S>(sa);
+    r.s[1] = ldq<S>(sa + 1);
+    r.s[2] = (sb & 3) > 1 ? ldq<S>(sa + 2) : 0u;  // byte sb + 6 past the second word
     return r;
   }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
@@ -483,10 +497,11 @@ struct Q8Dot<kFmtU4G128> {
   uint32_t v[8];
   float d;
   int part;
+  template <bool S = false>
   static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
     Raw r;
-    static_cast<WordsRaw<8>&>(r) = WordsRaw<8>::fetch(b, p);
-    r.z = __ldg(b + 4);
+    static_cast<WordsRaw<8>&>(r) = WordsRaw<8>::template fetch<S>(b, p);
+    r.z = ldq<S>(b + 4);
     return r;
   }
   __device__ __forceinline__ void decode(const Raw& r, int p) {

@@ -55,6 +55,10 @@ struct QuantGemvArgs {
   bool accumulate = false;      // out += (one segment only)
   const void* bias = nullptr;   // [rows] (one segment only)
   DType bias_dt = DType::kF32;
+  // The rows bulk-copied into shared memory (quant_gemv_stream.cu,
+  // Tuning::cuda_quant_stream_tokens) where quant_gemv_stream_supported;
+  // else, and by default, streamed through registers. Same results.
+  bool stream = false;
 };
 
 // True when launch_quant_gemv_fused runs this product: m <= 8 tokens, k of
@@ -63,5 +67,12 @@ struct QuantGemvArgs {
 // output / norm types as above.
 bool quant_gemv_fused_supported(const QuantGemvArgs& a);
 Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a);
+
+// The bulk-copy kernel's own conditions, beyond quant_gemv_fused_supported:
+// rows of a 16-byte multiple (q6_k: k a multiple of 2,048; q8_0, q4_0,
+// u4_g128: of 256; f8_e4m3_b128: of 512) from 16-byte aligned weights, and
+// at least two ring slots a warp beside the staged activations.
+bool quant_gemv_stream_supported(const QuantGemvArgs& a);
+Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a);
 
 }  // namespace ferrite::cuda

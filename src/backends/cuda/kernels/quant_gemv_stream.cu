@@ -1,0 +1,303 @@
+// The fused decode GEMV on block weights with its weight rows bulk-copied
+// into shared memory (the contract is launch_quant_gemv_fused's, in
+// quant_gemv.cuh; this kernel runs it when QuantGemvArgs::stream is set and
+// quant_gemv_stream_supported holds).
+//
+// Why: the register-streaming kernel (quant_gemv.cu) holds its in-flight
+// weight bytes in registers: 120-128 of them leave 16 warps an SM, and a
+// warp's few items (Q/K of an 8B model: about 8 a warp) drain its short
+// pipeline at every start, so the products ran at 0.3-2 TB/s on the H200
+// (ncu, docs/perf-log.md). Here the copy engine moves the bytes: each warp
+// owns a ring of `slots` items in shared memory, its lane 0 issues one
+// bulk copy per row of an item (cp.async.bulk, completing on the slot's
+// mbarrier), all of them before the kernel waits for x (weights depend on
+// no earlier kernel), and refills a slot as soon as the warp has read it.
+// The in-flight bytes are bounded by shared memory (up to ~200 KiB an SM)
+// instead of registers, and the lanes only decode and multiply.
+//
+// Work: one block of 16 warps per SM; group g (two weight rows, or gate and
+// up of one column) goes to warp (g / grid) % 16 of block g % grid, so that
+// a small product still spreads over every SM. An item is a run of
+// kItemBlocks blocks of both rows (a multiple of 16 bytes: q6_k takes two
+// warp iterations of 4 blocks). Lanes read their block shares from the
+// slot with the register kernel's fetch / decode / dot (quant_blocks.cuh),
+// so both kernels compute the same sums in the same order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "backends/cuda/kernels/bulk_copy.cuh"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/quant_gemv.cuh"
+#include "backends/cuda/kernels/quant_gemv_common.cuh"
+
+namespace ferrite::cuda {
+namespace {
+
+using namespace qblocks;
+using namespace gemv;
+
+constexpr int kWarps = 16, kThreads = kWarps * 32;
+constexpr int kMaxSlots = 16;  // items in flight per warp, at most
+
+// Warp iterations (32 / kLanes blocks each) per copied item: the fewest
+// whose bytes are a multiple of 16 (a bulk copy's granule).
+template <typename Fmt>
+constexpr int item_steps() {
+  constexpr int per_iter = 32 / Fmt::kLanes;
+  int s = 1;
+  while ((per_iter * s * Fmt::kBytes) % 16 != 0) ++s;
+  return s;
+}
+template <typename Fmt>
+constexpr int item_blocks() {
+  return 32 / Fmt::kLanes * item_steps<Fmt>();
+}
+template <typename Fmt>
+constexpr int item_bytes() {
+  return item_blocks<Fmt>() * Fmt::kBytes;
+}
+
+// Shared memory: the staged activations, then the warps' barriers, then
+// their rings (16-byte aligned).
+inline size_t staged_bytes(int64_t m, int64_t k, int f, int64_t x_elem) {
+  return (smem_bytes(m, k, f, x_elem) + 127) / 128 * 128;
+}
+
+template <int F, typename TX, typename TO, int M>
+__global__ void __launch_bounds__(kThreads, 1)
+    quant_gemv_stream_kernel(const TX* __restrict__ x, int m, int64_t k, FusedParams p,
+                             int slots, uint32_t staged) {
+  using Fmt = typename GemvFmt<F>::Dot;
+  constexpr bool kFloatX = GemvFmt<F>::kFloatX;
+  constexpr bool kSums = staged_sums(F);
+  constexpr int kPerIter = 32 / Fmt::kLanes;
+  constexpr int kSteps = item_steps<Fmt>();
+  constexpr int kItemBlocks = item_blocks<Fmt>();
+  constexpr int kItemBytes = item_bytes<Fmt>();  // per row
+  constexpr int kSlotBytes = kRows * kItemBytes;
+  extern __shared__ __align__(128) unsigned char smem[];
+  pdl_launch_dependents();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
+  const int nb = static_cast<int>(k / Fmt::kElems);
+  const int iters = (nb + kItemBlocks - 1) / kItemBlocks;
+  const int64_t wg = static_cast<int64_t>(warp) * gridDim.x + blockIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t items = (wg < p.groups ? (p.groups - 1 - wg) / stride + 1 : 0) * iters;
+
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + staged) + warp * slots;
+  unsigned char* ring = smem + staged + static_cast<size_t>(kWarps) * slots * sizeof(uint64_t) +
+                        static_cast<size_t>(warp) * slots * kSlotBytes;
+
+  // The issue cursor (lane 0): item `issued` of the warp is group ig,
+  // iteration iit, into slot islot.
+  int64_t ig = wg, issued = 0;
+  int iit = 0, islot = 0;
+  uint64_t policy = 0;
+  auto issue = [&]() {
+    const int64_t off = static_cast<int64_t>(iit) * kItemBytes;
+    const uint32_t len = static_cast<uint32_t>(
+        p.row_bytes - off < kItemBytes ? p.row_bytes - off : kItemBytes);
+    mbar_expect_tx(bars + islot, kRows * len);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      bulk_copy_g2s(ring + islot * kSlotBytes + r * kItemBytes, row_ptr(p, ig, r) + off, len,
+                    bars + islot, policy);
+    ++issued;
+    if (++islot == slots) islot = 0;
+    if (++iit == iters) {
+      iit = 0;
+      ig += stride;
+    }
+  };
+  if (lane == 0 && items > 0) {
+    for (int s = 0; s < slots; ++s) mbar_init(bars + s, 1);
+    mbar_init_fence();
+    policy = l2_evict_first_policy();
+    while (issued < items && issued < slots) issue();
+  }
+  __syncwarp();
+  pdl_wait();
+
+  int8_t* xq = reinterpret_cast<int8_t*>(smem);
+  float* xd = reinterpret_cast<float*>(smem + (static_cast<int64_t>(m) * k + 15) / 16 * 16);
+  TX* xf = reinterpret_cast<TX*>(smem);
+  stage_x<TX, M, kFloatX, kSums, kWarps>(x, m, k, p, xq, xd, xf);
+  __syncthreads();
+
+  const int64_t xs = k / 32;
+  int64_t cg = wg;
+  int cit = 0, cslot = 0;
+  uint32_t phase = 0;
+  float acc[kRows][M];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
+  for (int64_t i = 0; i < items; ++i) {
+    mbar_wait(bars + cslot, phase);
+    const uint8_t* sb = ring + cslot * kSlotBytes;
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      const int ib = st * kPerIter + bl;  // the lane's block within the item
+      const int blk = cit * kItemBlocks + ib;
+      if (blk < nb) {
+        // Both rows decoded first, then each token's activations meet them
+        // back to back (as the register kernel).
+        Fmt wv[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          wv[r].decode(Fmt::template fetch<true>(sb + r * kItemBytes + ib * Fmt::kBytes, part),
+                       part);
+#pragma unroll
+        for (int t = 0; t < M; ++t) {
+          if (t < m) {
+            const int64_t xo = t * k + static_cast<int64_t>(blk) * Fmt::kElems;
+            const int64_t so = t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              if constexpr (kFloatX)
+                acc[r][t] += wv[r].dot(xf + xo);
+              else if constexpr (kSums)
+                acc[r][t] += wv[r].dot_sums(xq + xo, xd + 2 * so);
+              else
+                acc[r][t] += wv[r].dot(xq + xo, xd + so);
+            }
+          }
+        }
+      }
+    }
+    // Every lane has read the slot: refill it with the item `slots` on.
+    __syncwarp();
+    if (lane == 0 && issued < items) {
+      fence_proxy_async_shared();
+      issue();
+    }
+    if (++cslot == slots) {
+      cslot = 0;
+      phase ^= 1u;
+    }
+    if (++cit == iters) {
+      store_item<TX, TO, M>(p, cg, m, lane, acc);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
+      cit = 0;
+      cg += stride;
+    }
+  }
+}
+
+// Rows of item_bytes<Fmt> for format f (host side).
+int item_bytes_of(int f) {
+  int out = 0;
+  dispatch_fmt(kFmtDTypes[f], [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    out = item_bytes<typename GemvFmt<F>::Dot>();
+  });
+  return out;
+}
+
+int max_dynamic_smem() {
+  static const int v = [] {
+    int dev = 0, bytes = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess)
+      return 0;
+    return bytes;
+  }();
+  return v;
+}
+int num_sms() {
+  static const int v = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 1;
+    return n;
+  }();
+  return v;
+}
+
+// Ring slots per warp: as many as fit beside the staged activations, up to
+// kMaxSlots and the most items a warp has (less shared memory lets the next
+// kernel's blocks start beside this one's); 0: fewer than two fit.
+int stream_slots(const QuantGemvArgs& a) {
+  const int f = qfmt(a.w_dt);
+  const size_t staged = staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1));
+  const int item = item_bytes_of(f);
+  const size_t slot = static_cast<size_t>(kRows) * item + sizeof(uint64_t);
+  const size_t cap = static_cast<size_t>(max_dynamic_smem());
+  // 1 KiB for the kernel's static shared memory (stage_x's reductions).
+  if (cap < staged + 1024) return 0;
+  const FusedParams p = fused_params(a);
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(num_sms(), p.groups));
+  const int64_t per_warp = (p.groups + grid * kWarps - 1) / (grid * kWarps);
+  const int64_t iters = (dtype_bytes(a.w_dt, a.k) + item - 1) / item;
+  const int64_t fit = static_cast<int64_t>((cap - staged - 1024) / (kWarps * slot));
+  const int64_t s = std::min<int64_t>({fit, kMaxSlots, std::max<int64_t>(2, per_warp * iters)});
+  return s >= 2 ? static_cast<int>(s) : 0;
+}
+
+}  // namespace
+
+bool quant_gemv_stream_supported(const QuantGemvArgs& a) {
+  if (!quant_gemv_fused_supported(a)) return false;
+  const int f = qfmt(a.w_dt);
+  // Bulk copies take 16-byte aligned spans of 16-byte multiples: whole rows
+  // of such a size, from 16-byte aligned weights.
+  if (dtype_bytes(a.w_dt, a.k) % 16 != 0 || item_bytes_of(f) % 16 != 0) return false;
+  for (int i = 0; i < a.count; ++i)
+    if (reinterpret_cast<uintptr_t>(a.segs[i].w) % 16 != 0) return false;
+  return stream_slots(a) > 0;
+}
+
+Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
+  if (!quant_gemv_stream_supported(a))
+    return unsupported("quant gemv (stream): unsupported shape, format, types or alignment");
+  FusedParams p = fused_params(a);
+  if (p.total == 0) return Status::ok();
+  const int f = qfmt(a.w_dt);
+  const int slots = stream_slots(a);
+  const uint32_t staged = static_cast<uint32_t>(staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)));
+  const size_t smem = staged + static_cast<size_t>(kWarps) * slots *
+                                   (sizeof(uint64_t) + static_cast<size_t>(kRows) * item_bytes_of(f));
+  const int grid = static_cast<int>(std::min<int64_t>(num_sms(), p.groups));
+  const int mi = static_cast<int>(a.m);
+  bool ok = dispatch_fmt(a.w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    dispatch_float(a.x_dt, [&](auto tx) {
+      using TX = decltype(tx);
+      auto run = [&](auto to, auto mc) {
+        using TO = decltype(to);
+        constexpr int M = decltype(mc)::value;
+        auto kern = quant_gemv_stream_kernel<F, TX, TO, M>;
+        static const bool opted = cudaFuncSetAttribute(
+            kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            max_dynamic_smem() - 1024) == cudaSuccess;
+        (void)opted;
+        (void)launch_pdl_weights(kern, grid, kThreads, smem, s, static_cast<const TX*>(a.x), mi,
+                                 a.k, p, slots, staged);
+      };
+      auto by_m = [&](auto to) {
+        if (mi == 1) run(to, std::integral_constant<int, 1>{});
+        else if (mi <= 4) run(to, std::integral_constant<int, 4>{});
+        else run(to, std::integral_constant<int, 8>{});
+      };
+      if (a.out_dt == DType::kF32) {
+        by_m(float{});
+      } else if constexpr (!std::is_same_v<TX, float>) {
+        by_m(TX{});
+      }
+    });
+  });
+  if (!ok) return bad_dtype("quant gemv (stream)", a.w_dt);
+  return check_launch("quant_gemv_stream");
+}
+
+}  // namespace ferrite::cuda
