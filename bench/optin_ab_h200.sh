@@ -40,7 +40,7 @@ for q in "${SQ[@]}"; do
   for v in 8 0; do  # the default first (optin_pick.py compares with it)
     run "qwen3-8b $q" "FERRITE_CUDA_QUANT_STREAM_TOKENS=$v" --model "$ROOT/configs/qwen3-8b" $q \
       --batch 1 8 --prompt-len 128 --decode-prompt-len 128 --gen-len 48 --max-num-seqs 8 \
-      --kv-cache-gib 4
+      --kv-cache-gib 4 --max-model-len 8192
   done
 done
 for v in 8 0; do

@@ -437,8 +437,10 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
         decode.sequences.push_back({static_cast<int32_t>(s), 1, static_cast<int32_t>(prompts[s].size()), pages[s], -1});
         decode.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
       }
-      ASSERT_TRUE(plan.forward(prefill).is_ok());
-      ASSERT_TRUE(plan.forward(decode).is_ok());
+      const Status pre = plan.forward(prefill);
+      ASSERT_TRUE(pre.is_ok()) << path << " " << dtype_name(act) << " prefill: " << pre.to_string();
+      const Status dec = plan.forward(decode);
+      ASSERT_TRUE(dec.is_ok()) << path << " " << dtype_name(act) << " decode: " << dec.to_string();
       logits[f] = logits_on_host(*runner);
       for (auto& pg : pages) plan.pages().release_all(pg);
     }

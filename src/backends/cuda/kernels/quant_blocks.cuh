@@ -196,11 +196,15 @@ __device__ __forceinline__ float half_bits(uint32_t h) {
 // branches: c differs per lane and both halves of a warp take one path.
 __device__ __forceinline__ void kquant_scale_min_pair(const uint32_t (&sw)[3], int c,
                                                       uint32_t (&sc)[2], uint32_t (&mn)[2]) {
-  const bool lo = c < 2;
-  const uint32_t s4 = lo ? sw[0] & 0x3F3F3F3Fu
-                         : (sw[2] & 0x0F0F0F0Fu) | (((sw[0] >> 6) & 0x03030303u) << 4);
-  const uint32_t m4 = lo ? sw[1] & 0x3F3F3F3Fu
-                         : ((sw[2] >> 4) & 0x0F0F0F0Fu) | (((sw[1] >> 6) & 0x03030303u) << 4);
+  // Both forms, then a mask select: lanes of one warp differ in c, and a
+  // ternary here compiled to a divergent branch.
+  const uint32_t lo = 0u - static_cast<uint32_t>(c < 2);
+  const uint32_t s_lo = sw[0] & 0x3F3F3F3Fu;
+  const uint32_t s_hi = (sw[2] & 0x0F0F0F0Fu) | (((sw[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_lo = sw[1] & 0x3F3F3F3Fu;
+  const uint32_t m_hi = ((sw[2] >> 4) & 0x0F0F0F0Fu) | (((sw[1] >> 6) & 0x03030303u) << 4);
+  const uint32_t s4 = (s_lo & lo) | (s_hi & ~lo);
+  const uint32_t m4 = (m_lo & lo) | (m_hi & ~lo);
   const int sh = 16 * (c & 1);
   sc[0] = (s4 >> sh) & 0xFF;
   sc[1] = (s4 >> (sh + 8)) & 0xFF;
@@ -324,33 +328,46 @@ struct Q8Dot<kFmtQ4_0> {  // 18 bytes: d, 16 bytes of nibbles (lo: 0..15, hi: 16
 };
 
 // q4_k (144 bytes: d, dmin, 12 scale bytes, 128 bytes of nibbles) and q5_k
-// (176 bytes: the same + 32 bytes of fifth bits before the nibbles). Lane
-// `part` of 8 takes 16 bytes of chunk c = part / 2: 16 values of sub-block
-// 2c (low nibbles) and 16 of sub-block 2c + 1 (high nibbles). The first 16
-// bytes (d, dmin, scales) are one load (blocks are 16-byte aligned).
-template <bool kFive>
+// (176 bytes: the same + 32 bytes of fifth bits before the nibbles). The
+// nibbles are 4 chunks of 32 bytes; chunk c holds sub-block 2c in its low
+// nibbles and 2c + 1 in its high ones. With kL lanes a block (8 or 4), lane
+// `part` takes B = 128 / kL bytes of chunk c = part / (kL / 4), at B * h (h
+// = part % (kL / 4)): B values of each of the two sub-blocks. With 4 lanes
+// a lane owns whole sub-blocks, so the scales and the head load are not
+// duplicated across lanes (the fused decode GEMVs); 8 lanes spread short
+// rows over more lanes (the MoE expert kernels). The first 16 bytes (d,
+// dmin, scales) are one load (blocks are 16-byte aligned).
+template <bool kFive, int kL = 8>
 struct Q8DotK {
-  static constexpr int kElems = 256, kBytes = kFive ? 176 : 144, kLanes = 8,
-                       kRawRegs = kFive ? 12 : 8;
+  static_assert(kL == 4 || kL == 8, "4 or 8 lanes a block");
+  static constexpr int kElems = 256, kBytes = kFive ? 176 : 144, kLanes = kL;
+  static constexpr int kB = 128 / kL, kN = kB / 4, kV = kN / 4;  // bytes, words, uint4
+  static constexpr int kRawRegs = 4 + kN + (kFive ? kN : 0);
   struct Raw {
-    uint4 head, q, qh;  // qh: q5_k only
+    uint4 head, q[kV], qh[kFive ? kV : 1];  // qh: q5_k only
   };
-  uint32_t lo[4], hi[4];
+  uint32_t lo[kN], hi[kN];
   float dl, dh, ml, mh;
   int part;
+  static __device__ __forceinline__ int chunk(int p) { return p / (kL / 4); }
+  static __device__ __forceinline__ int half(int p) { return p % (kL / 4); }
   template <bool S = false>
   static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
     Raw r;
-    const int c = p >> 1, h = p & 1;
+    const int c = chunk(p), h = half(p);
     auto ld = [](const uint8_t* q) { return ldq<S>(reinterpret_cast<const uint4*>(q)); };
     r.head = ld(b);
-    r.q = ld(b + (kFive ? 48 : 16) + 32 * c + 16 * h);
-    if constexpr (kFive) r.qh = ld(b + 16 + 16 * h);
+#pragma unroll
+    for (int i = 0; i < kV; ++i) r.q[i] = ld(b + (kFive ? 48 : 16) + 32 * c + kB * h + 16 * i);
+    if constexpr (kFive) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) r.qh[i] = ld(b + 16 + kB * h + 16 * i);
+    }
     return r;
   }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
-    const int c = p >> 1;
+    const int c = chunk(p);
     const float d = half_bits(r.head.x & 0xFFFF), dmin = half_bits(r.head.x >> 16);
     const uint32_t sw[3] = {r.head.y, r.head.z, r.head.w};
     uint32_t sc[2], mn[2];
@@ -359,40 +376,57 @@ struct Q8DotK {
     dh = __fmul_rn(d, static_cast<float>(sc[1]));
     ml = __fmul_rn(dmin, static_cast<float>(mn[0]));
     mh = __fmul_rn(dmin, static_cast<float>(mn[1]));
-    const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-    uint32_t hw[4] = {0, 0, 0, 0};
-    if constexpr (kFive) hw[0] = r.qh.x, hw[1] = r.qh.y, hw[2] = r.qh.z, hw[3] = r.qh.w;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo[i] = qw[i] & 0x0F0F0F0Fu;
-      hi[i] = (qw[i] >> 4) & 0x0F0F0F0Fu;
+    for (int i = 0; i < kN; ++i) {
+      const uint4& qv = r.q[i / 4];
+      const uint32_t qw = (i & 3) == 0 ? qv.x : (i & 3) == 1 ? qv.y : (i & 3) == 2 ? qv.z : qv.w;
+      lo[i] = qw & 0x0F0F0F0Fu;
+      hi[i] = (qw >> 4) & 0x0F0F0F0Fu;
       if constexpr (kFive) {
-        lo[i] |= ((hw[i] >> (2 * c)) & 0x01010101u) << 4;
-        hi[i] |= ((hw[i] >> (2 * c + 1)) & 0x01010101u) << 4;
+        const uint4& hv = r.qh[i / 4];
+        const uint32_t hw = (i & 3) == 0 ? hv.x : (i & 3) == 1 ? hv.y : (i & 3) == 2 ? hv.z : hv.w;
+        lo[i] |= ((hw >> (2 * c)) & 0x01010101u) << 4;
+        hi[i] |= ((hw >> (2 * c + 1)) & 0x01010101u) << 4;
       }
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  // Integer dot and code sum of the lane's words w against B bytes at x.
+  static __device__ __forceinline__ void dot_words(const uint32_t (&w)[kN], const int8_t* x,
+                                                   int* dot, int* sum) {
+    int s = 0, t = 0;
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      const uint4 xv = *reinterpret_cast<const uint4*>(x + 16 * i);
+      const uint32_t wv[4] = {w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]};
+      s += dot4x4(wv, xv);
+      if (sum) t += sum4x4(xv);
+    }
+    *dot = s;
+    if (sum) *sum = t;
+  }
   __device__ float dot(const int8_t* xq, const float* xd) const {
-    const int c = part >> 1, h = part & 1;
-    const uint4 xl = *reinterpret_cast<const uint4*>(xq + 64 * c + 16 * h);
-    const uint4 xh = *reinterpret_cast<const uint4*>(xq + 64 * c + 32 + 16 * h);
-    const float sl = static_cast<float>(dot4x4(lo, xl)), sxl = static_cast<float>(sum4x4(xl));
-    const float sh = static_cast<float>(dot4x4(hi, xh)), sxh = static_cast<float>(sum4x4(xh));
+    const int c = chunk(part), h = half(part);
+    int il, ih, xl, xh;
+    dot_words(lo, xq + 64 * c + kB * h, &il, &xl);
+    dot_words(hi, xq + 64 * c + 32 + kB * h, &ih, &xh);
+    const float sl = static_cast<float>(il), sxl = static_cast<float>(xl);
+    const float sh = static_cast<float>(ih), sxh = static_cast<float>(xh);
     return xd[2 * c] * (dl * sl - ml * sxl) + xd[2 * c + 1] * (dh * sh - mh * sxh);
   }
   // The same against activations staged with their block sums (xds: per
   // block of 32 its scale and scale x sum of its codes, 16-byte aligned at
   // the block's first 32-block): the min term of a sub-block is one product
-  // per sub-block, taken by the lane of its first half (h = 0), instead of
-  // 8 dp4a per lane and token.
+  // per sub-block, taken by the lane of its first part (h = 0), instead of
+  // a dp4a per word and token.
   static constexpr bool kStagedSums = true;
   __device__ float dot_sums(const int8_t* xq, const float* xds) const {
-    const int c = part >> 1, h = part & 1;
-    const uint4 xl = *reinterpret_cast<const uint4*>(xq + 64 * c + 16 * h);
-    const uint4 xh = *reinterpret_cast<const uint4*>(xq + 64 * c + 32 + 16 * h);
+    const int c = chunk(part), h = half(part);
+    int il, ih;
+    dot_words(lo, xq + 64 * c + kB * h, &il, nullptr);
+    dot_words(hi, xq + 64 * c + 32 + kB * h, &ih, nullptr);
     const float4 ds = *reinterpret_cast<const float4*>(xds + 4 * c);
-    const float sl = static_cast<float>(dot4x4(lo, xl)), sh = static_cast<float>(dot4x4(hi, xh));
+    const float sl = static_cast<float>(il), sh = static_cast<float>(ih);
     const float mins = h ? 0.0f : fmaf(ml, ds.y, mh * ds.w);
     return fmaf(ds.x * dl, sl, fmaf(ds.z * dh, sh, -mins));
   }

@@ -98,6 +98,18 @@ struct GemvFmt {
   using Dot = Q8Dot<F>;
   static constexpr bool kFloatX = false;
 };
+// K-quants with 4 lanes a block (whole sub-blocks a lane: no duplicated
+// scale decoding; about half the instructions a byte of the 8-lane split).
+template <>
+struct GemvFmt<kFmtQ4_K> {
+  using Dot = Q8DotK<false, 4>;
+  static constexpr bool kFloatX = false;
+};
+template <>
+struct GemvFmt<kFmtQ5_K> {
+  using Dot = Q8DotK<true, 4>;
+  static constexpr bool kFloatX = false;
+};
 template <>
 struct GemvFmt<kFmtF8B128> {
   using Dot = F8Dot;

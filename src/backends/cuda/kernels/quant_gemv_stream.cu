@@ -15,11 +15,11 @@
 // The in-flight bytes are bounded by shared memory (up to ~200 KiB an SM)
 // instead of registers, and the lanes only decode and multiply.
 //
-// Work: one block of 16 warps per SM; group g (two weight rows, or gate and
-// up of one column) goes to warp (g / grid) % 16 of block g % grid, so that
-// a small product still spreads over every SM. An item is a run of
-// kItemBlocks blocks of both rows (a multiple of 16 bytes: q6_k takes two
-// warp iterations of 4 blocks). Lanes read their block shares from the
+// Work: one block of W warps per SM (stream_warps); group g (two weight
+// rows, or gate and up of one column) goes to warp (g / grid) % W of block
+// g % grid, so that a small product still spreads over every SM. An item
+// is a run of kItemBlocks blocks of both rows (a multiple of 16 bytes: q6_k
+// takes two warp iterations of 4 blocks). Lanes read their block shares from the
 // slot with the register kernel's fetch / decode / dot (quant_blocks.cuh),
 // so both kernels compute the same sums in the same order.
 #include <cuda_bf16.h>
@@ -39,7 +39,10 @@ namespace {
 using namespace qblocks;
 using namespace gemv;
 
-constexpr int kWarps = 16, kThreads = kWarps * 32;
+// Warps a block (one block an SM): 24 at one token (at most 80 registers;
+// more warps hide the shared-memory and dp4a latencies of the decode), 16
+// with more tokens (their accumulators need up to 128 registers).
+constexpr int stream_warps(int m) { return m == 1 ? 24 : 16; }
 constexpr int kMaxSlots = 16;  // items in flight per warp, at most
 
 // Warp iterations (32 / kLanes blocks each) per copied item: the fewest
@@ -67,7 +70,7 @@ inline size_t staged_bytes(int64_t m, int64_t k, int f, int64_t x_elem) {
 }
 
 template <int F, typename TX, typename TO, int M>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(stream_warps(M) * 32, 1)
     quant_gemv_stream_kernel(const TX* __restrict__ x, int m, int64_t k, FusedParams p,
                              int slots, uint32_t staged) {
   using Fmt = typename GemvFmt<F>::Dot;
@@ -78,6 +81,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kItemBlocks = item_blocks<Fmt>();
   constexpr int kItemBytes = item_bytes<Fmt>();  // per row
   constexpr int kSlotBytes = kRows * kItemBytes;
+  constexpr int kWarps = stream_warps(M);
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_launch_dependents();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -237,9 +241,10 @@ int stream_slots(const QuantGemvArgs& a) {
   if (cap < staged + 1024) return 0;
   const FusedParams p = fused_params(a);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(num_sms(), p.groups));
-  const int64_t per_warp = (p.groups + grid * kWarps - 1) / (grid * kWarps);
+  const int64_t warps = stream_warps(a.m == 1 ? 1 : 8);
+  const int64_t per_warp = (p.groups + grid * warps - 1) / (grid * warps);
   const int64_t iters = (dtype_bytes(a.w_dt, a.k) + item - 1) / item;
-  const int64_t fit = static_cast<int64_t>((cap - staged - 1024) / (kWarps * slot));
+  const int64_t fit = static_cast<int64_t>((cap - staged - 1024) / (warps * slot));
   const int64_t s = std::min<int64_t>({fit, kMaxSlots, std::max<int64_t>(2, per_warp * iters)});
   return s >= 2 ? static_cast<int>(s) : 0;
 }
@@ -265,7 +270,8 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
   const int f = qfmt(a.w_dt);
   const int slots = stream_slots(a);
   const uint32_t staged = static_cast<uint32_t>(staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)));
-  const size_t smem = staged + static_cast<size_t>(kWarps) * slots *
+  const int threads = stream_warps(a.m == 1 ? 1 : 8) * 32;
+  const size_t smem = staged + static_cast<size_t>(threads / 32) * slots *
                                    (sizeof(uint64_t) + static_cast<size_t>(kRows) * item_bytes_of(f));
   const int grid = static_cast<int>(std::min<int64_t>(num_sms(), p.groups));
   const int mi = static_cast<int>(a.m);
@@ -281,7 +287,7 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
             kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
             max_dynamic_smem() - 1024) == cudaSuccess;
         (void)opted;
-        (void)launch_pdl_weights(kern, grid, kThreads, smem, s, static_cast<const TX*>(a.x), mi,
+        (void)launch_pdl_weights(kern, grid, threads, smem, s, static_cast<const TX*>(a.x), mi,
                                  a.k, p, slots, staged);
       };
       auto by_m = [&](auto to) {
