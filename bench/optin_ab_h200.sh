@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A/B of the CUDA paths still being decided (docs/tuning.md), on the GPU machine after
 # scripts/gpu_run.sh built build-gpu (and its cuda_test and conformance ran the paths' cases):
+#  - FERRITE_CUDA_QUANT_STREAM_BLOCKS: blocks an SM of the bulk-copy decode GEMV (1, the
+#    default, against 2; Qwen3-8B Q4_K_M and Q8_0, Qwen3-30B-A3B Q4_K_M, b1 / b8).
+# DECIDED=1 also re-runs the A/Bs already settled (docs/perf-log.md):
 #  - FERRITE_CUDA_QUANT_STREAM_TOKENS: decode GEMVs on block weights with their rows
 #    bulk-copied into shared memory (8, the default, against 0: streamed through registers;
 #    Qwen3-8B Q4_K_M, Q8_0, GPTQ-Int4 and FP8, Qwen3-30B-A3B Q4_K_M, b1 / b8; STREAM_QUANTS
-#    overrides the 8B list).
-# DECIDED=1 also re-runs the A/Bs already settled (docs/perf-log.md):
+#    overrides the 8B list; session 12: 8 wins, FP8 b1 even);
 #  - FERRITE_CUDA_MOE_FUSED_TOKENS: MoE decode steps on the fused launches (8, the default,
 #    against 0: one launch per stage; Qwen3-30B-A3B Q4_K_M and GPTQ-Int4, Qwen3.5-35B-A3B
 #    GPTQ-Int4 (a shared expert), b1 / b8; FUSED_QUANTS / FUSED_MODELS override the lists;
@@ -21,7 +23,7 @@
 #  - FERRITE_CUDA_MOE_DEQUANT: prefill of block-format MoE experts on the grouped tensor-core
 #    path (512, the default, against 0; Qwen3-30B-A3B Q4_K_M shape, a 4,096-token prefill;
 #    MOE_QUANTS="--dummy-dtype q4_k_m;--quantization gptq-int4" for GPTQ-Int4 too).
-# About 4 minutes (15 more with DECIDED=1). Output: $OUT/optin_ab.txt.
+# About 2 minutes (18 more with DECIDED=1). Output: $OUT/optin_ab.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -35,6 +37,19 @@ run() {  # label, env assignment, ferrite bench arguments...
   env "$var" timeout 200 "$B" bench --device cuda --dummy-weights -r 1 "$@" 2>&1 |
     grep -E "^(prefill|decode)|error" | tee -a "$T"
 }
+for q in "--dummy-dtype q4_k_m" "--dummy-dtype q8_0"; do
+  for v in 1 2; do  # the default first (optin_pick.py compares with it)
+    run "qwen3-8b $q" "FERRITE_CUDA_QUANT_STREAM_BLOCKS=$v" --model "$ROOT/configs/qwen3-8b" $q \
+      --batch 1 8 --prompt-len 128 --decode-prompt-len 128 --gen-len 48 --max-num-seqs 8 \
+      --kv-cache-gib 4 --max-model-len 8192
+  done
+done
+for v in 1 2; do
+  run "qwen3-30b-a3b --dummy-dtype q4_k_m" "FERRITE_CUDA_QUANT_STREAM_BLOCKS=$v" \
+    --model "$ROOT/configs/qwen3-30b-a3b" --dummy-dtype q4_k_m --batch 1 8 --prompt-len 128 \
+    --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 --kv-cache-gib 4
+done
+if [ "${DECIDED:-0}" = 1 ]; then
 IFS=';' read -r -a SQ <<< "${STREAM_QUANTS:---dummy-dtype q4_k_m;--dummy-dtype q8_0;--quantization gptq-int4;--quantization fp8}"
 for q in "${SQ[@]}"; do
   for v in 8 0; do  # the default first (optin_pick.py compares with it)
@@ -48,7 +63,6 @@ for v in 8 0; do
     --model "$ROOT/configs/qwen3-30b-a3b" --dummy-dtype q4_k_m --batch 1 8 --prompt-len 128 \
     --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 --kv-cache-gib 4
 done
-if [ "${DECIDED:-0}" = 1 ]; then
 IFS=';' read -r -a FQ <<< "${FUSED_QUANTS:---dummy-dtype q4_k_m;--quantization gptq-int4}"
 for m in ${FUSED_MODELS:-qwen3-30b-a3b}; do
   for q in "${FQ[@]}"; do

@@ -252,6 +252,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.quant_fused = options.tuning.cuda_quant_fused;
     co.quant_fused_fp8 = options.tuning.cuda_quant_fused_fp8;
     co.quant_stream_tokens = options.tuning.cuda_quant_stream_tokens;
+    co.quant_stream_blocks = options.tuning.cuda_quant_stream_blocks;
     co.moe_dequant = options.tuning.cuda_moe_dequant;
     co.moe_fused_tokens = options.tuning.cuda_moe_fused_tokens;
     co.decode_split_positions = options.tuning.cuda_decode_split_positions;

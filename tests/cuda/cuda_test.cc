@@ -428,13 +428,15 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
       BoundPlan& plan = runner->bound();
-      std::vector<std::vector<int32_t>> pages(prompts.size());
+      // KV pages, and a zeroed state slot for the hybrid model.
+      std::vector<std::unique_ptr<golden::SequenceState>> seqs;
       StepBatch prefill, decode;
       for (size_t s = 0; s < prompts.size(); ++s) {
-        ASSERT_TRUE(plan.pages().allocate(plan.pages().pages_for(prompts[s].size() + 8), &pages[s]).is_ok());
-        prefill.sequences.push_back({prefill.num_tokens(), static_cast<int32_t>(prompts[s].size()), 0, pages[s], -1});
+        const int32_t len = static_cast<int32_t>(prompts[s].size());
+        seqs.push_back(std::make_unique<golden::SequenceState>(plan, len + 8));
+        prefill.sequences.push_back(seqs[s]->slice(prefill.num_tokens(), len, 0));
         prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
-        decode.sequences.push_back({static_cast<int32_t>(s), 1, static_cast<int32_t>(prompts[s].size()), pages[s], -1});
+        decode.sequences.push_back(seqs[s]->slice(static_cast<int32_t>(s), 1, len));
         decode.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
       }
       const Status pre = plan.forward(prefill);
@@ -442,7 +444,6 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       const Status dec = plan.forward(decode);
       ASSERT_TRUE(dec.is_ok()) << path << " " << dtype_name(act) << " decode: " << dec.to_string();
       logits[f] = logits_on_host(*runner);
-      for (auto& pg : pages) plan.pages().release_all(pg);
     }
     ASSERT_EQ(logits[0].size(), logits[1].size());
     ASSERT_FALSE(logits[0].empty());
@@ -451,8 +452,9 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   }
 }
 
-// The bulk-copy decode GEMV (Tuning::cuda_quant_stream_tokens, default 8)
-// against the register-streaming one (0), on dummy weights of a Qwen3 shape
+// The bulk-copy decode GEMV (Tuning::cuda_quant_stream_tokens, default 8),
+// at one and two blocks an SM, against the register-streaming one (0), on
+// dummy weights of a Qwen3 shape
 // whose rows are 16-byte multiples in every block format (hidden and
 // intermediate 2,048, so q6_k rows qualify): a prefill of 3 sequences, a
 // decode step of one of them (1 token) and then of all three (3 tokens),
@@ -479,14 +481,17 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
   const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
   for (const Format& fmt : formats) {
     SCOPED_TRACE(std::string(dtype_name(fmt.dt)) + (fmt.k_m_mix ? " (Q4_K_M mix)" : ""));
-    std::vector<float> logits[2][2];
-    for (int f = 0; f < 2; ++f) {
+    // 0: bulk copies, one block an SM; 1: registers; 2: bulk copies, two
+    // blocks an SM (Tuning::cuda_quant_stream_blocks).
+    std::vector<float> logits[3][2];
+    for (int f = 0; f < 3; ++f) {
       RunnerOptions o = cuda_options(dir, DType::kBF16);
       o.load.dummy_weights = true;
       o.load.dummy_dtype = fmt.dt;
       o.load.dummy_k_m_mix = fmt.k_m_mix;
       o.tuning.cuda_graphs = false;
-      o.tuning.cuda_quant_stream_tokens = f == 0 ? 8 : 0;
+      o.tuning.cuda_quant_stream_tokens = f == 1 ? 0 : 8;
+      o.tuning.cuda_quant_stream_blocks = f == 2 ? 2 : 1;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
@@ -512,14 +517,17 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
       for (auto& pg : pages) plan.pages().release_all(pg);
     }
     for (int step = 0; step < 2; ++step) {
-      ASSERT_EQ(logits[0][step].size(), logits[1][step].size());
       ASSERT_FALSE(logits[0][step].empty());
       EXPECT_TRUE(std::all_of(logits[0][step].begin(), logits[0][step].end(),
                               [](float v) { return std::isfinite(v); }));
-      EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[1][step].data(),
-                            logits[0][step].size() * 4),
-                0)
-          << (step == 0 ? "the 1-token" : "the 3-token") << " decode step differs";
+      for (int f = 1; f < 3; ++f) {
+        ASSERT_EQ(logits[0][step].size(), logits[f][step].size());
+        EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[f][step].data(),
+                              logits[0][step].size() * 4),
+                  0)
+            << (step == 0 ? "the 1-token" : "the 3-token") << " decode step differs ("
+            << (f == 1 ? "registers" : "two blocks an SM") << ")";
+      }
     }
   }
 }

@@ -49,6 +49,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
     a.zero_centred = zero_centred;
     a.out_dt = out_dt;
     a.stream = tokens <= st.quant_stream_tokens;
+    a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
     if (!quant_gemv_fused_supported(a)) return false;
     i = j;
   }

@@ -40,6 +40,7 @@ struct CudaExecOptions {
   // Tuning::cuda_quant_stream_tokens: fused decode products of up to this
   // many tokens bulk-copy their weight rows (kernels/quant_gemv.cuh); 0: off.
   int64_t quant_stream_tokens = 8;
+  int64_t quant_stream_blocks = 1;  // Tuning::cuda_quant_stream_blocks
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 512;  // minimum tokens; 0: off

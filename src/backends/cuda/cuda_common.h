@@ -45,6 +45,7 @@ struct BackendState {
   // into shared memory for steps of up to this many tokens (QuantGemvArgs::
   // stream).
   int64_t quant_stream_tokens = 8;
+  int64_t quant_stream_blocks = 1;  // Tuning::cuda_quant_stream_blocks
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 512;  // minimum step tokens; 0: off
   // Tuning::cuda_moe_fused_tokens (routed_swiglu_moe.cc): fused decode

@@ -136,6 +136,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     a.bias = bias;
     a.bias_dt = bias_dt;
     a.stream = m <= st.quant_stream_tokens;
+    a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
     if (quant_gemv_fused_supported(a)) return launch_quant_gemv_fused(st.stream, a);
   }
   if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&

@@ -59,6 +59,11 @@ struct QuantGemvArgs {
   // Tuning::cuda_quant_stream_tokens) where quant_gemv_stream_supported;
   // else, and by default, streamed through registers. Same results.
   bool stream = false;
+  // Blocks an SM of the bulk-copy kernel, 1 or 2 (Tuning::
+  // cuda_quant_stream_blocks): with 2, each takes half the warps and half
+  // the shared memory, and the next kernel's blocks can start beside the
+  // last ones.
+  int stream_blocks = 1;
 };
 
 // True when launch_quant_gemv_fused runs this product: m <= 8 tokens, k of

@@ -221,19 +221,30 @@ __device__ __forceinline__ void load8_any(const void* p, int dt, int64_t i, floa
   }
 }
 
+// The norm weights into L1 (128-byte lines, spread over the block's
+// threads), before the kernel waits for x: they are weights, written by no
+// earlier kernel, and stage_x reads them right after the sum of squares.
+__device__ __forceinline__ void prefetch_norm(const FusedParams& p, int64_t k) {
+  if (!p.norm) return;
+  const int64_t bytes = k * (p.norm_dt == 0 ? 4 : 2);
+  const char* base = static_cast<const char*>(p.norm);
+  for (int64_t off = 128 * static_cast<int64_t>(threadIdx.x); off < bytes;
+       off += 128 * static_cast<int64_t>(blockDim.x))
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(base + off));
+}
+
 // x [m, k] (normalised with p.norm, rounded to TX as the rms_norm kernel
 // stores it) into 8-bit blocks of 32 in shared memory: xq [m, k], xd [m, k /
 // 32], exactly as quantize_q8_kernel makes them (with kSums, xd [m, k / 32,
 // 2]: each scale followed by scale x the sum of the block's codes). Four
 // lanes per block of 32, eight elements each. The norm's sum of squares
-// is taken by the first kNormWarps warps whatever the block size (kWarps a
-// multiple of it), so that kernels of 8 and 16 warps agree bitwise.
+// is taken by the first kNormWarps warps whatever the block size (at least
+// kNormWarps warps), so that kernels of any block size agree bitwise.
 constexpr int kNormWarps = 8;
-template <typename TX, int M, bool kFloatX, bool kSums, int kWarps>
+template <typename TX, int M, bool kFloatX, bool kSums>
 __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t k,
                                         const FusedParams& p, int8_t* xq, float* xd, TX* xf) {
-  static_assert(kWarps % kNormWarps == 0, "whole norm warps");
-  constexpr int kThreads = kWarps * 32;
+  const int threads = static_cast<int>(blockDim.x);
   __shared__ float red[kNormWarps][M];
   __shared__ float inv[M];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -269,7 +280,7 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
     __syncthreads();
   }
   const int64_t per_row = k / 32, groups = m * per_row;
-  for (int64_t base = 0; base < groups; base += kThreads / 4) {
+  for (int64_t base = 0; base < groups; base += threads / 4) {
     const int64_t g = base + tid / 4;
     const bool ok = g < groups;  // every lane takes part in the shuffles below
     const int64_t t = ok ? g / per_row : 0;

@@ -39,9 +39,11 @@ namespace {
 using namespace qblocks;
 using namespace gemv;
 
-// Warps a block (one block an SM): 24 at one token (at most 80 registers;
-// more warps hide the shared-memory and dp4a latencies of the decode), 16
-// with more tokens (their accumulators need up to 128 registers).
+// Warps an SM: 24 at one token (at most 80 registers; more warps hide the
+// shared-memory and dp4a latencies of the decode), 16 with more tokens
+// (their accumulators need up to 128 registers); split over
+// QuantGemvArgs::stream_blocks blocks an SM (with 2, one block of the next
+// kernel can start its copies when one of this kernel's exits).
 constexpr int stream_warps(int m) { return m == 1 ? 24 : 16; }
 constexpr int kMaxSlots = 16;  // items in flight per warp, at most
 
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   constexpr int kItemBlocks = item_blocks<Fmt>();
   constexpr int kItemBytes = item_bytes<Fmt>();  // per row
   constexpr int kSlotBytes = kRows * kItemBytes;
-  constexpr int kWarps = stream_warps(M);
+  const int kWarps = static_cast<int>(blockDim.x >> 5);
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_launch_dependents();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -124,12 +126,13 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
     while (issued < items && issued < slots) issue();
   }
   __syncwarp();
+  prefetch_norm(p, k);
   pdl_wait();
 
   int8_t* xq = reinterpret_cast<int8_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + (static_cast<int64_t>(m) * k + 15) / 16 * 16);
   TX* xf = reinterpret_cast<TX*>(smem);
-  stage_x<TX, M, kFloatX, kSums, kWarps>(x, m, k, p, xq, xd, xf);
+  stage_x<TX, M, kFloatX, kSums>(x, m, k, p, xq, xd, xf);
   __syncthreads();
 
   const int64_t xs = k / 32;
@@ -206,47 +209,59 @@ int item_bytes_of(int f) {
   return out;
 }
 
+int device_attr(cudaDeviceAttr attr, int fallback) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess)
+    return fallback;
+  return v;
+}
 int max_dynamic_smem() {
-  static const int v = [] {
-    int dev = 0, bytes = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess)
-      return 0;
-    return bytes;
-  }();
+  static const int v = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
   return v;
 }
 int num_sms() {
-  static const int v = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 1;
-    return n;
-  }();
+  static const int v = device_attr(cudaDevAttrMultiProcessorCount, 1);
+  return v;
+}
+int smem_per_sm() {
+  static const int v = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
   return v;
 }
 
-// Ring slots per warp: as many as fit beside the staged activations, up to
+struct StreamShape {
+  int blocks_per_sm, warps, grid, slots;
+  size_t smem;
+};
+
+// The launch shape: blocks of stream_warps / blocks_per_sm warps, a grid of
+// up to blocks_per_sm a SM, and ring slots a warp as many as fit beside the
+// staged activations in the block's share of the SM's shared memory, up to
 // kMaxSlots and the most items a warp has (less shared memory lets the next
-// kernel's blocks start beside this one's); 0: fewer than two fit.
-int stream_slots(const QuantGemvArgs& a) {
+// kernel's blocks start beside this one's); slots 0: fewer than two fit.
+StreamShape stream_shape(const QuantGemvArgs& a) {
+  StreamShape sh{};
   const int f = qfmt(a.w_dt);
+  sh.blocks_per_sm = a.stream_blocks >= 2 ? 2 : 1;
+  sh.warps = stream_warps(a.m == 1 ? 1 : 8) / sh.blocks_per_sm;
   const size_t staged = staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1));
   const int item = item_bytes_of(f);
   const size_t slot = static_cast<size_t>(kRows) * item + sizeof(uint64_t);
-  const size_t cap = static_cast<size_t>(max_dynamic_smem());
-  // 1 KiB for the kernel's static shared memory (stage_x's reductions).
-  if (cap < staged + 1024) return 0;
+  // Each block's share of the SM less 1 KiB the runtime reserves a block
+  // and 1 KiB for the kernel's static shared memory (stage_x's reductions).
+  const size_t cap = std::min<size_t>(static_cast<size_t>(max_dynamic_smem()),
+                                      static_cast<size_t>(smem_per_sm()) / sh.blocks_per_sm) -
+                     2048;
+  if (cap < staged + 2 * sh.warps * slot) return sh;
   const FusedParams p = fused_params(a);
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(num_sms(), p.groups));
-  const int64_t warps = stream_warps(a.m == 1 ? 1 : 8);
-  const int64_t per_warp = (p.groups + grid * warps - 1) / (grid * warps);
+  sh.grid = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>(static_cast<int64_t>(num_sms()) * sh.blocks_per_sm, p.groups)));
+  const int64_t per_warp = (p.groups + int64_t{sh.grid} * sh.warps - 1) / (int64_t{sh.grid} * sh.warps);
   const int64_t iters = (dtype_bytes(a.w_dt, a.k) + item - 1) / item;
-  const int64_t fit = static_cast<int64_t>((cap - staged - 1024) / (warps * slot));
+  const int64_t fit = static_cast<int64_t>((cap - staged) / (sh.warps * slot));
   const int64_t s = std::min<int64_t>({fit, kMaxSlots, std::max<int64_t>(2, per_warp * iters)});
-  return s >= 2 ? static_cast<int>(s) : 0;
+  sh.slots = s >= 2 ? static_cast<int>(s) : 0;
+  sh.smem = staged + static_cast<size_t>(sh.warps) * sh.slots * slot;
+  return sh;
 }
 
 }  // namespace
@@ -259,7 +274,7 @@ bool quant_gemv_stream_supported(const QuantGemvArgs& a) {
   if (dtype_bytes(a.w_dt, a.k) % 16 != 0 || item_bytes_of(f) % 16 != 0) return false;
   for (int i = 0; i < a.count; ++i)
     if (reinterpret_cast<uintptr_t>(a.segs[i].w) % 16 != 0) return false;
-  return stream_slots(a) > 0;
+  return stream_shape(a).slots > 0;
 }
 
 Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
@@ -268,12 +283,8 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
   FusedParams p = fused_params(a);
   if (p.total == 0) return Status::ok();
   const int f = qfmt(a.w_dt);
-  const int slots = stream_slots(a);
+  const StreamShape sh = stream_shape(a);
   const uint32_t staged = static_cast<uint32_t>(staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)));
-  const int threads = stream_warps(a.m == 1 ? 1 : 8) * 32;
-  const size_t smem = staged + static_cast<size_t>(threads / 32) * slots *
-                                   (sizeof(uint64_t) + static_cast<size_t>(kRows) * item_bytes_of(f));
-  const int grid = static_cast<int>(std::min<int64_t>(num_sms(), p.groups));
   const int mi = static_cast<int>(a.m);
   bool ok = dispatch_fmt(a.w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
@@ -285,10 +296,10 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
         auto kern = quant_gemv_stream_kernel<F, TX, TO, M>;
         static const bool opted = cudaFuncSetAttribute(
             kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            max_dynamic_smem() - 1024) == cudaSuccess;
+            max_dynamic_smem() - 2048) == cudaSuccess;
         (void)opted;
-        (void)launch_pdl_weights(kern, grid, threads, smem, s, static_cast<const TX*>(a.x), mi,
-                                 a.k, p, slots, staged);
+        (void)launch_pdl_weights(kern, sh.grid, sh.warps * 32, sh.smem, s,
+                                 static_cast<const TX*>(a.x), mi, a.k, p, sh.slots, staged);
       };
       auto by_m = [&](auto to) {
         if (mi == 1) run(to, std::integral_constant<int, 1>{});
