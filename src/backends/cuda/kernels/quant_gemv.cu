@@ -25,8 +25,13 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 // tokens two, so that two blocks of 256 threads fit an SM (measured on the
 // H200, Qwen3-8B Q4_K_M: depth 4 at batch 2-8 took 148-162 registers, one
 // block per SM, and ran 20-25 % slower than the unfused GEMV).
+// With more tokens, the 4-lane K-quants (q4_k / q5_k: 12 / 20 raw and 16
+// decoded registers a lane and row) keep one block in flight: two spilled
+// (ptxas, 128 registers at two blocks an SM; this kernel is their fallback,
+// the bulk-copy one takes them where shared memory allows).
 template <typename Fmt, int M>
 constexpr int depth() {
+  if (M > 1 && Fmt::kElems == 256 && Fmt::kLanes == 4) return 1;
   constexpr int d = M > 1 ? 2 : 64 / (kRows * Fmt::kRawRegs);
   return d < 2 ? 2 : d > 4 ? 4 : d;
 }
@@ -177,33 +182,19 @@ Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   const size_t smem = smem_bytes(a.m, a.k, qfmt(a.w_dt), dtype_bytes(a.x_dt, 1));
   const int blocks = static_cast<int>((p.groups + kWarps - 1) / kWarps);
   const int mi = static_cast<int>(a.m);
-  bool ok = dispatch_fmt(a.w_dt, [&](auto fc) {
+  const bool ok = dispatch_gemv(a, [&](auto fc, auto tx, auto to, auto mc) {
     constexpr int F = decltype(fc)::value;
-    dispatch_float(a.x_dt, [&](auto tx) {
-      using TX = decltype(tx);
-      auto run = [&](auto to, auto mc) {
-        using TO = decltype(to);
-        constexpr int M = decltype(mc)::value;
-        auto kern = quant_gemv_fused_kernel<F, TX, TO, M>;
-        // Above 48 KiB of shared memory a kernel must opt in, once.
-        static const bool opted = cudaFuncSetAttribute(
-            kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            static_cast<int>(kMaxSmem)) == cudaSuccess;
-        (void)opted;
-        (void)launch_pdl_weights(kern, resident_grid(kern, blocks, smem, kThreads), kThreads,
-                                 smem, s, static_cast<const TX*>(a.x), mi, a.k, p);
-      };
-      auto by_m = [&](auto to) {
-        if (mi == 1) run(to, std::integral_constant<int, 1>{});
-        else if (mi <= 4) run(to, std::integral_constant<int, 4>{});
-        else run(to, std::integral_constant<int, 8>{});
-      };
-      if (a.out_dt == DType::kF32) {
-        by_m(float{});
-      } else if constexpr (!std::is_same_v<TX, float>) {
-        by_m(TX{});
-      }
-    });
+    using TX = decltype(tx);
+    using TO = decltype(to);
+    constexpr int M = decltype(mc)::value;
+    auto kern = quant_gemv_fused_kernel<F, TX, TO, M>;
+    // Above 48 KiB of shared memory a kernel must opt in, once.
+    static const bool opted = cudaFuncSetAttribute(
+        kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(kMaxSmem)) == cudaSuccess;
+    (void)opted;
+    (void)launch_pdl_weights(kern, resident_grid(kern, blocks, smem, kThreads), kThreads, smem,
+                             s, static_cast<const TX*>(a.x), mi, a.k, p);
   });
   if (!ok) return bad_dtype("quant gemv (fused)", a.w_dt);
   return check_launch("quant_gemv_fused");

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
@@ -152,6 +153,29 @@ inline FusedParams fused_params(const QuantGemvArgs& a) {
   p.bias = a.bias;
   p.bias_dt = dt_code(a.bias_dt);
   return p;
+}
+
+// Calls run(F, TX{}, TO{}, M) with the launch's format code F and token
+// bucket M (1, 4 or 8) as integral constants, TX the activation type and TO
+// the output type (f32 or TX); false for a format or type the kernels lack.
+template <typename Run>
+bool dispatch_gemv(const QuantGemvArgs& a, Run&& run) {
+  const int mi = static_cast<int>(a.m);
+  return dispatch_fmt(a.w_dt, [&](auto fc) {
+    dispatch_float(a.x_dt, [&](auto tx) {
+      using TX = decltype(tx);
+      auto by_m = [&](auto to) {
+        if (mi == 1) run(fc, tx, to, std::integral_constant<int, 1>{});
+        else if (mi <= 4) run(fc, tx, to, std::integral_constant<int, 4>{});
+        else run(fc, tx, to, std::integral_constant<int, 8>{});
+      };
+      if (a.out_dt == DType::kF32) {
+        by_m(float{});
+      } else if constexpr (!std::is_same_v<TX, float>) {
+        by_m(TX{});
+      }
+    });
+  });
 }
 
 // Row gr of the concatenated segments: its segment's weight row and output

@@ -286,32 +286,18 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
   const StreamShape sh = stream_shape(a);
   const uint32_t staged = static_cast<uint32_t>(staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)));
   const int mi = static_cast<int>(a.m);
-  bool ok = dispatch_fmt(a.w_dt, [&](auto fc) {
+  const bool ok = dispatch_gemv(a, [&](auto fc, auto tx, auto to, auto mc) {
     constexpr int F = decltype(fc)::value;
-    dispatch_float(a.x_dt, [&](auto tx) {
-      using TX = decltype(tx);
-      auto run = [&](auto to, auto mc) {
-        using TO = decltype(to);
-        constexpr int M = decltype(mc)::value;
-        auto kern = quant_gemv_stream_kernel<F, TX, TO, M>;
-        static const bool opted = cudaFuncSetAttribute(
-            kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            max_dynamic_smem() - 2048) == cudaSuccess;
-        (void)opted;
-        (void)launch_pdl_weights(kern, sh.grid, sh.warps * 32, sh.smem, s,
-                                 static_cast<const TX*>(a.x), mi, a.k, p, sh.slots, staged);
-      };
-      auto by_m = [&](auto to) {
-        if (mi == 1) run(to, std::integral_constant<int, 1>{});
-        else if (mi <= 4) run(to, std::integral_constant<int, 4>{});
-        else run(to, std::integral_constant<int, 8>{});
-      };
-      if (a.out_dt == DType::kF32) {
-        by_m(float{});
-      } else if constexpr (!std::is_same_v<TX, float>) {
-        by_m(TX{});
-      }
-    });
+    using TX = decltype(tx);
+    using TO = decltype(to);
+    constexpr int M = decltype(mc)::value;
+    auto kern = quant_gemv_stream_kernel<F, TX, TO, M>;
+    static const bool opted = cudaFuncSetAttribute(
+        kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        max_dynamic_smem() - 2048) == cudaSuccess;
+    (void)opted;
+    (void)launch_pdl_weights(kern, sh.grid, sh.warps * 32, sh.smem, s,
+                             static_cast<const TX*>(a.x), mi, a.k, p, sh.slots, staged);
   });
   if (!ok) return bad_dtype("quant gemv (stream)", a.w_dt);
   return check_launch("quant_gemv_stream");
