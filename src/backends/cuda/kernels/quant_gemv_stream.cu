@@ -66,9 +66,12 @@ constexpr int item_bytes() {
 }
 
 // Shared memory: the staged activations, then the warps' barriers, then
-// their rings (16-byte aligned).
+// their rings (bulk copies need 16-byte aligned destinations).
 inline size_t staged_bytes(int64_t m, int64_t k, int f, int64_t x_elem) {
   return (smem_bytes(m, k, f, x_elem) + 127) / 128 * 128;
+}
+__host__ __device__ inline size_t barrier_bytes(int warps, int slots) {
+  return (static_cast<size_t>(warps) * slots * sizeof(uint64_t) + 15) / 16 * 16;
 }
 
 template <int F, typename TX, typename TO, int M>
@@ -83,7 +86,7 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   constexpr int kItemBlocks = item_blocks<Fmt>();
   constexpr int kItemBytes = item_bytes<Fmt>();  // per row
   constexpr int kSlotBytes = kRows * kItemBytes;
-  const int kWarps = static_cast<int>(blockDim.x >> 5);
+  const int warps = static_cast<int>(blockDim.x >> 5);
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_launch_dependents();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -91,11 +94,11 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   const int nb = static_cast<int>(k / Fmt::kElems);
   const int iters = (nb + kItemBlocks - 1) / kItemBlocks;
   const int64_t wg = static_cast<int64_t>(warp) * gridDim.x + blockIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
   const int64_t items = (wg < p.groups ? (p.groups - 1 - wg) / stride + 1 : 0) * iters;
 
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + staged) + warp * slots;
-  unsigned char* ring = smem + staged + static_cast<size_t>(kWarps) * slots * sizeof(uint64_t) +
+  unsigned char* ring = smem + staged + barrier_bytes(warps, slots) +
                         static_cast<size_t>(warp) * slots * kSlotBytes;
 
   // The issue cursor (lane 0): item `issued` of the warp is group ig,
@@ -245,7 +248,7 @@ StreamShape stream_shape(const QuantGemvArgs& a) {
   sh.warps = stream_warps(a.m == 1 ? 1 : 8) / sh.blocks_per_sm;
   const size_t staged = staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1));
   const int item = item_bytes_of(f);
-  const size_t slot = static_cast<size_t>(kRows) * item + sizeof(uint64_t);
+  const size_t slot = static_cast<size_t>(kRows) * item + sizeof(uint64_t);  // + its barrier
   // Each block's share of the SM less 1 KiB the runtime reserves a block
   // and 1 KiB for the kernel's static shared memory (stage_x's reductions).
   const size_t cap = std::min<size_t>(static_cast<size_t>(max_dynamic_smem()),
@@ -257,10 +260,11 @@ StreamShape stream_shape(const QuantGemvArgs& a) {
       1, std::min<int64_t>(static_cast<int64_t>(num_sms()) * sh.blocks_per_sm, p.groups)));
   const int64_t per_warp = (p.groups + int64_t{sh.grid} * sh.warps - 1) / (int64_t{sh.grid} * sh.warps);
   const int64_t iters = (dtype_bytes(a.w_dt, a.k) + item - 1) / item;
-  const int64_t fit = static_cast<int64_t>((cap - staged) / (sh.warps * slot));
+  const int64_t fit = static_cast<int64_t>((cap - staged - 16) / (sh.warps * slot));
   const int64_t s = std::min<int64_t>({fit, kMaxSlots, std::max<int64_t>(2, per_warp * iters)});
   sh.slots = s >= 2 ? static_cast<int>(s) : 0;
-  sh.smem = staged + static_cast<size_t>(sh.warps) * sh.slots * slot;
+  sh.smem = staged + barrier_bytes(sh.warps, sh.slots) +
+            static_cast<size_t>(sh.warps) * sh.slots * kRows * item;
   return sh;
 }
 
