@@ -92,7 +92,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   stage_x<TX, M, kFloatX, kSums>(x, m, k, p, xq, xd, xf);
   __syncthreads();
 
-  const int64_t xs = k / 32;
   int64_t cg = wg;
   int cit = 0;
   float acc[kRows][M];
@@ -106,36 +105,14 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (f0 + d < items) {  // uniform over the warp
         const int blk = cit * kPerIter + bl;
         if (blk < nb) {
-          // Both rows decoded first, then each token's activations meet
-          // them back to back: one read of a token's staged block serves
-          // both rows.
           Fmt wv[kRows];
 #pragma unroll
           for (int r = 0; r < kRows; ++r) wv[r].decode(raw[d][r], part);
-#pragma unroll
-          for (int t = 0; t < M; ++t) {
-            if (t < m) {
-              const int64_t xo = t * k + static_cast<int64_t>(blk) * Fmt::kElems;
-              const int64_t so = t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32);
-#pragma unroll
-              for (int r = 0; r < kRows; ++r) {
-                if constexpr (kFloatX)
-                  acc[r][t] += wv[r].dot(xf + xo);
-                else if constexpr (kSums)
-                  acc[r][t] += wv[r].dot_sums(xq + xo, xd + 2 * so);
-                else
-                  acc[r][t] += wv[r].dot(xq + xo, xd + so);
-              }
-            }
-          }
+          accumulate_block<F, TX, M>(wv, blk, m, k, xq, xd, xf, acc);
         }
         if (f0 + d + D < items) fetch(raw[d]);
         if (++cit == iters) {
           store_item<TX, TO, M>(p, cg, m, lane, acc);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r)
-#pragma unroll
-            for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
           cit = 0;
           cg += stride;
         }

@@ -360,7 +360,38 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
   }
 }
 
-// Work item g's sums (per lane) reduced over the warp and stored by lane 0.
+// Block blk of a work item's two rows (decoded, wv) against each token's
+// staged activations, into the lanes' sums: both rows are decoded first and
+// then each token's activations meet them back to back, so one read of a
+// token's staged block serves both rows. The one definition of a fused
+// GEMV's products (quant_gemv.cu and quant_gemv_stream.cu).
+template <int F, typename TX, int M>
+__device__ __forceinline__ void accumulate_block(const typename GemvFmt<F>::Dot (&wv)[kRows],
+                                                 int blk, int m, int64_t k, const int8_t* xq,
+                                                 const float* xd, const TX* xf,
+                                                 float (&acc)[kRows][M]) {
+  using Fmt = typename GemvFmt<F>::Dot;
+  const int64_t xs = k / 32;
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+    if (t < m) {
+      const int64_t xo = t * k + static_cast<int64_t>(blk) * Fmt::kElems;
+      const int64_t so = t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if constexpr (GemvFmt<F>::kFloatX)
+          acc[r][t] += wv[r].dot(xf + xo);
+        else if constexpr (staged_sums(F))
+          acc[r][t] += wv[r].dot_sums(xq + xo, xd + 2 * so);
+        else
+          acc[r][t] += wv[r].dot(xq + xo, xd + so);
+      }
+    }
+  }
+}
+
+// Work item g's sums (per lane) reduced over the warp and stored by lane 0;
+// acc is cleared for the next item.
 template <typename TX, typename TO, int M>
 __device__ __forceinline__ void store_item(const FusedParams& p, int64_t g, int m, int lane,
                                            float (&acc)[kRows][M]) {
@@ -368,7 +399,10 @@ __device__ __forceinline__ void store_item(const FusedParams& p, int64_t g, int 
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int t = 0; t < M; ++t) s[r][t] = warp_sum(acc[r][t]);
+    for (int t = 0; t < M; ++t) {
+      s[r][t] = warp_sum(acc[r][t]);
+      acc[r][t] = 0.0f;
+    }
   if (lane != 0) return;
   if (p.swiglu) {
     if (g >= p.n[0]) return;
