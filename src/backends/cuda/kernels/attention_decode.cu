@@ -16,10 +16,11 @@
 // kU consecutive positions per round; a lane holds HD/32 contiguous dims of
 // q, K, V, so a K row is one coalesced 2*HD-byte read per warp. Scores of
 // the kU positions and the group's heads are reduced with independent
-// butterflies (ILP), then an online-softmax update per head. The page table
-// and the first round of K/V (positions written by earlier steps, which no
-// kernel of this step touches) are loaded before pdl_wait(). The warps'
-// (max, sum, acc) are merged in shared memory; with one split the block
+// butterflies (ILP), then an online-softmax update per head. The page table,
+// the first round of K/V (positions written by earlier steps, which no
+// kernel of this step touches), the bias and norm weights and RoPE's cos /
+// sin of the position are loaded or computed before pdl_wait(). The warps'
+// (max, sum, acc) are merged in shared memory (each head's factors once); with one split the block
 // writes the output (and the output gate), otherwise the (acc, max, sum)
 // partials. With `counters` the last block of a (token, KV head) to finish
 // merges the splits' partials itself (in split order: deterministic) and
@@ -81,7 +82,7 @@ struct FusedWeights {
 // Shared memory floats of the kernel for (HD, MAXG).
 template <int HD, int MAXG>
 constexpr int fused_smem_floats() {
-  return MAXG * HD + 2 * HD + 2 * kWarps * MAXG + kWarps * MAXG * HD;
+  return MAXG * HD + 2 * HD + 3 * kWarps * MAXG + 2 * MAXG + kWarps * MAXG * HD;
 }
 
 // Two blocks per SM where the registers allow it without spilling (large
@@ -99,7 +100,10 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   float* kv_s = q_s + MAXG * HD;           // [2, HD] the new K and V, rounded
   float* m_w = kv_s + 2 * HD;              // [kWarps, MAXG]
   float* l_w = m_w + kWarps * MAXG;        // [kWarps, MAXG]
-  float* o_w = l_w + kWarps * MAXG;        // [kWarps, MAXG, HD]
+  float* f_w = l_w + kWarps * MAXG;        // [kWarps, MAXG] exp(m_w - max)
+  float* mx_s = f_w + kWarps * MAXG;       // [MAXG] the heads' max over warps
+  float* den_s = mx_s + MAXG;              // [MAXG] and their merged sums
+  float* o_w = den_s + MAXG;               // [kWarps, MAXG, HD]
 
   const int64_t t = blockIdx.x;
   const int group = a.num_heads / a.num_kv_heads;
@@ -139,30 +143,48 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     }
   };
   if (rounds > 0) load_round(0);
+
+  // --- the block's q heads, the token's new K and V ------------------------------
+  // Row i < ng: q head h0+i; row ng: K; row ng+1: V; warp i takes row i
+  // (ng + 2 <= kWarps). Bias, RMS norm (q, k), then RoPE through shared
+  // memory (the pair of dim d is d +- rope_dim/2, in another lane). What
+  // depends only on weights and the position (the bias and norm weights,
+  // RoPE's cos / sin) is read and computed before the wait, so that it
+  // overlaps the Q/K/V projection still running.
+  static_assert(MAXG + 2 <= kWarps, "a warp per row");
+  const int half = a.rope_dim / 2;
+  const int row = warp;
+  const bool has_row = row < ng + 2;
+  const int kind = row < ng ? 0 : row - ng + 1;  // 0 q, 1 k, 2 v
+  const void* bias = kind == 0 ? wts.q_bias : kind == 1 ? wts.k_bias : wts.v_bias;
+  const int64_t bias_off = kind == 0 ? static_cast<int64_t>(h0 + row) * a.q_stride
+                                     : static_cast<int64_t>(kvh) * HD;
+  const bool norm = kind < 2 && a.qk_norm, rope = kind < 2 && half > 0;
+  float bv[D], nw[D], cs[D], sn[D];
+#pragma unroll
+  for (int e = 0; e < D; ++e) {
+    const int d = lane * D + e;
+    bv[e] = has_row && bias ? load_any(bias, wts.bias_dt, bias_off + d) : 0.0f;
+    const float wi = has_row && norm ? load_any(kind == 0 ? wts.q_norm : wts.k_norm, wts.norm_dt, d) : 0.0f;
+    nw[e] = a.zero_centred ? 1.0f + wi : wi;
+    cs[e] = 1.0f;
+    sn[e] = 0.0f;
+    if (has_row && rope && d < 2 * half) {
+      const float angle = static_cast<float>(pos) * a.inv_freq[d < half ? d : d - half];
+      cs[e] = cosf(angle);
+      sn[e] = sinf(angle);
+    }
+  }
   pdl_launch_dependents();
   pdl_wait();
 
-  // --- the block's q heads, the token's new K and V ------------------------------
-  // Row i < ng: q head h0+i; row ng: K; row ng+1: V. A warp
-  // per row: bias, RMS norm (q, k), then RoPE through shared memory (the
-  // pair of dim d is d +- rope_dim/2, in another lane).
-  const int half = a.rope_dim / 2;
-  for (int row = warp; row < ng + 2; row += kWarps) {
-    const int kind = row < ng ? 0 : row - ng + 1;  // 0 q, 1 k, 2 v
+  if (has_row) {
     const T* src;
-    const void* bias;
-    int64_t bias_off;
     float* dst = kind == 0 ? q_s + row * HD : kv_s + (kind - 1) * HD;
-    if (kind == 0) {
-      const int h = h0 + row;
-      src = q + t * a.q_row + static_cast<int64_t>(h) * a.q_stride;
-      bias = wts.q_bias;
-      bias_off = static_cast<int64_t>(h) * a.q_stride;
-    } else {
+    if (kind == 0)
+      src = q + t * a.q_row + static_cast<int64_t>(h0 + row) * a.q_stride;
+    else
       src = (kind == 1 ? k : v) + (t * nkv + kvh) * HD;
-      bias = kind == 1 ? wts.k_bias : wts.v_bias;
-      bias_off = static_cast<int64_t>(kvh) * HD;
-    }
     float x[D];
     uint32_t raw[D / 2];
     load_words<D>(src + lane * D, raw);
@@ -170,35 +192,30 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < D; ++e) {
-      if (bias) x[e] += load_any(bias, wts.bias_dt, bias_off + lane * D + e);
+      if (bias) x[e] += bv[e];
       ss = fmaf(x[e], x[e], ss);
     }
-    if (kind < 2 && a.qk_norm) {
+    if (norm) {
       const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(HD) + a.eps);
-      const void* nw = kind == 0 ? wts.q_norm : wts.k_norm;
 #pragma unroll
-      for (int e = 0; e < D; ++e) {
-        const float wi = load_any(nw, wts.norm_dt, lane * D + e);
-        x[e] = x[e] * inv * (a.zero_centred ? 1.0f + wi : wi);
-      }
+      for (int e = 0; e < D; ++e) x[e] = x[e] * inv * nw[e];
     }
-    if (kind < 2 && half > 0) {
+    if (rope) {
 #pragma unroll
       for (int e = 0; e < D; ++e) dst[lane * D + e] = x[e];
       __syncwarp();
       float y[D];
 #pragma unroll
       for (int e = 0; e < D; ++e) {
+        // As qk_rope_kv: x cos - pair sin (d < half), x cos + pair sin
+        // (half <= d < 2 half); dims past 2 half keep x.
         const int d = lane * D + e;
-        if (d < half) {
-          const float angle = static_cast<float>(pos) * a.inv_freq[d];
-          y[e] = x[e] * cosf(angle) - dst[d + half] * sinf(angle);
-        } else if (d < 2 * half) {
-          const float angle = static_cast<float>(pos) * a.inv_freq[d - half];
-          y[e] = x[e] * cosf(angle) + dst[d - half] * sinf(angle);
-        } else {
+        if (d < half)
+          y[e] = x[e] * cs[e] - dst[d + half] * sn[e];
+        else if (d < 2 * half)
+          y[e] = x[e] * cs[e] + dst[d - half] * sn[e];
+        else
           y[e] = x[e];
-        }
       }
       __syncwarp();
 #pragma unroll
@@ -329,22 +346,35 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     }
     out[(t * a.num_heads + h) * HD + d] = from_f<T>(val);
   };
-  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
-    const int g = i / HD, d = i % HD;
-    const int h = h0 + g;
+  // Per head (a thread each): the max over the warps, each warp's factor
+  // exp(m_w - max) and the merged sum, once instead of in every thread of
+  // the head's HD outputs.
+  if (threadIdx.x < ng) {
+    const int g = threadIdx.x;
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_w[w * MAXG + g]);
-    float num = 0.0f, den = 0.0f;
-    if (mx != -INFINITY) {
+    float den = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float mw = m_w[w * MAXG + g];
-        if (mw == -INFINITY) continue;
-        const float f = expf(mw - mx);
-        num = fmaf(f, o_w[(w * MAXG + g) * HD + d], num);
-        den = fmaf(f, l_w[w * MAXG + g], den);
-      }
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = m_w[w * MAXG + g];
+      const float f = mw == -INFINITY ? 0.0f : expf(mw - mx);
+      f_w[w * MAXG + g] = f;
+      if (mw != -INFINITY) den = fmaf(f, l_w[w * MAXG + g], den);
+    }
+    mx_s[g] = mx;
+    den_s[g] = den;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    const int h = h0 + g;
+    const float mx = mx_s[g], den = den_s[g];
+    float num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (m_w[w * MAXG + g] == -INFINITY) continue;
+      num = fmaf(f_w[w * MAXG + g], o_w[(w * MAXG + g) * HD + d], num);
     }
     if (splits == 1) {
       finish(h, d, num, den);
@@ -375,11 +405,37 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     const int g = i / HD, d = i % HD;
     const int h = h0 + g;
     const float* base = partials + (t * a.num_heads + h) * splits * (HD + 2);
+    // The first kHeld splits' (max, num, sum) in one round of loads (the
+    // usual split counts), the rest read in two passes; the same sums in
+    // the same order either way.
+    constexpr int kHeld = 8;
+    float hm[kHeld], hn[kHeld], hl[kHeld];
     float mx = -INFINITY;
-    for (int sp = 0; sp < splits; ++sp) mx = fmaxf(mx, __ldcg(base + sp * (HD + 2) + HD));
+#pragma unroll
+    for (int sp = 0; sp < kHeld; ++sp) {
+      hm[sp] = -INFINITY;
+      hn[sp] = hl[sp] = 0.0f;
+      if (sp < splits) {
+        const float* part = base + sp * (HD + 2);
+        hm[sp] = __ldcg(part + HD);
+        hn[sp] = __ldcg(part + d);
+        hl[sp] = __ldcg(part + HD + 1);
+      }
+    }
+#pragma unroll
+    for (int sp = 0; sp < kHeld; ++sp)
+      if (sp < splits) mx = fmaxf(mx, hm[sp]);
+    for (int sp = kHeld; sp < splits; ++sp) mx = fmaxf(mx, __ldcg(base + sp * (HD + 2) + HD));
     float num = 0.0f, den = 0.0f;
     if (mx != -INFINITY) {
-      for (int sp = 0; sp < splits; ++sp) {
+#pragma unroll
+      for (int sp = 0; sp < kHeld; ++sp) {
+        if (sp >= splits || hm[sp] == -INFINITY) continue;
+        const float f = expf(hm[sp] - mx);
+        num += f * hn[sp];
+        den += f * hl[sp];
+      }
+      for (int sp = kHeld; sp < splits; ++sp) {
         const float* part = base + sp * (HD + 2);
         const float m = __ldcg(part + HD);
         if (m == -INFINITY) continue;

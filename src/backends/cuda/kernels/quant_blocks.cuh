@@ -184,6 +184,15 @@ __device__ __forceinline__ int sum4x4(const uint4& x) {  // sum of 16 signed byt
 __device__ __forceinline__ int dot4x4(const uint32_t (&w)[4], const uint4& x) {
   return dp4(w[3], x.w, dp4(w[2], x.z, dp4(w[1], x.y, dp4(w[0], x.x, 0))));
 }
+// Bytewise x - z as signed bytes, for codes x in [0, 127] and offsets z
+// with each x - z in [-128, 127] (q4_0: x - 8, q6_k: x - 32, u4: x - zero
+// point): 128 + x - z per byte neither borrows nor carries, and flipping
+// bit 7 turns it into the two's complement of x - z. Three instructions;
+// __vsubss4 (saturating, never needed here) is emulated in about a dozen on
+// sm_90 and was the largest part of a q6_k lane's decode.
+__device__ __forceinline__ uint32_t sub_codes4(uint32_t x, uint32_t z) {
+  return ((x | 0x80808080u) - z) ^ 0x80808080u;
+}
 __device__ __forceinline__ float half_bits(uint32_t h) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
 }
@@ -314,8 +323,8 @@ struct Q8Dot<kFmtQ4_0> {  // 18 bytes: d, 16 bytes of nibbles (lo: 0..15, hi: 16
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint32_t w = r.word(i);
-      lo[i] = __vsubss4(w & 0x0F0F0F0Fu, 0x08080808u);
-      hi[i] = __vsubss4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+      lo[i] = sub_codes4(w & 0x0F0F0F0Fu, 0x08080808u);
+      hi[i] = sub_codes4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
@@ -437,45 +446,53 @@ template <>
 struct Q8Dot<kFmtQ5_K> : Q8DotK<true> {};
 
 // q6_k (210 bytes: 128 low-nibble bytes, 64 bytes of 2-bit highs, 16 int8
-// scales of 16 values, d). Lane `part` of 8: half = part / 4, l0 = 8 (part
-// % 4): the 8 values at l0.. of each quarter qt of that half (elements
-// 128 half + 32 qt + l0 ..), as signed bytes value - 32.
-template <>
-struct Q8Dot<kFmtQ6_K> {
-  static constexpr int kElems = 256, kBytes = 210, kLanes = 8, kRawRegs = 13;
-  // The lane's three 8-byte spans (low nibbles of quarters 0 / 2 and 1 / 3,
+// scales of 16 values, d). With kL lanes a block (8 or 4), lane `part`:
+// half = part / (kL / 2), l0 = B (part % (kL / 2)) with B = 64 / kL: the B
+// values at l0.. of each quarter qt of that half (elements 128 half + 32 qt
+// + l0 ..), as signed bytes value - 32; each lane-quarter lies in one scale's
+// 16 values. 4 lanes (the fused decode GEMVs) halve the scale decoding and
+// the per-lane float work of 8 (the MoE expert kernels).
+template <int kL = 8>
+struct Q8Dot6K {
+  static_assert(kL == 4 || kL == 8, "4 or 8 lanes a block");
+  static constexpr int kElems = 256, kBytes = 210, kLanes = kL;
+  static constexpr int kB = 64 / kL, kN = kB / 4;  // bytes, words a span
+  static constexpr int kRawRegs = 3 * (kN + 1) + 4;
+  // The lane's three B-byte spans (low nibbles of quarters 0 / 2 and 1 / 3,
   // high bits) share the block's alignment (offsets are multiples of 8):
-  // each is 2 aligned words + 1 when the block is not 4-byte aligned, joined
-  // with shift sh; its 4 scales (bytes at 2 apart) come from 3 aligned words
-  // joined with shift ssh. 13 loads instead of 17 halves and bytes; d and
-  // both shifts share a register (d | sh << 16 | ssh << 24).
+  // each is kN aligned words + 1 when the block is not 4-byte aligned,
+  // joined with shift sh; its 4 scales (bytes at 2 apart) come from 3
+  // aligned words joined with shift ssh. d and both shifts share a
+  // register (d | sh << 16 | ssh << 24).
   struct Raw {
-    uint32_t qa[3], qb[3], qh[3], s[3], dsh;
+    uint32_t qa[kN + 1], qb[kN + 1], qh[kN + 1], s[3], dsh;
   };
-  uint32_t v[4][2];
+  uint32_t v[4][kN];
   float ds[4];
   int part;
+  static __device__ __forceinline__ int half_of(int p) { return p / (kL / 2); }
+  static __device__ __forceinline__ int l0_of(int p) { return kB * (p % (kL / 2)); }
   template <bool S>
-  static __device__ __forceinline__ void span8(const uint32_t* a, bool odd, uint32_t (&w)[3]) {
-    w[0] = ldq<S>(a);
-    w[1] = ldq<S>(a + 1);
-    w[2] = odd ? ldq<S>(a + 2) : 0u;
+  static __device__ __forceinline__ void span(const uint32_t* a, bool odd, uint32_t (&w)[kN + 1]) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) w[i] = ldq<S>(a + i);
+    w[kN] = odd ? ldq<S>(a + kN) : 0u;
   }
   template <bool S = false>
   static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
     Raw r;
-    const int half = p >> 2, l0 = 8 * (p & 3);
+    const int half = half_of(p), l0 = l0_of(p);
     const uintptr_t bb = reinterpret_cast<uintptr_t>(b);
     const bool odd = (bb & 2) != 0;
     const auto* a = reinterpret_cast<const uint32_t*>(bb & ~uintptr_t{3});
     const int base = static_cast<int>(bb & 3);  // 0 or 2
-    span8<S>(a + (base + 64 * half + l0) / 4, odd, r.qa);
-    span8<S>(a + (base + 64 * half + 32 + l0) / 4, odd, r.qb);
-    span8<S>(a + (base + 128 + 32 * half + l0) / 4, odd, r.qh);
+    span<S>(a + (base + 64 * half + l0) / 4, odd, r.qa);
+    span<S>(a + (base + 64 * half + 32 + l0) / 4, odd, r.qb);
+    span<S>(a + (base + 128 + 32 * half + l0) / 4, odd, r.qh);
     // Scales of quarters 0-3: bytes sb, sb + 2, sb + 4, sb + 6 (within 3
     // aligned words from sb's word on; sb's word holds the block's byte 192 +
     // 8 half + j or earlier bytes of the same block).
-    const uintptr_t sb = bb + 192 + 8 * half + ((p & 3) >> 1);
+    const uintptr_t sb = bb + 192 + 8 * half + (l0 >> 4);
     const auto* sa = reinterpret_cast<const uint32_t*>(sb & ~uintptr_t{3});
     r.dsh = ldq<S>(reinterpret_cast<const unsigned short*>(b + 208)) | (odd ? 16u << 16 : 0u) |
             (static_cast<uint32_t>(sb & 3) * 8 << 24);
@@ -495,29 +512,38 @@ struct Q8Dot<kFmtQ6_K> {
     for (int qt = 0; qt < 4; ++qt)
       ds[qt] = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sq[qt])));
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kN; ++i) {
       const uint32_t qa = __funnelshift_r(r.qa[i], r.qa[i + 1], sh);
       const uint32_t qb = __funnelshift_r(r.qb[i], r.qb[i + 1], sh);
       const uint32_t qh = __funnelshift_r(r.qh[i], r.qh[i + 1], sh);
-      v[0][i] = __vsubss4((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4), 0x20202020u);
-      v[1][i] = __vsubss4((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4), 0x20202020u);
-      v[2][i] = __vsubss4(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4), 0x20202020u);
-      v[3][i] = __vsubss4(((qb >> 4) & 0x0F0F0F0Fu) | (((qh >> 6) & 0x03030303u) << 4), 0x20202020u);
+      v[0][i] = sub_codes4((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4), 0x20202020u);
+      v[1][i] = sub_codes4((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4), 0x20202020u);
+      v[2][i] = sub_codes4(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4), 0x20202020u);
+      v[3][i] = sub_codes4(((qb >> 4) & 0x0F0F0F0Fu) | (((qh >> 6) & 0x03030303u) << 4), 0x20202020u);
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
   __device__ float dot(const int8_t* xq, const float* xd) const {
-    const int half = part >> 2, l0 = 8 * (part & 3);
+    const int half = half_of(part), l0 = l0_of(part);
     float acc = 0.0f;
 #pragma unroll
     for (int qt = 0; qt < 4; ++qt) {
-      const uint2 x = *reinterpret_cast<const uint2*>(xq + 128 * half + 32 * qt + l0);
-      const int s = dp4(v[qt][1], x.y, dp4(v[qt][0], x.x, 0));
+      const int8_t* xp = xq + 128 * half + 32 * qt + l0;
+      int s;
+      if constexpr (kN == 2) {
+        const uint2 x = *reinterpret_cast<const uint2*>(xp);
+        s = dp4(v[qt][1], x.y, dp4(v[qt][0], x.x, 0));
+      } else {
+        const uint4 x = *reinterpret_cast<const uint4*>(xp);
+        s = dot4x4(v[qt], x);
+      }
       acc = fmaf(xd[4 * half + qt] * ds[qt], static_cast<float>(s), acc);
     }
     return acc;
   }
 };
+template <>
+struct Q8Dot<kFmtQ6_K> : Q8Dot6K<8> {};
 
 // u4_g128 (72 bytes: f32 d, u8 z, 3 pad, 64 bytes of nibbles; element 2j is
 // the low nibble of byte j). Lane `part` of 4: bytes 16 part .. + 16, i.e.
@@ -545,8 +571,8 @@ struct Q8Dot<kFmtU4G128> {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t lo = r.w[i] & 0x0F0F0F0Fu, hi = (r.w[i] >> 4) & 0x0F0F0F0Fu;
-      v[2 * i] = __vsubss4(__byte_perm(lo, hi, 0x5140), z4);      // elements 8i .. 8i + 3
-      v[2 * i + 1] = __vsubss4(__byte_perm(lo, hi, 0x7362), z4);  // 8i + 4 .. 8i + 7
+      v[2 * i] = sub_codes4(__byte_perm(lo, hi, 0x5140), z4);      // elements 8i .. 8i + 3
+      v[2 * i + 1] = sub_codes4(__byte_perm(lo, hi, 0x7362), z4);  // 8i + 4 .. 8i + 7
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }

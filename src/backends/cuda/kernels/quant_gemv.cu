@@ -28,10 +28,11 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 // With more tokens, the 4-lane K-quants (q4_k / q5_k: 12 / 20 raw and 16
 // decoded registers a lane and row) keep one block in flight: two spilled
 // (ptxas, 128 registers at two blocks an SM; this kernel is their fallback,
-// the bulk-copy one takes them where shared memory allows).
+// the bulk-copy one takes them where shared memory allows); so does q6_k's
+// 4-lane share at one token (19 raw registers a row: two in flight spilled).
 template <typename Fmt, int M>
 constexpr int depth() {
-  if (M > 1 && Fmt::kElems == 256 && Fmt::kLanes == 4) return 1;
+  if (Fmt::kElems == 256 && Fmt::kLanes == 4 && (M > 1 || Fmt::kBytes == 210)) return 1;
   constexpr int d = M > 1 ? 2 : 64 / (kRows * Fmt::kRawRegs);
   return d < 2 ? 2 : d > 4 ? 4 : d;
 }

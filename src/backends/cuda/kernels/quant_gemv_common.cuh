@@ -99,8 +99,9 @@ struct GemvFmt {
   using Dot = Q8Dot<F>;
   static constexpr bool kFloatX = false;
 };
-// K-quants with 4 lanes a block (whole sub-blocks a lane: no duplicated
-// scale decoding; about half the instructions a byte of the 8-lane split).
+// K-quants with 4 lanes a block (q4_k / q5_k: whole sub-blocks a lane, no
+// duplicated scale decoding, about half the instructions a byte of the
+// 8-lane split; q6_k: 64 values a lane, half the scale and float work).
 template <>
 struct GemvFmt<kFmtQ4_K> {
   using Dot = Q8DotK<false, 4>;
@@ -109,6 +110,11 @@ struct GemvFmt<kFmtQ4_K> {
 template <>
 struct GemvFmt<kFmtQ5_K> {
   using Dot = Q8DotK<true, 4>;
+  static constexpr bool kFloatX = false;
+};
+template <>
+struct GemvFmt<kFmtQ6_K> {
+  using Dot = Q8Dot6K<4>;
   static constexpr bool kFloatX = false;
 };
 template <>

@@ -18,8 +18,8 @@
 // Work: one block of W warps per SM (stream_warps); group g (two weight
 // rows, or gate and up of one column) goes to warp (g / grid) % W of block
 // g % grid, so that a small product still spreads over every SM. An item
-// is a run of kItemBlocks blocks of both rows (a multiple of 16 bytes: q6_k
-// takes two warp iterations of 4 blocks). Lanes read their block shares from the
+// is a run of kItemBlocks blocks of both rows (a multiple of 16 bytes: one
+// warp iteration of 32 / kLanes blocks for every format now). Lanes read their block shares from the
 // slot with the register kernel's fetch / decode / dot (quant_blocks.cuh),
 // so both kernels compute the same sums in the same order.
 #include <cuda_bf16.h>
