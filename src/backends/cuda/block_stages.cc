@@ -96,4 +96,26 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
   return Status::ok();
 }
 
+Status projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
+                   std::initializer_list<NormedProjection> projections, DType out_dt,
+                   bool swiglu) {
+  const int count = static_cast<int>(projections.size());
+  if (count < 1 || (swiglu && count != 2))
+    return internal_error("projections: 1..4 projections, or gate and up");
+  const TensorView no_norm{};  // data null: the kernels skip the norm
+  FERRITE_ASSIGN_OR_RETURN(bool block_fused,
+                           fused_block_projections(st, x, act, tokens, k, no_norm, 0.0f, false,
+                                                   projections, out_dt, swiglu));
+  if (block_fused) return Status::ok();
+  for (const NormedProjection& p : projections)
+    FERRITE_RETURN_IF_ERROR(gemm(st, x, act, tokens, k, p.w.data, p.w.dtype, p.rows, p.out, out_dt, false));
+  if (swiglu) {
+    const NormedProjection& g = *projections.begin();
+    const NormedProjection& u = *(projections.begin() + 1);
+    if (out_dt != act) return internal_error("projections: swiglu outputs are of act");
+    FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, g.out, u.out, g.out, act, tokens * g.rows));
+  }
+  return Status::ok();
+}
+
 }  // namespace ferrite::cuda

@@ -34,4 +34,12 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
                           std::initializer_list<NormedProjection> projections, DType out_dt,
                           bool swiglu = false);
 
+// The same for rows x that are already normalised (the MoE shared expert
+// reads the router's normalised rows): decode steps on block weights take
+// the fused launches without a norm (gate and up with `swiglu` in one),
+// everything else gemm() per projection (then silu(gate) * up).
+Status projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
+                   std::initializer_list<NormedProjection> projections, DType out_dt,
+                   bool swiglu = false);
+
 }  // namespace ferrite::cuda

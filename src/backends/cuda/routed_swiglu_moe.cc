@@ -11,6 +11,7 @@
 // first. Never synchronises or allocates: graph-capturable.
 #include <algorithm>
 
+#include "backends/cuda/block_stages.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/elementwise.cuh"
@@ -174,6 +175,21 @@ class RoutedMoe final : public Provider {
     const bool fuse_experts = fuse_router && !tc && st.quant_dot &&
                               quant_moe_decode_supported(b[kGateUp].dtype, b[kDown].dtype, H, I);
 
+    // f32 logits [t, e] of the normalised rows (n32) against weights w [e, H]
+    // of any format: the router's and the shared expert gate's (one output):
+    // blocks on the dequantized rows, never 8-bit activations, so that no
+    // rounding can flip a routing decision (GGUF files keep the router f32;
+    // the conformance suite quantizes it); float weights through the router
+    // GEMV up to kMoeRouterMaxRows rows (the general GEMM's SIMT fallback
+    // took 120 us for the one-output gate at one token), gemm() beyond.
+    auto logits_of = [&](const void* w, DType w_dt, int64_t e, float* out) -> Status {
+      if (dtype_is_quantized(w_dt))
+        return launch_quant_gemm(st.stream, n32, DType::kF32, t, H, w, w_dt, e, out, DType::kF32,
+                                 false, nullptr, DType::kF32);
+      if (t <= kMoeRouterMaxRows) return launch_moe_router(st.stream, n32, t, H, w, w_dt, e, out);
+      return gemm(st, n32, DType::kF32, t, H, w, w_dt, e, out, DType::kF32, false);
+    };
+
     profile_mark(st.stream, "moe.router", st.capturing);
     // The router reads the normalised rows in f32 (as the reference: no
     // rounding that could flip a routing decision); the tensor-core experts
@@ -188,19 +204,7 @@ class RoutedMoe final : public Provider {
       FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32, n_act,
                                               b[kNorm].data, b[kNorm].dtype, t, H,
                                               static_cast<float>(p.eps), p.zero_centred));
-      if (dtype_is_quantized(b[kRouter].dtype))
-        // A router in a block format (GGUF files keep it f32; the conformance
-        // suite quantizes it): f32 rows on the dequantized blocks, never 8-bit
-        // activations, so that no rounding can flip a routing decision.
-        FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,
-                                                  b[kRouter].data, b[kRouter].dtype, E, logits,
-                                                  DType::kF32, false, nullptr, DType::kF32));
-      else if (t <= kMoeRouterMaxRows)
-        FERRITE_RETURN_IF_ERROR(launch_moe_router(st.stream, n32, t, H, b[kRouter].data,
-                                                  b[kRouter].dtype, E, logits));
-      else
-        FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kRouter].data,
-                                     b[kRouter].dtype, E, logits, DType::kF32, false));
+      FERRITE_RETURN_IF_ERROR(logits_of(b[kRouter].data, b[kRouter].dtype, E, logits));
     }
     if (fuse_route) {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
@@ -222,19 +226,12 @@ class RoutedMoe final : public Provider {
       void* sg = sc.sg;
       void* su = sc.su;
       profile_mark(st.stream, "moe.shared", st.capturing);
-      if (dtype_is_quantized(b[kSharedExpertGate].dtype))  // as the router
-        FERRITE_RETURN_IF_ERROR(launch_quant_gemm(st.stream, n32, DType::kF32, t, H,
-                                                  b[kSharedExpertGate].data,
-                                                  b[kSharedExpertGate].dtype, 1, sgate,
-                                                  DType::kF32, false, nullptr, DType::kF32));
-      else
-        FERRITE_RETURN_IF_ERROR(gemm(st, n32, DType::kF32, t, H, b[kSharedExpertGate].data,
-                                     b[kSharedExpertGate].dtype, 1, sgate, DType::kF32, false));
       FERRITE_RETURN_IF_ERROR(
-          gemm(st, n, act, t, H, b[kSharedGate].data, b[kSharedGate].dtype, Is, sg, act, false));
-      FERRITE_RETURN_IF_ERROR(
-          gemm(st, n, act, t, H, b[kSharedUp].data, b[kSharedUp].dtype, Is, su, act, false));
-      FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, sg, su, sg, act, t * Is));
+          logits_of(b[kSharedExpertGate].data, b[kSharedExpertGate].dtype, 1, sgate));
+      // silu(gate) * up into sg (one fused launch at decode on block weights).
+      FERRITE_RETURN_IF_ERROR(projections(st, n, act, t, H,
+                                          {{b[kSharedGate], Is, sg}, {b[kSharedUp], Is, su}},
+                                          act, /*swiglu=*/true));
       return gemm(st, sg, act, t, Is, b[kSharedDown].data, b[kSharedDown].dtype, H, sout,
                   DType::kF32, false);
     };

@@ -105,19 +105,38 @@ __device__ __forceinline__ float* delta_state_ptr(const DeltaArgs& p, const Delt
              ? p.delta_state + (static_cast<int64_t>(b.slot) * p.g.hv + b.h) * p.g.dk * p.g.dv
              : nullptr;
 }
+// kStateBatch elements a thread are loaded before any is stored: a loop of
+// one load and one shared store per element waited on a global round trip
+// each time (32 per thread at dk 128), 24 us of a 35B-A3B decode layer's
+// recurrent step under ncu, for 16 KB.
+constexpr int kStateBatch = 16;
 __device__ void load_state(const DeltaArgs& p, const DeltaBlock& b, float* S) {
   const float* gst = delta_state_ptr(p, b);
-  for (int i = threadIdx.x; i < p.g.dk * kDvSlice; i += blockDim.x) {
-    const int d = i / kDvSlice, c = b.c0 + i % kDvSlice;
-    S[i] = gst && c < p.g.dv ? gst[int64_t(d) * p.g.dv + c] : 0.0f;
+  const int total = p.g.dk * kDvSlice, step = static_cast<int>(blockDim.x);
+  for (int base = threadIdx.x; base < total; base += kStateBatch * step) {
+    float v[kStateBatch];
+#pragma unroll
+    for (int u = 0; u < kStateBatch; ++u) {
+      const int i = base + u * step;
+      const int d = i / kDvSlice, c = b.c0 + i % kDvSlice;
+      v[u] = gst && i < total && c < p.g.dv ? gst[int64_t(d) * p.g.dv + c] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kStateBatch; ++u)
+      if (base + u * step < total) S[base + u * step] = v[u];
   }
 }
 __device__ void store_state(const DeltaArgs& p, const DeltaBlock& b, const float* S) {
   float* gst = delta_state_ptr(p, b);
   if (!gst) return;
-  for (int i = threadIdx.x; i < p.g.dk * kDvSlice; i += blockDim.x) {
-    const int d = i / kDvSlice, c = b.c0 + i % kDvSlice;
-    if (c < p.g.dv) gst[int64_t(d) * p.g.dv + c] = S[i];
+  const int total = p.g.dk * kDvSlice, step = static_cast<int>(blockDim.x);
+  for (int base = threadIdx.x; base < total; base += kStateBatch * step) {
+#pragma unroll
+    for (int u = 0; u < kStateBatch; ++u) {
+      const int i = base + u * step;
+      const int d = i / kDvSlice, c = b.c0 + i % kDvSlice;
+      if (i < total && c < p.g.dv) gst[int64_t(d) * p.g.dv + c] = S[i];
+    }
   }
 }
 
