@@ -57,6 +57,21 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
   return true;
 }
 
+// Every projection of the rows n (already normalised) through gemm(), then
+// with swiglu out_0 = silu(gate) * up: the path of shapes no fused kernel takes.
+Status gemm_projections(BackendState& st, const void* n, DType act, int64_t tokens, int64_t k,
+                        std::initializer_list<NormedProjection> projections, DType out_dt,
+                        bool swiglu) {
+  for (const NormedProjection& p : projections)
+    FERRITE_RETURN_IF_ERROR(
+        gemm(st, n, act, tokens, k, p.w.data, p.w.dtype, p.rows, p.out, out_dt, false));
+  if (!swiglu) return Status::ok();
+  const NormedProjection& g = *projections.begin();
+  const NormedProjection& u = *(projections.begin() + 1);
+  if (out_dt != act) return internal_error("projections: swiglu outputs are of act");
+  return launch_silu_mul(st.stream, g.out, u.out, g.out, act, tokens * g.rows);
+}
+
 }  // namespace
 
 Status normed_projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
@@ -84,16 +99,7 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
   }
   FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, x, n_scratch, act, norm.data, norm.dtype,
                                           tokens, k, eps, zero_centred));
-  for (const NormedProjection& p : projections)
-    FERRITE_RETURN_IF_ERROR(
-        gemm(st, n_scratch, act, tokens, k, p.w.data, p.w.dtype, p.rows, p.out, out_dt, false));
-  if (swiglu) {
-    const NormedProjection& g = *projections.begin();
-    const NormedProjection& u = *(projections.begin() + 1);
-    if (out_dt != act) return internal_error("normed_projections: swiglu outputs are of act");
-    FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, g.out, u.out, g.out, act, tokens * g.rows));
-  }
-  return Status::ok();
+  return gemm_projections(st, n_scratch, act, tokens, k, projections, out_dt, swiglu);
 }
 
 Status projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
@@ -107,15 +113,7 @@ Status projections(BackendState& st, const void* x, DType act, int64_t tokens, i
                            fused_block_projections(st, x, act, tokens, k, no_norm, 0.0f, false,
                                                    projections, out_dt, swiglu));
   if (block_fused) return Status::ok();
-  for (const NormedProjection& p : projections)
-    FERRITE_RETURN_IF_ERROR(gemm(st, x, act, tokens, k, p.w.data, p.w.dtype, p.rows, p.out, out_dt, false));
-  if (swiglu) {
-    const NormedProjection& g = *projections.begin();
-    const NormedProjection& u = *(projections.begin() + 1);
-    if (out_dt != act) return internal_error("projections: swiglu outputs are of act");
-    FERRITE_RETURN_IF_ERROR(launch_silu_mul(st.stream, g.out, u.out, g.out, act, tokens * g.rows));
-  }
-  return Status::ok();
+  return gemm_projections(st, x, act, tokens, k, projections, out_dt, swiglu);
 }
 
 }  // namespace ferrite::cuda
