@@ -9,6 +9,12 @@
 namespace ferrite::cuda {
 namespace {
 
+// Up to 4 of a call's projections (a subset, in call order).
+struct ProjectionSet {
+  const NormedProjection* p[4];
+  int count = 0;
+};
+
 // Decode on block weights (Tuning::cuda_quant_dot and cuda_quant_fused): one
 // fused launch (norm, 8-bit quantization, products) per run of projections
 // of one format, e.g. Q and K in q4_k, V in q6_k: two launches. False
@@ -16,17 +22,16 @@ namespace {
 // one the kernel takes.
 Result<bool> fused_block_projections(BackendState& st, const void* x, DType act, int64_t tokens,
                                      int64_t k, const TensorView& norm, float eps,
-                                     bool zero_centred,
-                                     std::initializer_list<NormedProjection> projections,
-                                     DType out_dt, bool swiglu) {
-  if (projections.size() > 4) return false;
+                                     bool zero_centred, const ProjectionSet& set, DType out_dt,
+                                     bool swiglu) {
   QuantGemvSegment segs[4];
   DType formats[4];
-  int count = 0;
-  for (const NormedProjection& p : projections) {
+  const int count = set.count;
+  for (int i = 0; i < count; ++i) {
+    const NormedProjection& p = *set.p[i];
     if (!quant_fused_enabled(st, p.w.dtype, tokens)) return false;
-    formats[count] = p.w.dtype;
-    segs[count++] = {p.w.data, p.out, p.rows};
+    formats[i] = p.w.dtype;
+    segs[i] = {p.w.data, p.out, p.rows};
   }
   if (swiglu && formats[0] != formats[1]) return false;
   QuantGemvArgs runs[4];
@@ -57,6 +62,33 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
   return true;
 }
 
+// Whether the multi-GEMV of weights of `act` (one launch that normalises x
+// in shared memory and reads every weight once) takes these projections.
+bool float_multi_ok(int64_t tokens, int64_t k, DType act, const TensorView& norm,
+                    const ProjectionSet& set, DType out_dt, bool swiglu) {
+  if (set.count < 1 || !(out_dt == act || (out_dt == DType::kF32 && !swiglu)) ||
+      norm.dtype != act || !gemv_multi_supported(tokens, k, act) ||
+      !gemv_supported(tokens, k, act, set.p[0]->w.dtype, act))
+    return false;
+  for (int i = 0; i < set.count; ++i)
+    if (set.p[i]->w.dtype != act) return false;
+  return true;
+}
+Status launch_float_multi(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
+                          const TensorView& norm, float eps, bool zero_centred,
+                          const ProjectionSet& set, DType out_dt, bool swiglu) {
+  GemvSegment segs[4];
+  for (int i = 0; i < set.count; ++i) segs[i] = {set.p[i]->w.data, set.p[i]->out, set.p[i]->rows};
+  return launch_gemv_multi(st.stream, x, tokens, k, segs, set.count, act, swiglu, norm.data,
+                           norm.dtype, eps, zero_centred, out_dt);
+}
+
+ProjectionSet all_of(std::initializer_list<NormedProjection> projections) {
+  ProjectionSet set;
+  for (const NormedProjection& p : projections) set.p[set.count++] = &p;
+  return set;
+}
+
 // Every projection of the rows n (already normalised) through gemm(), then
 // with swiglu out_0 = silu(gate) * up: the path of shapes no fused kernel takes.
 Status gemm_projections(BackendState& st, const void* n, DType act, int64_t tokens, int64_t k,
@@ -79,23 +111,35 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
                           std::initializer_list<NormedProjection> projections, DType out_dt,
                           bool swiglu) {
   const int count = static_cast<int>(projections.size());
-  if (count < 1 || (swiglu && count != 2))
+  if (count < 1 || count > 4 || (swiglu && count != 2))
     return internal_error("normed_projections: 1..4 projections, or gate and up");
-  FERRITE_ASSIGN_OR_RETURN(bool block_fused,
-                           fused_block_projections(st, x, act, tokens, k, norm, eps, zero_centred,
-                                                   projections, out_dt, swiglu));
+  const ProjectionSet all = all_of(projections);
+  FERRITE_ASSIGN_OR_RETURN(bool block_fused, fused_block_projections(st, x, act, tokens, k, norm,
+                                                                     eps, zero_centred, all,
+                                                                     out_dt, swiglu));
   if (block_fused) return Status::ok();
-  bool fused = count <= 4 && (out_dt == act || (out_dt == DType::kF32 && !swiglu)) &&
-               norm.dtype == act &&
-               gemv_multi_supported(tokens, k, act) &&
-               gemv_supported(tokens, k, act, projections.begin()->w.dtype, act);
-  for (const NormedProjection& p : projections) fused = fused && p.w.dtype == act;
-  if (fused) {
-    GemvSegment segs[4];
-    int i = 0;
-    for (const NormedProjection& p : projections) segs[i++] = {p.w.data, p.out, p.rows};
-    return launch_gemv_multi(st.stream, x, tokens, k, segs, count, act, swiglu, norm.data,
-                             norm.dtype, eps, zero_centred, out_dt);
+  if (float_multi_ok(tokens, k, act, norm, all, out_dt, swiglu))
+    return launch_float_multi(st, x, act, tokens, k, norm, eps, zero_centred, all, out_dt, swiglu);
+  // Block weights beside weights of `act` (GPTQ / AWQ checkpoints keep the
+  // gated delta's b / a projections in bf16 beside its GPTQ qkv / z): the
+  // block ones in their fused launches, the others in the multi-GEMV, each
+  // normalising x itself (rounded to act, as n_scratch would hold it),
+  // instead of a norm launch and a GEMV launch per projection.
+  if (!swiglu) {
+    ProjectionSet blocks, floats;
+    for (int i = 0; i < all.count; ++i) {
+      ProjectionSet& to = dtype_is_quantized(all.p[i]->w.dtype) ? blocks : floats;
+      to.p[to.count++] = all.p[i];
+    }
+    if (blocks.count > 0 && floats.count > 0 &&
+        float_multi_ok(tokens, k, act, norm, floats, out_dt, false)) {
+      FERRITE_ASSIGN_OR_RETURN(bool split_fused,
+                               fused_block_projections(st, x, act, tokens, k, norm, eps,
+                                                       zero_centred, blocks, out_dt, false));
+      if (split_fused)
+        return launch_float_multi(st, x, act, tokens, k, norm, eps, zero_centred, floats, out_dt,
+                                  false);
+    }
   }
   FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, x, n_scratch, act, norm.data, norm.dtype,
                                           tokens, k, eps, zero_centred));
@@ -106,12 +150,12 @@ Status projections(BackendState& st, const void* x, DType act, int64_t tokens, i
                    std::initializer_list<NormedProjection> projections, DType out_dt,
                    bool swiglu) {
   const int count = static_cast<int>(projections.size());
-  if (count < 1 || (swiglu && count != 2))
+  if (count < 1 || count > 4 || (swiglu && count != 2))
     return internal_error("projections: 1..4 projections, or gate and up");
   const TensorView no_norm{};  // data null: the kernels skip the norm
   FERRITE_ASSIGN_OR_RETURN(bool block_fused,
                            fused_block_projections(st, x, act, tokens, k, no_norm, 0.0f, false,
-                                                   projections, out_dt, swiglu));
+                                                   all_of(projections), out_dt, swiglu));
   if (block_fused) return Status::ok();
   return gemm_projections(st, x, act, tokens, k, projections, out_dt, swiglu);
 }

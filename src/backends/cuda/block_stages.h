@@ -26,9 +26,10 @@ struct NormedProjection {
 // `act` or f32 (kernels/gemm.cuh: gemv_multi_supported, gemv_supported; up
 // to 4 projections) take one fused launch that normalises x in shared memory
 // (rounded to `act`, as n_scratch would hold it) and reads every weight
-// once; everything else (block-format weights: their own kernels, prefill)
-// writes n to `n_scratch` ([tokens, k] of act) and runs gemm() per
-// projection.
+// once; block-format weights their fused launches (one per run of a
+// format), and a call of both kinds (no swiglu) one launch of each;
+// everything else (prefill) writes n to `n_scratch` ([tokens, k] of act) and
+// runs gemm() per projection.
 Status normed_projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
                           const TensorView& norm, float eps, bool zero_centred, void* n_scratch,
                           std::initializer_list<NormedProjection> projections, DType out_dt,
