@@ -20,9 +20,9 @@
 // the first round of K/V (positions written by earlier steps, which no
 // kernel of this step touches), the bias and norm weights and RoPE's cos /
 // sin of the position are loaded or computed before pdl_wait(). The warps'
-// (max, sum, acc) are merged in shared memory (each head's factors once); with one split the block
-// writes the output (and the output gate), otherwise the (acc, max, sum)
-// partials. With `counters` the last block of a (token, KV head) to finish
+// (max, sum, acc) are merged in shared memory (each head's factors once);
+// with one split the block writes the output (and the output gate),
+// otherwise the (acc, max, sum) partials. With `counters` the last block of a (token, KV head) to finish
 // merges the splits' partials itself (in split order: deterministic) and
 // resets its counter; without, attention_combine merges them (a launch).
 //
@@ -165,7 +165,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   for (int e = 0; e < D; ++e) {
     const int d = lane * D + e;
     bv[e] = has_row && bias ? load_any(bias, wts.bias_dt, bias_off + d) : 0.0f;
-    const float wi = has_row && norm ? load_any(kind == 0 ? wts.q_norm : wts.k_norm, wts.norm_dt, d) : 0.0f;
+    const void* nwp = kind == 0 ? wts.q_norm : wts.k_norm;
+    const float wi = has_row && norm ? load_any(nwp, wts.norm_dt, d) : 0.0f;
     nw[e] = a.zero_centred ? 1.0f + wi : wi;
     cs[e] = 1.0f;
     sn[e] = 0.0f;

@@ -516,10 +516,11 @@ struct Q8Dot6K {
       const uint32_t qa = __funnelshift_r(r.qa[i], r.qa[i + 1], sh);
       const uint32_t qb = __funnelshift_r(r.qb[i], r.qb[i + 1], sh);
       const uint32_t qh = __funnelshift_r(r.qh[i], r.qh[i + 1], sh);
-      v[0][i] = sub_codes4((qa & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4), 0x20202020u);
-      v[1][i] = sub_codes4((qb & 0x0F0F0F0Fu) | (((qh >> 2) & 0x03030303u) << 4), 0x20202020u);
-      v[2][i] = sub_codes4(((qa >> 4) & 0x0F0F0F0Fu) | (((qh >> 4) & 0x03030303u) << 4), 0x20202020u);
-      v[3][i] = sub_codes4(((qb >> 4) & 0x0F0F0F0Fu) | (((qh >> 6) & 0x03030303u) << 4), 0x20202020u);
+      constexpr uint32_t kLo = 0x0F0F0F0Fu, kHi = 0x03030303u, k32 = 0x20202020u;
+      v[0][i] = sub_codes4((qa & kLo) | ((qh & kHi) << 4), k32);
+      v[1][i] = sub_codes4((qb & kLo) | (((qh >> 2) & kHi) << 4), k32);
+      v[2][i] = sub_codes4(((qa >> 4) & kLo) | (((qh >> 4) & kHi) << 4), k32);
+      v[3][i] = sub_codes4(((qb >> 4) & kLo) | (((qh >> 6) & kHi) << 4), k32);
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
