@@ -1,5 +1,7 @@
 #include "backends/cuda/block_stages.h"
 
+#include <fmt/format.h>
+
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
@@ -83,7 +85,12 @@ Status launch_float_multi(BackendState& st, const void* x, DType act, int64_t to
                            norm.dtype, eps, zero_centred, out_dt);
 }
 
-ProjectionSet all_of(std::initializer_list<NormedProjection> projections) {
+// A call's projections as a set: 1 to 4 of them, exactly gate and up with swiglu.
+Result<ProjectionSet> all_of(std::initializer_list<NormedProjection> projections, bool swiglu,
+                             const char* what) {
+  const size_t count = projections.size();
+  if (count < 1 || count > 4 || (swiglu && count != 2))
+    return internal_error(fmt::format("{}: 1..4 projections, or gate and up", what));
   ProjectionSet set;
   for (const NormedProjection& p : projections) set.p[set.count++] = &p;
   return set;
@@ -110,10 +117,8 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
                           const TensorView& norm, float eps, bool zero_centred, void* n_scratch,
                           std::initializer_list<NormedProjection> projections, DType out_dt,
                           bool swiglu) {
-  const int count = static_cast<int>(projections.size());
-  if (count < 1 || count > 4 || (swiglu && count != 2))
-    return internal_error("normed_projections: 1..4 projections, or gate and up");
-  const ProjectionSet all = all_of(projections);
+  FERRITE_ASSIGN_OR_RETURN(const ProjectionSet all,
+                           all_of(projections, swiglu, "normed_projections"));
   FERRITE_ASSIGN_OR_RETURN(bool block_fused, fused_block_projections(st, x, act, tokens, k, norm,
                                                                      eps, zero_centred, all,
                                                                      out_dt, swiglu));
@@ -149,13 +154,11 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
 Status projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
                    std::initializer_list<NormedProjection> projections, DType out_dt,
                    bool swiglu) {
-  const int count = static_cast<int>(projections.size());
-  if (count < 1 || count > 4 || (swiglu && count != 2))
-    return internal_error("projections: 1..4 projections, or gate and up");
+  FERRITE_ASSIGN_OR_RETURN(const ProjectionSet all, all_of(projections, swiglu, "projections"));
   const TensorView no_norm{};  // data null: the kernels skip the norm
   FERRITE_ASSIGN_OR_RETURN(bool block_fused,
                            fused_block_projections(st, x, act, tokens, k, no_norm, 0.0f, false,
-                                                   all_of(projections), out_dt, swiglu));
+                                                   all, out_dt, swiglu));
   if (block_fused) return Status::ok();
   return gemm_projections(st, x, act, tokens, k, projections, out_dt, swiglu);
 }

@@ -32,7 +32,8 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 // 4-lane share at one token (19 raw registers a row: two in flight spilled).
 template <typename Fmt, int M>
 constexpr int depth() {
-  if (Fmt::kElems == 256 && Fmt::kLanes == 4 && (M > 1 || Fmt::kBytes == 210)) return 1;
+  if (Fmt::kElems == 256 && Fmt::kLanes == 4 && (M > 1 || std::is_same_v<Fmt, Q8Dot6K<4>>))
+    return 1;
   constexpr int d = M > 1 ? 2 : 64 / (kRows * Fmt::kRawRegs);
   return d < 2 ? 2 : d > 4 ? 4 : d;
 }
