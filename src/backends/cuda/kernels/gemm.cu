@@ -1,6 +1,6 @@
-// SIMT tiled GEMM (any mix of f32 / bf16 / f16, f32 accumulation: the f32
-// activation path and fallbacks) and the decode GEMV (m <= 8 rows, 16-byte
-// streaming loads of W, one warp per output column).
+// SIMT tiled GEMM and its small-m GEMV (any mix of f32 / bf16 / f16, f32
+// accumulation: the f32 activation path and fallbacks) and the decode GEMV
+// (m <= 8 rows, 16-byte streaming loads of W, one warp per output column).
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 #include "backends/cuda/kernels/occupancy.cuh"
@@ -83,6 +83,80 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f, __half) {
     float2 p = __half22float2(h[i]);
     f[2 * i] = p.x;
     f[2 * i + 1] = p.y;
+  }
+}
+
+// 16 bytes of W as floats: 8 bf16 / f16 or 4 f32 values.
+__device__ __forceinline__ void unpack16(const uint4& v, float* f, float) {
+  f[0] = __uint_as_float(v.x);
+  f[1] = __uint_as_float(v.y);
+  f[2] = __uint_as_float(v.z);
+  f[3] = __uint_as_float(v.w);
+}
+__device__ __forceinline__ void unpack16(const uint4& v, float* f, __nv_bfloat16 t) {
+  unpack8(v, f, t);
+}
+__device__ __forceinline__ void unpack16(const uint4& v, float* f, __half t) { unpack8(v, f, t); }
+
+// Small-m products outside the same-type GEMV (x and W of different types,
+// a bias, f32 accumulation into a 16-bit output): one warp per output
+// column, any mix of f32 / bf16 / f16, f32 accumulation. The tile kernel
+// above gives such a product one block per 64 columns, so a 1-output
+// product (a shared expert gate) streamed all of W through one block:
+// 120 us for a 4 KB row. W goes in 16-byte loads when every row starts
+// 16-byte aligned (`vec`), else one element per lane per step.
+constexpr int kMixedGemvMaxRows = 8;
+constexpr int kMixedGemvWarps = 8;
+
+template <int MAXM, typename TX, typename TW, typename TO>
+__global__ void __launch_bounds__(kMixedGemvWarps * 32)
+    gemv_mixed_kernel(const TX* __restrict__ x, const TW* __restrict__ w, TO* out,
+                      const TW* __restrict__ bias, int m, int64_t n, int64_t k, bool accumulate,
+                      bool vec) {
+  constexpr int kPer = 16 / sizeof(TW);  // W elements in one 16-byte load
+  const int lane = threadIdx.x % 32;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kMixedGemvWarps + threadIdx.x / 32;
+  if (col >= n) return;
+  const TW* wr = w + col * k;
+  float acc[MAXM];
+#pragma unroll
+  for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
+  int64_t tail = 0;
+  if (vec) {
+    const int64_t kv = k / kPer;
+    const uint4* wv = reinterpret_cast<const uint4*>(wr);
+    for (int64_t i = lane; i < kv; i += 32) {
+      float wf[kPer];
+      unpack16(__ldg(wv + i), wf, TW{});
+#pragma unroll
+      for (int r = 0; r < MAXM; ++r) {
+        if (r < m) {
+          const TX* xr = x + r * k + i * kPer;
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) acc[r] = fmaf(to_f(xr[j]), wf[j], acc[r]);
+        }
+      }
+    }
+    tail = kv * kPer;
+  }
+  for (int64_t i = tail + lane; i < k; i += 32) {
+    const float wf = to_f(wr[i]);
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r)
+      if (r < m) acc[r] = fmaf(to_f(x[r * k + i]), wf, acc[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < MAXM; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane == 0) {
+    const float b = bias ? to_f(bias[col]) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < MAXM; ++r) {
+      if (r < m) {
+        float v = acc[r] + b;
+        if (accumulate) v += to_f(out[r * n + col]);
+        out[r * n + col] = from_f<TO>(v);
+      }
+    }
   }
 }
 
@@ -437,6 +511,33 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
   if (bias && bias_dt != w_dt) return unsupported("gemm: bias dtype must match the weight");
   if (out_dt != DType::kF32 && out_dt != x_dt)
     return unsupported("gemm: output must be f32 or the activation dtype");
+  if (m <= kMixedGemvMaxRows) {
+    const bool vec = k % (16 / dtype_bytes(w_dt, 1)) == 0 &&
+                     reinterpret_cast<uintptr_t>(w) % 16 == 0;
+    const unsigned blocks = static_cast<unsigned>((n + kMixedGemvWarps - 1) / kMixedGemvWarps);
+    const int mi = static_cast<int>(m);
+    bool ok = dispatch_float(x_dt, [&](auto tx) {
+      using TX = decltype(tx);
+      dispatch_float(w_dt, [&](auto tw) {
+        using TW = decltype(tw);
+        auto go = [&](auto maxm) {
+          constexpr int M = decltype(maxm)::value;
+          if (out_dt == DType::kF32)
+            gemv_mixed_kernel<M, TX, TW, float><<<blocks, kMixedGemvWarps * 32, 0, s>>>(
+                static_cast<const TX*>(x), static_cast<const TW*>(w), static_cast<float*>(out),
+                static_cast<const TW*>(bias), mi, n, k, accumulate, vec);
+          else
+            gemv_mixed_kernel<M, TX, TW, TX><<<blocks, kMixedGemvWarps * 32, 0, s>>>(
+                static_cast<const TX*>(x), static_cast<const TW*>(w), static_cast<TX*>(out),
+                static_cast<const TW*>(bias), mi, n, k, accumulate, vec);
+        };
+        if (mi <= 2) go(std::integral_constant<int, 2>{});
+        else go(std::integral_constant<int, kMixedGemvMaxRows>{});
+      });
+    });
+    if (!ok) return bad_dtype("gemm", x_dt);
+    return check_launch("gemv_mixed");
+  }
   dim3 grid(static_cast<unsigned>((n + kTile - 1) / kTile),
             static_cast<unsigned>((m + kTile - 1) / kTile));
   bool ok = dispatch_float(x_dt, [&](auto tx) {

@@ -14,7 +14,8 @@
 namespace ferrite::cuda {
 
 // out[m, n] (= or +=) sum_k x[m, k] w[n, k] (+ bias[n]) with f32 accumulation,
-// any mix of the supported types (SIMT tiles: the f32 path and fallbacks).
+// any mix of the supported types: the f32 path and fallbacks. Up to 8 rows
+// run as a GEMV (one warp per output column), more as SIMT tiles.
 Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, int64_t k,
                         const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt);
