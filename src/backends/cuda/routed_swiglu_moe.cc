@@ -8,7 +8,9 @@
 // fewer launches with the same results: norm + router, routing + sort, and
 // for block-format experts on 8-bit activations gate/up + SiLU + 8-bit h,
 // then down + combine (kernels/quant_moe_decode.cuh), the shared expert
-// first. Never synchronises or allocates: graph-capturable.
+// first; the norm + router launch also computes the shared expert's gate
+// and, in its last block, the routing + sort. Never synchronises or
+// allocates: graph-capturable.
 #include <algorithm>
 
 #include "backends/cuda/block_stages.h"
@@ -168,6 +170,17 @@ class RoutedMoe final : public Provider {
     const bool fuse_router = fuse && !dtype_is_quantized(b[kRouter].dtype) &&
                              moe_norm_router_supported(H, b[kRouter].data, b[kRouter].dtype);
     const bool fuse_route = fuse && tk <= kMoeSortSmallPairs;
+    // ... and routing + sort inside the norm + router launch (its last block),
+    // the shared expert gate as one more router output (a one-output router
+    // of the same weight type).
+    const bool route_in_router = fuse_router && fuse_route && st.moe_ticket &&
+                                 moe_norm_router_route_supported(t, H, E, K);
+    bool gate_in_router = false;
+    if (shared_) {
+      const TensorView& g = b[routed_shared_swiglu_moe::kSharedExpertGate];
+      gate_in_router = fuse_router && g.dtype == b[kRouter].dtype &&
+                       (reinterpret_cast<uintptr_t>(g.data) & 15) == 0;
+    }
     // Block-format experts on 8-bit activations: x quantized by the norm +
     // router launch, h (8-bit) in the expert intermediates' room.
     // (Their own workspace piece, not st.q8_x: the shared expert's products
@@ -195,18 +208,40 @@ class RoutedMoe final : public Provider {
     // rounding that could flip a routing decision); the tensor-core experts
     // and the shared expert read them rounded to the activation type.
     void* n_act = (tc || shared_) ? n : nullptr;
+    // The shared expert's gate logit [t] (f32).
+    float* sgate = shared_ ? sc.sgate : nullptr;
     if (fuse_router) {
+      MoeRouterTail tail;
+      if (gate_in_router) {
+        tail.extra_w = b[routed_shared_swiglu_moe::kSharedExpertGate].data;
+        tail.extra_out = sgate;
+      }
+      if (route_in_router) {
+        tail.ticket = st.moe_ticket;
+        tail.top_k = static_cast<int>(K);
+        tail.normalize = p.normalize_topk;
+        tail.row_tile = row_tile;
+        tail.ids = ids;
+        tail.weights = weights;
+        tail.offsets = offsets;
+        tail.slot_of = slot_of;
+        tail.row_pair = row_pair;
+        tail.tiles = tiles;
+        tail.tile_count = tile_count;
+      }
       FERRITE_RETURN_IF_ERROR(launch_moe_norm_router(
           st.stream, b[kHidden].data, act, n32, n_act, b[kNorm].data, b[kNorm].dtype, t, H,
           static_cast<float>(p.eps), p.zero_centred, fuse_experts ? sc.xq : nullptr,
-          fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits));
+          fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits, tail));
     } else {
       FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32, n_act,
                                               b[kNorm].data, b[kNorm].dtype, t, H,
                                               static_cast<float>(p.eps), p.zero_centred));
       FERRITE_RETURN_IF_ERROR(logits_of(b[kRouter].data, b[kRouter].dtype, E, logits));
     }
-    if (fuse_route) {
+    if (route_in_router) {
+      // done by the norm + router launch
+    } else if (fuse_route) {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
                                                     ids, weights, row_tile, offsets, slot_of,
                                                     row_pair, tiles, tile_count));
@@ -218,7 +253,6 @@ class RoutedMoe final : public Provider {
     }
 
     // The shared expert: its gate logit sgate [t] and output sout [t, H] f32.
-    float* sgate = shared_ ? sc.sgate : nullptr;
     float* sout = shared_ ? sc.sout : nullptr;
     auto shared_expert = [&]() -> Status {
       using namespace routed_shared_swiglu_moe;
@@ -226,8 +260,9 @@ class RoutedMoe final : public Provider {
       void* sg = sc.sg;
       void* su = sc.su;
       profile_mark(st.stream, "moe.shared", st.capturing);
-      FERRITE_RETURN_IF_ERROR(
-          logits_of(b[kSharedExpertGate].data, b[kSharedExpertGate].dtype, 1, sgate));
+      if (!gate_in_router)
+        FERRITE_RETURN_IF_ERROR(
+            logits_of(b[kSharedExpertGate].data, b[kSharedExpertGate].dtype, 1, sgate));
       // silu(gate) * up into sg (one fused launch at decode on block weights).
       FERRITE_RETURN_IF_ERROR(projections(st, n, act, t, H,
                                           {{b[kSharedGate], Is, sg}, {b[kSharedUp], Is, su}},
