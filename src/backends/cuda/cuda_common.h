@@ -32,10 +32,6 @@ struct BackendState {
   // Zeroed arrival counters of the fused decode attention's split merge
   // (kSplitCounters ints; each merging block sets its counter back to 0).
   int32_t* split_counters = nullptr;
-  // One more zeroed counter, just past them: the arrival ticket of the fused
-  // MoE norm + router launch whose last block routes (kernels/moe.cuh,
-  // MoeRouterTail; the launch leaves it zeroed).
-  int32_t* moe_ticket = nullptr;
   // Products on GGUF block weights (gemm.cc, kernels/quant_gemm.cuh).
   // Tuning::cuda_quant_dot: decode GEMVs on 8-bit activation blocks, which
   // live in q8_x (int8, q8_capacity elements) and q8_d (one f32 per 32).

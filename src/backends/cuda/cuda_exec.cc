@@ -67,10 +67,8 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.quant_mmq_tokens = options_.quant_mmq_tokens;
     FERRITE_RETURN_IF_ERROR(gemm_init(st_));
     FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
-    const size_t counters = (kSplitCounters + 1) * sizeof(int32_t);  // + st_.moe_ticket
-    FERRITE_CUDA_RETURN(cudaMalloc(&st_.split_counters, counters));
-    FERRITE_CUDA_RETURN(cudaMemset(st_.split_counters, 0, counters));
-    st_.moe_ticket = st_.split_counters + kSplitCounters;
+    FERRITE_CUDA_RETURN(cudaMalloc(&st_.split_counters, kSplitCounters * sizeof(int32_t)));
+    FERRITE_CUDA_RETURN(cudaMemset(st_.split_counters, 0, kSplitCounters * sizeof(int32_t)));
     const int64_t blocks = (options_.max_context + options_.page_size - 1) / options_.page_size + 1;
     return reserve(options_.max_tokens, options_.max_sequences,
                    options_.max_sequences * blocks);

@@ -8,9 +8,8 @@
 // fewer launches with the same results: norm + router, routing + sort, and
 // for block-format experts on 8-bit activations gate/up + SiLU + 8-bit h,
 // then down + combine (kernels/quant_moe_decode.cuh), the shared expert
-// first; the norm + router launch also computes the shared expert's gate
-// and, in its last block, the routing + sort. Never synchronises or
-// allocates: graph-capturable.
+// first; the norm + router launch also computes the shared expert's gate.
+// Never synchronises or allocates: graph-capturable.
 #include <algorithm>
 
 #include "backends/cuda/block_stages.h"
@@ -170,11 +169,8 @@ class RoutedMoe final : public Provider {
     const bool fuse_router = fuse && !dtype_is_quantized(b[kRouter].dtype) &&
                              moe_norm_router_supported(H, b[kRouter].data, b[kRouter].dtype);
     const bool fuse_route = fuse && tk <= kMoeSortSmallPairs;
-    // ... and routing + sort inside the norm + router launch (its last block),
-    // the shared expert gate as one more router output (a one-output router
-    // of the same weight type).
-    const bool route_in_router = fuse_router && fuse_route && st.moe_ticket &&
-                                 moe_norm_router_route_supported(t, H, E, K);
+    // ... and the shared expert gate as one more output of the norm + router
+    // launch (a one-output router of the same weight type).
     bool gate_in_router = false;
     if (shared_) {
       const TensorView& g = b[routed_shared_swiglu_moe::kSharedExpertGate];
@@ -211,37 +207,19 @@ class RoutedMoe final : public Provider {
     // The shared expert's gate logit [t] (f32).
     float* sgate = shared_ ? sc.sgate : nullptr;
     if (fuse_router) {
-      MoeRouterTail tail;
-      if (gate_in_router) {
-        tail.extra_w = b[routed_shared_swiglu_moe::kSharedExpertGate].data;
-        tail.extra_out = sgate;
-      }
-      if (route_in_router) {
-        tail.ticket = st.moe_ticket;
-        tail.top_k = static_cast<int>(K);
-        tail.normalize = p.normalize_topk;
-        tail.row_tile = row_tile;
-        tail.ids = ids;
-        tail.weights = weights;
-        tail.offsets = offsets;
-        tail.slot_of = slot_of;
-        tail.row_pair = row_pair;
-        tail.tiles = tiles;
-        tail.tile_count = tile_count;
-      }
       FERRITE_RETURN_IF_ERROR(launch_moe_norm_router(
           st.stream, b[kHidden].data, act, n32, n_act, b[kNorm].data, b[kNorm].dtype, t, H,
           static_cast<float>(p.eps), p.zero_centred, fuse_experts ? sc.xq : nullptr,
-          fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits, tail));
+          fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits,
+          gate_in_router ? b[routed_shared_swiglu_moe::kSharedExpertGate].data : nullptr,
+          gate_in_router ? sgate : nullptr));
     } else {
       FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32, n_act,
                                               b[kNorm].data, b[kNorm].dtype, t, H,
                                               static_cast<float>(p.eps), p.zero_centred));
       FERRITE_RETURN_IF_ERROR(logits_of(b[kRouter].data, b[kRouter].dtype, E, logits));
     }
-    if (route_in_router) {
-      // done by the norm + router launch
-    } else if (fuse_route) {
+    if (fuse_route) {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
                                                     ids, weights, row_tile, offsets, slot_of,
                                                     row_pair, tiles, tile_count));

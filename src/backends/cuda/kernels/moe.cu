@@ -142,24 +142,16 @@ __device__ __forceinline__ void load_w8(const TW* p, float (&f)[8]) {
   }
 }
 
-__device__ void route_sort_block(const float* logits, int tokens, int E, int K, bool normalize,
-                                 int32_t* ids, float* weights, int bm, int32_t* offsets,
-                                 int32_t* slot_of, int32_t* row_pair, int4* tiles,
-                                 int32_t* tile_count, float (*sorted_p)[32], int32_t* sm);
-__device__ void route_sort_warp(const float* logits, int tokens, int E, int K, bool normalize,
-                                int32_t* ids, float* weights, int bm, int32_t* offsets,
-                                int32_t* slot_of, int32_t* row_pair, int4* tiles,
-                                int32_t* tile_count, float* sorted_p, int32_t* sid);
-
-// tail (MoeRouterTail): an extra output row (expert index E of this kernel,
-// written to extra_out) and the routing + sort by the last block to finish.
+// extra_w / extra_out: one more output row (expert index E of this kernel,
+// written to extra_out[row]; launch_moe_norm_router).
 template <typename T, typename TW, bool kNorm>
 __global__ void __launch_bounds__(256)
     moe_router_kernel(const T* __restrict__ x, int rows_total, int64_t H, int chunk_rows,
                       const void* nw, int nwdt, float eps, bool zc, float* y32, T* y,
                       int8_t* xq, float* xd, const TW* __restrict__ w, int64_t E,
-                      float* __restrict__ logits, MoeRouterTail tail) {
-  extern __shared__ float xs[];  // [chunk_rows, H]; the last block's logits (tail.ticket)
+                      float* __restrict__ logits, const TW* __restrict__ extra_w,
+                      float* __restrict__ extra_out) {
+  extern __shared__ float xs[];  // [chunk_rows, H]
   __shared__ float red[32];
   __shared__ float part[8][kRouterChunkRows];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -201,12 +193,12 @@ __global__ void __launch_bounds__(256)
   }
   const int el = warp / kRouterWarpsPerExpert, q = warp % kRouterWarpsPerExpert;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * kRouterExperts + el;
-  const int64_t outs = E + (tail.extra_w ? 1 : 0);
+  const int64_t outs = E + (extra_w ? 1 : 0);
   float acc[kRouterChunkRows];
 #pragma unroll
   for (int r = 0; r < kRouterChunkRows; ++r) acc[r] = 0.0f;
   if (e < outs) {
-    const TW* we = e < E ? w + e * H : static_cast<const TW*>(tail.extra_w);
+    const TW* we = e < E ? w + e * H : extra_w;
     const int64_t groups = H / 8;
 #pragma unroll 2
     for (int64_t g = q * 32 + lane; g < groups; g += 32 * kRouterWarpsPerExpert) {
@@ -240,40 +232,8 @@ __global__ void __launch_bounds__(256)
       if (ee < E)
         logits[static_cast<int64_t>(row0 + r) * E + ee] = tot;
       else
-        tail.extra_out[row0 + r] = tot;
+        extra_out[row0 + r] = tot;
     }
-  }
-  if (!tail.ticket) return;
-  // Routing + sort by the last block to finish: each block makes its logits
-  // visible device-wide before taking its ticket; the one that takes the
-  // last reads them all (through L2, into its shared memory: its staged
-  // rows are done with) and sets the ticket back to 0.
-  __shared__ int last;
-  __shared__ float sorted_p[8][32];
-  __shared__ int32_t sid[32];
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    const int blocks = static_cast<int>(gridDim.x * gridDim.y);
-    last = atomicAdd(tail.ticket, 1) == blocks - 1;
-    if (last) atomicExch(tail.ticket, 0);
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int n = rows_total * static_cast<int>(E);
-  for (int i = tid; i < n; i += blockDim.x) xs[i] = __ldcg(logits + i);
-  __syncthreads();
-  auto* tiles = reinterpret_cast<int4*>(tail.tiles);
-  if (rows_total * tail.top_k <= 32) {
-    if (warp == 0)
-      route_sort_warp(xs, rows_total, static_cast<int>(E), tail.top_k, tail.normalize, tail.ids,
-                      tail.weights, tail.row_tile, tail.offsets, tail.slot_of, tail.row_pair,
-                      tiles, tail.tile_count, sorted_p[0], sid);
-  } else {
-    route_sort_block(xs, rows_total, static_cast<int>(E), tail.top_k, tail.normalize, tail.ids,
-                     tail.weights, tail.row_tile, tail.offsets, tail.slot_of, tail.row_pair,
-                     tiles, tail.tile_count, sorted_p, reinterpret_cast<int32_t*>(xs + n));
   }
 }
 
@@ -464,17 +424,21 @@ __global__ void __launch_bounds__(1024) moe_sort_small_kernel(const int32_t* ids
   sort_small_block(ids, pairs, E, bm, offsets, slot_of, row_pair, tiles, tile_count, sm);
 }
 
-// Routing and the one-block sort (tokens <= 32, pairs <= kMoeSortSmallPairs)
-// by the calling block: its warps route the tokens (warp w tokens w, w +
-// warps, ...), then the block sorts. The same results as route_kernel +
-// moe_sort_small_kernel. sorted_p: 32 floats a warp; sm: sort_small_block's
-// ints.
-__device__ void route_sort_block(const float* logits, int tokens, int E, int K, bool normalize,
-                                 int32_t* ids, float* weights, int bm, int32_t* offsets,
-                                 int32_t* slot_of, int32_t* row_pair, int4* tiles,
-                                 int32_t* tile_count, float (*sorted_p)[32], int32_t* sm) {
-  const int wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  for (int t = wid; t < tokens; t += nw) {
+// Routing and the one-block sort in one launch (tokens <= 32, pairs <=
+// kMoeSortSmallPairs): the block's warps route the tokens (warp w tokens w,
+// w + 16), then the block sorts. The same results as route_kernel +
+// moe_sort_small_kernel, one launch fewer. 512 threads: at 1,024 the 64
+// registers a thread left routing's cached probabilities spilling.
+constexpr int kRouteSortThreads = 512;
+__global__ void __launch_bounds__(kRouteSortThreads)
+    moe_route_sort_kernel(const float* logits, int tokens, int E, int K, bool normalize,
+                          int32_t* ids, float* weights, int bm, int32_t* offsets,
+                          int32_t* slot_of, int32_t* row_pair, int4* tiles,
+                          int32_t* tile_count) {
+  extern __shared__ int32_t sm[];
+  __shared__ float sorted_p[kRouteSortThreads / 32][32];
+  const int wid = threadIdx.x >> 5;
+  for (int t = wid; t < tokens; t += kRouteSortThreads / 32) {
     route_token(logits + static_cast<int64_t>(t) * E, E, K, normalize, ids + t * K,
                 weights + t * K, sorted_p[wid]);
     __syncwarp();  // sorted_p is read before the warp's next token writes it
@@ -483,17 +447,19 @@ __device__ void route_sort_block(const float* logits, int tokens, int E, int K, 
   sort_small_block(ids, tokens * K, E, bm, offsets, slot_of, row_pair, tiles, tile_count, sm);
 }
 
-// Routing and the sort by one warp (the calling one) for at most 32 pairs
-// (decode): the tokens routed in turn, then lane p holds pair p's expert and
-// its place (experts ascending, pairs of an expert in order) comes from
-// comparisons over the warp; offsets, pair <-> row and the tile table as
+// Routing and the sort by one warp for at most 32 pairs (decode): the
+// tokens routed in turn, then lane p holds pair p's expert and its place
+// (experts ascending, pairs of an expert in order) comes from comparisons
+// over the warp; offsets, pair <-> row and the tile table as
 // sort_small_block makes them, without its block-wide scans and barriers.
-// sorted_p, sid: 32 of the warp's own.
-__device__ void route_sort_warp(const float* logits, int tokens, int E, int K, bool normalize,
-                                int32_t* ids, float* weights, int bm, int32_t* offsets,
-                                int32_t* slot_of, int32_t* row_pair, int4* tiles,
-                                int32_t* tile_count, float* sorted_p, int32_t* sid) {
-  const int lane = threadIdx.x & 31;
+__global__ void __launch_bounds__(32)
+    moe_route_sort_warp_kernel(const float* logits, int tokens, int E, int K, bool normalize,
+                               int32_t* ids, float* weights, int bm, int32_t* offsets,
+                               int32_t* slot_of, int32_t* row_pair, int4* tiles,
+                               int32_t* tile_count) {
+  __shared__ float sorted_p[32];
+  __shared__ int32_t sid[32];
+  const int lane = threadIdx.x;
   for (int t = 0; t < tokens; ++t) {
     route_token(logits + static_cast<int64_t>(t) * E, E, K, normalize, ids + t * K,
                 weights + t * K, sorted_p);
@@ -536,32 +502,6 @@ __device__ void route_sort_warp(const float* logits, int tokens, int E, int K, b
     for (int j = 0; j < my_tiles; ++j)
       tiles[base + j] = make_int4(my, before + j * bm, min(bm, cnt - j * bm), 0);
   if (lane == 0) *tile_count = total;
-}
-
-// The two as their own launches (launch_moe_route_sort). 512 threads: at
-// 1,024 the 64 registers a thread left routing's cached probabilities
-// spilling.
-constexpr int kRouteSortThreads = 512;
-__global__ void __launch_bounds__(kRouteSortThreads)
-    moe_route_sort_kernel(const float* logits, int tokens, int E, int K, bool normalize,
-                          int32_t* ids, float* weights, int bm, int32_t* offsets,
-                          int32_t* slot_of, int32_t* row_pair, int4* tiles,
-                          int32_t* tile_count) {
-  extern __shared__ int32_t sm[];
-  __shared__ float sorted_p[kRouteSortThreads / 32][32];
-  route_sort_block(logits, tokens, E, K, normalize, ids, weights, bm, offsets, slot_of, row_pair,
-                   tiles, tile_count, sorted_p, sm);
-}
-
-__global__ void __launch_bounds__(32)
-    moe_route_sort_warp_kernel(const float* logits, int tokens, int E, int K, bool normalize,
-                               int32_t* ids, float* weights, int bm, int32_t* offsets,
-                               int32_t* slot_of, int32_t* row_pair, int4* tiles,
-                               int32_t* tile_count) {
-  __shared__ float sorted_p[32];
-  __shared__ int32_t sid[32];
-  route_sort_warp(logits, tokens, E, K, normalize, ids, weights, bm, offsets, slot_of, row_pair,
-                  tiles, tile_count, sorted_p, sid);
 }
 
 // Many pairs: per-chunk counts, one planning block, then a warp per
@@ -959,7 +899,7 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
       using TW = decltype(tag);
       moe_router_kernel<float, TW, false><<<grid, 256, smem, s>>>(
           x, static_cast<int>(rows), hidden, rc, nullptr, 0, 0.0f, false, nullptr, nullptr,
-          nullptr, nullptr, static_cast<const TW*>(w), experts, logits, MoeRouterTail{});
+          nullptr, nullptr, static_cast<const TW*>(w), experts, logits, nullptr, nullptr);
     });
     if (!ok) return bad_dtype("moe router weight", w_dt);
     return check_launch("moe_router_kernel");
@@ -980,46 +920,25 @@ bool moe_norm_router_supported(int64_t hidden, const void* router_w, DType route
   return router_aligned(router_w, router_dt, hidden);
 }
 
-namespace {
-// Dynamic shared memory of the fused norm + router: the staged rows, or
-// with the routing tail the last block's logits and sort ints if larger.
-size_t norm_router_smem(int64_t rows, int64_t hidden, int64_t experts, bool route) {
-  const int64_t staged = static_cast<int64_t>(router_chunk_rows(hidden)) * hidden;
-  const int64_t routed = route ? rows * experts + 2 * experts + 1 + 64 : 0;
-  return static_cast<size_t>(std::max(staged, routed)) * 4;
-}
-constexpr size_t kNormRouterMaxSmem = 48 * 1024;  // no opt-in
-}  // namespace
-
-bool moe_norm_router_route_supported(int64_t rows, int64_t hidden, int64_t experts,
-                                     int64_t top_k) {
-  return router_chunk_rows(hidden) > 0 && rows >= 1 && rows <= kMoeFusedMaxRows &&
-         top_k >= 1 && top_k <= kMaxTopK && top_k <= experts && experts <= kMoeMaxExperts &&
-         rows * top_k <= kMoeSortSmallPairs &&
-         norm_router_smem(rows, hidden, experts, true) <= kNormRouterMaxSmem;
-}
-
 Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y32, void* y,
                               const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
                               float eps, bool zero_centred, int8_t* xq, float* xd,
                               const void* router_w, DType router_dt, int64_t experts,
-                              float* logits, const MoeRouterTail& tail) {
+                              float* logits, const void* extra_w, float* extra_out) {
   if (!small_ok(norm_dt)) return bad_dtype("moe norm weight", norm_dt);
   if (rows < 1 || rows > kMoeFusedMaxRows) return unsupported("moe norm + router: 1..32 rows");
   if (xq && hidden % 32 != 0) return unsupported("moe norm + router: 8-bit rows need hidden % 32");
   if (!router_aligned(router_w, router_dt, hidden))
     return unsupported("moe norm + router: hidden a multiple of 8 up to 8192, aligned rows");
   if (experts == 0) return Status::ok();
-  if ((tail.extra_w == nullptr) != (tail.extra_out == nullptr) ||
-      (tail.extra_w && (reinterpret_cast<uintptr_t>(tail.extra_w) & 15)))
+  if ((extra_w == nullptr) != (extra_out == nullptr) ||
+      (extra_w && (reinterpret_cast<uintptr_t>(extra_w) & 15)))
     return unsupported("moe norm + router: the extra row needs its output and 16-byte alignment");
-  if (tail.ticket && !moe_norm_router_route_supported(rows, hidden, experts, tail.top_k))
-    return unsupported("moe norm + router: routing does not fit the fused launch");
   const int rc = router_chunk_rows(hidden);
-  const int64_t outs = experts + (tail.extra_w ? 1 : 0);
+  const int64_t outs = experts + (extra_w ? 1 : 0);
   const dim3 grid(static_cast<unsigned>((outs + kRouterExperts - 1) / kRouterExperts),
                   static_cast<unsigned>((rows + rc - 1) / rc));
-  const size_t smem = norm_router_smem(rows, hidden, experts, tail.ticket != nullptr);
+  const size_t smem = static_cast<size_t>(rc) * hidden * 4;
   bool inner = true;
   const bool ok = dispatch_float(act, [&](auto at) {
     using T = decltype(at);
@@ -1028,7 +947,8 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
       moe_router_kernel<T, TW, true><<<grid, 256, smem, s>>>(
           static_cast<const T*>(x), static_cast<int>(rows), hidden, rc, norm_w,
           dt_code(norm_dt), eps, zero_centred, y32, static_cast<T*>(y), xq, xd,
-          static_cast<const TW*>(router_w), experts, logits, tail);
+          static_cast<const TW*>(router_w), experts, logits, static_cast<const TW*>(extra_w),
+          extra_out);
     });
   });
   if (!ok) return bad_dtype("moe norm input", act);

@@ -44,35 +44,16 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
 // Whether launch_moe_norm_router takes this router (f32 / bf16 / f16, 16-byte
 // aligned, hidden a multiple of 8 up to 8192).
 bool moe_norm_router_supported(int64_t hidden, const void* router_w, DType router_dt);
-// Work launch_moe_norm_router can take on besides the logits, each part
-// optional (null pointers: not taken), each bitwise what its own launch
-// gives:
-//  - one more product of the normalised rows with extra_w [hidden] of the
-//    router's type into extra_out [rows] (the shared expert gate, a
-//    one-output router: launch_moe_router's value);
-//  - routing and the sort (launch_moe_route_sort's outputs) by the block
-//    that finishes last, found through `ticket`: a zeroed device int that
-//    the launch leaves zeroed (one launch less a layer at decode).
-struct MoeRouterTail {
-  const void* extra_w = nullptr;
-  float* extra_out = nullptr;
-  int32_t* ticket = nullptr;
-  int top_k = 0;
-  bool normalize = false;
-  int row_tile = 16;
-  int32_t *ids = nullptr, *offsets = nullptr, *slot_of = nullptr, *row_pair = nullptr,
-          *tiles = nullptr, *tile_count = nullptr;
-  float* weights = nullptr;
-};
-// Whether the routing + sort of `rows` tokens fits the fused launch's
-// shared memory (and launch_moe_route_sort's limits).
-bool moe_norm_router_route_supported(int64_t rows, int64_t hidden, int64_t experts,
-                                     int64_t top_k);
+// extra_w / extra_out (both or neither): one more product of the
+// normalised rows, with extra_w [hidden] of the router's type, into
+// extra_out [rows]: the shared expert gate (a one-output router), bitwise
+// launch_moe_router's value on y32, in the same launch.
 Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y32, void* y,
                               const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
                               float eps, bool zero_centred, int8_t* xq, float* xd,
                               const void* router_w, DType router_dt, int64_t experts,
-                              float* logits, const MoeRouterTail& tail = {});
+                              float* logits, const void* extra_w = nullptr,
+                              float* extra_out = nullptr);
 // Per token (a warp each): softmax of logits [tokens, experts] (f32), top-k
 // (ties to the lower id), ids in increasing order, weights optionally
 // renormalised.
