@@ -27,10 +27,13 @@ constexpr int kRows = 2;
 // with the code sums of q4_k / q5_k: 143 KiB).
 constexpr size_t kMaxSmem = 160u << 10;
 
-// Formats whose blocks subtract a min per sub-block (q4_k, q5_k): their
-// activations are staged with each 32-block's scale x code sum beside its
-// scale (Q8DotK::dot_sums), so the min term costs one product per sub-block.
-constexpr bool staged_sums(int f) { return f == kFmtQ4_K || f == kFmtQ5_K; }
+// Formats whose blocks subtract a min per sub-block (q4_k, q5_k) or a zero
+// point (u4_g128): their activations are staged with each 32-block's scale
+// x code sum beside its scale (Q8DotK::dot_sums, U4DotSums::dot_sums), so
+// the min term costs one product per sub-block.
+constexpr bool staged_sums(int f) {
+  return f == kFmtQ4_K || f == kFmtQ5_K || f == kFmtU4G128;
+}
 
 // The staged rows: 8-bit blocks (m * k bytes + a scale per 32, + its code
 // sum with staged_sums), or for e4m3 weights the normalised rows themselves
@@ -115,6 +118,11 @@ struct GemvFmt<kFmtQ5_K> {
 template <>
 struct GemvFmt<kFmtQ6_K> {
   using Dot = Q8Dot6K<4>;
+  static constexpr bool kFloatX = false;
+};
+template <>
+struct GemvFmt<kFmtU4G128> {
+  using Dot = U4DotSums;
   static constexpr bool kFloatX = false;
 };
 template <>
