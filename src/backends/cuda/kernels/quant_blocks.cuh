@@ -586,19 +586,24 @@ struct Q8Dot<kFmtU4G128> {
   }
 };
 
-// The fused decode GEMVs' u4_g128 reader (GemvFmt): Q8Dot<kFmtU4G128>'s
-// lanes and loads, but the codes stay unsigned (0..15: dp4a reads them as
-// the positive signed bytes they are) and the zero point comes off once per
-// lane against the staged code sums: sum (q - z) x = sum q x - z sum x.
-// sub_codes4 on the lane's 8 words was 24 of its ~60 instructions a block
-// (ncu: the GPTQ GEMVs at 0.43 warp instructions a byte, q4_k at 0.18).
-struct U4DotSums {
+// u4_g128 with its codes left unsigned (0..15: dp4a reads them as the
+// positive signed bytes they are) and the zero point taken off once a lane,
+// sum (q - z) x = sum q x - z sum x, instead of sub_codes4 on every word
+// (24 of a lane's ~60 instructions a block; ncu: the GPTQ GEMVs at 0.43 warp
+// instructions a byte, q4_k at 0.18). Q8Dot<kFmtU4G128>'s lanes and loads.
+// Two readers: U4DotSums (the fused decode GEMVs, GemvFmt: against the
+// staged code sums, one product a lane) and U4DotExact (the MoE decode
+// kernels, one token a decoded row: sum x by dp4a, bitwise
+// Q8Dot<kFmtU4G128>::dot). Paths that meet a decoded row with many tokens
+// keep Q8Dot's subtracted codes.
+struct U4DotRaw {
   using Base = Q8Dot<kFmtU4G128>;
   static constexpr int kElems = Base::kElems, kBytes = Base::kBytes, kLanes = Base::kLanes,
                        kRawRegs = Base::kRawRegs;
   using Raw = Base::Raw;
   uint32_t v[8];
-  float d, z;
+  float d;
+  int z;
   int part;
   template <bool S = false>
   static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
@@ -607,7 +612,7 @@ struct U4DotSums {
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
     d = __uint_as_float(r.d);
-    z = static_cast<float>(r.z & 0xFFu);
+    z = static_cast<int>(r.z & 0xFFu);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t lo = r.w[i] & 0x0F0F0F0Fu, hi = (r.w[i] >> 4) & 0x0F0F0F0Fu;
@@ -616,16 +621,31 @@ struct U4DotSums {
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  // sum q x over the lane's 32 values (a, c: its 32 activations).
+  __device__ __forceinline__ int dot_codes(const uint4& a, const uint4& c) const {
+    const int s = dp4(v[0], a.x, dp4(v[1], a.y, dp4(v[2], a.z, dp4(v[3], a.w, 0))));
+    return dp4(v[4], c.x, dp4(v[5], c.y, dp4(v[6], c.z, dp4(v[7], c.w, s))));
+  }
+};
+
+struct U4DotSums : U4DotRaw {
   // xds: per 32-block of the activations its scale and scale x code sum;
   // the lane's 32-block is `part` of the block's four.
   static constexpr bool kStagedSums = true;
   __device__ float dot_sums(const int8_t* xq, const float* xds) const {
     const uint4 a = *reinterpret_cast<const uint4*>(xq + 32 * part);
     const uint4 c = *reinterpret_cast<const uint4*>(xq + 32 * part + 16);
-    int s = dp4(v[0], a.x, dp4(v[1], a.y, dp4(v[2], a.z, dp4(v[3], a.w, 0))));
-    s = dp4(v[4], c.x, dp4(v[5], c.y, dp4(v[6], c.z, dp4(v[7], c.w, s))));
     const float2 ds = *reinterpret_cast<const float2*>(xds + 2 * part);
-    return d * fmaf(ds.x, static_cast<float>(s), -z * ds.y);
+    return d * fmaf(ds.x, static_cast<float>(dot_codes(a, c)), -static_cast<float>(z) * ds.y);
+  }
+};
+
+struct U4DotExact : U4DotRaw {
+  __device__ float dot(const int8_t* xq, const float* xd) const {
+    const uint4 a = *reinterpret_cast<const uint4*>(xq + 32 * part);
+    const uint4 c = *reinterpret_cast<const uint4*>(xq + 32 * part + 16);
+    const int s = dot_codes(a, c) - z * (sum4x4(a) + sum4x4(c));  // exact: |s| < 2^16
+    return d * xd[part] * static_cast<float>(s);
   }
 };
 
