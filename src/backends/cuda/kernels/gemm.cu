@@ -508,6 +508,8 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
                         const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt) {
   if (m == 0 || n == 0) return Status::ok();
+  if (w_dt != DType::kF32 && w_dt != DType::kBF16 && w_dt != DType::kF16)
+    return bad_dtype("gemm weight", w_dt);
   if (bias && bias_dt != w_dt) return unsupported("gemm: bias dtype must match the weight");
   if (out_dt != DType::kF32 && out_dt != x_dt)
     return unsupported("gemm: output must be f32 or the activation dtype");
@@ -516,7 +518,7 @@ Status launch_gemm_simt(cudaStream_t s, const void* x, DType x_dt, int64_t m, in
                      reinterpret_cast<uintptr_t>(w) % 16 == 0;
     const unsigned blocks = static_cast<unsigned>((n + kMixedGemvWarps - 1) / kMixedGemvWarps);
     const int mi = static_cast<int>(m);
-    bool ok = dispatch_float(x_dt, [&](auto tx) {
+    const bool ok = dispatch_float(x_dt, [&](auto tx) {
       using TX = decltype(tx);
       dispatch_float(w_dt, [&](auto tw) {
         using TW = decltype(tw);
