@@ -565,24 +565,33 @@ struct Q8Dot<kFmtU4G128> {
     r.z = ldq<S>(b + 4);
     return r;
   }
+  // The lane's 32 codes as unsigned bytes in element order.
+  static __device__ __forceinline__ void unpack(const Raw& r, uint32_t (&v)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = r.w[i] & 0x0F0F0F0Fu, hi = (r.w[i] >> 4) & 0x0F0F0F0Fu;
+      v[2 * i] = __byte_perm(lo, hi, 0x5140);      // elements 8i .. 8i + 3
+      v[2 * i + 1] = __byte_perm(lo, hi, 0x7362);  // 8i + 4 .. 8i + 7
+    }
+  }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
     d = __uint_as_float(r.d);
     const uint32_t z4 = 0x01010101u * r.z;
+    unpack(r, v);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = r.w[i] & 0x0F0F0F0Fu, hi = (r.w[i] >> 4) & 0x0F0F0F0Fu;
-      v[2 * i] = sub_codes4(__byte_perm(lo, hi, 0x5140), z4);      // elements 8i .. 8i + 3
-      v[2 * i + 1] = sub_codes4(__byte_perm(lo, hi, 0x7362), z4);  // 8i + 4 .. 8i + 7
-    }
+    for (int i = 0; i < 8; ++i) v[i] = sub_codes4(v[i], z4);
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  // sum v x over the lane's 32 values (a, c: its 32 activations).
+  __device__ __forceinline__ int dot_codes(const uint4& a, const uint4& c) const {
+    const int s = dp4(v[0], a.x, dp4(v[1], a.y, dp4(v[2], a.z, dp4(v[3], a.w, 0))));
+    return dp4(v[4], c.x, dp4(v[5], c.y, dp4(v[6], c.z, dp4(v[7], c.w, s))));
+  }
   __device__ float dot(const int8_t* xq, const float* xd) const {
     const uint4 a = *reinterpret_cast<const uint4*>(xq + 32 * part);
     const uint4 c = *reinterpret_cast<const uint4*>(xq + 32 * part + 16);
-    int s = dp4(v[0], a.x, dp4(v[1], a.y, dp4(v[2], a.z, dp4(v[3], a.w, 0))));
-    s = dp4(v[4], c.x, dp4(v[5], c.y, dp4(v[6], c.z, dp4(v[7], c.w, s))));
-    return d * xd[part] * static_cast<float>(s);
+    return d * xd[part] * static_cast<float>(dot_codes(a, c));
   }
 };
 
@@ -596,36 +605,17 @@ struct Q8Dot<kFmtU4G128> {
 // kernels, one token a decoded row: sum x by dp4a, bitwise
 // Q8Dot<kFmtU4G128>::dot). Paths that meet a decoded row with many tokens
 // keep Q8Dot's subtracted codes.
-struct U4DotRaw {
-  using Base = Q8Dot<kFmtU4G128>;
-  static constexpr int kElems = Base::kElems, kBytes = Base::kBytes, kLanes = Base::kLanes,
-                       kRawRegs = Base::kRawRegs;
-  using Raw = Base::Raw;
-  uint32_t v[8];
-  float d;
+struct U4DotRaw : Q8Dot<kFmtU4G128> {
   int z;
-  int part;
-  template <bool S = false>
-  static __device__ __forceinline__ Raw fetch(const uint8_t* b, int p) {
-    return Base::template fetch<S>(b, p);
-  }
   __device__ __forceinline__ void decode(const Raw& r, int p) {
     part = p;
     d = __uint_as_float(r.d);
     z = static_cast<int>(r.z & 0xFFu);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = r.w[i] & 0x0F0F0F0Fu, hi = (r.w[i] >> 4) & 0x0F0F0F0Fu;
-      v[2 * i] = __byte_perm(lo, hi, 0x5140);      // elements 8i .. 8i + 3
-      v[2 * i + 1] = __byte_perm(lo, hi, 0x7362);  // 8i + 4 .. 8i + 7
-    }
+    unpack(r, v);  // v: the codes themselves
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
-  // sum q x over the lane's 32 values (a, c: its 32 activations).
-  __device__ __forceinline__ int dot_codes(const uint4& a, const uint4& c) const {
-    const int s = dp4(v[0], a.x, dp4(v[1], a.y, dp4(v[2], a.z, dp4(v[3], a.w, 0))));
-    return dp4(v[4], c.x, dp4(v[5], c.y, dp4(v[6], c.z, dp4(v[7], c.w, s))));
-  }
+  // Q8Dot's dot reads subtracted codes: not these.
+  __device__ float dot(const int8_t*, const float*) const = delete;
 };
 
 struct U4DotSums : U4DotRaw {
