@@ -601,7 +601,7 @@ struct Q8Dot<kFmtU4G128> {
 // (24 of a lane's ~60 instructions a block; ncu: the GPTQ GEMVs at 0.43 warp
 // instructions a byte, q4_k at 0.18). Q8Dot<kFmtU4G128>'s lanes and loads.
 // Two readers: U4DotSums (the fused decode GEMVs, GemvFmt: against the
-// staged code sums, one product a lane) and U4DotExact (the MoE decode
+// staged code sums, one product a lane, activations in nibble order) and U4DotExact (the MoE decode
 // kernels, one token a decoded row: sum x by dp4a, bitwise
 // Q8Dot<kFmtU4G128>::dot). Paths that meet a decoded row with many tokens
 // keep Q8Dot's subtracted codes.
@@ -618,7 +618,21 @@ struct U4DotRaw : Q8Dot<kFmtU4G128> {
   __device__ float dot(const int8_t*, const float*) const = delete;
 };
 
+// Against activations staged in nibble order (gemv::split_x): word i's low
+// nibbles are its 4 even elements and the high ones its 4 odd ones, as the
+// staged words are, so the nibbles go in as they are (no byte permutes).
 struct U4DotSums : U4DotRaw {
+  __device__ __forceinline__ void decode(const Raw& r, int p) {
+    part = p;
+    d = __uint_as_float(r.d);
+    z = static_cast<int>(r.z & 0xFFu);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = r.w[i] & 0x0F0F0F0Fu;             // elements 8i, 8i + 2, 8i + 4, 8i + 6
+      v[2 * i + 1] = (r.w[i] >> 4) & 0x0F0F0F0Fu;  // 8i + 1, 8i + 3, 8i + 5, 8i + 7
+    }
+  }
+  __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
   // xds: per 32-block of the activations its scale and scale x code sum;
   // the lane's 32-block is `part` of the block's four.
   static constexpr bool kStagedSums = true;

@@ -34,6 +34,11 @@ constexpr size_t kMaxSmem = 160u << 10;
 constexpr bool staged_sums(int f) {
   return f == kFmtQ4_K || f == kFmtQ5_K || f == kFmtU4G128;
 }
+// Formats whose activations are staged in nibble order (u4_g128: each run
+// of 8 as its even elements, then its odd ones, the order of a word's low
+// and high nibbles), so that U4DotSums meets the nibbles without permuting
+// them. Integer dots: the same sums in any order.
+constexpr bool split_x(int f) { return f == kFmtU4G128; }
 
 // The staged rows: 8-bit blocks (m * k bytes + a scale per 32, + its code
 // sum with staged_sums), or for e4m3 weights the normalised rows themselves
@@ -279,12 +284,13 @@ __device__ __forceinline__ void prefetch_norm(const FusedParams& p, int64_t k) {
 // x [m, k] (normalised with p.norm, rounded to TX as the rms_norm kernel
 // stores it) into 8-bit blocks of 32 in shared memory: xq [m, k], xd [m, k /
 // 32], exactly as quantize_q8_kernel makes them (with kSums, xd [m, k / 32,
-// 2]: each scale followed by scale x the sum of the block's codes). Four
+// 2]: each scale followed by scale x the sum of the block's codes; with
+// kSplit each 8 codes as the even ones, then the odd ones: split_x). Four
 // lanes per block of 32, eight elements each. The norm's sum of squares
 // is taken by the first kNormWarps warps whatever the block size (at least
 // kNormWarps warps), so that kernels of any block size agree bitwise.
 constexpr int kNormWarps = 8;
-template <typename TX, int M, bool kFloatX, bool kSums>
+template <typename TX, int M, bool kFloatX, bool kSums, bool kSplit>
 __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t k,
                                         const FusedParams& p, int8_t* xq, float* xd, TX* xf) {
   const int threads = static_cast<int>(blockDim.x);
@@ -356,7 +362,8 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const uint32_t b = static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(v[j] * id)));
-      q[j >> 2] |= b << (8 * (j & 3));
+      const int at = kSplit ? (j & 1) * 4 + (j >> 1) : j;  // the byte j goes to
+      q[at >> 2] |= b << (8 * (at & 3));
     }
     int csum = 0;
     if constexpr (kSums) {

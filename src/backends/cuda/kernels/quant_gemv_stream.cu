@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   int8_t* xq = reinterpret_cast<int8_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + (static_cast<int64_t>(m) * k + 15) / 16 * 16);
   TX* xf = reinterpret_cast<TX*>(smem);
-  stage_x<TX, M, kFloatX, kSums>(x, m, k, p, xq, xd, xf);
+  stage_x<TX, M, kFloatX, kSums, split_x(F)>(x, m, k, p, xq, xd, xf);
   __syncthreads();
 
   int64_t cg = wg;
