@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp beside Ferrite on the H200, on the same Qwen3-8B-shape twin GGUF files (issue 12):
-# llama-bench (pp4096, tg128) and llama-batched-bench (128 + 128, B = 1, 64) against
-# `ferrite bench --model FILE.gguf` (batch 1 / 64, prefill 4096), for Q4_K_M and Q8_0.
+# llama-bench (pp4096, tg128) and llama-batched-bench (128 + 128, B = 1, 8, 32, 64, 128) against
+# `ferrite bench --model FILE.gguf` (the same batches, prefill 4096), for Q4_K_M and Q8_0.
 #
 # The device tree limit (64 MiB) leaves no room for .peer/llama.bundle beside the tracked
 # files, so carry a trimmed source tarball instead (on the development machine, once):
@@ -58,11 +58,12 @@ for q in $([ "${PEER_DENSE:-1}" = 1 ] && echo q4_k_m q8_0); do
   echo "== llama.cpp $q" >> "$S"
   timeout 150 "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p 4096 -n 128 -r 2 -o md 2>&1 | grep -E "^\|" >> "$S"
   timeout 150 "$L/llama-batched-bench" -m "$F" -ngl 99 -fa on -c 20000 -b 2048 -ub 512 -npp 128 \
-    -ntg 128 -npl 1,8,64 2>&1 | grep -E "^\|" >> "$S"
+    -ntg 128 -npl 1,8,32,64,128 2>&1 | grep -E "^\|" >> "$S"
   for v in "" ${FERRITE_AB_OFF:-}; do
     echo "== ferrite $q (same file) ${v:-default}" >> "$S"
-    env $v timeout 150 "$B/ferrite" bench --model "$F" --device cuda --batch 1 8 64 --prompt-len 4096 \
-      --decode-prompt-len 128 --gen-len 64 --max-num-seqs 64 --kv-cache-gib 16 -r 2 2>&1 |
+    env $v timeout 150 "$B/ferrite" bench --model "$F" --device cuda --batch 1 8 32 64 128 \
+      --prompt-len 4096 --decode-prompt-len 128 --gen-len 64 --max-num-seqs 128 --kv-cache-gib 16 \
+      -r 2 2>&1 |
       grep -E "prefill|decode|weights|error" >> "$S"
   done
 done

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # A/B of the CUDA paths still being decided (docs/tuning.md), on the GPU machine after
 # scripts/gpu_run.sh built build-gpu (and its cuda_test and conformance ran the paths' cases):
-#  - FERRITE_CUDA_QUANT_STREAM_BLOCKS: blocks an SM of the bulk-copy decode GEMV (1, the
-#    default, against 2; Qwen3-8B Q4_K_M and Q8_0, Qwen3-30B-A3B Q4_K_M, b1 / b8).
+#  - FERRITE_CUDA_QUANT_TILE_TOKENS: products of 9+ bf16 tokens on block weights through the
+#    bf16 tensor-core tile that decodes the blocks in registers (256, the default, against 0:
+#    dequantize + cuBLASLt; Qwen3-8B in TILE_QUANTS, default Q4_K_M and GPTQ-Int4, b16-b128 and
+#    a 256-token prefill).
 # DECIDED=1 also re-runs the A/Bs already settled (docs/perf-log.md):
+#  - FERRITE_CUDA_QUANT_STREAM_BLOCKS: blocks an SM of the bulk-copy decode GEMV (1, the
+#    default, against 2; Qwen3-8B Q4_K_M and Q8_0, Qwen3-30B-A3B Q4_K_M, b1 / b8; session 12:
+#    1 wins);
 #  - FERRITE_CUDA_QUANT_STREAM_TOKENS: decode GEMVs on block weights with their rows
 #    bulk-copied into shared memory (8, the default, against 0: streamed through registers;
 #    Qwen3-8B Q4_K_M, Q8_0, GPTQ-Int4 and FP8, Qwen3-30B-A3B Q4_K_M, b1 / b8; STREAM_QUANTS
@@ -23,7 +28,7 @@
 #  - FERRITE_CUDA_MOE_DEQUANT: prefill of block-format MoE experts on the grouped tensor-core
 #    path (512, the default, against 0; Qwen3-30B-A3B Q4_K_M shape, a 4,096-token prefill;
 #    MOE_QUANTS="--dummy-dtype q4_k_m;--quantization gptq-int4" for GPTQ-Int4 too).
-# About 2 minutes (18 more with DECIDED=1). Output: $OUT/optin_ab.txt.
+# About 2 minutes (20 more with DECIDED=1). Output: $OUT/optin_ab.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -37,6 +42,15 @@ run() {  # label, env assignment, ferrite bench arguments...
   env "$var" timeout 200 "$B" bench --device cuda --dummy-weights -r 1 "$@" 2>&1 |
     grep -E "^(prefill|decode)|error" | tee -a "$T"
 }
+IFS=';' read -r -a TQ <<< "${TILE_QUANTS:---dummy-dtype q4_k_m;--quantization gptq-int4}"
+for q in "${TQ[@]}"; do
+  for v in 256 0; do  # the default first (optin_pick.py compares with it)
+    run "qwen3-8b $q" "FERRITE_CUDA_QUANT_TILE_TOKENS=$v" --model "$ROOT/configs/qwen3-8b" \
+      $q --batch 16 32 64 128 --prompt-len 256 --decode-prompt-len 128 --gen-len 24 \
+      --max-num-seqs 128 --kv-cache-gib 16
+  done
+done
+if [ "${DECIDED:-0}" = 1 ]; then
 for q in "--dummy-dtype q4_k_m" "--dummy-dtype q8_0"; do
   for v in 1 2; do  # the default first (optin_pick.py compares with it)
     run "qwen3-8b $q" "FERRITE_CUDA_QUANT_STREAM_BLOCKS=$v" --model "$ROOT/configs/qwen3-8b" $q \
@@ -49,7 +63,6 @@ for v in 1 2; do
     --model "$ROOT/configs/qwen3-30b-a3b" --dummy-dtype q4_k_m --batch 1 8 --prompt-len 128 \
     --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 --kv-cache-gib 4
 done
-if [ "${DECIDED:-0}" = 1 ]; then
 IFS=';' read -r -a SQ <<< "${STREAM_QUANTS:---dummy-dtype q4_k_m;--dummy-dtype q8_0;--quantization gptq-int4;--quantization fp8}"
 for q in "${SQ[@]}"; do
   for v in 8 0; do  # the default first (optin_pick.py compares with it)

@@ -74,6 +74,10 @@ namespace ferrite {
     "CUDA: products of more than 8 tokens on block weights dequantize at most this many MiB of "  \
     "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \
     "dequantization and the product")                                                            \
+  X(int64_t, cuda_quant_tile_tokens, "FERRITE_CUDA_QUANT_TILE_TOKENS", 256,                      \
+    "CUDA: products of 9 up to this many tokens on block weights (GGUF formats, FP8, GPTQ / AWQ " \
+    "4-bit) with bf16 activations take the bf16 tensor-core tile that decodes the blocks in "     \
+    "registers, reading them once per 64 tokens (0: dequantize to 16 bits for cuBLASLt)")        \
   X(int64_t, cuda_quant_mmq_tokens, "FERRITE_CUDA_QUANT_MMQ_TOKENS", 0,                         \
     "CUDA: with cuda_quant_dot, products of 9 up to this many tokens on block weights (GGUF "     \
     "formats, GPTQ / AWQ 4-bit) take the int8 tensor-core tile on 8-bit activation blocks, which "\

@@ -55,6 +55,15 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
   int64_t dequant_slice_mib = 512;
+  // Tuning::cuda_quant_tile_tokens (gemm.cc, quant_product): products of 9
+  // .. this many tokens on block weights through kernels/quant_tile.cuh,
+  // whose split-k partial sums and arrival counters live in tile_partials /
+  // tile_counters (allocated at init, so decode graphs can point into them).
+  int64_t quant_tile_tokens = 256;
+  float* tile_partials = nullptr;
+  int64_t tile_partial_floats = 0;
+  int32_t* tile_counters = nullptr;
+  int64_t tile_counter_count = 0;
   // Tuning::cuda_quant_mmq_tokens (gemm.cc, quant_product): products of 9 ..
   // this many tokens on block weights through kernels/quant_mmq.cuh, whose
   // 8-bit activations live in mmq_scratch (sized at init for that many

@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
 #include "backends/cuda/kernels/quant_mmq.cuh"
+#include "backends/cuda/kernels/quant_tile.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 
 namespace ferrite::cuda {
@@ -109,6 +110,8 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
 //    (Tuning::cuda_quant_dot) or on f32 activations;
 //  - 9 .. Tuning::cuda_quant_mmq_tokens tokens (when on): the int8
 //    tensor-core tile on 8-bit activation blocks (kernels/quant_mmq.cuh);
+//  - 9 .. Tuning::cuda_quant_tile_tokens bf16 tokens: the bf16 tensor-core
+//    tile that decodes the blocks in registers (kernels/quant_tile.cuh);
 //  - larger bf16 / f16 batches (prefill): slices of weight rows dequantized
 //    to the activation type into st.dequant, then cuBLASLt, each slice
 //    writing its columns of out (tensor cores at the bf16 rate; the
@@ -152,6 +155,13 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
       quant_mmq_scratch_bytes(m, k) <= st.mmq_scratch_bytes)
     return launch_quant_mmq(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                             bias_dt, st.mmq_scratch, st.mmq_scratch_bytes);
+  if (m <= st.quant_tile_tokens && st.tile_partials &&
+      quant_tile_supported(x_dt, x, w_dt, w, k, out_dt)) {
+    const QuantTileScratch scratch{st.tile_partials, st.tile_partial_floats, st.tile_counters,
+                                   st.tile_counter_count};
+    return launch_quant_tile(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
+                             accumulate, bias, bias_dt, scratch);
+  }
   const bool lt_types = (x_dt == DType::kBF16 || x_dt == DType::kF16) &&
                         (out_dt == x_dt || out_dt == DType::kF32) &&
                         !(accumulate && out_dt != x_dt) && k % dtype_block_elems(w_dt) == 0;
@@ -254,6 +264,15 @@ Status gemm_init(BackendState& st) {
   st.q8_capacity = kQuantGemvMaxTokens * kQuantScratchMaxK;
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_x, st.q8_capacity));
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_d, st.q8_capacity / 32 * sizeof(float)));
+  if (st.quant_tile_tokens > kQuantGemvMaxTokens) {
+    FERRITE_RETURN_IF_ERROR(quant_tile_init());
+    st.tile_partial_floats = quant_tile_partial_floats(st.num_sms);
+    st.tile_counter_count = kQuantTileCounters;
+    FERRITE_CUDA_RETURN(cudaMalloc(&st.tile_partials, st.tile_partial_floats * sizeof(float)));
+    FERRITE_CUDA_RETURN(cudaMalloc(&st.tile_counters, st.tile_counter_count * sizeof(int32_t)));
+    FERRITE_CUDA_RETURN(
+        cudaMemset(st.tile_counters, 0, st.tile_counter_count * sizeof(int32_t)));
+  }
   if (st.quant_mmq_tokens > kQuantGemvMaxTokens) {
     FERRITE_RETURN_IF_ERROR(quant_mmq_init());
     st.mmq_scratch_bytes = quant_mmq_scratch_bytes(st.quant_mmq_tokens, kQuantScratchMaxK);
@@ -268,6 +287,10 @@ void gemm_shutdown(BackendState& st) {
   if (st.q8_d) cudaFree(st.q8_d);
   if (st.dequant) cudaFree(st.dequant);
   if (st.mmq_scratch) cudaFree(st.mmq_scratch);
+  if (st.tile_partials) cudaFree(st.tile_partials);
+  if (st.tile_counters) cudaFree(st.tile_counters);
+  st.tile_partials = nullptr;
+  st.tile_counters = nullptr;
   st.mmq_scratch = nullptr;
   st.mmq_scratch_bytes = 0;
   st.q8_x = nullptr;

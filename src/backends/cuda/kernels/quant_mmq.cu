@@ -37,22 +37,6 @@ constexpr int stage_bytes() {
   return kRows * raw_stride<F>() + kTile * kXStride + kChunks * kTile * 8;
 }
 
-__device__ __forceinline__ void store_out(void* out, int dt, int64_t i, float v, bool accumulate) {
-  if (dt == 1) {
-    auto* o = static_cast<__nv_bfloat16*>(out) + i;
-    if (accumulate) v += to_f(*o);
-    *o = from_f<__nv_bfloat16>(v);
-  } else if (dt == 2) {
-    auto* o = static_cast<__half*>(out) + i;
-    if (accumulate) v += to_f(*o);
-    *o = from_f<__half>(v);
-  } else {
-    float* o = static_cast<float*>(out) + i;
-    if (accumulate) v += *o;
-    *o = v;
-  }
-}
-
 // x [m, k] -> xq [ldt, k] int8 and xds [k / 32, ldt] (d, d * sum q) per
 // 32-block, q = round(x * 127 / amax), d = amax / 127; tokens m .. ldt - 1
 // zero. One warp per block of 32, lane i quantizes element i.
@@ -210,7 +194,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int64_t t = t0 + 8 * j + 2 * tq + (i & 1);
       if (row < n && t < m) {
         const float v = acc[j][i] + (bias ? load_any(bias, bias_dt, row) : 0.0f);
-        store_out(out, out_dt, t * n + row, v, accumulate);
+        store_any(out, out_dt, t * n + row, v, accumulate);
       }
     }
   }
@@ -221,10 +205,6 @@ int64_t token_pad(int64_t m) { return (m + kTokenPad - 1) / kTokenPad * kTokenPa
 // The formats the tile reads: the block formats of quant_blocks.cuh (whose
 // codes quant_mmq_formats.h shares) but e4m3, whose codes are not integers.
 bool mmq_format(DType t) { return qblocks::qfmt(t) >= 0 && t != DType::kF8B128; }
-constexpr bool same_code(int a, int b) { return a == b; }
-static_assert(same_code(kQ8_0, qblocks::kFmtQ8_0) && same_code(kQ4_0, qblocks::kFmtQ4_0) &&
-              same_code(kQ4_K, qblocks::kFmtQ4_K) && same_code(kQ5_K, qblocks::kFmtQ5_K) &&
-              same_code(kQ6_K, qblocks::kFmtQ6_K) && same_code(kU4G128, qblocks::kFmtU4G128));
 
 }  // namespace
 

@@ -27,76 +27,28 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+
+// The aligned reads, f16 scales and K-quant scale bytes are the bf16 tile's
+// (FERRITE_TILE_CHECK_ALIGNMENT in a host test checks every read's alignment).
+#include "backends/cuda/kernels/quant_tile_formats.h"
 
 #ifdef __CUDACC__
-#include <cuda_fp16.h>
 #define FERRITE_MMQ_HD __host__ __device__ __forceinline__
 #else
-#include <cstdio>
-#include <cstdlib>
-
-#include "tensor/dtype.h"
 #define FERRITE_MMQ_HD inline
-#endif
-
-// Host builds of a test define FERRITE_MMQ_CHECK_ALIGNMENT: every read then
-// aborts unless its address has the alignment the device load needs.
-#if !defined(__CUDA_ARCH__) && defined(FERRITE_MMQ_CHECK_ALIGNMENT)
-#define FERRITE_MMQ_ALIGNED(p, n)                                                      \
-  do {                                                                                 \
-    if (reinterpret_cast<uintptr_t>(p) % (n) != 0) {                                   \
-      std::fprintf(stderr, "quant_mmq_formats.h: %d-byte read at %p\n", (n),          \
-                   static_cast<const void*>(p));                                       \
-      std::abort();                                                                    \
-    }                                                                                  \
-  } while (0)
-#else
-#define FERRITE_MMQ_ALIGNED(p, n) \
-  do {                            \
-  } while (0)
 #endif
 
 namespace ferrite::cuda::mmq {
 
-// Elements per k step, 32-element chunks per step.
-inline constexpr int kStepElems = 256;
-inline constexpr int kChunks = 8;
+using tile::f16_bits;
+using tile::kChunks;
+using tile::kquant_scale_min;
+using tile::kStepElems;
+using tile::rd16;
+using tile::rd32;
+using tile::rd32_a2;
+using tile::rd_f32;
 
-FERRITE_MMQ_HD uint32_t rd16(const uint8_t* p) {  // 2-byte aligned
-  FERRITE_MMQ_ALIGNED(p, 2);
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint16_t*>(p);
-#else
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-#endif
-}
-FERRITE_MMQ_HD uint32_t rd32(const uint8_t* p) {  // 4-byte aligned
-  FERRITE_MMQ_ALIGNED(p, 4);
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#endif
-}
-FERRITE_MMQ_HD uint32_t rd32_a2(const uint8_t* p) { return rd16(p) | (rd16(p + 2) << 16); }
-FERRITE_MMQ_HD float rd_f32(const uint8_t* p) {
-  const uint32_t u = rd32(p);
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-FERRITE_MMQ_HD float f16_bits(uint32_t h) {
-#ifdef __CUDA_ARCH__
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
-#else
-  return f16_to_f32(static_cast<uint16_t>(h));
-#endif
-}
 // Byte-wise a - b for bytes of a and b below 128 (no borrow between bytes):
 // the signed difference in each byte.
 FERRITE_MMQ_HD uint32_t sub_bytes(uint32_t a, uint32_t b) {
@@ -108,19 +60,13 @@ FERRITE_MMQ_HD uint32_t nibbles4(uint32_t h) {
   return (h & 0xFu) | ((h & 0xF0u) << 4) | ((h & 0xF00u) << 8) | ((h & 0xF000u) << 12);
 }
 
-// The 6-bit scale and min of K-quant sub-block j from the 12 scale bytes s
-// (ggml's get_scale_min_k4).
-FERRITE_MMQ_HD void kquant_scale_min(const uint8_t* s, int j, uint32_t* sc, uint32_t* mn) {
-  if (j < 4) {
-    *sc = s[j] & 63u;
-    *mn = s[j + 4] & 63u;
-  } else {
-    *sc = (s[j + 4] & 0xFu) | ((s[j - 4] >> 6) << 4);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
-enum Fmt : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ5_K = 3, kQ6_K = 4, kU4G128 = 6 };
+// The format codes (qblocks::QFmt's; quant_tile.cu checks).
+using tile::kQ4_0;
+using tile::kQ4_K;
+using tile::kQ5_K;
+using tile::kQ6_K;
+using tile::kQ8_0;
+using tile::kU4G128;
 
 template <int F>
 struct Format;

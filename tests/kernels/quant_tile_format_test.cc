@@ -1,16 +1,20 @@
-// The block formats as the CUDA int8 tile reads them
-// (backends/cuda/kernels/quant_mmq_formats.h), checked on the CPU where CI
-// runs (the tile itself runs in cuda_test and the conformance suite on the
-// GPU):
-//  - every chunk's codes and scale reproduce dequantize_row bitwise, for
-//    each lane's four elements, at the shared-memory placement the kernel
-//    uses (a step's bytes at their offset within 16-byte pieces), with every
-//    16-bit / 32-bit read at an address of its alignment;
-//  - one warp's 16 rows x 8 tokens of the tile, emulated with the kernel's
-//    fragment indices and the mma layouts of mma.cuh, give the product on
-//    the dequantized weights within the bound of 8-bit activation blocks.
-#define FERRITE_MMQ_CHECK_ALIGNMENT 1
+// The block formats as the CUDA tensor-core tiles read them, checked on the
+// CPU where CI runs (the tiles themselves run in cuda_test and the
+// conformance suite on the GPU):
+//  - bf16 tile (backends/cuda/kernels/quant_tile_formats.h): every lane's 8
+//    values of every chunk reproduce dequantize_row bitwise, at the shared
+//    memory placement the kernel uses (a step's bytes at their offset within
+//    16-byte pieces), with every read at an address of its alignment; one
+//    warp's 32 rows x 8 tokens, emulated with the kernel's fragments and the
+//    mma layouts of mma.cuh, give the product of the bf16-rounded weights
+//    and activations;
+//  - int8 tile (quant_mmq_formats.h): every chunk's codes and scale
+//    reproduce dequantize_row bitwise; one warp's 16 rows x 8 tokens give
+//    the product on the dequantized weights within the bound of 8-bit
+//    activation blocks.
+#define FERRITE_TILE_CHECK_ALIGNMENT 1
 #include "backends/cuda/kernels/quant_mmq_formats.h"
+#include "backends/cuda/kernels/quant_tile_formats.h"
 
 #include <gtest/gtest.h>
 
@@ -61,13 +65,12 @@ struct Step {
   const uint8_t* r = nullptr;
   int elems = 0;
 };
-template <int F>
 void stage(const Rows& w, int64_t row, int s, Step* st) {
-  using Fm = Format<F>;
+  const int64_t be = dtype_block_elems(w.dt), bb = dtype_bytes(w.dt, be);
   const int64_t k0 = int64_t{s} * kStepElems;
   st->elems = static_cast<int>(std::min<int64_t>(kStepElems, w.k - k0));
-  const int64_t first = row * w.row_bytes + k0 / Fm::kBlockElems * Fm::kBlockBytes;
-  const int64_t end = first + st->elems / Fm::kBlockElems * Fm::kBlockBytes;
+  const int64_t first = row * w.row_bytes + k0 / be * bb;
+  const int64_t end = first + st->elems / be * bb;
   const int64_t a0 = first & ~int64_t{15};
   ASSERT_EQ(reinterpret_cast<uintptr_t>(w.bytes.data()) % 16, 0u);  // as cudaMalloc's
   // The kernel copies whole pieces; past the tensor's end there is nothing.
@@ -89,7 +92,7 @@ void check_codes_and_scales(DType dt, int64_t k) {
   for (int64_t row = 0; row < w.rows; ++row) {
     for (int s = 0; s * kStepElems < k; ++s) {
       Step st;
-      stage<F>(w, row, s, &st);
+      stage(w, row, s, &st);
       for (int kc = 0; kc < st.elems / 32; ++kc) {
         float d0, d1;
         Fm::scale(st.r, kc, &d0, &d1);
@@ -211,7 +214,7 @@ void check_warp_tile(DType dt, int64_t k) {
   float acc[32][4] = {};
   for (int s = 0; s * kStepElems < k; ++s) {
     std::vector<Step> st(16);
-    for (int r = 0; r < 16; ++r) stage<F>(w, r, s, &st[r]);
+    for (int r = 0; r < 16; ++r) stage(w, r, s, &st[r]);
     const int chunks = st[0].elems / 32;
     for (int kc = 0; kc < chunks; ++kc) {
       uint32_t a[32][4], b[32][2];
@@ -277,6 +280,139 @@ TEST(QuantMmqFormats, OneWarpTileMatchesTheProduct) {
   check_warp_tile<kQ5_K>(DType::kQ5_K, 512);
   check_warp_tile<kQ6_K>(DType::kQ6_K, 768);  // rows at every even offset of a piece
   check_warp_tile<kU4G128>(DType::kU4G128, 384);  // rows of 216 bytes: offsets 0 and 8
+}
+
+// --- The bf16 tile (quant_tile_formats.h) ----------------------------------
+
+template <int F>
+void check_values(DType dt, int64_t k) {
+  SCOPED_TRACE(std::string(dtype_name(dt)) + " k " + std::to_string(k));
+  const Rows w = make_rows(dt, 3, k, 11 + F);
+  int64_t checked = 0;
+  for (int64_t row = 0; row < w.rows; ++row) {
+    for (int s = 0; s * kStepElems < k; ++s) {
+      Step st;
+      stage(w, row, s, &st);
+      for (int kc = 0; kc < st.elems / 32; ++kc) {
+        for (int tq = 0; tq < 4; ++tq) {
+          float v[8];
+          tile::Values<F>::values(st.r, kc, tq, v);
+          for (int i = 0; i < 8; ++i) {
+            const int64_t at = row * k + int64_t{s} * kStepElems + 32 * kc + 8 * tq + i;
+            ASSERT_EQ(v[i], w.values[static_cast<size_t>(at)])
+                << "row " << row << " step " << s << " chunk " << kc << " lane " << tq
+                << " element " << 8 * tq + i;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, w.rows * k);
+}
+
+TEST(QuantTileFormats, ValuesAreTheReferenceDequantization) {
+  check_values<tile::kQ8_0>(DType::kQ8_0, 512);
+  check_values<tile::kQ8_0>(DType::kQ8_0, 256 + 96);  // a last step of 3 blocks, rows of 374 bytes
+  check_values<tile::kQ4_0>(DType::kQ4_0, 512);
+  check_values<tile::kQ4_0>(DType::kQ4_0, 256 + 32);
+  check_values<tile::kQ4_K>(DType::kQ4_K, 768);
+  check_values<tile::kQ5_K>(DType::kQ5_K, 768);
+  check_values<tile::kQ6_K>(DType::kQ6_K, 256 * 9);  // every even offset in a 16-byte piece
+  check_values<tile::kQ6_K>(DType::kQ6_K, 768);      // rows of 630 bytes
+  check_values<tile::kF8B128>(DType::kF8B128, 512);
+  check_values<tile::kF8B128>(DType::kF8B128, 256 + 128);  // rows of 396 bytes
+  check_values<tile::kU4G128>(DType::kU4G128, 512);
+  check_values<tile::kU4G128>(DType::kU4G128, 256 + 128);
+}
+
+float bf16_lo(uint32_t w) { return bf16_to_f32(static_cast<uint16_t>(w & 0xFFFFu)); }
+float bf16_hi(uint32_t w) { return bf16_to_f32(static_cast<uint16_t>(w >> 16)); }
+
+// mma.sync m16n8k16 bf16 -> f32 over the 32 lanes' fragments as mma.cuh lays
+// them out (in f64): c[lane][4] += A (16x16) B (16x8).
+void emulate_mma_bf16(const uint32_t (&a)[32][4], const uint32_t (&b)[32][2], double (&c)[32][4]) {
+  double A[16][16] = {}, B[16][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+    for (int r = 0; r < 4; ++r) {
+      A[rows[r]][cols[r]] = bf16_lo(a[lane][r]);
+      A[rows[r]][cols[r] + 1] = bf16_hi(a[lane][r]);
+    }
+    B[2 * t][g] = bf16_lo(b[lane][0]);
+    B[2 * t + 1][g] = bf16_hi(b[lane][0]);
+    B[2 * t + 8][g] = bf16_lo(b[lane][1]);
+    B[2 * t + 9][g] = bf16_hi(b[lane][1]);
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+      for (int e = 0; e < 16; ++e) c[lane][i] += A[row][e] * B[e][col];
+    }
+  }
+}
+
+// One warp of the bf16 tile: rows 0..31 of w (two mma tiles) x tokens 0..7,
+// with the kernel's values, fragments and per-lane indices (quant_tile.cu),
+// against the f64 product of the bf16-rounded weights and activations.
+template <int F>
+void check_bf16_warp_tile(DType dt, int64_t k) {
+  SCOPED_TRACE(std::string(dtype_name(dt)) + " k " + std::to_string(k));
+  const Rows w = make_rows(dt, 32, k, 300 + F);
+  const std::vector<float> xf = random_f32(8 * k, 400 + F, -2.0f, 2.0f);
+  std::vector<uint16_t> xb(xf.size());
+  for (size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
+  double acc[2][32][4] = {};
+  for (int s = 0; s * kStepElems < k; ++s) {
+    std::vector<Step> st(32);
+    for (int r = 0; r < 32; ++r) stage(w, r, s, &st[r]);
+    for (int kc = 0; kc < st[0].elems / 32; ++kc) {
+      uint32_t a[2][2][32][4], b[2][32][2];  // a[tile][half], b[half]
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, tq = lane & 3;
+        for (int mt = 0; mt < 2; ++mt) {
+          float lo[8], hi[8];
+          tile::Values<F>::values(st[16 * mt + g].r, kc, tq, lo);
+          tile::Values<F>::values(st[16 * mt + g + 8].r, kc, tq, hi);
+          for (int h = 0; h < 2; ++h) tile::a_fragment(lo, hi, h, a[mt][h][lane]);
+        }
+        uint32_t x4[4];  // token g's 16-byte load
+        std::memcpy(x4, xb.data() + g * k + int64_t{s} * kStepElems + 32 * kc + 8 * tq, 16);
+        for (int h = 0; h < 2; ++h) tile::b_fragment(x4, h, &b[h][lane][0], &b[h][lane][1]);
+      }
+      for (int mt = 0; mt < 2; ++mt)
+        for (int h = 0; h < 2; ++h) emulate_mma_bf16(a[mt][h], b[h], acc[mt]);
+    }
+  }
+  for (int mt = 0; mt < 2; ++mt) {
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane >> 2, tq = lane & 3;
+      for (int i = 0; i < 4; ++i) {
+        const int row = 16 * mt + g + (i >= 2 ? 8 : 0), t = 2 * tq + (i & 1);
+        double exact = 0, mag = 0;
+        for (int64_t e = 0; e < k; ++e) {
+          const double p = double(bf16_to_f32(f32_to_bf16(w.values[row * k + e]))) *
+                           bf16_to_f32(xb[t * k + e]);
+          exact += p;
+          mag += std::fabs(p);
+        }
+        // The same products in another order.
+        EXPECT_NEAR(acc[mt][lane][i], exact, 1e-12 * (1 + mag)) << "row " << row << " token " << t;
+      }
+    }
+  }
+}
+
+TEST(QuantTileFormats, OneWarpTileMatchesTheProduct) {
+  check_bf16_warp_tile<tile::kQ8_0>(DType::kQ8_0, 256 + 96);
+  check_bf16_warp_tile<tile::kQ4_0>(DType::kQ4_0, 512);
+  check_bf16_warp_tile<tile::kQ4_K>(DType::kQ4_K, 512);
+  check_bf16_warp_tile<tile::kQ5_K>(DType::kQ5_K, 512);
+  check_bf16_warp_tile<tile::kQ6_K>(DType::kQ6_K, 768);  // rows at every even offset of a piece
+  check_bf16_warp_tile<tile::kF8B128>(DType::kF8B128, 384);
+  check_bf16_warp_tile<tile::kU4G128>(DType::kU4G128, 384);  // rows of 216 bytes: offsets 0 and 8
 }
 
 }  // namespace

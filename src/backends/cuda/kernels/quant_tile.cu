@@ -1,0 +1,398 @@
+#include "backends/cuda/kernels/quant_tile.cuh"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/quant_blocks.cuh"
+#include "backends/cuda/kernels/quant_tile_formats.h"
+
+namespace ferrite::cuda {
+namespace {
+
+using namespace tile;
+
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
+// Weight rows a block: warps 0..3 and 4..7 take rows 32 (warp % 4) .. + 31,
+// the former chunks 0..3 of every step, the latter chunks 4..7.
+constexpr int kRows = 128;
+// Bytes a token's step takes in shared memory: 512 + 64, so that the 8
+// lanes of a 16-byte load phase (2 tokens x 4 quads) read 8 different
+// 16-byte bank groups.
+constexpr int kXStride = 2 * kStepElems + 64;
+// The stages of one block an SM (the H200's opt-in limit a block).
+constexpr int kSmemBudget = 227 * 1024;
+
+// A step's raw bytes of one row in shared memory: the 16-byte pieces that
+// cover them (a row starts where its predecessor ends, at any offset of a
+// piece its format's alignment allows), an odd number of pieces.
+template <int F>
+constexpr int raw_stride() {
+  constexpr int pieces = (step_bytes<F>(kStepElems) + 15 + 15) / 16;
+  return 16 * (pieces % 2 ? pieces : pieces + 1);
+}
+template <int F, int kBT>
+constexpr int stage_bytes() {
+  return kRows * raw_stride<F>() + kBT * kXStride;
+}
+template <int F, int kBT>
+constexpr int num_stages() {
+  constexpr int s = kSmemBudget / stage_bytes<F, kBT>();
+  return s < 2 ? 2 : (s > 6 ? 6 : s);
+}
+template <int F, int kBT>
+constexpr int smem_bytes() {
+  constexpr int pipe = num_stages<F, kBT>() * stage_bytes<F, kBT>();
+  constexpr int sums = 4 * kRows * kBT;  // the half-steps' sums, after the pipeline
+  return pipe > sums ? pipe : sums;
+}
+
+struct TileParams {
+  const uint8_t* w;
+  int64_t row_bytes, n, k, m;
+  const __nv_bfloat16* x;
+  void* out;
+  int out_dt;
+  bool accumulate;
+  const void* bias;
+  int bias_dt;
+  int splits, steps_per_split;
+  float* partials;
+  int32_t* counters;
+};
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the
+// steps of split blockIdx.z (fragments: quant_tile_formats.h).
+template <int F, int kBT>
+__global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParams p) {
+  using V = Values<F>;
+  constexpr int kNJ = kBT / 8;  // token groups of 8
+  constexpr int kRS = raw_stride<F>();
+  constexpr int kPieces = kRS / 16;
+  constexpr int kStage = stage_bytes<F, kBT>();
+  constexpr int kStages = num_stages<F, kBT>();
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ int last_split;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int rg = warp & 3, kh = warp >> 2;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kBT;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  const int steps = static_cast<int>((p.k + kStepElems - 1) / kStepElems);
+  const int s_begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
+  const int s_end = min(steps, s_begin + p.steps_per_split);
+
+  // Step s's blocks of the 128 rows into stage st (cp.async; rows past n
+  // are left as they are: their sums are never stored).
+  auto load_w = [&](int s, int st) {
+    uint8_t* base = smem + st * kStage;
+    const int64_t k0 = static_cast<int64_t>(s) * kStepElems;
+    const int64_t off0 = k0 / V::kBlockElems * V::kBlockBytes;
+    const int64_t len = min64(kStepElems, p.k - k0) / V::kBlockElems * V::kBlockBytes;
+    // Row r's step: bytes [r row_bytes + off0, + len) of w (16-byte aligned),
+    // as the pieces from the one holding its first byte to the one holding
+    // its last (never past the tensor's last piece).
+    for (int i = tid; i < kRows * kPieces; i += kThreads) {
+      const int r = i / kPieces, c = i - r * kPieces;
+      if (n0 + r >= p.n) continue;
+      const int64_t first = (n0 + r) * p.row_bytes + off0;
+      const int64_t a0 = first & ~int64_t{15};
+      if (a0 + 16 * c < first + len) cp_async16(base + r * kRS + 16 * c, p.w + a0 + 16 * c, true);
+    }
+  };
+  // Step s's activations of the block's tokens (zeros past m).
+  auto load_x = [&](int s, int st) {
+    uint8_t* xs = smem + st * kStage + kRows * kRS;
+    const int64_t k0 = static_cast<int64_t>(s) * kStepElems;
+    const int pieces = static_cast<int>(min64(kStepElems, p.k - k0) / 8);
+    for (int i = tid; i < kBT * (kStepElems / 8); i += kThreads) {
+      const int t = i / (kStepElems / 8), c = i - t * (kStepElems / 8);
+      if (c >= pieces) continue;
+      const bool valid = t0 + t < p.m;
+      const __nv_bfloat16* src = valid ? p.x + (t0 + t) * p.k + k0 + 8 * c : p.x;
+      cp_async16(xs + t * kXStride + 16 * c, src, valid);
+    }
+  };
+
+  float acc[2][kNJ][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
+
+  // The weights of the first stages are read before the previous kernel is
+  // waited for (they are never written); one commit group a stage after that.
+  for (int i = 0; i < kStages - 1; ++i)
+    if (s_begin + i < s_end) load_w(s_begin + i, i);
+  pdl_wait();
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (s_begin + i < s_end) load_x(s_begin + i, i);
+    cp_async_commit();
+  }
+
+  // This lane's rows of the block: 32 rg + g + 8 q (q = 0..3: tile q / 2,
+  // fragment rows g / g + 8), and where their bytes start within a piece.
+  int64_t row_start[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) row_start[q] = (n0 + 32 * rg + g + 8 * q) * p.row_bytes;
+
+  for (int s = s_begin; s < s_end; ++s) {
+    const int it = s - s_begin;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // step s is in; every warp is done with stage (it - 1)
+    {
+      const int nx = s + kStages - 1;
+      if (nx < s_end) {
+        load_w(nx, (it + kStages - 1) % kStages);
+        load_x(nx, (it + kStages - 1) % kStages);
+      }
+      cp_async_commit();  // one group an iteration (maybe empty)
+    }
+    const uint8_t* base = smem + (it % kStages) * kStage;
+    const uint8_t* xs = base + kRows * kRS;
+    const int64_t k0 = static_cast<int64_t>(s) * kStepElems;
+    const int chunks = static_cast<int>(min64(kStepElems, p.k - k0) / 32);
+    const int64_t off0 = k0 / V::kBlockElems * V::kBlockBytes;
+    const uint8_t* rp[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      rp[q] = base + (32 * rg + g + 8 * q) * kRS + static_cast<int>((row_start[q] + off0) & 15);
+#pragma unroll
+    for (int cc = 0; cc < 4; ++cc) {
+      const int kc = 4 * kh + cc;
+      if (kc >= chunks) break;  // the last step of a k that is not a multiple of 256
+      // a[tile][half]: rows 32 rg + 16 tile + g (+ 8), both halves of the chunk.
+      uint32_t a[2][2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        float lo[8], hi[8];
+        V::values(rp[2 * mt], kc, tq, lo);
+        V::values(rp[2 * mt + 1], kc, tq, hi);
+        a_fragment(lo, hi, 0, a[mt][0]);
+        a_fragment(lo, hi, 1, a[mt][1]);
+      }
+#pragma unroll
+      for (int j = 0; j < kNJ; ++j) {
+        // Token 8 j + g, elements 8 tq .. 8 tq + 7 of the chunk.
+        const uint4 xv =
+            *reinterpret_cast<const uint4*>(xs + (8 * j + g) * kXStride + 2 * (32 * kc + 8 * tq));
+        const uint32_t x4[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint32_t b0, b1;
+          b_fragment(x4, h, &b0, &b1);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) mma16816<__nv_bfloat16>(acc[mt][j], a[mt][h], b0, b1);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages are free: the half-steps' sums go there
+
+  // acc[mt][j][i] of this lane: row 32 rg + 16 mt + g + 8 (i / 2), token 8 j
+  // + 2 tq + i % 2; its place in the sums (lanes fastest).
+  auto at = [&](int mt, int j, int i) { return (((rg * 2 + mt) * kNJ + j) * 4 + i) * 32 + lane; };
+  float* sums = reinterpret_cast<float*>(smem);
+  if (kh == 1) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[at(mt, j, i)] = acc[mt][j][i];
+  }
+  __syncthreads();
+  if (kh == 0) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][j][i] += sums[at(mt, j, i)];
+  }
+
+  if (p.splits > 1) {
+    // Every split stores its sums; the last to arrive adds all of them in
+    // split order (the same result whichever block arrives last).
+    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    float* part = p.partials + tile * p.splits * (kRows * kBT);
+    if (kh == 0) {
+      float* mine = part + static_cast<int64_t>(blockIdx.z) * (kRows * kBT);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) __stcg(mine + at(mt, j, i), acc[mt][j][i]);
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_split = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+    if (kh == 0) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float v = 0.0f;
+            for (int sp = 0; sp < p.splits; ++sp)
+              v += __ldcg(part + static_cast<int64_t>(sp) * (kRows * kBT) + at(mt, j, i));
+            acc[mt][j][i] = v;
+          }
+    }
+    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+  }
+  if (kh == 1) return;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = n0 + 32 * rg + 16 * mt + g + 8 * (i >> 1);
+      if (row >= p.n) continue;
+      const float bias = p.bias ? load_any(p.bias, p.bias_dt, row) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kNJ; ++j) {
+        const int64_t t = t0 + 8 * j + 2 * tq + (i & 1);
+        if (t < p.m) store_any(p.out, p.out_dt, t * p.n + row, acc[mt][j][i] + bias, p.accumulate);
+      }
+    }
+  }
+}
+
+// The token tile of m tokens: the smallest that holds them (padding tokens
+// cost mma work), 64 beyond.
+template <typename Fn>
+void dispatch_tokens(int64_t m, Fn&& fn) {
+  if (m <= 16)
+    fn(std::integral_constant<int, 16>{});
+  else if (m <= 32)
+    fn(std::integral_constant<int, 32>{});
+  else
+    fn(std::integral_constant<int, 64>{});
+}
+
+// Splits of k for `tiles` output tiles of `steps` steps on `sms`
+// multiprocessors (one block each): the fewest estimated step times, waves
+// x steps a split, plus about a quarter step a split for the last block's
+// read of the partial sums; capped by the scratch.
+int choose_splits(int64_t tiles, int steps, int sms, int64_t tile_floats,
+                  const QuantTileScratch& sc) {
+  auto waves = [&](int64_t blocks) { return (blocks + sms - 1) / sms; };
+  double best_cost = static_cast<double>(waves(tiles) * steps);
+  int best = 1;
+  if (tiles > sc.counter_count) return 1;
+  for (int s = 2; s <= std::min(steps, 32); ++s) {
+    const int per = (steps + s - 1) / s;
+    if ((steps + per - 1) / per != s) continue;  // the same splits as a smaller s
+    if (tiles * s * tile_floats > sc.partial_floats) break;
+    const double cost = static_cast<double>(waves(tiles * s) * per) + 0.25 * s;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
+bool tile_format(DType t) { return qblocks::qfmt(t) >= 0; }
+// The format codes are qblocks::QFmt's.
+constexpr bool same_code(int a, int b) { return a == b; }
+static_assert(same_code(kQ8_0, qblocks::kFmtQ8_0) && same_code(kQ4_0, qblocks::kFmtQ4_0) &&
+              same_code(kQ4_K, qblocks::kFmtQ4_K) && same_code(kQ5_K, qblocks::kFmtQ5_K) &&
+              same_code(kQ6_K, qblocks::kFmtQ6_K) && same_code(kF8B128, qblocks::kFmtF8B128) &&
+              same_code(kU4G128, qblocks::kFmtU4G128));
+
+}  // namespace
+
+Status quant_tile_init() {
+  // Every instantiation's shared memory is above 48 KiB, which a kernel must
+  // opt in to, once: here, at backend start, never inside a graph capture.
+  cudaError_t first = cudaSuccess;
+  for (DType t : qblocks::kFmtDTypes) {
+    qblocks::dispatch_fmt(t, [&](auto fc) {
+      constexpr int F = decltype(fc)::value;
+      for (int64_t m : {16, 32, 64}) {
+        dispatch_tokens(m, [&](auto bt) {
+          constexpr int kBT = decltype(bt)::value;
+          const cudaError_t e = cudaFuncSetAttribute(quant_tile_kernel<F, kBT>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     smem_bytes<F, kBT>());
+          if (first == cudaSuccess) first = e;
+        });
+      }
+    });
+  }
+  return first == cudaSuccess ? Status::ok() : cuda_error(first, "quant tile: shared memory opt-in");
+}
+
+int64_t quant_tile_partial_floats(int num_sms) {
+  // Splits are chosen for about one wave: tiles x splits of at most a few
+  // blocks an SM, each tile of 128 rows x 64 tokens at most.
+  return int64_t{4} * num_sms * kRows * 64;
+}
+
+bool quant_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int64_t k,
+                          DType out_dt) {
+  if (!tile_format(w_dt) || x_dt != DType::kBF16 || !small_ok(out_dt)) return false;
+  if (k <= 0 || k % dtype_block_elems(w_dt) != 0 || k % 8 != 0) return false;
+  return reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+Status launch_quant_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
+                         int64_t k, const void* w, DType w_dt, int64_t n, void* out,
+                         DType out_dt, bool accumulate, const void* bias, DType bias_dt,
+                         const QuantTileScratch& scratch) {
+  if (m == 0 || n == 0) return Status::ok();
+  if (!quant_tile_supported(x_dt, x, w_dt, w, k, out_dt))
+    return unsupported("quant tile: unsupported format, types or alignment");
+  if (bias && !small_ok(bias_dt)) return bad_dtype("quant tile bias", bias_dt);
+  const int steps = static_cast<int>((k + kStepElems - 1) / kStepElems);
+  const int64_t row_tiles = (n + kRows - 1) / kRows;
+  if (row_tiles > 65535) return unsupported("quant tile: too many weight rows");
+  cudaError_t err = cudaSuccess;
+  qblocks::dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    dispatch_tokens(m, [&](auto bt) {
+      constexpr int kBT = decltype(bt)::value;
+      const int64_t token_tiles = (m + kBT - 1) / kBT;
+      const int splits =
+          choose_splits(row_tiles * token_tiles, steps, num_sms, int64_t{kRows} * kBT, scratch);
+      const int per = (steps + splits - 1) / splits;
+      TileParams p{};
+      p.w = static_cast<const uint8_t*>(w);
+      p.row_bytes = dtype_bytes(w_dt, k);
+      p.n = n;
+      p.k = k;
+      p.m = m;
+      p.x = static_cast<const __nv_bfloat16*>(x);
+      p.out = out;
+      p.out_dt = dt_code(out_dt);
+      p.accumulate = accumulate;
+      p.bias = bias;
+      p.bias_dt = dt_code(bias_dt);
+      p.splits = (steps + per - 1) / per;
+      p.steps_per_split = per;
+      p.partials = scratch.partials;
+      p.counters = scratch.counters;
+      const dim3 grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
+                      static_cast<unsigned>(p.splits));
+      err = launch_pdl_weights(quant_tile_kernel<F, kBT>, grid, dim3(kThreads),
+                               smem_bytes<F, kBT>(), s, p);
+    });
+  });
+  if (err != cudaSuccess) return cuda_error(err, "quant_tile launch");
+  return check_launch("quant_tile");
+}
+
+}  // namespace ferrite::cuda
