@@ -17,19 +17,9 @@ BUILD="${BUILD:-$ROOT/build-gpu}"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 log() { echo "$*" | tee -a "$SUMMARY"; }
-if [ -d "$ROOT/.deb" ]; then
-  PFX=/tmp/ferrite-prefix
-  mkdir -p "$PFX"
-  for f in "$ROOT"/.deb/*.deb; do dpkg -x "$f" "$PFX"; done
-  sed -i '/^Requires.private/d' "$PFX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
-  export PKG_CONFIG_PATH="$PFX/usr/lib/x86_64-linux-gnu/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$PFX"
-  export CPLUS_INCLUDE_PATH="$PFX/usr/include:$PFX/usr/include/x86_64-linux-gnu"
-  export LD_LIBRARY_PATH="$PFX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  export LDFLAGS="-Wl,-rpath-link,$PFX/usr/lib/x86_64-linux-gnu -Wl,-rpath,$PFX/usr/lib/x86_64-linux-gnu"
-fi
+. "$ROOT/scripts/gpu_env.sh"
 T0=$(date +%s)
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF > "$OUT/build.log" 2>&1
+gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
 ninja -C "$BUILD" -k 0 conformance_test ferrite >> "$OUT/build.log" 2>&1
 log "build: rc=$? in $(( $(date +%s) - T0 )) s"
 grep -E "error|FAILED" "$OUT/build.log" | head -20 | tee -a "$SUMMARY"

@@ -19,10 +19,7 @@
 # side by side.
 #
 # Dev packages the machine lacks (PCRE2, cpp-httplib) travel as .deb files
-# in .deb/ (git-ignored; `apt-get download libpcre2-dev libpcre2-8-0
-# libcpp-httplib-dev libcpp-httplib0.11 libbrotli1 libbrotli-dev zlib1g-dev
-# libssl-dev` there: httplib.h includes the brotli, zlib and OpenSSL headers) and are unpacked
-# into a private prefix, never into /.
+# in .deb/ (scripts/gpu_env.sh unpacks them into a private prefix).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -47,34 +44,20 @@ log() { echo "$*" | tee -a "$SUMMARY"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv > "$LOGS/gpu.txt" 2>&1
 log "gpu: $(tail -1 "$LOGS/gpu.txt")"
 
-if [ -d "$ROOT/.deb" ] && ls "$ROOT"/.deb/*.deb > /dev/null 2>&1; then
-  PFX=/tmp/ferrite-prefix
-  mkdir -p "$PFX"
-  for f in "$ROOT"/.deb/*.deb; do dpkg -x "$f" "$PFX"; done
-  # Only the shared libraries are linked: the -dev packages of cpp-httplib's
-  # private dependencies (OpenSSL, zlib, brotli) are not needed.
-  sed -i '/^Requires.private/d' "$PFX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
-  export PKG_CONFIG_PATH="$PFX/usr/lib/x86_64-linux-gnu/pkgconfig"
-  export PKG_CONFIG_SYSROOT_DIR="$PFX"
-  export CPLUS_INCLUDE_PATH="$PFX/usr/include:$PFX/usr/include/x86_64-linux-gnu"
-  export LD_LIBRARY_PATH="$PFX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  export LDFLAGS="-Wl,-rpath-link,$PFX/usr/lib/x86_64-linux-gnu -Wl,-rpath,$PFX/usr/lib/x86_64-linux-gnu"
-fi
+. "$ROOT/scripts/gpu_env.sh"
 
 # --- build -----------------------------------------------------------------
 T0=$(date +%s)
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF > "$LOGS/build.log" 2>&1
+gpu_configure "$BUILD" > "$LOGS/build.log" 2>&1
 BASE="${FERRITE_BASELINE:-}"
 BASE_BUILD="$BUILD-baseline"
 if [ -n "$BASE" ]; then
-  ( cmake -S "$BASE" -B "$BASE_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF -DFERRITE_BUILD_TESTS=OFF \
+  ( ROOT="$BASE" gpu_configure "$BASE_BUILD" -DFERRITE_BUILD_TESTS=OFF \
       > "$LOGS/build-baseline.log" 2>&1 &&
     ninja -C "$BASE_BUILD" ferrite >> "$LOGS/build-baseline.log" 2>&1 ) &
   BASE_PID=$!
 fi
-ninja -C "$BUILD" -k 0 cuda_test conformance_test engine_test ferrite >> "$LOGS/build.log" 2>&1
+ninja -C "$BUILD" -k 0 cuda_test conformance_test engine_test ferrite quant_gemm_bench >> "$LOGS/build.log" 2>&1
 log "build: rc=$? in $(( $(date +%s) - T0 )) s"
 if [ -n "$BASE" ]; then
   wait "$BASE_PID"

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
@@ -68,7 +69,9 @@ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? 
 
 // Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the
 // steps of split blockIdx.z (fragments: quant_tile_formats.h).
-template <int F, int kBT>
+// DIAGNOSTIC (temporary): kDiag 1 no decode, 2 no mma, 3 no loads after the
+// prologue, 4 the chunk loop not unrolled.
+template <int F, int kBT, int kDiag = 0>
 __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParams p) {
   using V = Values<F>;
   constexpr int kNJ = kBT / 8;  // token groups of 8
@@ -148,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
     __syncthreads();  // step s is in; every warp is done with stage (it - 1)
     {
       const int nx = s + kStages - 1;
-      if (nx < s_end) {
+      if (nx < s_end && kDiag != 3) {
         load_w(nx, (it + kStages - 1) % kStages);
         load_x(nx, (it + kStages - 1) % kStages);
       }
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
 #pragma unroll
     for (int q = 0; q < 4; ++q)
       rp[q] = base + (32 * rg + g + 8 * q) * kRS + static_cast<int>((row_start[q] + off0) & 15);
-#pragma unroll
+#pragma unroll (kDiag == 4 ? 1 : 4)
     for (int cc = 0; cc < 4; ++cc) {
       const int kc = 4 * kh + cc;
       if (kc >= chunks) break;  // the last step of a k that is not a multiple of 256
@@ -172,8 +175,12 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         float lo[8], hi[8];
-        V::values(rp[2 * mt], kc, tq, lo);
-        V::values(rp[2 * mt + 1], kc, tq, hi);
+        if constexpr (kDiag == 1) {
+          for (int i = 0; i < 8; ++i) lo[i] = hi[i] = static_cast<float>(rp[2 * mt][i + kc]);
+        } else {
+          V::values(rp[2 * mt], kc, tq, lo);
+          V::values(rp[2 * mt + 1], kc, tq, hi);
+        }
         a_fragment(lo, hi, 0, a[mt][0]);
         a_fragment(lo, hi, 1, a[mt][1]);
       }
@@ -188,7 +195,16 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
           uint32_t b0, b1;
           b_fragment(x4, h, &b0, &b1);
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) mma16816<__nv_bfloat16>(acc[mt][j], a[mt][h], b0, b1);
+          for (int mt = 0; mt < 2; ++mt) {
+            if constexpr (kDiag == 2) {
+              acc[mt][j][0] += __uint_as_float(a[mt][h][0] ^ b0);
+              acc[mt][j][1] += __uint_as_float(a[mt][h][1] ^ b1);
+              acc[mt][j][2] += __uint_as_float(a[mt][h][2]);
+              acc[mt][j][3] += __uint_as_float(a[mt][h][3]);
+            } else {
+              mma16816<__nv_bfloat16>(acc[mt][j], a[mt][h], b0, b1);
+            }
+          }
         }
       }
     }
@@ -325,10 +341,16 @@ Status quant_tile_init() {
       for (int64_t m : {16, 32, 64}) {
         dispatch_tokens(m, [&](auto bt) {
           constexpr int kBT = decltype(bt)::value;
-          const cudaError_t e = cudaFuncSetAttribute(quant_tile_kernel<F, kBT>,
+          const cudaError_t e = cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 0>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      smem_bytes<F, kBT>());
           if (first == cudaSuccess) first = e;
+          if constexpr (F == kQ4_K) {
+            cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<F, kBT>());
+            cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<F, kBT>());
+            cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<F, kBT>());
+            cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<F, kBT>());
+          }
         });
       }
     });
@@ -387,8 +409,18 @@ Status launch_quant_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt,
       p.counters = scratch.counters;
       const dim3 grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
                       static_cast<unsigned>(p.splits));
-      err = launch_pdl_weights(quant_tile_kernel<F, kBT>, grid, dim3(kThreads),
-                               smem_bytes<F, kBT>(), s, p);
+      static const int diag = [] {
+        const char* e = std::getenv("FERRITE_TILE_DIAG");
+        return e ? std::atoi(e) : 0;
+      }();
+      auto kern = quant_tile_kernel<F, kBT, 0>;
+      if constexpr (F == kQ4_K) {
+        if (diag == 1) kern = quant_tile_kernel<F, kBT, 1>;
+        if (diag == 2) kern = quant_tile_kernel<F, kBT, 2>;
+        if (diag == 3) kern = quant_tile_kernel<F, kBT, 3>;
+        if (diag == 4) kern = quant_tile_kernel<F, kBT, 4>;
+      }
+      err = launch_pdl_weights(kern, grid, dim3(kThreads), smem_bytes<F, kBT>(), s, p);
     });
   });
   if (err != cudaSuccess) return cuda_error(err, "quant_tile launch");

@@ -1,0 +1,162 @@
+// Products on block weights, kernel by kernel: gemm() (backends/cuda/gemm.h)
+// at real shapes on random weights in a block format, through the bf16
+// tensor-core tile (kernels/quant_tile.cuh) and through dequantize +
+// cuBLASLt, timed with CUDA events over repeated calls that cycle through
+// enough weight copies (512 MiB at least) that none is read from L2.
+// Prints microseconds a call, the weights' GB/s and the TFLOP/s, and the
+// largest difference between the two paths' outputs relative to the largest
+// output (the same rounded weights: only the summation order differs).
+//
+//   quant_gemm_bench --formats q4_k,q8_0 --tokens 16,64,128 --shapes 4096x4096,12288x4096
+//
+// Under ncu: --iters 1 --warmup 0 --paths tile and ncu's --kernel-name filter.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/gemm.h"
+#include "tensor/dtype.h"
+
+namespace {
+
+using namespace ferrite;
+
+#define CHECK_CUDA(x)                                                                      \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                        \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    const size_t b = std::min(s.find(',', a), s.size());
+    if (b > a) out.push_back(s.substr(a, b - a));
+    a = b + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"quant_gemm_bench: products on block weights, tile against dequantize + cuBLASLt"};
+  std::string formats = "q4_k,q8_0,q6_k,u4_g128,f8_e4m3_b128", tokens = "16,32,64,128";
+  std::string shapes = "4096x4096,1024x4096,12288x4096,4096x12288", paths = "tile,lt";
+  int iters = 20, warmup = 3;
+  app.add_option("--formats", formats, "weight formats (dtype names)")->capture_default_str();
+  app.add_option("--tokens", tokens, "token counts m")->capture_default_str();
+  app.add_option("--shapes", shapes, "NxK weight shapes (n outputs x k inputs)")
+      ->capture_default_str();
+  app.add_option("--paths", paths, "tile, lt (dequantize + cuBLASLt)")->capture_default_str();
+  app.add_option("--iters", iters, "timed calls per case")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  cuda::BackendState st;
+  CHECK_CUDA(cudaStreamCreate(&st.stream));
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  st.num_sms = prop.multiProcessorCount;
+  if (Status s = cuda::gemm_init(st); !s.is_ok()) {
+    std::fprintf(stderr, "gemm_init: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  const int64_t tile_tokens = st.quant_tile_tokens;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::printf("%-14s %6s %6s %4s %-5s %9s %8s %8s %10s\n", "format", "n", "k", "m", "path", "us",
+              "GB/s", "TFLOP/s", "max diff");
+  for (const std::string& fname : split(formats)) {
+    const std::optional<DType> dt = dtype_from_name(fname);
+    if (!dt || !dtype_is_quantized(*dt)) {
+      std::fprintf(stderr, "not a block format: %s\n", fname.c_str());
+      return 2;
+    }
+    for (const std::string& shape : split(shapes)) {
+      const size_t x = shape.find('x');
+      const int64_t n = std::stoll(shape.substr(0, x)), k = std::stoll(shape.substr(x + 1));
+      const int64_t bytes = dtype_bytes(*dt, n * k);
+      std::vector<float> wf(static_cast<size_t>(n * k));
+      for (float& v : wf) v = uni(rng) / std::sqrt(static_cast<float>(k));
+      std::vector<uint8_t> wq(static_cast<size_t>(bytes));
+      quantize_row(*dt, wf.data(), wq.data(), n * k);
+      const int64_t stride = (bytes + 255) / 256 * 256;
+      const int copies = static_cast<int>(std::max<int64_t>(2, (int64_t{512} << 20) / stride + 1));
+      uint8_t* w = nullptr;
+      CHECK_CUDA(cudaMalloc(&w, stride * copies));
+      for (int c = 0; c < copies; ++c)
+        CHECK_CUDA(cudaMemcpy(w + c * stride, wq.data(), bytes, cudaMemcpyHostToDevice));
+      for (const std::string& ms : split(tokens)) {
+        const int64_t m = std::stoll(ms);
+        std::vector<uint16_t> xh(static_cast<size_t>(m * k));
+        for (uint16_t& v : xh) v = f32_to_bf16(uni(rng));
+        void *xd = nullptr, *od = nullptr;
+        CHECK_CUDA(cudaMalloc(&xd, m * k * 2));
+        CHECK_CUDA(cudaMalloc(&od, m * n * 4));
+        CHECK_CUDA(cudaMemcpy(xd, xh.data(), m * k * 2, cudaMemcpyHostToDevice));
+        std::vector<float> first;
+        for (const std::string& path : split(paths)) {
+          st.quant_tile_tokens = path == "tile" ? tile_tokens : 0;
+          auto call = [&](int i) {
+            Status s = cuda::gemm(st, xd, DType::kBF16, m, k, w + (i % copies) * stride, *dt, n,
+                                  od, DType::kF32, false);
+            if (!s.is_ok()) {
+              std::fprintf(stderr, "gemm: %s\n", s.to_string().c_str());
+              std::exit(1);
+            }
+          };
+          for (int i = 0; i < warmup; ++i) call(i);
+          cudaEvent_t a, b;
+          CHECK_CUDA(cudaEventCreate(&a));
+          CHECK_CUDA(cudaEventCreate(&b));
+          CHECK_CUDA(cudaEventRecord(a, st.stream));
+          for (int i = 0; i < iters; ++i) call(warmup + i);
+          CHECK_CUDA(cudaEventRecord(b, st.stream));
+          CHECK_CUDA(cudaEventSynchronize(b));
+          float ms_total = 0;
+          CHECK_CUDA(cudaEventElapsedTime(&ms_total, a, b));
+          const double us = 1e3 * ms_total / std::max(iters, 1);
+          std::vector<float> out(static_cast<size_t>(m * n));
+          CHECK_CUDA(cudaMemcpy(out.data(), od, m * n * 4, cudaMemcpyDeviceToHost));
+          double diff = 0;
+          if (first.empty()) {
+            first = out;
+          } else {
+            double mag = 0;
+            for (size_t i = 0; i < out.size(); ++i) {
+              mag = std::max(mag, std::fabs(double(first[i])));
+              diff = std::max(diff, std::fabs(double(first[i]) - out[i]));
+            }
+            diff /= std::max(mag, 1e-30);
+          }
+          std::printf("%-14s %6lld %6lld %4lld %-5s %9.1f %8.0f %8.1f %10.2e\n", fname.c_str(),
+                      static_cast<long long>(n), static_cast<long long>(k),
+                      static_cast<long long>(m), path.c_str(), us, bytes / us / 1e3,
+                      2.0 * m * n * k / us / 1e6, diff);
+          cudaEventDestroy(a);
+          cudaEventDestroy(b);
+        }
+        cudaFree(xd);
+        cudaFree(od);
+      }
+      cudaFree(w);
+    }
+  }
+  cuda::gemm_shutdown(st);
+  return 0;
+}

@@ -1,0 +1,27 @@
+# Sourced by the GPU machine's scripts (gpu_run.sh, bench/quant_gpu.sh,
+# bench/cuda): the dev packages that machine lacks (PCRE2, cpp-httplib)
+# travel as .deb files in .deb/ (git-ignored; scripts/gpu_carry.sh fetches
+# them) and are unpacked into a private prefix, never into /; the compiler
+# and linker find them through these variables. Then
+#   gpu_configure BUILD_DIR [cmake args...]
+# configures a Release sm_90a build with the CUDA backend.
+ROOT="${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+if [ -d "$ROOT/.deb" ] && ls "$ROOT"/.deb/*.deb > /dev/null 2>&1; then
+  PFX=/tmp/ferrite-prefix
+  mkdir -p "$PFX"
+  for f in "$ROOT"/.deb/*.deb; do dpkg -x "$f" "$PFX"; done
+  # Only the shared libraries are linked: the -dev packages of cpp-httplib's
+  # private dependencies (OpenSSL, zlib, brotli) are not needed.
+  sed -i '/^Requires.private/d' "$PFX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
+  export PKG_CONFIG_PATH="$PFX/usr/lib/x86_64-linux-gnu/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$PFX"
+  export CPLUS_INCLUDE_PATH="$PFX/usr/include:$PFX/usr/include/x86_64-linux-gnu"
+  export LD_LIBRARY_PATH="$PFX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  export LDFLAGS="-Wl,-rpath-link,$PFX/usr/lib/x86_64-linux-gnu -Wl,-rpath,$PFX/usr/lib/x86_64-linux-gnu"
+fi
+gpu_configure() {
+  local dir=$1
+  shift
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF "$@"
+}
