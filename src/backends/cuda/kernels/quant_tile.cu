@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
@@ -24,16 +23,23 @@ constexpr int kRows = 128;
 // lanes of a 16-byte load phase (2 tokens x 4 quads) read 8 different
 // 16-byte bank groups.
 constexpr int kXStride = 2 * kStepElems + 64;
-// The stages of one block an SM (the H200's opt-in limit a block).
+// The step's Scales: 16 groups a row, rows 18 apart (8 rows x 2 groups of
+// one load land in 16 different bank pairs).
+constexpr int kScaleStride = 18;
+constexpr int kScaleBytes = kRows * kScaleStride * static_cast<int>(sizeof(Scale));
+// Shared memory of one block an SM (the H200's opt-in limit a block).
 constexpr int kSmemBudget = 227 * 1024;
 
 // A step's raw bytes of one row in shared memory: the 16-byte pieces that
 // cover them (a row starts where its predecessor ends, at any offset of a
-// piece its format's alignment allows), an odd number of pieces.
+// piece its format's alignment allows).
+template <int F>
+constexpr int raw_pieces() {
+  return (step_bytes<F>(kStepElems) + 15 + 15) / 16;
+}
 template <int F>
 constexpr int raw_stride() {
-  constexpr int pieces = (step_bytes<F>(kStepElems) + 15 + 15) / 16;
-  return 16 * (pieces % 2 ? pieces : pieces + 1);
+  return 16 * raw_pieces<F>();
 }
 template <int F, int kBT>
 constexpr int stage_bytes() {
@@ -41,14 +47,14 @@ constexpr int stage_bytes() {
 }
 template <int F, int kBT>
 constexpr int num_stages() {
-  constexpr int s = kSmemBudget / stage_bytes<F, kBT>();
+  constexpr int s = (kSmemBudget - kScaleBytes) / stage_bytes<F, kBT>();
   return s < 2 ? 2 : (s > 6 ? 6 : s);
 }
 template <int F, int kBT>
 constexpr int smem_bytes() {
   constexpr int pipe = num_stages<F, kBT>() * stage_bytes<F, kBT>();
   constexpr int sums = 4 * kRows * kBT;  // the half-steps' sums, after the pipeline
-  return pipe > sums ? pipe : sums;
+  return kScaleBytes + (pipe > sums ? pipe : sums);
 }
 
 struct TileParams {
@@ -69,18 +75,18 @@ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? 
 
 // Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the
 // steps of split blockIdx.z (fragments: quant_tile_formats.h).
-// DIAGNOSTIC (temporary): kDiag 1 no decode, 2 no mma, 3 no loads after the
-// prologue, 4 the chunk loop not unrolled.
-template <int F, int kBT, int kDiag = 0>
+template <int F, int kBT>
 __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParams p) {
   using V = Values<F>;
   constexpr int kNJ = kBT / 8;  // token groups of 8
   constexpr int kRS = raw_stride<F>();
-  constexpr int kPieces = kRS / 16;
+  constexpr int kPieces = raw_pieces<F>();
   constexpr int kStage = stage_bytes<F, kBT>();
   constexpr int kStages = num_stages<F, kBT>();
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int last_split;
+  Scale* scales = reinterpret_cast<Scale*>(smem);
+  uint8_t* stages = smem + kScaleBytes;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int rg = warp & 3, kh = warp >> 2;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kBT;
@@ -90,34 +96,41 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
   const int s_end = min(steps, s_begin + p.steps_per_split);
 
   // Step s's blocks of the 128 rows into stage st (cp.async; rows past n
-  // are left as they are: their sums are never stored).
+  // are left as they are: their sums are never stored). Warp w copies rows
+  // 16 w .. + 15, a lane a piece (two rows at a time when a row's pieces
+  // fit half a warp): row r's step is bytes [r row_bytes + off0, + len) of w
+  // (16-byte aligned), copied as the pieces from the one holding its first
+  // byte to the one holding its last (never past the tensor's last piece).
+  constexpr int kRowsAtOnce = kPieces <= 16 ? 2 : 1;
+  const int piece = kRowsAtOnce == 2 ? lane & 15 : lane;
+  const int64_t my_row0 = n0 + 16 * warp + (kRowsAtOnce == 2 ? lane >> 4 : 0);
   auto load_w = [&](int s, int st) {
-    uint8_t* base = smem + st * kStage;
+    uint8_t* base = stages + st * kStage;
     const int64_t k0 = static_cast<int64_t>(s) * kStepElems;
     const int64_t off0 = k0 / V::kBlockElems * V::kBlockBytes;
     const int64_t len = min64(kStepElems, p.k - k0) / V::kBlockElems * V::kBlockBytes;
-    // Row r's step: bytes [r row_bytes + off0, + len) of w (16-byte aligned),
-    // as the pieces from the one holding its first byte to the one holding
-    // its last (never past the tensor's last piece).
-    for (int i = tid; i < kRows * kPieces; i += kThreads) {
-      const int r = i / kPieces, c = i - r * kPieces;
-      if (n0 + r >= p.n) continue;
-      const int64_t first = (n0 + r) * p.row_bytes + off0;
-      const int64_t a0 = first & ~int64_t{15};
-      if (a0 + 16 * c < first + len) cp_async16(base + r * kRS + 16 * c, p.w + a0 + 16 * c, true);
+    if (piece >= kPieces) return;
+#pragma unroll
+    for (int i = 0; i < 16 / kRowsAtOnce; ++i) {
+      const int64_t row = my_row0 + kRowsAtOnce * i;
+      if (row >= p.n) break;
+      const int64_t first = row * p.row_bytes + off0;
+      const int64_t a = (first & ~int64_t{15}) + 16 * piece;
+      if (a < first + len) cp_async16(base + (row - n0) * kRS + 16 * piece, p.w + a, true);
     }
   };
-  // Step s's activations of the block's tokens (zeros past m).
+  // Step s's activations of the block's tokens (zeros past m): warp w copies
+  // tokens w, w + 8, ..., a lane 8 of a token's 256 activations.
   auto load_x = [&](int s, int st) {
-    uint8_t* xs = smem + st * kStage + kRows * kRS;
+    uint8_t* xs = stages + st * kStage + kRows * kRS;
     const int64_t k0 = static_cast<int64_t>(s) * kStepElems;
-    const int pieces = static_cast<int>(min64(kStepElems, p.k - k0) / 8);
-    for (int i = tid; i < kBT * (kStepElems / 8); i += kThreads) {
-      const int t = i / (kStepElems / 8), c = i - t * (kStepElems / 8);
-      if (c >= pieces) continue;
+    if (8 * lane >= min64(kStepElems, p.k - k0)) return;
+#pragma unroll
+    for (int i = 0; i < kBT / 8; ++i) {
+      const int t = warp + 8 * i;
       const bool valid = t0 + t < p.m;
-      const __nv_bfloat16* src = valid ? p.x + (t0 + t) * p.k + k0 + 8 * c : p.x;
-      cp_async16(xs + t * kXStride + 16 * c, src, valid);
+      const __nv_bfloat16* src = valid ? p.x + (t0 + t) * p.k + k0 + 8 * lane : p.x;
+      cp_async16(xs + t * kXStride + 16 * lane, src, valid);
     }
   };
 
@@ -139,34 +152,50 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
     cp_async_commit();
   }
 
-  // This lane's rows of the block: 32 rg + g + 8 q (q = 0..3: tile q / 2,
-  // fragment rows g / g + 8), and where their bytes start within a piece.
-  int64_t row_start[4];
+  // Where a row's bytes start within a piece: ((n0 + r) row_bytes + off0) % 16.
+  // The Scales of a step: thread t does row t / 2, chunks 4 (t % 2) .. + 3.
+  const int sc_row = tid >> 1, sc_kc0 = 4 * (tid & 1);
+  const int sc_shift = static_cast<int>(((n0 + sc_row) * p.row_bytes) & 15);
+  int row_shift[4];  // this lane's rows 32 rg + g + 8 q (tile q / 2, fragment rows g / g + 8)
 #pragma unroll
-  for (int q = 0; q < 4; ++q) row_start[q] = (n0 + 32 * rg + g + 8 * q) * p.row_bytes;
+  for (int q = 0; q < 4; ++q)
+    row_shift[q] = static_cast<int>(((n0 + 32 * rg + g + 8 * q) * p.row_bytes) & 15);
 
   for (int s = s_begin; s < s_end; ++s) {
     const int it = s - s_begin;
     cp_async_wait<kStages - 2>();
-    __syncthreads();  // step s is in; every warp is done with stage (it - 1)
+    __syncthreads();  // step s is in; every warp is done with stage (it - 1) and the Scales
     {
       const int nx = s + kStages - 1;
-      if (nx < s_end && kDiag != 3) {
+      if (nx < s_end) {
         load_w(nx, (it + kStages - 1) % kStages);
         load_x(nx, (it + kStages - 1) % kStages);
       }
       cp_async_commit();  // one group an iteration (maybe empty)
     }
-    const uint8_t* base = smem + (it % kStages) * kStage;
+    const uint8_t* base = stages + (it % kStages) * kStage;
     const uint8_t* xs = base + kRows * kRS;
     const int64_t k0 = static_cast<int64_t>(s) * kStepElems;
     const int chunks = static_cast<int>(min64(kStepElems, p.k - k0) / 32);
-    const int64_t off0 = k0 / V::kBlockElems * V::kBlockBytes;
+    const int off16 = static_cast<int>((k0 / V::kBlockElems * V::kBlockBytes) & 15);
+    {
+      const uint8_t* r = base + sc_row * kRS + ((sc_shift + off16) & 15);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int kc = sc_kc0 + c;
+        if (kc < chunks) {
+          scales[sc_row * kScaleStride + 2 * kc] = V::scale(r, kc, 0);
+          scales[sc_row * kScaleStride + 2 * kc + 1] = V::scale(r, kc, 1);
+        }
+      }
+    }
+    __syncthreads();  // the Scales are in
     const uint8_t* rp[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      rp[q] = base + (32 * rg + g + 8 * q) * kRS + static_cast<int>((row_start[q] + off0) & 15);
-#pragma unroll (kDiag == 4 ? 1 : 4)
+      rp[q] = base + (32 * rg + g + 8 * q) * kRS + ((row_shift[q] + off16) & 15);
+    const Scale* my_scales = scales + (32 * rg + g) * kScaleStride + (tq >> 1);
+#pragma unroll
     for (int cc = 0; cc < 4; ++cc) {
       const int kc = 4 * kh + cc;
       if (kc >= chunks) break;  // the last step of a k that is not a multiple of 256
@@ -175,12 +204,11 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         float lo[8], hi[8];
-        if constexpr (kDiag == 1) {
-          for (int i = 0; i < 8; ++i) lo[i] = hi[i] = static_cast<float>(rp[2 * mt][i + kc]);
-        } else {
-          V::values(rp[2 * mt], kc, tq, lo);
-          V::values(rp[2 * mt + 1], kc, tq, hi);
-        }
+        uint32_t w[2];
+        V::codes(rp[2 * mt], kc, tq, w);
+        decode<V::kKind>(w, my_scales[(16 * mt) * kScaleStride + 2 * kc], lo);
+        V::codes(rp[2 * mt + 1], kc, tq, w);
+        decode<V::kKind>(w, my_scales[(16 * mt + 8) * kScaleStride + 2 * kc], hi);
         a_fragment(lo, hi, 0, a[mt][0]);
         a_fragment(lo, hi, 1, a[mt][1]);
       }
@@ -195,16 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
           uint32_t b0, b1;
           b_fragment(x4, h, &b0, &b1);
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            if constexpr (kDiag == 2) {
-              acc[mt][j][0] += __uint_as_float(a[mt][h][0] ^ b0);
-              acc[mt][j][1] += __uint_as_float(a[mt][h][1] ^ b1);
-              acc[mt][j][2] += __uint_as_float(a[mt][h][2]);
-              acc[mt][j][3] += __uint_as_float(a[mt][h][3]);
-            } else {
-              mma16816<__nv_bfloat16>(acc[mt][j], a[mt][h], b0, b1);
-            }
-          }
+          for (int mt = 0; mt < 2; ++mt) mma16816<__nv_bfloat16>(acc[mt][j], a[mt][h], b0, b1);
         }
       }
     }
@@ -215,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
   // acc[mt][j][i] of this lane: row 32 rg + 16 mt + g + 8 (i / 2), token 8 j
   // + 2 tq + i % 2; its place in the sums (lanes fastest).
   auto at = [&](int mt, int j, int i) { return (((rg * 2 + mt) * kNJ + j) * 4 + i) * 32 + lane; };
-  float* sums = reinterpret_cast<float*>(smem);
+  float* sums = reinterpret_cast<float*>(stages);
   if (kh == 1) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
@@ -341,16 +360,10 @@ Status quant_tile_init() {
       for (int64_t m : {16, 32, 64}) {
         dispatch_tokens(m, [&](auto bt) {
           constexpr int kBT = decltype(bt)::value;
-          const cudaError_t e = cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 0>,
+          const cudaError_t e = cudaFuncSetAttribute(quant_tile_kernel<F, kBT>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      smem_bytes<F, kBT>());
           if (first == cudaSuccess) first = e;
-          if constexpr (F == kQ4_K) {
-            cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<F, kBT>());
-            cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<F, kBT>());
-            cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<F, kBT>());
-            cudaFuncSetAttribute(quant_tile_kernel<F, kBT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<F, kBT>());
-          }
         });
       }
     });
@@ -409,18 +422,8 @@ Status launch_quant_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt,
       p.counters = scratch.counters;
       const dim3 grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
                       static_cast<unsigned>(p.splits));
-      static const int diag = [] {
-        const char* e = std::getenv("FERRITE_TILE_DIAG");
-        return e ? std::atoi(e) : 0;
-      }();
-      auto kern = quant_tile_kernel<F, kBT, 0>;
-      if constexpr (F == kQ4_K) {
-        if (diag == 1) kern = quant_tile_kernel<F, kBT, 1>;
-        if (diag == 2) kern = quant_tile_kernel<F, kBT, 2>;
-        if (diag == 3) kern = quant_tile_kernel<F, kBT, 3>;
-        if (diag == 4) kern = quant_tile_kernel<F, kBT, 4>;
-      }
-      err = launch_pdl_weights(kern, grid, dim3(kThreads), smem_bytes<F, kBT>(), s, p);
+      err = launch_pdl_weights(quant_tile_kernel<F, kBT>, grid, dim3(kThreads),
+                               smem_bytes<F, kBT>(), s, p);
     });
   });
   if (err != cudaSuccess) return cuda_error(err, "quant_tile launch");

@@ -1,14 +1,19 @@
 // The block formats as the bf16 tensor-core tile of quant_tile.cu reads
 // them: for one weight row and one k step of 256 elements (its raw bytes
 // copied to shared memory, `r` at the step's first byte), 32-element chunk
-// kc (0..7) and lane quad tq (0..3),
+// kc (0..7), 16-element group grp (0, 1) and lane quad tq (0..3),
 //
-//   values(r, kc, tq, v): elements 8 tq .. 8 tq + 7 of the chunk in f32,
-//   exactly as dequantize_row computes them (tensor/dtype.h: the same f32
-//   products and differences, each rounded once)
+//   scale(r, kc, grp):    the group's Scale (s, t), which the tile computes
+//                         once a step for every row and group;
+//   codes(r, kc, tq, w):  the codes of elements 8 tq .. 8 tq + 7 of the chunk,
+//                         a byte each in element order;
+//   decode<kind>(w, sc, v): their values in f32
 //
-// which the tile rounds to the activation type and packs into its mma A
-// fragments (quant_tile.cu says which element goes where).
+// and values() = decode(codes, scale of group tq / 2): exactly
+// dequantize_row's (tensor/dtype.h: the same f32 products, each rounded
+// once), but for the K-quants' s q - m, one fused multiply-add where the
+// reference rounds s q first (at most an f32 rounding apart). The tile rounds
+// the values to bf16 and packs them into its mma A fragments.
 //
 //   format        bytes a step          element
 //   q8_0          8 blocks of 34        d q
@@ -19,8 +24,9 @@
 //   u4_g128       2 blocks of 72        d (q - z)
 //
 // Codes become floats exactly through the magic-number form: the bits
-// 0x4B000000 | b are the float 2^23 + b for b < 2^23, so (2^23 + b) - (2^23
-// + c) is b - c exactly, with no integer-to-float conversion.
+// 0x4B000000 | b are the float 2^23 + b for b < 2^23 (one byte permute on
+// the GPU), so (2^23 + b) - (2^23 + c) is b - c exactly, with no
+// integer-to-float conversion.
 //
 // Plain C++ (host and device), so that tests/kernels checks every format
 // against dequantize_row on the CPU, where CI runs. Reads are aligned 16-bit
@@ -29,6 +35,7 @@
 // tile's formats (quant_mmq_formats.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -107,8 +114,7 @@ FERRITE_TILE_HD float f16_bits(uint32_t h) {
   return f16_to_f32(static_cast<uint16_t>(h));
 #endif
 }
-// a * b and a - b rounded once each, never contracted into a fused
-// multiply-add (the reference dequantization rounds the product first).
+// a * b rounded once, never contracted into a fused multiply-add.
 FERRITE_TILE_HD float mul_rn(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fmul_rn(a, b);
@@ -117,19 +123,6 @@ FERRITE_TILE_HD float mul_rn(float a, float b) {
   return p;
 #endif
 }
-FERRITE_TILE_HD float sub_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  volatile float p = a - b;
-  return p;
-#endif
-}
-// Byte i of w minus c, as an exact f32 (the magic-number form above).
-FERRITE_TILE_HD float byte_minus(uint32_t w, int i, uint32_t c) {
-  return bits_f32(0x4B000000u | ((w >> (8 * i)) & 0xFFu)) - bits_f32(0x4B000000u | c);
-}
-
 // The 6-bit scale and min of K-quant sub-block j from the 12 scale bytes s
 // (ggml's get_scale_min_k4).
 FERRITE_TILE_HD void kquant_scale_min(const uint8_t* s, int j, uint32_t* sc, uint32_t* mn) {
@@ -145,33 +138,53 @@ FERRITE_TILE_HD void kquant_scale_min(const uint8_t* s, int j, uint32_t* sc, uin
 // The format codes (qblocks::QFmt's order).
 enum Fmt : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ5_K = 3, kQ6_K = 4, kF8B128 = 5, kU4G128 = 6 };
 
+// How a format's codes become values, with (s, t) the Scale of the code's
+// 16-element group of its chunk:
+//  - kOffset: s (q - c), exactly the reference's single rounding; t = 2^23 + c,
+//    so that (2^23 + q) - t is q - c exactly (q8_0: codes + 128, c = 128; q4_0:
+//    c = 8; q6_k: c = 32; u4_g128: c = z);
+//  - kMin: s q - m as one fused multiply-add, t = -m (the K-quants: within an
+//    f32 rounding of the reference's s q, then - m);
+//  - kFp8: f32(e4m3) s (t unused).
+enum class Kind { kOffset, kMin, kFp8 };
+struct Scale {
+  float s, t;
+};
+// The magic-number float of a code b < 2^23: 2^23 + b.
+FERRITE_TILE_HD float magic_f32(uint32_t b) { return bits_f32(0x4B000000u | b); }
+inline constexpr float kMagic = 8388608.0f;  // 2^23
+
 template <int F>
 struct Values;
 
 template <>
 struct Values<kQ8_0> {
   static constexpr int kBlockElems = 32, kBlockBytes = 34;
-  static FERRITE_TILE_HD void values(const uint8_t* r, int kc, int tq, float (&v)[8]) {
-    const uint8_t* b = r + kBlockBytes * kc;
-    const float d = f16_bits(rd16(b));
-    // Codes + 128 as unsigned bytes.
-    const uint32_t w[2] = {rd32_a2(b + 2 + 8 * tq) ^ 0x80808080u,
-                           rd32_a2(b + 6 + 8 * tq) ^ 0x80808080u};
-    for (int i = 0; i < 8; ++i) v[i] = mul_rn(byte_minus(w[i >> 2], i & 3, 128), d);
+  static constexpr Kind kKind = Kind::kOffset;
+  static FERRITE_TILE_HD Scale scale(const uint8_t* r, int kc, int) {
+    return {f16_bits(rd16(r + kBlockBytes * kc)), magic_f32(128)};
+  }
+  // Codes + 128 as unsigned bytes.
+  static FERRITE_TILE_HD void codes(const uint8_t* r, int kc, int tq, uint32_t (&w)[2]) {
+    const uint8_t* q = r + kBlockBytes * kc + 2 + 8 * tq;
+    w[0] = rd32_a2(q) ^ 0x80808080u;
+    w[1] = rd32_a2(q + 4) ^ 0x80808080u;
   }
 };
 
+// Element l < 16 is the low nibble of byte l, element 16 + l its high one.
 template <>
 struct Values<kQ4_0> {
   static constexpr int kBlockElems = 32, kBlockBytes = 18;
-  // Element l < 16 is the low nibble of byte l, element 16 + l its high one.
-  static FERRITE_TILE_HD void values(const uint8_t* r, int kc, int tq, float (&v)[8]) {
-    const uint8_t* b = r + kBlockBytes * kc;
-    const float d = f16_bits(rd16(b));
-    const uint8_t* q = b + 2 + 8 * (tq & 1);
+  static constexpr Kind kKind = Kind::kOffset;
+  static FERRITE_TILE_HD Scale scale(const uint8_t* r, int kc, int) {
+    return {f16_bits(rd16(r + kBlockBytes * kc)), magic_f32(8)};
+  }
+  static FERRITE_TILE_HD void codes(const uint8_t* r, int kc, int tq, uint32_t (&w)[2]) {
+    const uint8_t* q = r + kBlockBytes * kc + 2 + 8 * (tq & 1);
     const int sh = 4 * (tq >> 1);
-    const uint32_t w[2] = {(rd32_a2(q) >> sh) & 0x0F0F0F0Fu, (rd32_a2(q + 4) >> sh) & 0x0F0F0F0Fu};
-    for (int i = 0; i < 8; ++i) v[i] = mul_rn(byte_minus(w[i >> 2], i & 3, 8), d);
+    w[0] = (rd32_a2(q) >> sh) & 0x0F0F0F0Fu;
+    w[1] = (rd32_a2(q + 4) >> sh) & 0x0F0F0F0Fu;
   }
 };
 
@@ -180,20 +193,23 @@ struct Values<kQ4_0> {
 template <bool kFive>
 struct ValuesK {
   static constexpr int kBlockElems = 256, kBlockBytes = kFive ? 176 : 144;
-  static FERRITE_TILE_HD void values(const uint8_t* r, int kc, int tq, float (&v)[8]) {
+  static constexpr Kind kKind = Kind::kMin;
+  static FERRITE_TILE_HD Scale scale(const uint8_t* r, int kc, int) {
     uint32_t sc, mn;
     kquant_scale_min(r + 4, kc, &sc, &mn);
-    const float d1 = mul_rn(f16_bits(rd16(r)), static_cast<float>(sc));
-    const float m1 = mul_rn(f16_bits(rd16(r + 2)), static_cast<float>(mn));
+    return {mul_rn(f16_bits(rd16(r)), static_cast<float>(sc)),
+            -mul_rn(f16_bits(rd16(r + 2)), static_cast<float>(mn))};
+  }
+  static FERRITE_TILE_HD void codes(const uint8_t* r, int kc, int tq, uint32_t (&w)[2]) {
     const uint8_t* qs = r + (kFive ? 48 : 16) + 32 * (kc >> 1) + 8 * tq;
     const int sh = 4 * (kc & 1);
-    uint32_t w[2] = {(rd32(qs) >> sh) & 0x0F0F0F0Fu, (rd32(qs + 4) >> sh) & 0x0F0F0F0Fu};
+    w[0] = (rd32(qs) >> sh) & 0x0F0F0F0Fu;
+    w[1] = (rd32(qs + 4) >> sh) & 0x0F0F0F0Fu;
     if constexpr (kFive) {
       const uint8_t* qh = r + 16 + 8 * tq;
       w[0] |= ((rd32(qh) >> kc) & 0x01010101u) << 4;
       w[1] |= ((rd32(qh + 4) >> kc) & 0x01010101u) << 4;
     }
-    for (int i = 0; i < 8; ++i) v[i] = sub_rn(mul_rn(d1, byte_minus(w[i >> 2], i & 3, 0)), m1);
   }
 };
 template <>
@@ -204,22 +220,23 @@ struct Values<kQ5_K> : ValuesK<true> {};
 // q6_k: chunk kc is quarter qt = kc % 4 of half kc / 4: element l of it has
 // its low 4 bits in nibble qt / 2 of ql[64 half + 32 (qt % 2) + l] and its
 // high 2 bits at bit 2 qt of qh[32 half + l]; scales[8 half + 2 qt] serves
-// l < 16 (lanes 0, 1), scales[8 half + 2 qt + 1] the rest.
+// l < 16 (group 0), scales[8 half + 2 qt + 1] the rest.
 template <>
 struct Values<kQ6_K> {
   static constexpr int kBlockElems = 256, kBlockBytes = 210;
-  static FERRITE_TILE_HD void values(const uint8_t* r, int kc, int tq, float (&v)[8]) {
+  static constexpr Kind kKind = Kind::kOffset;
+  static FERRITE_TILE_HD Scale scale(const uint8_t* r, int kc, int grp) {
+    const int sc = static_cast<int8_t>(r[192 + 8 * (kc >> 2) + 2 * (kc & 3) + grp]);
+    return {mul_rn(f16_bits(rd16(r + 208)), static_cast<float>(sc)), magic_f32(32)};
+  }
+  static FERRITE_TILE_HD void codes(const uint8_t* r, int kc, int tq, uint32_t (&w)[2]) {
     const int half = kc >> 2, qt = kc & 3;
     const uint8_t* ql = r + 64 * half + 32 * (qt & 1) + 8 * tq;
     const uint8_t* qh = r + 128 + 32 * half + 8 * tq;
     const int lsh = 4 * (qt >> 1), hsh = 2 * qt;
-    const int sc = static_cast<int8_t>(r[192 + 8 * half + 2 * qt + (tq >> 1)]);
-    const float ds = mul_rn(f16_bits(rd16(r + 208)), static_cast<float>(sc));
-    uint32_t w[2];
     for (int h = 0; h < 2; ++h)
       w[h] = ((rd32_a2(ql + 4 * h) >> lsh) & 0x0F0F0F0Fu) |
              (((rd32_a2(qh + 4 * h) >> hsh) & 0x03030303u) << 4);
-    for (int i = 0; i < 8; ++i) v[i] = mul_rn(ds, byte_minus(w[i >> 2], i & 3, 32));
   }
 };
 
@@ -227,11 +244,63 @@ struct Values<kQ6_K> {
 template <>
 struct Values<kF8B128> {
   static constexpr int kBlockElems = 128, kBlockBytes = 132;
-  static FERRITE_TILE_HD void values(const uint8_t* r, int kc, int tq, float (&v)[8]) {
+  static constexpr Kind kKind = Kind::kFp8;
+  static FERRITE_TILE_HD Scale scale(const uint8_t* r, int kc, int) {
+    return {rd_f32(r + kBlockBytes * (kc >> 2)), 0.0f};
+  }
+  static FERRITE_TILE_HD void codes(const uint8_t* r, int kc, int tq, uint32_t (&w)[2]) {
+    const uint8_t* q = r + kBlockBytes * (kc >> 2) + 4 + 32 * (kc & 3) + 8 * tq;
+    w[0] = rd32(q);
+    w[1] = rd32(q + 4);
+  }
+};
+
+// u4_g128: chunk kc is the 32 elements 32 (kc % 4) .. of block kc / 4;
+// element 2j is the low nibble of byte j, 2j + 1 its high one: the codes are
+// returned in element order (w[0] elements 0..3 of the lane, w[1] 4..7).
+template <>
+struct Values<kU4G128> {
+  static constexpr int kBlockElems = 128, kBlockBytes = 72;
+  static constexpr Kind kKind = Kind::kOffset;
+  static FERRITE_TILE_HD Scale scale(const uint8_t* r, int kc, int) {
     const uint8_t* b = r + kBlockBytes * (kc >> 2);
-    const float d = rd_f32(b);
-    const uint8_t* q = b + 4 + 32 * (kc & 3) + 8 * tq;
-    const uint32_t w[2] = {rd32(q), rd32(q + 4)};
+    return {rd_f32(b), magic_f32(b[4])};
+  }
+  static FERRITE_TILE_HD void codes(const uint8_t* r, int kc, int tq, uint32_t (&w)[2]) {
+    const uint32_t v = rd32(r + kBlockBytes * (kc >> 2) + 8 + 16 * (kc & 3) + 4 * tq);
+    // Nibbles 0..3 (bytes 0, 1) and 4..7 (bytes 2, 3) spread to a byte each.
+    const uint32_t lo = v & 0x0F0F0F0Fu, hi = (v >> 4) & 0x0F0F0F0Fu;
+#ifdef __CUDA_ARCH__
+    w[0] = __byte_perm(lo, hi, 0x5140);
+    w[1] = __byte_perm(lo, hi, 0x7362);
+#else
+    auto b = [](uint32_t x, int i) { return (x >> (8 * i)) & 0xFFu; };
+    w[0] = b(lo, 0) | b(hi, 0) << 8 | b(lo, 1) << 16 | b(hi, 1) << 24;
+    w[1] = b(lo, 2) | b(hi, 2) << 8 | b(lo, 3) << 16 | b(hi, 3) << 24;
+#endif
+  }
+};
+
+// Byte i of w as the magic-number float 2^23 + byte (one byte permute).
+FERRITE_TILE_HD float magic_byte(uint32_t w, int i) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | static_cast<unsigned>(i)));
+#else
+  return magic_f32((w >> (8 * i)) & 0xFFu);
+#endif
+}
+FERRITE_TILE_HD float fma_rn(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// The 8 values of codes w (element order) at scale sc.
+template <Kind K>
+FERRITE_TILE_HD void decode(const uint32_t (&w)[2], Scale sc, float (&v)[8]) {
+  if constexpr (K == Kind::kFp8) {
 #ifdef __CUDA_ARCH__
     for (int h = 0; h < 2; ++h) {
       for (int p = 0; p < 2; ++p) {
@@ -239,34 +308,33 @@ struct Values<kF8B128> {
         const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
             static_cast<__nv_fp8x2_storage_t>((w[h] >> (16 * p)) & 0xFFFFu), __NV_E4M3);
         const float2 f = __half22float2(__half2(hr));
-        v[4 * h + 2 * p] = mul_rn(f.x, d);
-        v[4 * h + 2 * p + 1] = mul_rn(f.y, d);
+        v[4 * h + 2 * p] = mul_rn(f.x, sc.s);
+        v[4 * h + 2 * p + 1] = mul_rn(f.y, sc.s);
       }
     }
 #else
     for (int i = 0; i < 8; ++i)
-      v[i] = mul_rn(f8e4m3_to_f32(static_cast<uint8_t>(w[i >> 2] >> (8 * (i & 3)))), d);
+      v[i] = mul_rn(f8e4m3_to_f32(static_cast<uint8_t>(w[i >> 2] >> (8 * (i & 3)))), sc.s);
 #endif
-  }
-};
-
-// u4_g128: chunk kc is the 32 elements 32 (kc % 4) .. of block kc / 4;
-// element 2j is the low nibble of byte j, 2j + 1 its high one.
-template <>
-struct Values<kU4G128> {
-  static constexpr int kBlockElems = 128, kBlockBytes = 72;
-  static FERRITE_TILE_HD void values(const uint8_t* r, int kc, int tq, float (&v)[8]) {
-    const uint8_t* b = r + kBlockBytes * (kc >> 2);
-    const float d = rd_f32(b);
-    const uint32_t z = b[4];
-    const uint32_t w = rd32(b + 8 + 16 * (kc & 3) + 4 * tq);
-    const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
-    for (int j = 0; j < 4; ++j) {
-      v[2 * j] = mul_rn(d, byte_minus(lo, j, z));
-      v[2 * j + 1] = mul_rn(d, byte_minus(hi, j, z));
+  } else {
+    for (int i = 0; i < 8; ++i) {
+      const float f = magic_byte(w[i >> 2], i & 3);
+      if constexpr (K == Kind::kOffset)
+        v[i] = mul_rn(f - sc.t, sc.s);  // (2^23 + q) - (2^23 + c): exact
+      else
+        v[i] = fma_rn(f - kMagic, sc.s, sc.t);
     }
   }
-};
+}
+
+// Elements 8 tq .. 8 tq + 7 of chunk kc: the codes of the lane at the scale
+// of its 16-element group (tq / 2).
+template <int F>
+FERRITE_TILE_HD void values(const uint8_t* r, int kc, int tq, float (&v)[8]) {
+  uint32_t w[2];
+  Values<F>::codes(r, kc, tq, w);
+  decode<Values<F>::kKind>(w, Values<F>::scale(r, kc, tq >> 1), v);
+}
 
 // --- Fragments ----------------------------------------------------------
 // The tile's m16n8k16 mma takes weight rows as A (16 a tile) and tokens as B
