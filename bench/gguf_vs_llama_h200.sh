@@ -18,6 +18,7 @@
 # tests; it touches /tmp/peer/prepared when done) so that the measuring call is short.
 # FERRITE_AB_OFF="VAR=0 ...": each also runs ferrite's bench once more with that variable set
 # (e.g. FERRITE_CUDA_QUANT_FUSED=0, the A/B of the fused decode GEMV).
+# PEER_QUANTS: the dense files measured (default "q4_k_m q8_0").
 # PEER_MOE=1: afterwards (or alone, with PEER_DENSE=0) the Qwen3-30B-A3B-shape Q4_K_M target:
 # bench/twin_moe_gguf.py writes the MoE twin in Q8_0 (32 GB; the dense twin files are deleted
 # first for disk), llama-quantize --allow-requantize makes Q4_K_M, then llama-bench (tg128,
@@ -53,7 +54,7 @@ done
 wait
 touch /tmp/peer/prepared
 [ "${1:-}" = "--prepare" ] && exit 0
-for q in $([ "${PEER_DENSE:-1}" = 1 ] && echo q4_k_m q8_0); do
+for q in $([ "${PEER_DENSE:-1}" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
   F=/tmp/peer/twin/$q.gguf
   echo "== llama.cpp $q" >> "$S"
   timeout 150 "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p 4096 -n 128 -r 2 -o md 2>&1 | grep -E "^\|" >> "$S"

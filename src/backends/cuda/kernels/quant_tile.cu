@@ -274,35 +274,64 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
     if (!last_split) return;
     __threadfence();
     if (kh == 0) {
+      // A split's sums at a time, every load of it in flight together (a
+      // loop over the splits inside each sum waited out one L2 round trip
+      // per load: tens of microseconds a launch).
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int j = 0; j < kNJ; ++j)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            float v = 0.0f;
-            for (int sp = 0; sp < p.splits; ++sp)
-              v += __ldcg(part + static_cast<int64_t>(sp) * (kRows * kBT) + at(mt, j, i));
-            acc[mt][j][i] = v;
-          }
+          for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
+      for (int sp = 0; sp < p.splits; ++sp) {
+        const float* src = part + static_cast<int64_t>(sp) * (kRows * kBT);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][j][i] += __ldcg(src + at(mt, j, i));
+      }
     }
     if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
   }
   if (kh == 1) return;
+  // The epilogue: bias, and with `accumulate` the old outputs, all loaded
+  // before any store (a load after each store waited out a round trip each).
+  float bias[2][4];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t row = n0 + 32 * rg + 16 * mt + g + 8 * (i >> 1);
-      if (row >= p.n) continue;
-      const float bias = p.bias ? load_any(p.bias, p.bias_dt, row) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < kNJ; ++j) {
-        const int64_t t = t0 + 8 * j + 2 * tq + (i & 1);
-        if (t < p.m) store_any(p.out, p.out_dt, t * p.n + row, acc[mt][j][i] + bias, p.accumulate);
-      }
+      bias[mt][i] = p.bias && row < p.n ? load_any(p.bias, p.bias_dt, row) : 0.0f;
     }
+  auto valid = [&](int mt, int j, int i, int64_t* at_out) {
+    const int64_t row = n0 + 32 * rg + 16 * mt + g + 8 * (i >> 1);
+    const int64_t t = t0 + 8 * j + 2 * tq + (i & 1);
+    *at_out = t * p.n + row;
+    return row < p.n && t < p.m;
+  };
+  if (p.accumulate) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          int64_t o;
+          if (valid(mt, j, i, &o)) acc[mt][j][i] += load_any(p.out, p.out_dt, o);
+        }
   }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        int64_t o;
+        if (valid(mt, j, i, &o)) store_any(p.out, p.out_dt, o, acc[mt][j][i] + bias[mt][i], false);
+      }
 }
 
 // The token tile of m tokens: the smallest that holds them (padding tokens

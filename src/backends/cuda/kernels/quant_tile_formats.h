@@ -147,7 +147,7 @@ enum Fmt : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ5_K = 3, kQ6_K = 4, kF8B128 
 //    f32 rounding of the reference's s q, then - m);
 //  - kFp8: f32(e4m3) s (t unused).
 enum class Kind { kOffset, kMin, kFp8 };
-struct Scale {
+struct alignas(8) Scale {
   float s, t;
 };
 // The magic-number float of a code b < 2^23: 2^23 + b.
