@@ -2,9 +2,9 @@
 # A/B of the CUDA paths still being decided (docs/tuning.md), on the GPU machine after
 # scripts/gpu_run.sh built build-gpu (and its cuda_test and conformance ran the paths' cases):
 #  - FERRITE_CUDA_QUANT_TILE_TOKENS: products of 9+ bf16 tokens on block weights through the
-#    bf16 tensor-core tile that decodes the blocks in registers (256, the default, against 0:
-#    dequantize + cuBLASLt; Qwen3-8B in TILE_QUANTS, default Q4_K_M and GPTQ-Int4, b16-b128 and
-#    a 256-token prefill).
+#    bf16 tensor-core tile that decodes the blocks in registers (64, the default, against 0:
+#    dequantize + cuBLASLt, and 256; Qwen3-8B in TILE_QUANTS, default Q4_K_M and GPTQ-Int4,
+#    b16-b128 and a 256-token prefill; session 15: 64 wins).
 # DECIDED=1 also re-runs the A/Bs already settled (docs/perf-log.md):
 #  - FERRITE_CUDA_QUANT_STREAM_BLOCKS: blocks an SM of the bulk-copy decode GEMV (1, the
 #    default, against 2; Qwen3-8B Q4_K_M and Q8_0, Qwen3-30B-A3B Q4_K_M, b1 / b8; session 12:
@@ -17,9 +17,6 @@
 #    against 0: one launch per stage; Qwen3-30B-A3B Q4_K_M and GPTQ-Int4, Qwen3.5-35B-A3B
 #    GPTQ-Int4 (a shared expert), b1 / b8; FUSED_QUANTS / FUSED_MODELS override the lists;
 #    session 11: 8 wins);
-#  - FERRITE_CUDA_QUANT_MMQ_TOKENS: products of 9+ tokens on block weights through the int8
-#    tensor-core tile (0, the default: dequantize + cuBLASLt, against 256; Qwen3-8B Q4_K_M,
-#    Q8_0 and GPTQ-Int4, b16-b128 and a 256-token prefill; session 11: the tile is 2x slower);
 #  - FERRITE_CUDA_QUANT_FUSED_FP8: FP8 decode on the fused kernel (Qwen3-8B, b1 / b8);
 #  - FERRITE_CUDA_DECODE_SPLIT_POSITIONS: positions per split of the fused decode attention
 #    (64, the default, against 32; Qwen3-8B Q4_K_M, b1 / b8);
@@ -44,7 +41,7 @@ run() {  # label, env assignment, ferrite bench arguments...
 }
 IFS=';' read -r -a TQ <<< "${TILE_QUANTS:---dummy-dtype q4_k_m;--quantization gptq-int4}"
 for q in "${TQ[@]}"; do
-  for v in 256 0; do  # the default first (optin_pick.py compares with it)
+  for v in 64 0 256; do  # the default first (optin_pick.py compares with it)
     run "qwen3-8b $q" "FERRITE_CUDA_QUANT_TILE_TOKENS=$v" --model "$ROOT/configs/qwen3-8b" \
       $q --batch 16 32 64 128 --prompt-len 256 --decode-prompt-len 128 --gen-len 24 \
       --max-num-seqs 128 --kv-cache-gib 16
@@ -90,14 +87,6 @@ for v in 8 0; do
     --model "$ROOT/configs/qwen3.5-35b-a3b" --quantization gptq-int4 --batch 1 8 \
     --prompt-len 128 --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 --kv-cache-gib 4 \
     --max-model-len 8192
-done
-IFS=';' read -r -a QQ <<< "${MMQ_QUANTS:---dummy-dtype q4_k_m;--dummy-dtype q8_0;--quantization gptq-int4}"
-for q in "${QQ[@]}"; do
-  for v in 0 256; do  # the default first
-    run "qwen3-8b $q" "FERRITE_CUDA_QUANT_MMQ_TOKENS=$v" --model "$ROOT/configs/qwen3-8b" \
-      $q --batch 16 32 64 128 --prompt-len 256 --decode-prompt-len 128 --gen-len 24 \
-      --max-num-seqs 128 --kv-cache-gib 16
-  done
 done
 for v in 1 0; do  # the default first (optin_pick.py compares with it)
   run "qwen3-8b fp8" "FERRITE_CUDA_QUANT_FUSED_FP8=$v" --model "$ROOT/configs/qwen3-8b" \

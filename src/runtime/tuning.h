@@ -74,15 +74,12 @@ namespace ferrite {
     "CUDA: products of more than 8 tokens on block weights dequantize at most this many MiB of "  \
     "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \
     "dequantization and the product")                                                            \
-  X(int64_t, cuda_quant_tile_tokens, "FERRITE_CUDA_QUANT_TILE_TOKENS", 256,                      \
+  X(int64_t, cuda_quant_tile_tokens, "FERRITE_CUDA_QUANT_TILE_TOKENS", 64,                       \
     "CUDA: products of 9 up to this many tokens on block weights (GGUF formats, FP8, GPTQ / AWQ " \
     "4-bit) with bf16 activations take the bf16 tensor-core tile that decodes the blocks in "     \
-    "registers, reading them once per 64 tokens (0: dequantize to 16 bits for cuBLASLt)")        \
-  X(int64_t, cuda_quant_mmq_tokens, "FERRITE_CUDA_QUANT_MMQ_TOKENS", 0,                         \
-    "CUDA: with cuda_quant_dot, products of 9 up to this many tokens on block weights (GGUF "     \
-    "formats, GPTQ / AWQ 4-bit) take the int8 tensor-core tile on 8-bit activation blocks, which "\
-    "reads the blocks once (0: dequantize to 16 bits for cuBLASLt; off: on the H200 the tile is "  \
-    "about 2x slower, Qwen3-8B Q4_K_M b64 2,159 against 4,309 tokens/s)")                        \
+    "registers, reading them once per 64 tokens (0: dequantize to 16 bits for cuBLASLt; on the " \
+    "H200, Qwen3-8B Q4_K_M b16 1,691 against 1,057 tokens/s, b32 2,889 against 2,108, b64 "      \
+    "4,495 against 4,326, b128 5,516 against 7,537: it loses above 64)")                          \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \

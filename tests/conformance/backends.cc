@@ -25,14 +25,16 @@ std::vector<Backend> available_backends() {
   out.push_back(std::move(cpu));
 #ifdef FERRITE_HAVE_CUDA
   if (cuda_device_present()) {
-    // "cuda" with the default tuning but for the MoE knob below; "cuda_mmq":
-    // the block-weight providers again, with products of 9+ tokens through
-    // the int8 tensor-core tile (Tuning::cuda_quant_mmq_tokens, off by
-    // default) and MoE steps on one launch per stage (Tuning::
+    // "cuda" with the default tuning but for the MoE knob below (products
+    // of 9 .. 64 tokens on block weights through the bf16 tile, the 70-token
+    // cases through dequantize + cuBLASLt); "cuda_alt": the block-weight
+    // providers again, with products of up to 256 tokens on the bf16 tile
+    // (Tuning::cuda_quant_tile_tokens: the 70-token cases in two tiles of 64
+    // and a partial one), MoE steps on one launch per stage (Tuning::
     // cuda_moe_fused_tokens 0), the path of the default's larger steps, and
     // the decode GEMV streaming rows through registers (Tuning::
     // cuda_quant_stream_tokens 0; "cuda" bulk-copies them).
-    for (const char* name : {"cuda", "cuda_mmq"}) {
+    for (const char* name : {"cuda", "cuda_alt"}) {
       auto device = make_cuda_device(0);
       if (!device.is_ok()) continue;
       Backend cuda;
@@ -43,8 +45,8 @@ std::vector<Backend> available_backends() {
       // MoE steps of up to 32 tokens on the fused decode launches (the
       // default takes 8): the cases of 9 and 10 tokens run them too.
       options.moe_fused_tokens = 32;
-      if (cuda.name == "cuda_mmq") {
-        options.quant_mmq_tokens = 256;
+      if (cuda.name == "cuda_alt") {
+        options.quant_tile_tokens = 256;
         options.moe_fused_tokens = 0;
         options.quant_stream_tokens = 0;  // the register-streaming decode GEMV
         cuda.block_weight_providers_only = true;

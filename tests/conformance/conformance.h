@@ -63,7 +63,7 @@ struct Backend {
   std::unique_ptr<Registry> registry;
   ExecContext ctx;
   std::shared_ptr<void> keep_alive;  // backend-private state behind ctx
-  // A variant of a backend with other tuning (e.g. "cuda_mmq"): only its
+  // A variant of a backend with other tuning (e.g. "cuda_alt"): only its
   // providers that accept block-format weights are tested again.
   bool block_weight_providers_only = false;
 };

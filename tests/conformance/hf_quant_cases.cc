@@ -91,7 +91,8 @@ std::vector<Case> hf_quant_cases() {
     CaseRng rng(1313);
     for (DType wt : kHfFormats) {
       const std::string f(dtype_name(wt));
-      // 70 tokens: the int8 tile's token tiles of 64 (u4_g128; quant_mmq.cu),
+      // 70 tokens: the bf16 tile's token tiles of 64 (quant_tile.cu; the
+      // cuda_alt backend),
       // with a last k step of one 128-block. 4 tokens of 1,024 inputs: rows
       // of 16-byte multiples in both formats (the bulk-copy decode GEMV,
       // quant_gemv_stream.cu; 256 inputs take it for u4_g128 only).

@@ -147,7 +147,8 @@ std::vector<Case> quantized_cases() {
         }
       }
       // A batch of 70 tokens x 130 outputs with a bias: two token tiles of
-      // 64 and a partial one of the int8 tile (quant_mmq.cu), three row
+      // 64 and a partial one of the bf16 tile (quant_tile.cu; the cuda_alt
+      // backend), three row
       // tiles, rows of 2 blocks of 256.
       {
         const int64_t in = 512, outs = 130;

@@ -196,11 +196,8 @@ struct QuantFileCase {
   // many tokens dequantized onto the grouped tensor-core path (0: off).
   int64_t moe_dequant = 0;
   bool fused_fp8 = false;  // tuning.cuda_quant_fused_fp8
-  // tuning.cuda_quant_mmq_tokens: products of 9 .. this many tokens on block
-  // weights through the int8 tensor-core tile (0: off, the default).
-  int64_t mmq = 0;
   // tuning.cuda_quant_tile_tokens: products of 9 .. this many bf16 tokens on
-  // block weights through the bf16 tensor-core tile (-1: the default, 256,
+  // block weights through the bf16 tensor-core tile (-1: the default, 64,
   // which leaves the goldens' 300-token prefill to dequantized weights for
   // cuBLASLt; 512 takes it in five token tiles, the last partial).
   int64_t tile = -1;
@@ -208,14 +205,13 @@ struct QuantFileCase {
 void PrintTo(const QuantFileCase& c, std::ostream* os) {
   *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8")
       << (c.moe_dequant ? "/moe_dequant" : "") << (c.fused_fp8 ? "/fused_fp8" : "")
-      << (c.mmq ? "/mmq" : "") << (c.tile > 0 ? "/tile" : "");
+      << (c.tile > 0 ? "/tile" : "");
 }
 std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
   std::string s = info.param.stem + (info.param.act == DType::kF32 ? "_f32" : "_bf16") +
                   (info.param.exact ? "_exact" : "_int8") +
                   (info.param.moe_dequant ? "_moe_dequant" : "") +
-                  (info.param.fused_fp8 ? "_fused_fp8" : "") + (info.param.mmq ? "_mmq" : "") +
-                  (info.param.tile > 0 ? "_tile" : "");
+                  (info.param.fused_fp8 ? "_fused_fp8" : "") + (info.param.tile > 0 ? "_tile" : "");
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -231,7 +227,6 @@ class CudaGgufQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     o.tuning.cuda_quant_dot = !GetParam().exact;
     o.tuning.cuda_moe_dequant = GetParam().moe_dequant;
     o.tuning.cuda_quant_fused_fp8 = GetParam().fused_fp8;
-    o.tuning.cuda_quant_mmq_tokens = GetParam().mmq;
     if (GetParam().tile >= 0) o.tuning.cuda_quant_tile_tokens = GetParam().tile;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -286,11 +281,8 @@ std::vector<QuantFileCase> quant_file_cases() {
     // Every eager step's experts through the dequantized tensor-core path.
     if (std::string(stem).find("moe") != std::string::npos)
       cases.push_back({stem, DType::kBF16, false, 1});
-    // Prefill products (9+ tokens) on the int8 tile.
-    cases.push_back({stem, DType::kF32, false, 0, false, 256});
-    cases.push_back({stem, DType::kBF16, false, 0, false, 256});
     // The long prompt's prefill on the bf16 tile.
-    cases.push_back({stem, DType::kBF16, false, 0, false, 0, 512});
+    cases.push_back({stem, DType::kBF16, false, 0, false, 512});
   }
   return cases;
 }
@@ -314,7 +306,6 @@ class CudaHfQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     o.tuning.cuda_quant_dot = !GetParam().exact;
     o.tuning.cuda_moe_dequant = GetParam().moe_dequant;
     o.tuning.cuda_quant_fused_fp8 = GetParam().fused_fp8;
-    o.tuning.cuda_quant_mmq_tokens = GetParam().mmq;
     if (GetParam().tile >= 0) o.tuning.cuda_quant_tile_tokens = GetParam().tile;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -363,11 +354,9 @@ std::vector<QuantFileCase> hf_quant_cases() {
     if (std::string(m).find("fp8") != std::string::npos) {  // the fused e4m3 decode kernel
       cases.push_back({m, DType::kF32, false, 0, true});
       cases.push_back({m, DType::kBF16, false, 0, true});
-    } else {  // 4-bit: prefill products on the int8 tile
-      cases.push_back({m, DType::kBF16, false, 0, false, 256});
     }
     // The long prompt's prefill on the bf16 tile.
-    cases.push_back({m, DType::kBF16, false, 0, false, 0, 512});
+    cases.push_back({m, DType::kBF16, false, 0, false, 512});
   }
   return cases;
 }

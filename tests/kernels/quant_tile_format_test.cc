@@ -1,19 +1,16 @@
-// The block formats as the CUDA tensor-core tiles read them, checked on the
-// CPU where CI runs (the tiles themselves run in cuda_test and the
-// conformance suite on the GPU):
-//  - bf16 tile (backends/cuda/kernels/quant_tile_formats.h): every lane's 8
-//    values of every chunk reproduce dequantize_row bitwise, at the shared
-//    memory placement the kernel uses (a step's bytes at their offset within
-//    16-byte pieces), with every read at an address of its alignment; one
-//    warp's 32 rows x 8 tokens, emulated with the kernel's fragments and the
-//    mma layouts of mma.cuh, give the product of the bf16-rounded weights
-//    and activations;
-//  - int8 tile (quant_mmq_formats.h): every chunk's codes and scale
-//    reproduce dequantize_row bitwise; one warp's 16 rows x 8 tokens give
-//    the product on the dequantized weights within the bound of 8-bit
-//    activation blocks.
+// The block formats as the CUDA bf16 tensor-core tile reads them
+// (backends/cuda/kernels/quant_tile_formats.h), checked on the CPU where CI
+// runs (the tile itself runs in cuda_test and the conformance suite on the
+// GPU):
+//  - every lane's 8 values of every chunk reproduce dequantize_row (bitwise,
+//    but for the K-quants' fused multiply-add: within an f32 rounding), at
+//    the shared-memory placement the kernel uses (a step's bytes at their
+//    offset within 16-byte pieces), with every read at an address of its
+//    alignment;
+//  - one warp's 32 rows x 8 tokens, emulated with the kernel's fragments and
+//    the mma layouts of mma.cuh, give the product of the bf16-rounded weights
+//    and activations.
 #define FERRITE_TILE_CHECK_ALIGNMENT 1
-#include "backends/cuda/kernels/quant_mmq_formats.h"
 #include "backends/cuda/kernels/quant_tile_formats.h"
 
 #include <gtest/gtest.h>
@@ -26,7 +23,7 @@
 #include "tensor/dtype.h"
 #include "test_util.h"
 
-namespace ferrite::cuda::mmq {
+namespace ferrite::cuda::tile {
 namespace {
 
 using ferrite::cpu::testing::random_f32;
@@ -81,207 +78,6 @@ void stage(const Rows& w, int64_t row, int s, Step* st) {
   st->r = st->buf + (first - a0);
 }
 
-int8_t code_at(uint32_t word, int i) { return static_cast<int8_t>((word >> (8 * i)) & 0xFF); }
-
-template <int F>
-void check_codes_and_scales(DType dt, int64_t k) {
-  using Fm = Format<F>;
-  SCOPED_TRACE(std::string(dtype_name(dt)) + " k " + std::to_string(k));
-  const Rows w = make_rows(dt, 3, k, 7 + F);
-  int64_t checked = 0;
-  for (int64_t row = 0; row < w.rows; ++row) {
-    for (int s = 0; s * kStepElems < k; ++s) {
-      Step st;
-      stage(w, row, s, &st);
-      for (int kc = 0; kc < st.elems / 32; ++kc) {
-        float d0, d1;
-        Fm::scale(st.r, kc, &d0, &d1);
-        for (int tq = 0; tq < 4; ++tq) {
-          uint32_t lo, hi;
-          Fm::codes(st.r, kc, tq, &lo, &hi);
-          for (int half = 0; half < 2; ++half) {
-            for (int i = 0; i < 4; ++i) {
-              const int e = 16 * half + 4 * tq + i;  // element of the chunk
-              const int code = code_at(half ? hi : lo, i);
-              // The reference's f32 operations, unfused.
-              volatile float p;
-              float v;
-              if constexpr (Fm::kScalePer16) {
-                p = (half ? d1 : d0) * static_cast<float>(code);
-                v = p;
-              } else {
-                p = d0 * static_cast<float>(code);
-                v = p - d1;
-              }
-              const int64_t at = row * k + int64_t{s} * kStepElems + 32 * kc + e;
-              ASSERT_EQ(v, w.values[static_cast<size_t>(at)])
-                  << "row " << row << " step " << s << " chunk " << kc << " lane " << tq
-                  << " element " << e << " code " << code;
-              ++checked;
-            }
-          }
-        }
-      }
-    }
-  }
-  EXPECT_EQ(checked, w.rows * k);
-}
-
-TEST(QuantMmqFormats, CodesAndScalesAreTheReferenceDequantization) {
-  check_codes_and_scales<kQ8_0>(DType::kQ8_0, 512);
-  check_codes_and_scales<kQ8_0>(DType::kQ8_0, 256 + 96);  // a last step of 3 blocks, rows of 374 bytes
-  check_codes_and_scales<kQ4_0>(DType::kQ4_0, 512);
-  check_codes_and_scales<kQ4_0>(DType::kQ4_0, 256 + 32);
-  check_codes_and_scales<kQ4_K>(DType::kQ4_K, 768);
-  check_codes_and_scales<kQ5_K>(DType::kQ5_K, 768);
-  check_codes_and_scales<kQ6_K>(DType::kQ6_K, 256 * 9);  // every even offset in a 16-byte piece
-  check_codes_and_scales<kQ6_K>(DType::kQ6_K, 768);      // rows of 630 bytes
-  check_codes_and_scales<kU4G128>(DType::kU4G128, 512);
-  check_codes_and_scales<kU4G128>(DType::kU4G128, 256 + 128);
-}
-
-// 8-bit activation blocks of 32 as the kernel's quantize step makes them.
-struct Acts {
-  int64_t m, k;
-  std::vector<float> x;
-  std::vector<int8_t> q;     // [m, k]
-  std::vector<float> d, ds;  // [m, k / 32]: amax / 127, d * sum(q)
-};
-Acts make_acts(int64_t m, int64_t k, uint32_t seed) {
-  Acts a{m, k, random_f32(m * k, seed, -2.0f, 2.0f), {}, {}, {}};
-  a.q.resize(static_cast<size_t>(m * k));
-  a.d.resize(static_cast<size_t>(m * k / 32));
-  a.ds.resize(a.d.size());
-  for (int64_t b = 0; b < m * k / 32; ++b) {
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(a.x[b * 32 + i]));
-    const float id = amax > 0 ? 127.0f / amax : 0.0f;
-    int sum = 0;
-    for (int i = 0; i < 32; ++i) {
-      const int q = static_cast<int>(std::nearbyint(a.x[b * 32 + i] * id));
-      a.q[b * 32 + i] = static_cast<int8_t>(q);
-      sum += q;
-    }
-    a.d[b] = amax / 127.0f;
-    a.ds[b] = a.d[b] * static_cast<float>(sum);
-  }
-  return a;
-}
-
-// mma.sync m16n8k32 (k16 when `k16`) s8 -> s32 over the 32 lanes' fragments
-// as mma.cuh lays them out: a[lane][4], b[lane][2] -> c[lane][4].
-void emulate_mma(const uint32_t (&a)[32][4], const uint32_t (&b)[32][2], bool k16, int half,
-                 int (&c)[32][4]) {
-  int A[16][32] = {}, B[32][8] = {};
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      if (!k16) {
-        A[g][4 * t + i] = code_at(a[lane][0], i);
-        A[g + 8][4 * t + i] = code_at(a[lane][1], i);
-        A[g][16 + 4 * t + i] = code_at(a[lane][2], i);
-        A[g + 8][16 + 4 * t + i] = code_at(a[lane][3], i);
-        B[4 * t + i][g] = code_at(b[lane][0], i);
-        B[16 + 4 * t + i][g] = code_at(b[lane][1], i);
-      } else {  // k16: A {a[2h], a[2h + 1]}, B b[h] (h: which half of the chunk)
-        A[g][4 * t + i] = code_at(a[lane][2 * half], i);
-        A[g + 8][4 * t + i] = code_at(a[lane][2 * half + 1], i);
-        B[4 * t + i][g] = code_at(b[lane][half], i);
-      }
-    }
-  }
-  const int kk = k16 ? 16 : 32;
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-      int sum = 0;
-      for (int e = 0; e < kk; ++e) sum += A[row][e] * B[e][col];
-      c[lane][i] = sum;
-    }
-  }
-}
-
-// One warp of the tile: rows 0..15 of w x tokens 0..7 of x, with the
-// kernel's per-lane indices (quant_mmq.cu), against the f64 product on the
-// dequantized weights.
-template <int F>
-void check_warp_tile(DType dt, int64_t k) {
-  using Fm = Format<F>;
-  SCOPED_TRACE(std::string(dtype_name(dt)) + " k " + std::to_string(k));
-  const Rows w = make_rows(dt, 16, k, 100 + F);
-  const Acts x = make_acts(8, k, 200 + F);
-  float acc[32][4] = {};
-  for (int s = 0; s * kStepElems < k; ++s) {
-    std::vector<Step> st(16);
-    for (int r = 0; r < 16; ++r) stage(w, r, s, &st[r]);
-    const int chunks = st[0].elems / 32;
-    for (int kc = 0; kc < chunks; ++kc) {
-      uint32_t a[32][4], b[32][2];
-      float da[32], ma[32], db[32], mb[32];
-      for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane >> 2, tq = lane & 3;
-        Fm::codes(st[g].r, kc, tq, &a[lane][0], &a[lane][2]);
-        Fm::codes(st[g + 8].r, kc, tq, &a[lane][1], &a[lane][3]);
-        Fm::scale(st[g].r, kc, &da[lane], &ma[lane]);
-        Fm::scale(st[g + 8].r, kc, &db[lane], &mb[lane]);
-        const int8_t* xt = x.q.data() + g * k + int64_t{s} * kStepElems + 32 * kc + 4 * tq;
-        std::memcpy(&b[lane][0], xt, 4);
-        std::memcpy(&b[lane][1], xt + 16, 4);
-      }
-      const int64_t blk = (int64_t{s} * kStepElems) / 32 + kc;
-      int c[32][4], lo[32][4], hi[32][4];
-      if constexpr (Fm::kScalePer16) {
-        emulate_mma(a, b, true, 0, lo);
-        emulate_mma(a, b, true, 1, hi);
-      } else {
-        emulate_mma(a, b, false, 0, c);
-      }
-      for (int lane = 0; lane < 32; ++lane) {
-        const int tq = lane & 3;
-        const int te = 2 * tq, to = 2 * tq + 1;  // the accumulators' tokens
-        const float sx[4] = {x.d[te * (k / 32) + blk], x.ds[te * (k / 32) + blk],
-                             x.d[to * (k / 32) + blk], x.ds[to * (k / 32) + blk]};
-        if constexpr (Fm::kScalePer16) {
-          acc[lane][0] += sx[0] * (da[lane] * lo[lane][0] + ma[lane] * hi[lane][0]);
-          acc[lane][1] += sx[2] * (da[lane] * lo[lane][1] + ma[lane] * hi[lane][1]);
-          acc[lane][2] += sx[0] * (db[lane] * lo[lane][2] + mb[lane] * hi[lane][2]);
-          acc[lane][3] += sx[2] * (db[lane] * lo[lane][3] + mb[lane] * hi[lane][3]);
-        } else {
-          acc[lane][0] += da[lane] * sx[0] * c[lane][0] - ma[lane] * sx[1];
-          acc[lane][1] += da[lane] * sx[2] * c[lane][1] - ma[lane] * sx[3];
-          acc[lane][2] += db[lane] * sx[0] * c[lane][2] - mb[lane] * sx[1];
-          acc[lane][3] += db[lane] * sx[2] * c[lane][3] - mb[lane] * sx[3];
-        }
-      }
-    }
-  }
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, tq = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + (i >= 2 ? 8 : 0), t = 2 * tq + (i & 1);
-      double exact = 0, bound = 0;
-      for (int64_t e = 0; e < k; ++e) {
-        const double wv = w.values[row * k + e];
-        exact += wv * x.x[t * k + e];
-        bound += std::fabs(wv) * x.d[t * (k / 32) + e / 32] / 2;  // amax / 254
-      }
-      // f32 accumulation of k / 32 chunks on top of the quantization bound.
-      EXPECT_NEAR(acc[lane][i], exact, bound * 1.01 + 1e-4 * (1 + std::fabs(exact)))
-          << "row " << row << " token " << t;
-    }
-  }
-}
-
-TEST(QuantMmqFormats, OneWarpTileMatchesTheProduct) {
-  check_warp_tile<kQ8_0>(DType::kQ8_0, 256 + 96);
-  check_warp_tile<kQ4_0>(DType::kQ4_0, 512);
-  check_warp_tile<kQ4_K>(DType::kQ4_K, 512);
-  check_warp_tile<kQ5_K>(DType::kQ5_K, 512);
-  check_warp_tile<kQ6_K>(DType::kQ6_K, 768);  // rows at every even offset of a piece
-  check_warp_tile<kU4G128>(DType::kU4G128, 384);  // rows of 216 bytes: offsets 0 and 8
-}
-
 // --- The bf16 tile (quant_tile_formats.h) ----------------------------------
 
 template <int F>
@@ -290,7 +86,7 @@ void check_values(DType dt, int64_t k) {
   const Rows w = make_rows(dt, 3, k, 11 + F);
   // The K-quants' s q - m is one fused multiply-add: within an f32 rounding
   // of the reference's s q, then - m (relative to s q).
-  const bool fused = tile::Values<F>::kKind == tile::Kind::kMin;
+  const bool fused = Values<F>::kKind == Kind::kMin;
   int64_t checked = 0;
   for (int64_t row = 0; row < w.rows; ++row) {
     for (int s = 0; s * kStepElems < k; ++s) {
@@ -299,8 +95,8 @@ void check_values(DType dt, int64_t k) {
       for (int kc = 0; kc < st.elems / 32; ++kc) {
         for (int tq = 0; tq < 4; ++tq) {
           float v[8];
-          tile::values<F>(st.r, kc, tq, v);
-          const tile::Scale sc = tile::Values<F>::scale(st.r, kc, tq >> 1);
+          values<F>(st.r, kc, tq, v);
+          const Scale sc = Values<F>::scale(st.r, kc, tq >> 1);
           for (int i = 0; i < 8; ++i) {
             const int64_t at = row * k + int64_t{s} * kStepElems + 32 * kc + 8 * tq + i;
             const float want = w.values[static_cast<size_t>(at)];
@@ -323,18 +119,18 @@ void check_values(DType dt, int64_t k) {
 }
 
 TEST(QuantTileFormats, ValuesAreTheReferenceDequantization) {
-  check_values<tile::kQ8_0>(DType::kQ8_0, 512);
-  check_values<tile::kQ8_0>(DType::kQ8_0, 256 + 96);  // a last step of 3 blocks, rows of 374 bytes
-  check_values<tile::kQ4_0>(DType::kQ4_0, 512);
-  check_values<tile::kQ4_0>(DType::kQ4_0, 256 + 32);
-  check_values<tile::kQ4_K>(DType::kQ4_K, 768);
-  check_values<tile::kQ5_K>(DType::kQ5_K, 768);
-  check_values<tile::kQ6_K>(DType::kQ6_K, 256 * 9);  // every even offset in a 16-byte piece
-  check_values<tile::kQ6_K>(DType::kQ6_K, 768);      // rows of 630 bytes
-  check_values<tile::kF8B128>(DType::kF8B128, 512);
-  check_values<tile::kF8B128>(DType::kF8B128, 256 + 128);  // rows of 396 bytes
-  check_values<tile::kU4G128>(DType::kU4G128, 512);
-  check_values<tile::kU4G128>(DType::kU4G128, 256 + 128);
+  check_values<kQ8_0>(DType::kQ8_0, 512);
+  check_values<kQ8_0>(DType::kQ8_0, 256 + 96);  // a last step of 3 blocks, rows of 374 bytes
+  check_values<kQ4_0>(DType::kQ4_0, 512);
+  check_values<kQ4_0>(DType::kQ4_0, 256 + 32);
+  check_values<kQ4_K>(DType::kQ4_K, 768);
+  check_values<kQ5_K>(DType::kQ5_K, 768);
+  check_values<kQ6_K>(DType::kQ6_K, 256 * 9);  // every even offset in a 16-byte piece
+  check_values<kQ6_K>(DType::kQ6_K, 768);      // rows of 630 bytes
+  check_values<kF8B128>(DType::kF8B128, 512);
+  check_values<kF8B128>(DType::kF8B128, 256 + 128);  // rows of 396 bytes
+  check_values<kU4G128>(DType::kU4G128, 512);
+  check_values<kU4G128>(DType::kU4G128, 256 + 128);
 }
 
 float bf16_lo(uint32_t w) { return bf16_to_f32(static_cast<uint16_t>(w & 0xFFFFu)); }
@@ -385,13 +181,13 @@ void check_bf16_warp_tile(DType dt, int64_t k) {
         const int g = lane >> 2, tq = lane & 3;
         for (int mt = 0; mt < 2; ++mt) {
           float lo[8], hi[8];
-          tile::values<F>(st[16 * mt + g].r, kc, tq, lo);
-          tile::values<F>(st[16 * mt + g + 8].r, kc, tq, hi);
-          for (int h = 0; h < 2; ++h) tile::a_fragment(lo, hi, h, a[mt][h][lane]);
+          values<F>(st[16 * mt + g].r, kc, tq, lo);
+          values<F>(st[16 * mt + g + 8].r, kc, tq, hi);
+          for (int h = 0; h < 2; ++h) a_fragment(lo, hi, h, a[mt][h][lane]);
         }
         uint32_t x4[4];  // token g's 16-byte load
         std::memcpy(x4, xb.data() + g * k + int64_t{s} * kStepElems + 32 * kc + 8 * tq, 16);
-        for (int h = 0; h < 2; ++h) tile::b_fragment(x4, h, &b[h][lane][0], &b[h][lane][1]);
+        for (int h = 0; h < 2; ++h) b_fragment(x4, h, &b[h][lane][0], &b[h][lane][1]);
       }
       for (int mt = 0; mt < 2; ++mt)
         for (int h = 0; h < 2; ++h) emulate_mma_bf16(a[mt][h], b[h], acc[mt]);
@@ -413,7 +209,7 @@ void check_bf16_warp_tile(DType dt, int64_t k) {
         // The same products in another order; the K-quants' fused values
         // may round to a neighbouring bf16 now and then (a product off by
         // 2^-8 of itself), a wrong fragment mapping is off by far more.
-        const double flips = tile::Values<F>::kKind == tile::Kind::kMin ? largest / 64 : 0;
+        const double flips = Values<F>::kKind == Kind::kMin ? largest / 64 : 0;
         EXPECT_NEAR(acc[mt][lane][i], exact, 1e-12 * (1 + mag) + flips)
             << "row " << row << " token " << t;
       }
@@ -422,14 +218,14 @@ void check_bf16_warp_tile(DType dt, int64_t k) {
 }
 
 TEST(QuantTileFormats, OneWarpTileMatchesTheProduct) {
-  check_bf16_warp_tile<tile::kQ8_0>(DType::kQ8_0, 256 + 96);
-  check_bf16_warp_tile<tile::kQ4_0>(DType::kQ4_0, 512);
-  check_bf16_warp_tile<tile::kQ4_K>(DType::kQ4_K, 512);
-  check_bf16_warp_tile<tile::kQ5_K>(DType::kQ5_K, 512);
-  check_bf16_warp_tile<tile::kQ6_K>(DType::kQ6_K, 768);  // rows at every even offset of a piece
-  check_bf16_warp_tile<tile::kF8B128>(DType::kF8B128, 384);
-  check_bf16_warp_tile<tile::kU4G128>(DType::kU4G128, 384);  // rows of 216 bytes: offsets 0 and 8
+  check_bf16_warp_tile<kQ8_0>(DType::kQ8_0, 256 + 96);
+  check_bf16_warp_tile<kQ4_0>(DType::kQ4_0, 512);
+  check_bf16_warp_tile<kQ4_K>(DType::kQ4_K, 512);
+  check_bf16_warp_tile<kQ5_K>(DType::kQ5_K, 512);
+  check_bf16_warp_tile<kQ6_K>(DType::kQ6_K, 768);  // rows at every even offset of a piece
+  check_bf16_warp_tile<kF8B128>(DType::kF8B128, 384);
+  check_bf16_warp_tile<kU4G128>(DType::kU4G128, 384);  // rows of 216 bytes: offsets 0 and 8
 }
 
 }  // namespace
-}  // namespace ferrite::cuda::mmq
+}  // namespace ferrite::cuda::tile

@@ -49,8 +49,7 @@ struct CudaExecOptions {
   int64_t moe_fused_tokens = 8;
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib
-  int64_t quant_tile_tokens = 256;      // Tuning::cuda_quant_tile_tokens (0: off)
-  int64_t quant_mmq_tokens = 0;         // Tuning::cuda_quant_mmq_tokens (0: off)
+  int64_t quant_tile_tokens = 64;       // Tuning::cuda_quant_tile_tokens (0: off)
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).
   bool profile = false;
   // Tuning::ncu_decode_step: the K-th graph replay runs inside a profiler

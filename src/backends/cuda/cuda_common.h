@@ -59,18 +59,11 @@ struct BackendState {
   // .. this many tokens on block weights through kernels/quant_tile.cuh,
   // whose split-k partial sums and arrival counters live in tile_partials /
   // tile_counters (allocated at init, so decode graphs can point into them).
-  int64_t quant_tile_tokens = 256;
+  int64_t quant_tile_tokens = 64;
   float* tile_partials = nullptr;
   int64_t tile_partial_floats = 0;
   int32_t* tile_counters = nullptr;
   int64_t tile_counter_count = 0;
-  // Tuning::cuda_quant_mmq_tokens (gemm.cc, quant_product): products of 9 ..
-  // this many tokens on block weights through kernels/quant_mmq.cuh, whose
-  // 8-bit activations live in mmq_scratch (sized at init for that many
-  // tokens of up to kQuantScratchMaxK, so decode graphs can point into it).
-  int64_t quant_mmq_tokens = 0;
-  void* mmq_scratch = nullptr;
-  int64_t mmq_scratch_bytes = 0;
   int8_t* q8_x = nullptr;
   float* q8_d = nullptr;
   int64_t q8_capacity = 0;

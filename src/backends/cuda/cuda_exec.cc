@@ -65,7 +65,6 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.decode_split_positions = options_.decode_split_positions;
     st_.dequant_slice_mib = options_.dequant_slice_mib;
     st_.quant_tile_tokens = options_.quant_tile_tokens;
-    st_.quant_mmq_tokens = options_.quant_mmq_tokens;
     FERRITE_RETURN_IF_ERROR(gemm_init(st_));
     FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
     FERRITE_CUDA_RETURN(cudaMalloc(&st_.split_counters, kSplitCounters * sizeof(int32_t)));

@@ -13,7 +13,6 @@
 
 #include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
-#include "backends/cuda/kernels/quant_mmq.cuh"
 #include "backends/cuda/kernels/quant_tile.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 
@@ -108,8 +107,6 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
 // Products on GGUF block weights (q8_0, q4_k, ...; kernels/quant_gemm.cuh):
 //  - decode (m <= 8): the weight-streaming GEMV, on 8-bit activation blocks
 //    (Tuning::cuda_quant_dot) or on f32 activations;
-//  - 9 .. Tuning::cuda_quant_mmq_tokens tokens (when on): the int8
-//    tensor-core tile on 8-bit activation blocks (kernels/quant_mmq.cuh);
 //  - 9 .. Tuning::cuda_quant_tile_tokens bf16 tokens: the bf16 tensor-core
 //    tile that decodes the blocks in registers (kernels/quant_tile.cuh);
 //  - larger bf16 / f16 batches (prefill): slices of weight rows dequantized
@@ -122,8 +119,9 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
                      const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                      bool accumulate, const void* bias, DType bias_dt) {
   // Up to 8 tokens: the integer GEMV (fused with the activations'
-  // quantization, else after a quantize launch); beyond, dequantize +
-  // cuBLASLt (faster from 9 tokens on, measured).
+  // quantization, else after a quantize launch); 9 to 64 tokens the bf16
+  // tile, beyond dequantize + cuBLASLt (each the faster there, measured:
+  // Tuning::cuda_quant_tile_tokens).
   if (quant_fused_enabled(st, w_dt, m)) {
     const QuantGemvSegment seg{w, out, n};
     QuantGemvArgs a;
@@ -149,12 +147,6 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   if (m <= 8)
     return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                              bias_dt);
-  // The int8 tile quantizes the activations: only under cuda_quant_dot (off:
-  // the exact f32 products).
-  if (st.quant_dot && m <= st.quant_mmq_tokens && quant_mmq_supported(x_dt, w_dt, w, k, out_dt) &&
-      quant_mmq_scratch_bytes(m, k) <= st.mmq_scratch_bytes)
-    return launch_quant_mmq(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
-                            bias_dt, st.mmq_scratch, st.mmq_scratch_bytes);
   if (m <= st.quant_tile_tokens && st.tile_partials &&
       quant_tile_supported(x_dt, x, w_dt, w, k, out_dt)) {
     const QuantTileScratch scratch{st.tile_partials, st.tile_partial_floats, st.tile_counters,
@@ -273,11 +265,6 @@ Status gemm_init(BackendState& st) {
     FERRITE_CUDA_RETURN(
         cudaMemset(st.tile_counters, 0, st.tile_counter_count * sizeof(int32_t)));
   }
-  if (st.quant_mmq_tokens > kQuantGemvMaxTokens) {
-    FERRITE_RETURN_IF_ERROR(quant_mmq_init());
-    st.mmq_scratch_bytes = quant_mmq_scratch_bytes(st.quant_mmq_tokens, kQuantScratchMaxK);
-    FERRITE_CUDA_RETURN(cudaMalloc(&st.mmq_scratch, st.mmq_scratch_bytes));
-  }
   return Status::ok();
 }
 
@@ -286,13 +273,10 @@ void gemm_shutdown(BackendState& st) {
   if (st.q8_x) cudaFree(st.q8_x);
   if (st.q8_d) cudaFree(st.q8_d);
   if (st.dequant) cudaFree(st.dequant);
-  if (st.mmq_scratch) cudaFree(st.mmq_scratch);
   if (st.tile_partials) cudaFree(st.tile_partials);
   if (st.tile_counters) cudaFree(st.tile_counters);
   st.tile_partials = nullptr;
   st.tile_counters = nullptr;
-  st.mmq_scratch = nullptr;
-  st.mmq_scratch_bytes = 0;
   st.q8_x = nullptr;
   st.q8_d = nullptr;
   st.dequant = nullptr;

@@ -8,9 +8,8 @@
 
 namespace ferrite::cuda {
 
-// The longest input row (k) the fixed 8-bit activation scratches hold (the
-// decode GEMV's q8_x / q8_d, the int8 tile's mmq_scratch); longer rows take
-// the paths without them.
+// The longest input row (k) the fixed 8-bit activation scratch of the
+// decode GEMV holds (q8_x / q8_d); longer rows take the paths without it.
 constexpr int64_t kQuantScratchMaxK = 65536;
 
 Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, const void* w,

@@ -1,8 +1,8 @@
 // Tensor-core and asynchronous-copy primitives (sm_80+ PTX, used on sm_90a)
 // shared by the flash prefill, the grouped MoE GEMM and the block-weight
-// int8 tile (quant_mmq.cu): 16-byte cp.async global -> shared, ldmatrix,
-// the m16n8k16 bf16 / f16 mma with f32 accumulation and the s8 mma with
-// int32 accumulation. Fragment layouts (lane l: group g = l >> 2, t = l & 3):
+// bf16 tile (quant_tile.cu): 16-byte cp.async global -> shared, ldmatrix,
+// the m16n8k16 bf16 / f16 mma with f32 accumulation. Fragment layouts (lane
+// l: group g = l >> 2, t = l & 3):
 //   A 16x16 row-major: a[0] (g, 2t..2t+1), a[1] (g+8, ..), a[2] (g, 2t+8..),
 //     a[3] (g+8, 2t+8..);
 //   B 16x8 "col": b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g);
@@ -70,28 +70,6 @@ __device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Signed 8-bit codes, int32 accumulators (sm_80+): c += a (16x32, row) * b
-// (32x8, col). Fragments (four codes a register, the first in the low byte):
-//   A: a[0] (row g, k 4t..4t+3), a[1] (g+8, 4t..), a[2] (g, 16+4t..),
-//      a[3] (g+8, 16+4t..);  B: b0 (k 4t..4t+3, n g), b1 (k 16+4t.., n g);
-//   C: c[0..1] (g, 2t..2t+1), c[2..3] (g+8, 2t..2t+1).
-__device__ __forceinline__ void mma_s8_16832(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// The same over k = 16: A a0 (row g, k 4t..), a1 (g+8, 4t..); B b0 (k 4t.., n g).
-__device__ __forceinline__ void mma_s8_16816(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a0), "r"(a1), "r"(b0));
 }
 
 }  // namespace ferrite::cuda

@@ -31,8 +31,7 @@
 // Plain C++ (host and device), so that tests/kernels checks every format
 // against dequantize_row on the CPU, where CI runs. Reads are aligned 16-bit
 // halves (q8_0 / q4_0 / q6_k steps keep only 2-byte alignment) or aligned
-// 32-bit words (q4_k, q5_k, f8, u4_g128). The helpers also serve the int8
-// tile's formats (quant_mmq_formats.h).
+// 32-bit words (q4_k, q5_k, f8, u4_g128).
 #pragma once
 
 #include <cmath>
