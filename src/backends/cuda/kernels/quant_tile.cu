@@ -134,13 +134,18 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
     }
   };
 
+  // acc[mt][j][i] of this lane: row 32 rg + 16 mt + g + 8 (i / 2), token 8 j
+  // + 2 tq + i % 2. each(f) calls f(mt, j, i) for every one (unrolled).
   float acc[2][kNJ][4];
+  auto each = [&](auto&& f) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int j = 0; j < kNJ; ++j)
+      for (int j = 0; j < kNJ; ++j)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) f(mt, j, i);
+  };
+  each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
 
   // The weights of the first stages are read before the previous kernel is
   // waited for (they are never written); one commit group a stage after that.
@@ -231,27 +236,12 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
   cp_async_wait<0>();
   __syncthreads();  // the stages are free: the half-steps' sums go there
 
-  // acc[mt][j][i] of this lane: row 32 rg + 16 mt + g + 8 (i / 2), token 8 j
-  // + 2 tq + i % 2; its place in the sums (lanes fastest).
+  // An accumulator's place in the sums (lanes fastest).
   auto at = [&](int mt, int j, int i) { return (((rg * 2 + mt) * kNJ + j) * 4 + i) * 32 + lane; };
   float* sums = reinterpret_cast<float*>(stages);
-  if (kh == 1) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sums[at(mt, j, i)] = acc[mt][j][i];
-  }
+  if (kh == 1) each([&](int mt, int j, int i) { sums[at(mt, j, i)] = acc[mt][j][i]; });
   __syncthreads();
-  if (kh == 0) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][j][i] += sums[at(mt, j, i)];
-  }
+  if (kh == 0) each([&](int mt, int j, int i) { acc[mt][j][i] += sums[at(mt, j, i)]; });
 
   if (p.splits > 1) {
     // Every split stores its sums; the last to arrive adds all of them in
@@ -260,12 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
     float* part = p.partials + tile * p.splits * (kRows * kBT);
     if (kh == 0) {
       float* mine = part + static_cast<int64_t>(blockIdx.z) * (kRows * kBT);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) __stcg(mine + at(mt, j, i), acc[mt][j][i]);
+      each([&](int mt, int j, int i) { __stcg(mine + at(mt, j, i), acc[mt][j][i]); });
     }
     __threadfence();
     __syncthreads();
@@ -277,20 +262,10 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
       // A split's sums at a time, every load of it in flight together (a
       // loop over the splits inside each sum waited out one L2 round trip
       // per load: tens of microseconds a launch).
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
+      each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
       for (int sp = 0; sp < p.splits; ++sp) {
         const float* src = part + static_cast<int64_t>(sp) * (kRows * kBT);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[mt][j][i] += __ldcg(src + at(mt, j, i));
+        each([&](int mt, int j, int i) { acc[mt][j][i] += __ldcg(src + at(mt, j, i)); });
       }
     }
     if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
@@ -313,25 +288,15 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
     return row < p.n && t < p.m;
   };
   if (p.accumulate) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          int64_t o;
-          if (valid(mt, j, i, &o)) acc[mt][j][i] += load_any(p.out, p.out_dt, o);
-        }
+    each([&](int mt, int j, int i) {
+      int64_t o;
+      if (valid(mt, j, i, &o)) acc[mt][j][i] += load_any(p.out, p.out_dt, o);
+    });
   }
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        int64_t o;
-        if (valid(mt, j, i, &o)) store_any(p.out, p.out_dt, o, acc[mt][j][i] + bias[mt][i], false);
-      }
+  each([&](int mt, int j, int i) {
+    int64_t o;
+    if (valid(mt, j, i, &o)) store_any(p.out, p.out_dt, o, acc[mt][j][i] + bias[mt][i], false);
+  });
 }
 
 // The token tile of m tokens: the smallest that holds them (padding tokens
