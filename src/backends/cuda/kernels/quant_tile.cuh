@@ -11,17 +11,20 @@
 //
 // A block of 8 warps takes 128 weight rows x 16, 32 or 64 tokens. Per k step
 // of 256 elements the rows' raw blocks and the tokens' activations are
-// copied to shared memory (cp.async, several stages deep); each warp decodes
-// its 32 rows of a half step straight from the raw blocks into the A
-// fragments of m16n8k16 mma (quant_tile_formats.h), and the activations are
-// the B fragments. The two half-steps' warps add up in shared memory at the
-// end. When the row tiles are too few to fill the GPU, k is split over
-// several blocks whose partial sums meet in a scratch buffer, the last block
-// of a tile adding them in split order (deterministic) and writing out.
+// copied to shared memory (cp.async, several stages deep), the step's scales
+// are computed once per row and 16-element group into shared memory, and
+// each warp decodes its 32 rows of a half step straight from the raw blocks
+// into the A fragments of m16n8k16 mma (quant_tile_formats.h); the
+// activations are the B fragments. The two half-steps' warps add up in
+// shared memory at the end. When the row tiles are too few to fill the GPU,
+// k is split over several blocks whose partial sums meet in a scratch
+// buffer, the last block of a tile adding them in split order
+// (deterministic) and writing out.
 //
 // This replaces, for these token counts, dequantizing the weights to 16 bits
 // for cuBLASLt: a write and a read of twice the bf16 size on top of the
-// blocks (Tuning::cuda_quant_tile_tokens; gemm.cc).
+// blocks (Tuning::cuda_quant_tile_tokens, 64: above that the tile loses to
+// cuBLASLt's tensor-core rate; gemm.cc).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,8 +49,8 @@ struct QuantTileScratch {
   int32_t* counters = nullptr;
   int64_t counter_count = 0;
 };
-// Sizes that serve every product of up to `max_tokens` tokens on `num_sms`
-// multiprocessors (the splits are capped to fit them).
+// The partial sums' room for `num_sms` multiprocessors: a few blocks an SM
+// of 128 rows x 64 tokens (the splits are capped to fit it).
 int64_t quant_tile_partial_floats(int num_sms);
 constexpr int64_t kQuantTileCounters = 1 << 14;
 
