@@ -41,22 +41,16 @@ __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   if (dt == 2) return __half2float(static_cast<const __half*>(p)[i]);
   return static_cast<const float*>(p)[i];
 }
-// out[i] (+)= v in the type of code dt (0 f32, 1 bf16, 2 f16): the tiles'
-// epilogue for outputs of any float type.
-__device__ __forceinline__ void store_any(void* out, int dt, int64_t i, float v, bool accumulate) {
-  if (dt == 1) {
-    auto* o = static_cast<__nv_bfloat16*>(out) + i;
-    if (accumulate) v += __bfloat162float(*o);
-    *o = __float2bfloat16_rn(v);
-  } else if (dt == 2) {
-    auto* o = static_cast<__half*>(out) + i;
-    if (accumulate) v += __half2float(*o);
-    *o = __float2half_rn(v);
-  } else {
-    float* o = static_cast<float*>(out) + i;
-    if (accumulate) v += *o;
-    *o = v;
-  }
+// out[i] = v in the type of code dt (0 f32, 1 bf16, 2 f16): the bf16 tile's
+// epilogue for outputs of any float type (an accumulating caller loads the
+// old values first, load_any, so that the loads are not each behind a store).
+__device__ __forceinline__ void store_any(void* out, int dt, int64_t i, float v) {
+  if (dt == 1)
+    static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+  else if (dt == 2)
+    static_cast<__half*>(out)[i] = __float2half_rn(v);
+  else
+    static_cast<float*>(out)[i] = v;
 }
 inline int dt_code(DType dt) { return dt == DType::kBF16 ? 1 : dt == DType::kF16 ? 2 : 0; }
 inline bool small_ok(DType dt) {

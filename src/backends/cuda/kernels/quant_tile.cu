@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
   }
   each([&](int mt, int j, int i) {
     int64_t o;
-    if (valid(mt, j, i, &o)) store_any(p.out, p.out_dt, o, acc[mt][j][i] + bias[mt][i], false);
+    if (valid(mt, j, i, &o)) store_any(p.out, p.out_dt, o, acc[mt][j][i] + bias[mt][i]);
   });
 }
 
