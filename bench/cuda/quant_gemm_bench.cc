@@ -1,13 +1,16 @@
 // Products on block weights, kernel by kernel: gemm() (backends/cuda/gemm.h)
 // at real shapes on random weights in a block format, through the bf16
 // tensor-core tile (kernels/quant_tile.cuh) and through dequantize +
-// cuBLASLt, timed with CUDA events over repeated calls that cycle through
+// cuBLASLt (paths tile, lt: 9+ tokens), or for decode (up to 8 tokens)
+// through the fused GEMV on the CUDA cores and on the tensor cores (paths
+// gemv, mma: kernels/quant_gemv_mma.cu, f8_e4m3_b128 / u4_g128), timed with CUDA events over repeated calls that cycle through
 // enough weight copies (512 MiB at least) that none is read from L2.
 // Prints microseconds a call, the weights' GB/s and the TFLOP/s, and the
 // largest difference between the two paths' outputs relative to the largest
 // output (the same rounded weights: only the summation order differs).
 //
 //   quant_gemm_bench --formats q4_k,q8_0 --tokens 16,64,128 --shapes 4096x4096,12288x4096
+//   quant_gemm_bench --formats f8_e4m3_b128,u4_g128 --tokens 1,2,8 --paths gemv,mma
 //
 // Under ncu: --iters 1 --warmup 0 --paths tile and ncu's --kernel-name filter.
 #include <cuda_runtime.h>
@@ -62,7 +65,10 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", tokens, "token counts m")->capture_default_str();
   app.add_option("--shapes", shapes, "NxK weight shapes (n outputs x k inputs)")
       ->capture_default_str();
-  app.add_option("--paths", paths, "tile, lt (dequantize + cuBLASLt)")->capture_default_str();
+  app.add_option("--paths", paths,
+                 "tile, lt (dequantize + cuBLASLt); gemv, mma (up to 8 tokens: the fused GEMV on "
+                 "CUDA cores / tensor cores)")
+      ->capture_default_str();
   app.add_option("--iters", iters, "timed calls per case")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -114,6 +120,7 @@ int main(int argc, char** argv) {
         std::vector<float> first;
         for (const std::string& path : split(paths)) {
           st.quant_tile_tokens = path == "tile" ? tile_tokens : 0;
+          st.quant_mma_fp8 = st.quant_mma_u4 = path == "mma" ? 1 : 0;
           auto call = [&](int i) {
             Status s = cuda::gemm(st, xd, DType::kBF16, m, k, w + (i % copies) * stride, *dt, n,
                                   od, DType::kF32, false);

@@ -56,6 +56,15 @@ namespace ferrite {
     "each has half the warps and half the shared memory, so a block of the next product can "    \
     "start its copies as soon as one block of this one exits (results are bitwise equal; 2 "     \
     "measured slower: Qwen3-8B Q4_K_M b8 804 against 948 tokens/s)")                              \
+  X(int64_t, cuda_quant_mma_fp8, "FERRITE_CUDA_QUANT_MMA_FP8", 1,                                \
+    "CUDA: with cuda_quant_fused, decode products of at least this many tokens (up to 8) on FP8 " \
+    "(e4m3, 128-blocks) weights run on the tensor cores (f16 mma of the exact codes, activations " \
+    "in f16 under a per-token power-of-two scale, f32 sums) instead of f32 multiply-adds (0: "    \
+    "off)")                                                                                       \
+  X(int64_t, cuda_quant_mma_u4, "FERRITE_CUDA_QUANT_MMA_U4", 2,                                  \
+    "CUDA: with cuda_quant_fused, decode products of at least this many tokens (up to 8) on "     \
+    "4-bit (u4_g128: GPTQ / AWQ / W4A16) weights run on the tensor cores (f16 mma of the exact "  \
+    "q - z) instead of dp4a on 8-bit activations (0: off)")                                       \
   X(int64_t, cuda_moe_dequant, "FERRITE_CUDA_MOE_DEQUANT", 512,                                  \
     "CUDA: eager steps of at least this many tokens of MoE layers whose experts are in block "    \
     "formats dequantize the experts to the activation type and take the grouped tensor-core "     \

@@ -57,6 +57,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
     a.out_dt = out_dt;
     a.stream = tokens <= st.quant_stream_tokens;
     a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
+    a.mma = quant_mma_wanted(st, formats[i], tokens);
     if (!quant_gemv_fused_supported(a)) return false;
     i = j;
   }

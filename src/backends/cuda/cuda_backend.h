@@ -41,6 +41,11 @@ struct CudaExecOptions {
   // many tokens bulk-copy their weight rows (kernels/quant_gemv.cuh); 0: off.
   int64_t quant_stream_tokens = 8;
   int64_t quant_stream_blocks = 1;  // Tuning::cuda_quant_stream_blocks
+  // Tuning::cuda_quant_mma_fp8 / _u4: fused decode products of at least this
+  // many tokens on f8_e4m3_b128 / u4_g128 weights take the tensor-core
+  // kernel (kernels/quant_gemv_mma.cu); 0: off.
+  int64_t quant_mma_fp8 = 1;
+  int64_t quant_mma_u4 = 2;
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 512;  // minimum tokens; 0: off

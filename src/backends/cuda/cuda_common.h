@@ -46,6 +46,11 @@ struct BackendState {
   // stream).
   int64_t quant_stream_tokens = 8;
   int64_t quant_stream_blocks = 1;  // Tuning::cuda_quant_stream_blocks
+  // Tuning::cuda_quant_mma_fp8 / _u4: ... on the tensor cores for
+  // f8_e4m3_b128 / u4_g128 weights from this many tokens (QuantGemvArgs::mma;
+  // 0: off).
+  int64_t quant_mma_fp8 = 1;
+  int64_t quant_mma_u4 = 2;
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 512;  // minimum step tokens; 0: off
   // Tuning::cuda_moe_fused_tokens (routed_swiglu_moe.cc): fused decode

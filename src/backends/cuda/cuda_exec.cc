@@ -59,6 +59,8 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.quant_fused = options_.quant_fused;
     st_.quant_fused_fp8 = options_.quant_fused_fp8;
     st_.quant_stream_tokens = options_.quant_stream_tokens;
+    st_.quant_mma_fp8 = options_.quant_mma_fp8;
+    st_.quant_mma_u4 = options_.quant_mma_u4;
     st_.quant_stream_blocks = options_.quant_stream_blocks;
     st_.moe_dequant = options_.moe_dequant;
     st_.moe_fused_tokens = options_.moe_fused_tokens;

@@ -138,6 +138,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     a.bias_dt = bias_dt;
     a.stream = m <= st.quant_stream_tokens;
     a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
+    a.mma = quant_mma_wanted(st, w_dt, m);
     if (quant_gemv_fused_supported(a)) return launch_quant_gemv_fused(st.stream, a);
   }
   if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&
@@ -207,6 +208,13 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
 bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m) {
   return st.quant_dot && st.quant_fused && m <= kQuantGemvMaxTokens && dtype_is_quantized(w_dt) &&
          (w_dt != DType::kF8B128 || st.quant_fused_fp8);
+}
+
+bool quant_mma_wanted(const BackendState& st, DType w_dt, int64_t m) {
+  const int64_t from = w_dt == DType::kF8B128   ? st.quant_mma_fp8
+                       : w_dt == DType::kU4G128 ? st.quant_mma_u4
+                                                : 0;
+  return from > 0 && m >= from;
 }
 
 Result<bool> ensure_dequant_capacity(BackendState& st, int64_t bytes) {

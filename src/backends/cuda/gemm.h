@@ -26,6 +26,9 @@ Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems);
 // own shape checks (quant_gemv_fused_supported) come after. The one place of
 // this policy for gemm() and normed_projections().
 bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m);
+// Whether such a product takes the tensor-core kernel (QuantGemvArgs::mma):
+// Tuning::cuda_quant_mma_fp8 / cuda_quant_mma_u4 for e4m3 / 4-bit weights.
+bool quant_mma_wanted(const BackendState& st, DType w_dt, int64_t m);
 
 // Makes st.dequant hold at least `bytes` (grown on eager steps only; a
 // regrowth drops the captured decode graphs, which point into the old

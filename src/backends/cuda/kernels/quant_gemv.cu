@@ -155,6 +155,7 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
 Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   if (!quant_gemv_fused_supported(a))
     return unsupported("quant gemv (fused): unsupported shape, format, types or alignment");
+  if (a.mma && quant_gemv_mma_supported(a)) return launch_quant_gemv_mma(s, a);
   if (a.stream && quant_gemv_stream_supported(a)) return launch_quant_gemv_stream(s, a);
   const FusedParams p = fused_params(a);
   if (p.total == 0) return Status::ok();

@@ -64,6 +64,11 @@ struct QuantGemvArgs {
   // the shared memory, and the next kernel's blocks can start beside the
   // last ones.
   int stream_blocks = 1;
+  // The tensor-core kernel (quant_gemv_mma.cu) where quant_gemv_mma_supported
+  // holds: f8_e4m3_b128 / u4_g128 weights, bf16 / f16 x. Not bitwise equal to
+  // the others: f16 activations under a per-token scale instead of 8-bit
+  // blocks (u4) or f32 (e4m3), and the mma's summation order.
+  bool mma = false;
 };
 
 // True when launch_quant_gemv_fused runs this product: m <= 8 tokens, k of
@@ -79,5 +84,12 @@ Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a);
 // at least two ring slots a warp beside the staged activations.
 bool quant_gemv_stream_supported(const QuantGemvArgs& a);
 Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a);
+
+// The tensor-core kernel's own conditions, beyond quant_gemv_fused_supported:
+// f8_e4m3_b128 (k a multiple of 512) or u4_g128 (of 256) with 16-byte
+// aligned weights, x bf16 / f16, and the staged activations (m * (k + 8) f16)
+// beside two ring slots a warp in shared memory.
+bool quant_gemv_mma_supported(const QuantGemvArgs& a);
+Status launch_quant_gemv_mma(cudaStream_t s, const QuantGemvArgs& a);
 
 }  // namespace ferrite::cuda

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# GPU calls for the tensor-core decode GEMV (kernels/quant_gemv_mma.cu), in two stages that
+# fit the device's 10-minute command limit (the machine stays warm ~30 s between calls):
+#   STAGE=test: the build (build-gpu: cuda_test, conformance_test, ferrite, quant_gemm_bench),
+#     its kernel test (CudaQuantMmaTest) and the Hugging Face quantized goldens (cuda_test),
+#     the CUDA conformance, then quant_gemm_bench at decode token counts, the fused GEMV on the
+#     CUDA cores against the tensor cores (paths gemv, mma);
+#   STAGE=ab: `ferrite bench` on Qwen3-8B FP8 and GPTQ-Int4 (random weights) at batch 1 / 2 / 8
+#     with the tensor-core kernel on and off (FERRITE_CUDA_QUANT_MMA_FP8 / _U4), then
+#     Qwen3-30B-A3B GPTQ-Int4 (its attention projections) the same way.
+# Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT="${OUT:-$ROOT/out}"
+STAGE="${STAGE:-test}"
+mkdir -p "$OUT"
+. "$ROOT/scripts/gpu_env.sh"
+BUILD="${BUILD:-$ROOT/build-gpu}"
+T="$OUT/mma_probe_$STAGE.txt"
+: > "$T"
+if [ "$STAGE" = test ]; then
+  T0=$(date +%s)
+  [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
+  ninja -C "$BUILD" cuda_test conformance_test ferrite quant_gemm_bench >> "$OUT/build.log" 2>&1
+  echo "build rc=$? in $(( $(date +%s) - T0 )) s" | tee -a "$T"
+  grep -E "error|FAILED" "$OUT/build.log" | head -10 | tee -a "$T"
+  "$BUILD/tests/cuda/cuda_test" --gtest_filter="${TESTS:-CudaQuantMma*:*HfQuant*:*QuantStream*}" \
+    > "$OUT/cuda_test.log" 2>&1
+  echo "cuda_test: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/cuda_test.log" | tr '\n' ' ')" | tee -a "$T"
+  grep -E "^\[  FAILED  \] [A-Z]|Failure|Expected|Which is|largest" "$OUT/cuda_test.log" | head -30 | tee -a "$T"
+  "$BUILD/tests/conformance/conformance_test" --gtest_filter='*/cuda_*' > "$OUT/conformance.log" 2>&1
+  echo "conformance (cuda): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/conformance.log" | tr '\n' ' ')" | tee -a "$T"
+  grep -E "^\[  FAILED  \] [A-Z]" "$OUT/conformance.log" | head -20 | tee -a "$T"
+  timeout 120 "$BUILD/bench/cuda/quant_gemm_bench" --formats f8_e4m3_b128,u4_g128 --paths gemv,mma \
+    --shapes 4096x4096,12288x4096,4096x12288,1024x4096,24576x4096 --tokens 1,2,4,8 2>&1 | tee -a "$T"
+else
+  run() {  # VAR=value, then ferrite bench's model arguments
+    local setting=$1
+    shift
+    echo "== $setting $*" | tee -a "$T"
+    env "$setting" timeout 170 "$BUILD/ferrite" bench --device cuda --dummy-weights -r 1 \
+      --batch 1 2 8 --prompt-len 128 --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 \
+      --kv-cache-gib 4 --max-model-len 8192 "$@" 2>&1 |
+      grep -E "^(prefill|decode)|roofline|error" | tee -a "$T"
+  }
+  for v in 1 0; do
+    run FERRITE_CUDA_QUANT_MMA_FP8=$v --model "$ROOT/configs/qwen3-8b" --quantization fp8
+  done
+  for v in 1 0; do
+    run FERRITE_CUDA_QUANT_MMA_U4=$v --model "$ROOT/configs/qwen3-8b" --quantization gptq-int4
+  done
+fi

@@ -1,0 +1,616 @@
+// The fused decode GEMV (launch_quant_gemv_fused's contract, quant_gemv.cuh)
+// on the tensor cores, for the 128-element block formats of Hugging Face
+// checkpoints: f8_e4m3_b128 (FP8) and u4_g128 (GPTQ / AWQ / W4A16). It runs
+// when QuantGemvArgs::mma is set and quant_gemv_mma_supported holds.
+//
+// Why: the other decode kernels multiply on the CUDA cores, one token at a
+// time. For e4m3 codes that is a conversion and an f32 multiply-add per
+// weight and token (no integer dot product exists for them): ~0.1 warp
+// instructions a weight byte, so the FP8 GEMVs were issue-bound near 2 TB/s
+// on the H200 and batch 8 cost 8 times batch 1. Here an m16n8k16 mma takes
+// 16 weight rows x 16 k x all 8 token slots in one instruction: a lane
+// converts its codes to f16 (one cvt per two e4m3 codes; two lop3 / hfma2 per
+// two nibbles) and the weights are read once for up to 8 tokens at the same
+// instruction count.
+//
+// Numerics: weight codes are exact in f16 (e4m3 -> f16 is exact; q - z is a
+// small integer). Activations (normalised and rounded to the activation type
+// as the rms_norm kernel stores them) are staged in f16 after a per-token
+// power-of-two scale that puts the token's largest magnitude in [2^14, 2^15):
+// bf16 values have 8 significant bits, so every one within 2^-28 of the
+// token's largest is exact in f16. The mma sums each block's 128 products in
+// f32; the block scale d multiplies that sum (f32), and the token's scale the
+// total. Only the summation order differs from the reference's f32 products.
+//
+// Layout: one block of 8 warps per SM loops over tiles of 16 output rows
+// (with swiglu: 16 columns, gate and up). The warps split k: warp w of a tile
+// owns a fixed range of its row items (an item: 16 rows x 4 blocks, each row
+// one bulk copy of 528 / 288 bytes), streamed through a ring of slots in
+// shared memory on mbarriers, as the bulk-copy GEMV does (the first items
+// are issued before the kernel waits for x: weights depend on no earlier
+// kernel). A tile's warps add their partial sums in shared memory in warp
+// order (deterministic); one __syncthreads per tile round, double-buffered.
+//
+// Lane (g = lane / 4, tq = lane % 4) holds rows g and g + 8 of a tile and, in
+// its B fragment, token g's activations. Within each 64-element half block,
+// mma step s (0..3) gives the lane's k slots codes that make its loads
+// conflict-free and its conversions cheap:
+//   f8:  codes 16 s + 4 tq + {0, 1} (slots 2 tq, +1) and + {2, 3} (2 tq + 8, +9):
+//        the 4 lanes of a row read 4 consecutive words (rows 528 bytes apart
+//        fall 4 banks apart: the warp's 32 words in 32 banks);
+//   u4:  the lane's 16 codes 16 tq .. 16 tq + 15 (8 bytes, one 64-bit load),
+//        step 2 i + j from word i: nibble pairs (e0, e4), (e1, e5) (j = 0) and
+//        (e2, e6), (e3, e7) (j = 1) of its 8 codes e0..e7, the pairs a lop3
+//        with 0x64006400 makes into f16 (1024 + q).
+// The activations are staged in the same order, so a lane's 16 values of a
+// half block are two 16-byte loads.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "backends/cuda/kernels/bulk_copy.cuh"
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/quant_gemv.cuh"
+#include "backends/cuda/kernels/quant_gemv_common.cuh"
+
+namespace ferrite::cuda {
+namespace {
+
+using namespace qblocks;
+using namespace gemv;
+
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kTileRows = 16;
+constexpr int kItemBlocks = 4;  // 128-element blocks of a row per item
+constexpr int kMaxSlots = 8;    // items in flight per warp, at most
+
+template <int F>
+struct MmaFmt;
+
+// f8_e4m3_b128: f32 d, then 128 e4m3 codes.
+template <>
+struct MmaFmt<kFmtF8B128> {
+  static constexpr int kBytes = 132;
+  // The lane's 4 words of a row's half block h (block at b): word s holds
+  // codes 16 s + 4 tq .. + 3.
+  static __device__ __forceinline__ void words(const uint8_t* b, int h, int tq,
+                                               uint32_t (&w)[4]) {
+    const uint8_t* q = b + 4 + 64 * h + 4 * tq;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) w[s] = *reinterpret_cast<const uint32_t*>(q + 16 * s);
+  }
+  struct Row {};
+  static __device__ __forceinline__ Row row_consts(const uint8_t*) { return {}; }
+  // lo[s]: the f16 pair of slots (2 tq, 2 tq + 1) of step s, hi[s] of (2 tq + 8, + 9).
+  static __device__ __forceinline__ void decode(const uint32_t (&w)[4], Row, uint32_t (&lo)[4],
+                                                uint32_t (&hi)[4]) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(w[s] & 0xFFFFu), __NV_E4M3);
+      const __half2_raw c = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(w[s] >> 16), __NV_E4M3);
+      lo[s] = static_cast<uint32_t>(a.x) | (static_cast<uint32_t>(a.y) << 16);
+      hi[s] = static_cast<uint32_t>(c.x) | (static_cast<uint32_t>(c.y) << 16);
+    }
+  }
+  // Staging: element c (of a 64-element run: c = 16 s + 4 t + i) goes to 16 t + 4 s + i.
+  static __host__ __device__ __forceinline__ int staged_pos(int c) {
+    const int s = (c >> 4) & 3, t = (c >> 2) & 3;
+    return (c & ~63) + 16 * t + 4 * s + (c & 3);
+  }
+};
+
+// u4_g128: f32 d, u8 z, 3 bytes, 64 bytes of nibbles (element 2 j: the low
+// nibble of byte j, 2 j + 1 its high one).
+template <>
+struct MmaFmt<kFmtU4G128> {
+  static constexpr int kBytes = 72;
+  static __device__ __forceinline__ void words(const uint8_t* b, int h, int tq,
+                                               uint32_t (&w)[4]) {
+    const uint2 v = *reinterpret_cast<const uint2*>(b + 8 + 32 * h + 8 * tq);
+    w[0] = v.x;
+    w[1] = v.y;
+  }
+  struct Row {
+    uint32_t sub;  // f16x2 (1024 + z) twice: (1024 + q) - (1024 + z) = q - z
+    uint32_t add;  // f16x2 -(64 + z) twice: (1024 + 16 q) / 16 - (64 + z) = q - z
+  };
+  static __device__ __forceinline__ Row row_consts(const uint8_t* b) {
+    const uint32_t z = b[4];
+    // 1024 + z and -(64 + z) as f16 bits (exact: z < 256).
+    const uint32_t s = 0x6400u | z;
+    const __half a = __float2half_rn(-64.0f - static_cast<float>(z));
+    const uint32_t ab = __half_as_ushort(a);
+    return {s | (s << 16), ab | (ab << 16)};
+  }
+  static __device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
+    __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  static __device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t c) {
+    __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b),
+                        *reinterpret_cast<const __half2*>(&c));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  static __device__ __forceinline__ uint32_t lop3_or(uint32_t a, uint32_t mask) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(0x64006400u));
+    return r;  // (a & mask) | 0x64006400
+  }
+  static __device__ __forceinline__ void decode(const uint32_t (&w)[4], Row rc, uint32_t (&lo)[4],
+                                                uint32_t (&hi)[4]) {
+    constexpr uint32_t kSixteenth = 0x2C002C00u;  // f16x2 1/16
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t v = w[i], v8 = w[i] >> 8;
+      lo[2 * i] = hsub2_bits(lop3_or(v, 0x000F000Fu), rc.sub);                      // (e0, e4)
+      hi[2 * i] = hfma2_bits(lop3_or(v, 0x00F000F0u), kSixteenth, rc.add);          // (e1, e5)
+      lo[2 * i + 1] = hsub2_bits(lop3_or(v8, 0x000F000Fu), rc.sub);                 // (e2, e6)
+      hi[2 * i + 1] = hfma2_bits(lop3_or(v8, 0x00F000F0u), kSixteenth, rc.add);     // (e3, e7)
+    }
+  }
+  // Staging: each run of 8 as e0, e4, e1, e5, e2, e6, e3, e7.
+  static __host__ __device__ __forceinline__ int staged_pos(int c) {
+    const int i = c & 7;
+    return (c & ~7) + (i < 4 ? 2 * i : 2 * (i - 4) + 1);
+  }
+};
+
+// Bytes of one row's item (a multiple of 16: one bulk copy).
+template <int F>
+constexpr int item_row_bytes() {
+  return kItemBlocks * MmaFmt<F>::kBytes;
+}
+
+// Per-launch constants of the work split (host computed).
+struct MmaShape {
+  int wpt;     // warps a tile (each a range of the row's items)
+  int subs;    // tiles a block takes at once (kWarps / wpt)
+  int ipr;     // items a row
+  int64_t tiles;
+  int slots;   // ring slots a warp (a multiple of the row groups)
+  int64_t xs_stride;  // staged activations: elements a token row
+};
+
+// The staged activation rows' bytes, 128-aligned.
+inline size_t xs_bytes(int64_t m, int64_t stride) {
+  return (static_cast<size_t>(m * stride * 2) + 127) / 128 * 128;
+}
+// Cross-warp partial sums: two buffers x warps x row groups x 32 lanes x 4.
+inline size_t red_bytes(int groups) {
+  return static_cast<size_t>(2) * kWarps * groups * 32 * 4 * sizeof(float);
+}
+inline size_t bars_bytes(int slots) {
+  return (static_cast<size_t>(kWarps) * slots * sizeof(uint64_t) + 127) / 128 * 128;
+}
+
+// x [m, k] into xs (f16, token rows of `stride` elements, each 64-run in the
+// format's staged order) scaled by 2^-e_t per token, with tscale[t] = 2^e_t.
+template <int F, typename TX, int M>
+__device__ __forceinline__ void stage_x_f16(const TX* __restrict__ x, int m, int64_t k,
+                                            const FusedParams& p, __half* xs, int64_t stride,
+                                            float* tscale) {
+  __shared__ float red[kNormWarps][M];
+  __shared__ float inv[M];
+  __shared__ unsigned amax_bits[M];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid < M) amax_bits[tid] = 0u;
+  if (p.norm) {  // as stage_x: the first kNormWarps warps, a fixed order
+    float ss[M];
+#pragma unroll
+    for (int t = 0; t < M; ++t) ss[t] = 0.0f;
+    const int64_t norm_end = warp < kNormWarps ? k / 8 : 0;
+    for (int64_t i = tid; i < norm_end; i += kNormWarps * 32) {
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        if (t < m) {
+          float v[8];
+          load8(x + t * k + 8 * i, v);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) ss[t] = fmaf(v[j], v[j], ss[t]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float v = warp_sum(ss[t]);
+      if (lane == 0 && warp < kNormWarps) red[warp][t] = v;
+    }
+    __syncthreads();
+    if (tid < M) {
+      float tot = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kNormWarps; ++w) tot += red[w][tid];
+      inv[tid] = rsqrtf(tot / static_cast<float>(k) + p.eps);
+    }
+  }
+  __syncthreads();
+  // The 8 values of chunk c (8 consecutive elements) of token t, normalised
+  // and rounded to TX.
+  auto values = [&](int64_t t, int64_t c, float (&v)[8]) {
+    load8(x + t * k + c, v);
+    if (p.norm) {
+      float w8[8];
+      load8_any(p.norm, p.norm_dt, c, w8);
+      const float s = inv[t];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        v[j] = to_f(from_f<TX>(v[j] * s * (p.zero_centred ? 1.0f + w8[j] : w8[j])));
+    }
+  };
+  const int64_t chunks = static_cast<int64_t>(m) * (k / 8);
+  for (int64_t i = tid; i < chunks; i += blockDim.x) {
+    const int64_t t = i / (k / 8), c = (i - t * (k / 8)) * 8;
+    float v[8];
+    values(t, c, v);
+    float a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(v[j]));
+    if (a > 0.0f) atomicMax(&amax_bits[t], __float_as_uint(a));  // non-negative: as integers
+  }
+  __syncthreads();
+  if (tid < M) {
+    // amax = f 2^E, f in [0.5, 1): scaled by 2^-(E - 15) it is below 2^15.
+    int e = 0;
+    const float a = __uint_as_float(amax_bits[tid]);
+    if (a > 0.0f) (void)frexpf(a, &e);
+    e = a > 0.0f ? min(max(e - 15, -100), 100) : 0;
+    tscale[tid] = ldexpf(1.0f, e);
+    red[0][tid] = ldexpf(1.0f, -e);
+  }
+  __syncthreads();
+  for (int64_t i = tid; i < chunks; i += blockDim.x) {
+    const int64_t t = i / (k / 8), c = (i - t * (k / 8)) * 8;
+    float v[8];
+    values(t, c, v);
+    const float sc = red[0][t];
+    __half h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = __float2half_rn(v[j] * sc);
+    __half* row = xs + t * stride;
+    if constexpr (F == kFmtU4G128) {  // one run of 8: one 16-byte store
+      __half o[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[MmaFmt<F>::staged_pos(j)] = h[j];
+      *reinterpret_cast<uint4*>(row + c) = *reinterpret_cast<const uint4*>(o);
+    } else {  // two groups of 4 (8 bytes each) to their places in the 64-run
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+        const int pos = MmaFmt<F>::staged_pos(static_cast<int>(c % 64) + 4 * g);
+        *reinterpret_cast<uint2*>(row + (c / 64) * 64 + pos) =
+            *reinterpret_cast<const uint2*>(h + 4 * g);
+      }
+    }
+  }
+}
+
+// R: row groups a tile (1, or 2 with swiglu: gate and up).
+template <int F, typename TX, typename TO, int M, int R>
+__global__ void __launch_bounds__(kThreads, 1)
+    quant_gemv_mma_kernel(const TX* __restrict__ x, int m, int64_t k, FusedParams p,
+                          MmaShape sh, uint32_t xs_off, uint32_t red_off, uint32_t bars_off,
+                          uint32_t ring_off) {
+  using Fmt = MmaFmt<F>;
+  constexpr int kRowBytes = item_row_bytes<F>();
+  constexpr int kSlotBytes = kTileRows * kRowBytes;
+  extern __shared__ __align__(128) unsigned char smem[];
+  pdl_launch_dependents();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int nb = static_cast<int>(k / 128);
+  const int slots = sh.slots;
+  // This warp's tile slot within the block and range of row items.
+  const int sub = warp / sh.wpt, part = warp % sh.wpt;
+  const bool working = sub < sh.subs;
+  const int it0 = working ? part * sh.ipr / sh.wpt : 0;
+  const int it1 = working ? (part + 1) * sh.ipr / sh.wpt : 0;
+  const int nit = it1 - it0;
+  const int64_t tstride = static_cast<int64_t>(gridDim.x) * sh.subs;
+  const int64_t tfirst = static_cast<int64_t>(blockIdx.x) * sh.subs;
+  // Rounds of the block (uniform): every sub's tile of a round.
+  const int64_t rounds = tfirst < sh.tiles ? (sh.tiles - tfirst + tstride - 1) / tstride : 0;
+  const int64_t mytiles =
+      working && tfirst + sub < sh.tiles ? (sh.tiles - tfirst - sub + tstride - 1) / tstride : 0;
+  const int64_t items = mytiles * nit * R;
+
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + bars_off) + warp * slots;
+  unsigned char* ring = smem + ring_off + static_cast<size_t>(warp) * slots * kSlotBytes;
+
+  // The issue cursor: item `issued` = tile ti of the warp, row item iit, row group irg.
+  int64_t issued = 0, ti = 0;
+  int iit = it0, irg = 0, islot = 0;
+  uint64_t policy = 0;
+  auto row_src = [&](int64_t tile, int rg, int r) -> const uint8_t* {
+    const int64_t row = tile * kTileRows + r;
+    if (p.swiglu) return (rg == 0 ? p.w[0] : p.w[1]) + (row < p.n[0] ? row : 0) * p.row_bytes;
+    return locate(p, row).w;
+  };
+  auto issue = [&]() {  // the whole warp, uniformly
+    const int64_t tile = tfirst + sub + ti * tstride;
+    const int64_t off = static_cast<int64_t>(iit) * kRowBytes;
+    const uint32_t len =
+        static_cast<uint32_t>(p.row_bytes - off < kRowBytes ? p.row_bytes - off : kRowBytes);
+    if (lane == 0) mbar_expect_tx(bars + islot, kTileRows * len);
+    __syncwarp();
+    if (lane < kTileRows)
+      bulk_copy_g2s(ring + islot * kSlotBytes + lane * kRowBytes, row_src(tile, irg, lane) + off,
+                    len, bars + islot, policy);
+    ++issued;
+    if (++islot == slots) islot = 0;
+    if (++irg == R) {
+      irg = 0;
+      if (++iit == it1) {
+        iit = it0;
+        ++ti;
+      }
+    }
+  };
+  if (items > 0) {
+    if (lane == 0) {
+      for (int s = 0; s < slots; ++s) mbar_init(bars + s, 1);
+      mbar_init_fence();
+    }
+    __syncwarp();
+    if (lane < kTileRows) policy = l2_evict_first_policy();
+    while (issued < items && issued < slots) issue();
+  }
+  prefetch_norm(p, k);
+  pdl_wait();
+
+  __half* xs = reinterpret_cast<__half*>(smem + xs_off);
+  float* red = reinterpret_cast<float*>(smem + red_off);
+  __shared__ float tscale[M];
+  stage_x_f16<F, TX, M>(x, m, k, p, xs, sh.xs_stride, tscale);
+  __syncthreads();
+
+  int cslot = 0;
+  uint32_t phase = 0;
+  const __half* xrow = xs + static_cast<int64_t>(g) * sh.xs_stride;
+  const bool has_token = g < m;
+  for (int64_t round = 0; round < rounds; ++round) {
+    float acc[R][4];
+#pragma unroll
+    for (int rg = 0; rg < R; ++rg)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[rg][c] = 0.0f;
+    if (round < mytiles) {
+      for (int it = it0; it < it1; ++it) {
+        const uint8_t* sl[R];
+#pragma unroll
+        for (int rg = 0; rg < R; ++rg) {
+          const int s = cslot + rg < slots ? cslot + rg : cslot + rg - slots;
+          mbar_wait(bars + s, s < cslot ? phase ^ 1u : phase);
+          sl[rg] = ring + s * kSlotBytes;
+        }
+        const int nblk = min(kItemBlocks, nb - it * kItemBlocks);
+        for (int j = 0; j < nblk; ++j) {
+          const int64_t kc = (static_cast<int64_t>(it) * kItemBlocks + j) * 128;
+          float ct[R][4];
+#pragma unroll
+          for (int rg = 0; rg < R; ++rg)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) ct[rg][c] = 0.0f;
+          typename Fmt::Row rc[R][2];
+#pragma unroll
+          for (int rg = 0; rg < R; ++rg) {
+            rc[rg][0] = Fmt::row_consts(sl[rg] + g * kRowBytes + j * Fmt::kBytes);
+            rc[rg][1] = Fmt::row_consts(sl[rg] + (g + 8) * kRowBytes + j * Fmt::kBytes);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t b[8];
+            if (has_token) {
+              const uint4 u0 = *reinterpret_cast<const uint4*>(xrow + kc + 64 * h + 16 * tq);
+              const uint4 u1 = *reinterpret_cast<const uint4*>(xrow + kc + 64 * h + 16 * tq + 8);
+              b[0] = u0.x, b[1] = u0.y, b[2] = u0.z, b[3] = u0.w;
+              b[4] = u1.x, b[5] = u1.y, b[6] = u1.z, b[7] = u1.w;
+            } else {
+#pragma unroll
+              for (int i = 0; i < 8; ++i) b[i] = 0u;
+            }
+#pragma unroll
+            for (int rg = 0; rg < R; ++rg) {
+              uint32_t w0[4], w1[4], lo0[4], hi0[4], lo1[4], hi1[4];
+              Fmt::words(sl[rg] + g * kRowBytes + j * Fmt::kBytes, h, tq, w0);
+              Fmt::words(sl[rg] + (g + 8) * kRowBytes + j * Fmt::kBytes, h, tq, w1);
+              Fmt::decode(w0, rc[rg][0], lo0, hi0);
+              Fmt::decode(w1, rc[rg][1], lo1, hi1);
+#pragma unroll
+              for (int s = 0; s < 4; ++s) {
+                const uint32_t a[4] = {lo0[s], lo1[s], hi0[s], hi1[s]};
+                mma16816<__half>(ct[rg], a, b[2 * s], b[2 * s + 1]);
+              }
+            }
+          }
+#pragma unroll
+          for (int rg = 0; rg < R; ++rg) {
+            const float d0 = *reinterpret_cast<const float*>(sl[rg] + g * kRowBytes + j * Fmt::kBytes);
+            const float d1 =
+                *reinterpret_cast<const float*>(sl[rg] + (g + 8) * kRowBytes + j * Fmt::kBytes);
+            acc[rg][0] = fmaf(d0, ct[rg][0], acc[rg][0]);
+            acc[rg][1] = fmaf(d0, ct[rg][1], acc[rg][1]);
+            acc[rg][2] = fmaf(d1, ct[rg][2], acc[rg][2]);
+            acc[rg][3] = fmaf(d1, ct[rg][3], acc[rg][3]);
+          }
+        }
+        // Every lane has read the R slots: refill them with the items `slots` on.
+        __syncwarp();
+        fence_proxy_async_shared();
+#pragma unroll
+        for (int rg = 0; rg < R; ++rg) {
+          if (issued < items) issue();
+          if (++cslot == slots) {
+            cslot = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+    // The tile's warps add up in warp order; one buffer a round, alternating.
+    float* rb = red + static_cast<size_t>(round & 1) * kWarps * R * 128;
+    if (working) {
+#pragma unroll
+      for (int rg = 0; rg < R; ++rg)
+        *reinterpret_cast<float4*>(rb + ((warp * R + rg) * 32 + lane) * 4) =
+            make_float4(acc[rg][0], acc[rg][1], acc[rg][2], acc[rg][3]);
+    }
+    __syncthreads();
+    // Outputs of the round: subs x 16 rows x m tokens.
+    const int outs = sh.subs * kTileRows * m;
+    for (int o = threadIdx.x; o < outs; o += kThreads) {
+      const int su = o / (kTileRows * m), rem = o % (kTileRows * m);
+      const int r = rem / m, t = rem % m;
+      const int64_t ot = tfirst + su + round * tstride;
+      if (ot >= sh.tiles) continue;
+      // (row r, token t) in the C fragment: lane 4 (r % 8) + t / 2, entry 2 (r / 8) + t % 2.
+      const int ln = 4 * (r & 7) + (t >> 1), en = 2 * (r >> 3) + (t & 1);
+      float s[R];
+#pragma unroll
+      for (int rg = 0; rg < R; ++rg) {
+        float v = 0.0f;
+        for (int w = su * sh.wpt; w < (su + 1) * sh.wpt; ++w)
+          v += rb[((w * R + rg) * 32 + ln) * 4 + en];
+        s[rg] = v * tscale[t];
+      }
+      const int64_t row = ot * kTileRows + r;
+      if constexpr (R == 2) {
+        if (row >= p.n[0]) continue;
+        // Each product rounded to TX, as the unfused path stores it.
+        const float gt = to_f(from_f<TX>(s[0])), up = to_f(from_f<TX>(s[1]));
+        static_cast<TO*>(p.out[0])[t * p.n[0] + row] = from_f<TO>(gt / (1.0f + expf(-gt)) * up);
+      } else {
+        const RowRef rr = locate(p, row);
+        if (!rr.active) continue;
+        TO* dst = static_cast<TO*>(rr.out) + t * rr.n + rr.col;
+        float v = s[0] + (p.bias ? load_any(p.bias, p.bias_dt, rr.col) : 0.0f);
+        if (p.accumulate) v += to_f(*dst);
+        *dst = from_f<TO>(v);
+      }
+    }
+  }
+}
+
+int device_attr(cudaDeviceAttr attr, int fallback) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess)
+    return fallback;
+  return v;
+}
+int max_dynamic_smem() {
+  static const int v = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+  return v;
+}
+int num_sms() {
+  static const int v = device_attr(cudaDevAttrMultiProcessorCount, 1);
+  return v;
+}
+
+struct Plan {
+  MmaShape sh{};
+  int grid = 0;
+  uint32_t xs_off = 0, red_off = 0, bars_off = 0, ring_off = 0;
+  size_t smem = 0;
+  bool ok = false;
+};
+
+int row_bytes_of(int f) {
+  return f == kFmtF8B128 ? item_row_bytes<kFmtF8B128>() : item_row_bytes<kFmtU4G128>();
+}
+
+Plan plan_of(const QuantGemvArgs& a) {
+  Plan pl;
+  const int f = qfmt(a.w_dt);
+  const FusedParams p = fused_params(a);
+  const int R = a.swiglu ? 2 : 1;
+  MmaShape& sh = pl.sh;
+  const int item = row_bytes_of(f);
+  sh.ipr = static_cast<int>((p.row_bytes + item - 1) / item);
+  sh.wpt = std::min(kWarps, sh.ipr);
+  sh.subs = kWarps / sh.wpt;
+  sh.tiles = (p.total + kTileRows - 1) / kTileRows;
+  sh.xs_stride = a.k + 8;  // 16 bytes of padding: token rows 4 banks apart
+  pl.grid = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>(num_sms(), (sh.tiles + sh.subs - 1) / sh.subs)));
+  // Shared memory: staged x, the partial sums, then the barriers and the rings.
+  pl.xs_off = 0;
+  pl.red_off = static_cast<uint32_t>(xs_bytes(a.m, sh.xs_stride));
+  const size_t fixed = pl.red_off + red_bytes(R);
+  const size_t slot = static_cast<size_t>(kTileRows) * item;
+  // The runtime's 1 KiB a block and the kernel's static shared memory (the
+  // staging's reductions, tscale): 2 KiB off the opt-in limit.
+  const size_t cap = static_cast<size_t>(std::max(0, max_dynamic_smem() - 2048));
+  if (cap < fixed + bars_bytes(R) + kWarps * R * slot) return pl;
+  // Slots: as many as fit (whole row-group sets), up to kMaxSlots and what a
+  // warp has to read.
+  const int64_t per_warp_items =
+      ((sh.tiles + int64_t{pl.grid} * sh.subs - 1) / (int64_t{pl.grid} * sh.subs)) *
+      ((sh.ipr + sh.wpt - 1) / sh.wpt) * R;
+  int s = R;
+  while (s + R <= kMaxSlots && s + R <= std::max<int64_t>(R, per_warp_items) &&
+         fixed + bars_bytes(s + R) + kWarps * (s + R) * slot <= cap)
+    s += R;
+  sh.slots = s;
+  pl.bars_off = static_cast<uint32_t>(fixed);
+  pl.ring_off = static_cast<uint32_t>(fixed + bars_bytes(s));
+  pl.smem = pl.ring_off + static_cast<size_t>(kWarps) * s * slot;
+  pl.ok = true;
+  return pl;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool quant_gemv_mma_supported(const QuantGemvArgs& a) {
+  if (a.w_dt != DType::kF8B128 && a.w_dt != DType::kU4G128) return false;
+  if (a.x_dt != DType::kBF16 && a.x_dt != DType::kF16) return false;
+  if (!quant_gemv_fused_supported(a)) return false;
+  // Whole rows are bulk copies of 16-byte multiples: k of 512 (f8) or 256
+  // (u4) elements; rows and weights 16-byte aligned.
+  if (a.k % (a.w_dt == DType::kF8B128 ? 512 : 256) != 0) return false;
+  if (dtype_bytes(a.w_dt, a.k) % 16 != 0) return false;
+  for (int i = 0; i < a.count; ++i)
+    if (!aligned16(a.segs[i].w)) return false;
+  return plan_of(a).ok;
+}
+
+Status launch_quant_gemv_mma(cudaStream_t s, const QuantGemvArgs& a) {
+  if (!quant_gemv_mma_supported(a))
+    return unsupported("quant gemv (mma): unsupported shape, format, types or alignment");
+  const FusedParams p = fused_params(a);
+  if (p.total == 0) return Status::ok();
+  const Plan pl = plan_of(a);
+  const int mi = static_cast<int>(a.m);
+  cudaError_t err = cudaSuccess;
+  const bool ok = dispatch_gemv(a, [&](auto fc, auto tx, auto to, auto mc) {
+    constexpr int F = decltype(fc)::value;
+    using TX = decltype(tx);
+    using TO = decltype(to);
+    constexpr int M = decltype(mc)::value;
+    if constexpr ((F == kFmtF8B128 || F == kFmtU4G128) && !std::is_same_v<TX, float>) {
+      auto run = [&](auto kern) {
+        static const bool opted = cudaFuncSetAttribute(
+            kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            max_dynamic_smem() - 2048) == cudaSuccess;
+        (void)opted;
+        err = launch_pdl_weights(kern, pl.grid, kThreads, pl.smem, s,
+                                 static_cast<const TX*>(a.x), mi, a.k, p, pl.sh, pl.xs_off,
+                                 pl.red_off, pl.bars_off, pl.ring_off);
+      };
+      if (a.swiglu)
+        run(quant_gemv_mma_kernel<F, TX, TO, M, 2>);
+      else
+        run(quant_gemv_mma_kernel<F, TX, TO, M, 1>);
+    }
+  });
+  if (!ok) return bad_dtype("quant gemv (mma)", a.w_dt);
+  if (err != cudaSuccess) return cuda_error(err, "quant gemv (mma) launch");
+  return check_launch("quant_gemv_mma");
+}
+
+}  // namespace ferrite::cuda
