@@ -46,7 +46,7 @@ else
   for v in 1 0; do
     run FERRITE_CUDA_QUANT_MMA_FP8=$v --model "$ROOT/configs/qwen3-8b" --quantization fp8
   done
-  for v in 1 0; do
+  for v in 5 0; do
     run FERRITE_CUDA_QUANT_MMA_U4=$v --model "$ROOT/configs/qwen3-8b" --quantization gptq-int4
   done
 fi

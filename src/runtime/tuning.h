@@ -61,7 +61,7 @@ namespace ferrite {
     "(e4m3, 128-blocks) weights run on the tensor cores (f16 mma of the exact codes, activations " \
     "in f16 under a per-token power-of-two scale, f32 sums) instead of f32 multiply-adds (0: "    \
     "off)")                                                                                       \
-  X(int64_t, cuda_quant_mma_u4, "FERRITE_CUDA_QUANT_MMA_U4", 2,                                  \
+  X(int64_t, cuda_quant_mma_u4, "FERRITE_CUDA_QUANT_MMA_U4", 5,                                  \
     "CUDA: with cuda_quant_fused, decode products of at least this many tokens (up to 8) on "     \
     "4-bit (u4_g128: GPTQ / AWQ / W4A16) weights run on the tensor cores (f16 mma of the exact "  \
     "q - z) instead of dp4a on 8-bit activations (0: off)")                                       \

@@ -45,7 +45,7 @@ struct CudaExecOptions {
   // many tokens on f8_e4m3_b128 / u4_g128 weights take the tensor-core
   // kernel (kernels/quant_gemv_mma.cu); 0: off.
   int64_t quant_mma_fp8 = 1;
-  int64_t quant_mma_u4 = 2;
+  int64_t quant_mma_u4 = 5;
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 512;  // minimum tokens; 0: off

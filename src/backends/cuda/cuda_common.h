@@ -50,7 +50,7 @@ struct BackendState {
   // f8_e4m3_b128 / u4_g128 weights from this many tokens (QuantGemvArgs::mma;
   // 0: off).
   int64_t quant_mma_fp8 = 1;
-  int64_t quant_mma_u4 = 2;
+  int64_t quant_mma_u4 = 5;
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 512;  // minimum step tokens; 0: off
   // Tuning::cuda_moe_fused_tokens (routed_swiglu_moe.cc): fused decode

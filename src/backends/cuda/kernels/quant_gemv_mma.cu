@@ -189,69 +189,119 @@ inline size_t bars_bytes(int slots) {
   return (static_cast<size_t>(kWarps) * slots * sizeof(uint64_t) + 127) / 128 * 128;
 }
 
+// The 8 elements of chunk c (8 consecutive elements, c a multiple of 8) of
+// a staged row, in the format's staged order: 16-bit values (TX or f16) to
+// and from their places (u4: one 16-byte run; f8: two 8-byte groups).
+template <int F, typename T>
+__device__ __forceinline__ void put8(T* row, int64_t c, const T (&v)[8]) {
+  if constexpr (F == kFmtU4G128) {
+    T o[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[MmaFmt<F>::staged_pos(j)] = v[j];
+    *reinterpret_cast<uint4*>(row + c) = *reinterpret_cast<const uint4*>(o);
+  } else {
+#pragma unroll
+    for (int g = 0; g < 2; ++g)
+      *reinterpret_cast<uint2*>(row + (c & ~int64_t{63}) +
+                                MmaFmt<F>::staged_pos(static_cast<int>(c & 63) + 4 * g)) =
+          *reinterpret_cast<const uint2*>(v + 4 * g);
+  }
+}
+template <int F, typename T>
+__device__ __forceinline__ void get8(const T* row, int64_t c, T (&v)[8]) {
+  if constexpr (F == kFmtU4G128) {
+    T o[8];
+    *reinterpret_cast<uint4*>(o) = *reinterpret_cast<const uint4*>(row + c);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = o[MmaFmt<F>::staged_pos(j)];
+  } else {
+#pragma unroll
+    for (int g = 0; g < 2; ++g)
+      *reinterpret_cast<uint2*>(v + 4 * g) = *reinterpret_cast<const uint2*>(
+          row + (c & ~int64_t{63}) + MmaFmt<F>::staged_pos(static_cast<int>(c & 63) + 4 * g));
+  }
+}
+
 // x [m, k] into xs (f16, token rows of `stride` elements, each 64-run in the
 // format's staged order) scaled by 2^-e_t per token, with tscale[t] = 2^e_t.
+// One pass over x in global memory (it is read once, as TX, into its staged
+// places, with the norm's sum of squares); the norm, the token's largest
+// magnitude and the f16 conversion then work in place in shared memory,
+// each thread on the chunks it wrote.
 template <int F, typename TX, int M>
 __device__ __forceinline__ void stage_x_f16(const TX* __restrict__ x, int m, int64_t k,
                                             const FusedParams& p, __half* xs, int64_t stride,
                                             float* tscale) {
-  __shared__ float red[kNormWarps][M];
+  static_assert(sizeof(TX) == 2, "bf16 / f16 activations");
+  __shared__ float red[kWarps][M];
   __shared__ float inv[M];
   __shared__ unsigned amax_bits[M];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  TX* xt = reinterpret_cast<TX*>(xs);  // the same places, first as TX
   if (tid < M) amax_bits[tid] = 0u;
-  if (p.norm) {  // as stage_x: the first kNormWarps warps, a fixed order
-    float ss[M];
+  const int64_t chunks = k / 8;
+  float ss[M], am[M];
 #pragma unroll
-    for (int t = 0; t < M; ++t) ss[t] = 0.0f;
-    const int64_t norm_end = warp < kNormWarps ? k / 8 : 0;
-    for (int64_t i = tid; i < norm_end; i += kNormWarps * 32) {
+  for (int t = 0; t < M; ++t) ss[t] = am[t] = 0.0f;
+  for (int64_t ci = tid; ci < chunks; ci += kThreads) {
 #pragma unroll
-      for (int t = 0; t < M; ++t) {
-        if (t < m) {
-          float v[8];
-          load8(x + t * k + 8 * i, v);
+    for (int t = 0; t < M; ++t) {
+      if (t < m) {
+        TX v[8];
+        *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(x + t * k + 8 * ci));
 #pragma unroll
-          for (int j = 0; j < 8; ++j) ss[t] = fmaf(v[j], v[j], ss[t]);
+        for (int j = 0; j < 8; ++j) {
+          const float f = to_f(v[j]);
+          ss[t] = fmaf(f, f, ss[t]);
+          am[t] = fmaxf(am[t], fabsf(f));
         }
+        put8<F>(xt + t * stride, 8 * ci, v);
       }
     }
+  }
+  if (p.norm) {
 #pragma unroll
     for (int t = 0; t < M; ++t) {
       const float v = warp_sum(ss[t]);
-      if (lane == 0 && warp < kNormWarps) red[warp][t] = v;
+      if (lane == 0) red[warp][t] = v;
     }
     __syncthreads();
     if (tid < M) {
       float tot = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kNormWarps; ++w) tot += red[w][tid];
+      for (int w = 0; w < kWarps; ++w) tot += red[w][tid];
       inv[tid] = rsqrtf(tot / static_cast<float>(k) + p.eps);
     }
-  }
-  __syncthreads();
-  // The 8 values of chunk c (8 consecutive elements) of token t, normalised
-  // and rounded to TX.
-  auto values = [&](int64_t t, int64_t c, float (&v)[8]) {
-    load8(x + t * k + c, v);
-    if (p.norm) {
+    __syncthreads();
+    // Normalised and rounded to TX (as the rms_norm kernel stores them), in place.
+#pragma unroll
+    for (int t = 0; t < M; ++t) am[t] = 0.0f;
+    for (int64_t ci = tid; ci < chunks; ci += kThreads) {
       float w8[8];
-      load8_any(p.norm, p.norm_dt, c, w8);
-      const float s = inv[t];
+      load8_any(p.norm, p.norm_dt, 8 * ci, w8);
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        v[j] = to_f(from_f<TX>(v[j] * s * (p.zero_centred ? 1.0f + w8[j] : w8[j])));
+      for (int t = 0; t < M; ++t) {
+        if (t < m) {
+          TX v[8];
+          get8<F>(xt + t * stride, 8 * ci, v);
+          const float s = inv[t];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            v[j] = from_f<TX>(to_f(v[j]) * s * (p.zero_centred ? 1.0f + w8[j] : w8[j]));
+            am[t] = fmaxf(am[t], fabsf(to_f(v[j])));
+          }
+          put8<F>(xt + t * stride, 8 * ci, v);
+        }
+      }
     }
-  };
-  const int64_t chunks = static_cast<int64_t>(m) * (k / 8);
-  for (int64_t i = tid; i < chunks; i += blockDim.x) {
-    const int64_t t = i / (k / 8), c = (i - t * (k / 8)) * 8;
-    float v[8];
-    values(t, c, v);
-    float a = 0.0f;
+  }
+  // Each token's largest magnitude (non-negative floats compare as integers).
 #pragma unroll
-    for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(v[j]));
-    if (a > 0.0f) atomicMax(&amax_bits[t], __float_as_uint(a));  // non-negative: as integers
+  for (int t = 0; t < M; ++t) {
+    float a = am[t];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    if (lane == 0 && t < m && a > 0.0f) atomicMax(&amax_bits[t], __float_as_uint(a));
   }
   __syncthreads();
   if (tid < M) {
@@ -261,29 +311,20 @@ __device__ __forceinline__ void stage_x_f16(const TX* __restrict__ x, int m, int
     if (a > 0.0f) (void)frexpf(a, &e);
     e = a > 0.0f ? min(max(e - 15, -100), 100) : 0;
     tscale[tid] = ldexpf(1.0f, e);
-    red[0][tid] = ldexpf(1.0f, -e);
+    inv[tid] = ldexpf(1.0f, -e);
   }
   __syncthreads();
-  for (int64_t i = tid; i < chunks; i += blockDim.x) {
-    const int64_t t = i / (k / 8), c = (i - t * (k / 8)) * 8;
-    float v[8];
-    values(t, c, v);
-    const float sc = red[0][t];
-    __half h[8];
+  for (int64_t ci = tid; ci < chunks; ci += kThreads) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) h[j] = __float2half_rn(v[j] * sc);
-    __half* row = xs + t * stride;
-    if constexpr (F == kFmtU4G128) {  // one run of 8: one 16-byte store
-      __half o[8];
+    for (int t = 0; t < M; ++t) {
+      if (t < m) {
+        TX v[8];
+        get8<F>(xt + t * stride, 8 * ci, v);
+        const float sc = inv[t];
+        __half h[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) o[MmaFmt<F>::staged_pos(j)] = h[j];
-      *reinterpret_cast<uint4*>(row + c) = *reinterpret_cast<const uint4*>(o);
-    } else {  // two groups of 4 (8 bytes each) to their places in the 64-run
-#pragma unroll
-      for (int g = 0; g < 2; ++g) {
-        const int pos = MmaFmt<F>::staged_pos(static_cast<int>(c % 64) + 4 * g);
-        *reinterpret_cast<uint2*>(row + (c / 64) * 64 + pos) =
-            *reinterpret_cast<const uint2*>(h + 4 * g);
+        for (int j = 0; j < 8; ++j) h[j] = __float2half_rn(to_f(v[j]) * sc);
+        put8<F>(xs + t * stride, 8 * ci, h);
       }
     }
   }
@@ -562,6 +603,19 @@ Plan plan_of(const QuantGemvArgs& a) {
   return pl;
 }
 
+// One kernel instantiation's launch; its shared-memory opt-in once (a
+// static per instantiation: kernels of one signature differ in F and R).
+template <int F, typename TX, typename TO, int M, int R>
+cudaError_t launch_kernel(const Plan& pl, cudaStream_t s, const TX* x, int m, int64_t k,
+                          const FusedParams& p) {
+  auto kern = quant_gemv_mma_kernel<F, TX, TO, M, R>;
+  static const cudaError_t opted = cudaFuncSetAttribute(
+      kern, cudaFuncAttributeMaxDynamicSharedMemorySize, max_dynamic_smem() - 2048);
+  if (opted != cudaSuccess) return opted;
+  return launch_pdl_weights(kern, pl.grid, kThreads, pl.smem, s, x, m, k, p, pl.sh, pl.xs_off,
+                            pl.red_off, pl.bars_off, pl.ring_off);
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -593,19 +647,9 @@ Status launch_quant_gemv_mma(cudaStream_t s, const QuantGemvArgs& a) {
     using TO = decltype(to);
     constexpr int M = decltype(mc)::value;
     if constexpr ((F == kFmtF8B128 || F == kFmtU4G128) && !std::is_same_v<TX, float>) {
-      auto run = [&](auto kern) {
-        static const bool opted = cudaFuncSetAttribute(
-            kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-            max_dynamic_smem() - 2048) == cudaSuccess;
-        (void)opted;
-        err = launch_pdl_weights(kern, pl.grid, kThreads, pl.smem, s,
-                                 static_cast<const TX*>(a.x), mi, a.k, p, pl.sh, pl.xs_off,
-                                 pl.red_off, pl.bars_off, pl.ring_off);
-      };
-      if (a.swiglu)
-        run(quant_gemv_mma_kernel<F, TX, TO, M, 2>);
-      else
-        run(quant_gemv_mma_kernel<F, TX, TO, M, 1>);
+      const TX* x = static_cast<const TX*>(a.x);
+      err = a.swiglu ? launch_kernel<F, TX, TO, M, 2>(pl, s, x, mi, a.k, p)
+                     : launch_kernel<F, TX, TO, M, 1>(pl, s, x, mi, a.k, p);
     }
   });
   if (!ok) return bad_dtype("quant gemv (mma)", a.w_dt);
