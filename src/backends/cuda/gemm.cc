@@ -106,7 +106,9 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
 
 // Products on GGUF block weights (q8_0, q4_k, ...; kernels/quant_gemm.cuh):
 //  - decode (m <= 8): the weight-streaming GEMV, on 8-bit activation blocks
-//    (Tuning::cuda_quant_dot) or on f32 activations;
+//    (Tuning::cuda_quant_dot) or on f32 activations; FP8 and 4-bit weights
+//    on the tensor cores (Tuning::cuda_quant_mma_fp8 / _u4); shapes whose
+//    activations the fused kernels cannot stage on the bf16 tile;
 //  - 9 .. Tuning::cuda_quant_tile_tokens bf16 tokens: the bf16 tensor-core
 //    tile that decodes the blocks in registers (kernels/quant_tile.cuh);
 //  - larger bf16 / f16 batches (prefill): slices of weight rows dequantized
@@ -145,13 +147,23 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
       quant_gemv_q8_supported(w_dt, w, k, out_dt))
     return launch_quant_gemv_q8(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate,
                                 bias, bias_dt, st.q8_x, st.q8_d);
-  if (m <= 8)
+  const bool tile_ok = st.tile_partials && m <= st.quant_tile_tokens &&
+                       quant_tile_supported(x_dt, x, w_dt, w, k, out_dt);
+  const QuantTileScratch scratch{st.tile_partials, st.tile_partial_floats, st.tile_counters,
+                                 st.tile_counter_count};
+  if (m <= 8) {
+    // A decode product the fused kernels cannot stage (8 tokens of a
+    // 12,288-wide FP8 down projection: 196 KiB of x) and no 8-bit GEMV
+    // takes: the bf16 tile reads the weights once for all the tokens, where
+    // the fast paths are on (the SIMT GEMV below streams them once a token
+    // group: 196 against ~40 us on the H200).
+    if (quant_fused_enabled(st, w_dt, m) && tile_ok)
+      return launch_quant_tile(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
+                               accumulate, bias, bias_dt, scratch);
     return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                              bias_dt);
-  if (m <= st.quant_tile_tokens && st.tile_partials &&
-      quant_tile_supported(x_dt, x, w_dt, w, k, out_dt)) {
-    const QuantTileScratch scratch{st.tile_partials, st.tile_partial_floats, st.tile_counters,
-                                   st.tile_counter_count};
+  }
+  if (tile_ok) {
     return launch_quant_tile(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
                              accumulate, bias, bias_dt, scratch);
   }
