@@ -6,8 +6,8 @@
 #     the CUDA conformance, then quant_gemm_bench at decode token counts, the fused GEMV on the
 #     CUDA cores against the tensor cores (paths gemv, mma);
 #   STAGE=ab: `ferrite bench` on Qwen3-8B FP8 and GPTQ-Int4 (random weights) at batch 1 / 2 / 8
-#     with the tensor-core kernel on and off (FERRITE_CUDA_QUANT_MMA_FP8 / _U4), then
-#     Qwen3-30B-A3B GPTQ-Int4 (its attention projections) the same way.
+#     with the tensor-core kernel on and off (FERRITE_CUDA_QUANT_MMA_FP8 / _U4); AB= picks other
+#     models and settings (below).
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -31,8 +31,9 @@ if [ "$STAGE" = test ]; then
   "$BUILD/tests/conformance/conformance_test" --gtest_filter='*/cuda_*' > "$OUT/conformance.log" 2>&1
   echo "conformance (cuda): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/conformance.log" | tr '\n' ' ')" | tee -a "$T"
   grep -E "^\[  FAILED  \] [A-Z]" "$OUT/conformance.log" | head -20 | tee -a "$T"
-  timeout 120 "$BUILD/bench/cuda/quant_gemm_bench" --formats f8_e4m3_b128,u4_g128 --paths gemv,mma \
-    --shapes 4096x4096,12288x4096,4096x12288,1024x4096,24576x4096 --tokens 1,2,4,8 2>&1 | tee -a "$T"
+  timeout 120 "$BUILD/bench/cuda/quant_gemm_bench" --formats ${FORMATS:-f8_e4m3_b128,u4_g128} \
+    --paths gemv,mma --shapes ${SHAPES:-4096x4096,12288x4096,4096x12288,1024x4096,24576x4096} \
+    --tokens ${TOKENS:-1,2,4,8} 2>&1 | tee -a "$T"
 else
   run() {  # VAR=value, then ferrite bench's model arguments
     local setting=$1
@@ -43,10 +44,12 @@ else
       --kv-cache-gib 4 --max-model-len 8192 "$@" 2>&1 |
       grep -E "^(prefill|decode)|roofline|error" | tee -a "$T"
   }
-  for v in 1 0; do
-    run FERRITE_CUDA_QUANT_MMA_FP8=$v --model "$ROOT/configs/qwen3-8b" --quantization fp8
-  done
-  for v in 5 0; do
-    run FERRITE_CUDA_QUANT_MMA_U4=$v --model "$ROOT/configs/qwen3-8b" --quantization gptq-int4
+  # AB="model:quantization:VAR=v1,v2 ..." (default: the 8B FP8 and GPTQ-Int4 A/B).
+  for spec in ${AB:-qwen3-8b:fp8:FERRITE_CUDA_QUANT_MMA_FP8=1,0 qwen3-8b:gptq-int4:FERRITE_CUDA_QUANT_MMA_U4=5,0}; do
+    IFS=: read -r model quant setting <<< "$spec"
+    var=${setting%%=*}
+    for v in $(echo "${setting#*=}" | tr , ' '); do
+      run "$var=$v" --model "$ROOT/configs/$model" --quantization "$quant"
+    done
   done
 fi
