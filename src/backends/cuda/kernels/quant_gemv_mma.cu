@@ -34,16 +34,10 @@
 // Lane (g = lane / 4, tq = lane % 4) holds rows g and g + 8 of a tile and, in
 // its B fragment, token g's activations. Within each 64-element half block,
 // mma step s (0..3) gives the lane's k slots codes that make its loads
-// conflict-free and its conversions cheap:
-//   f8:  codes 16 s + 4 tq + {0, 1} (slots 2 tq, +1) and + {2, 3} (2 tq + 8, +9):
-//        the 4 lanes of a row read 4 consecutive words (rows 528 bytes apart
-//        fall 4 banks apart: the warp's 32 words in 32 banks);
-//   u4:  the lane's 16 codes 16 tq .. 16 tq + 15 (8 bytes, one 64-bit load),
-//        step 2 i + j from word i: nibble pairs (e0, e4), (e1, e5) (j = 0) and
-//        (e2, e6), (e3, e7) (j = 1) of its 8 codes e0..e7, the pairs a lop3
-//        with 0x64006400 makes into f16 (1024 + q).
-// The activations are staged in the same order, so a lane's 16 values of a
-// half block are two 16-byte loads.
+// conflict-free and its conversions cheap (quant_gemv_mma_formats.h, checked
+// on the CPU by tests/kernels/quant_gemv_mma_format_test.cc). The
+// activations are staged in the same order, so a lane's 16 values of a half
+// block are two 16-byte loads.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -56,6 +50,7 @@
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
 #include "backends/cuda/kernels/quant_gemv_common.cuh"
+#include "backends/cuda/kernels/quant_gemv_mma_formats.h"
 
 namespace ferrite::cuda {
 namespace {
@@ -68,98 +63,8 @@ constexpr int kTileRows = 16;
 constexpr int kItemBlocks = 4;  // 128-element blocks of a row per item
 constexpr int kMaxSlots = 8;    // items in flight per warp, at most
 
-template <int F>
-struct MmaFmt;
-
-// f8_e4m3_b128: f32 d, then 128 e4m3 codes.
-template <>
-struct MmaFmt<kFmtF8B128> {
-  static constexpr int kBytes = 132;
-  // The lane's 4 words of a row's half block h (block at b): word s holds
-  // codes 16 s + 4 tq .. + 3.
-  static __device__ __forceinline__ void words(const uint8_t* b, int h, int tq,
-                                               uint32_t (&w)[4]) {
-    const uint8_t* q = b + 4 + 64 * h + 4 * tq;
-#pragma unroll
-    for (int s = 0; s < 4; ++s) w[s] = *reinterpret_cast<const uint32_t*>(q + 16 * s);
-  }
-  struct Row {};
-  static __device__ __forceinline__ Row row_consts(const uint8_t*) { return {}; }
-  // lo[s]: the f16 pair of slots (2 tq, 2 tq + 1) of step s, hi[s] of (2 tq + 8, + 9).
-  static __device__ __forceinline__ void decode(const uint32_t (&w)[4], Row, uint32_t (&lo)[4],
-                                                uint32_t (&hi)[4]) {
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>(w[s] & 0xFFFFu), __NV_E4M3);
-      const __half2_raw c = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>(w[s] >> 16), __NV_E4M3);
-      lo[s] = static_cast<uint32_t>(a.x) | (static_cast<uint32_t>(a.y) << 16);
-      hi[s] = static_cast<uint32_t>(c.x) | (static_cast<uint32_t>(c.y) << 16);
-    }
-  }
-  // Staging: element c (of a 64-element run: c = 16 s + 4 t + i) goes to 16 t + 4 s + i.
-  static __host__ __device__ __forceinline__ int staged_pos(int c) {
-    const int s = (c >> 4) & 3, t = (c >> 2) & 3;
-    return (c & ~63) + 16 * t + 4 * s + (c & 3);
-  }
-};
-
-// u4_g128: f32 d, u8 z, 3 bytes, 64 bytes of nibbles (element 2 j: the low
-// nibble of byte j, 2 j + 1 its high one).
-template <>
-struct MmaFmt<kFmtU4G128> {
-  static constexpr int kBytes = 72;
-  static __device__ __forceinline__ void words(const uint8_t* b, int h, int tq,
-                                               uint32_t (&w)[4]) {
-    const uint2 v = *reinterpret_cast<const uint2*>(b + 8 + 32 * h + 8 * tq);
-    w[0] = v.x;
-    w[1] = v.y;
-  }
-  struct Row {
-    uint32_t sub;  // f16x2 (1024 + z) twice: (1024 + q) - (1024 + z) = q - z
-    uint32_t add;  // f16x2 -(64 + z) twice: (1024 + 16 q) / 16 - (64 + z) = q - z
-  };
-  static __device__ __forceinline__ Row row_consts(const uint8_t* b) {
-    const uint32_t z = b[4];
-    // 1024 + z and -(64 + z) as f16 bits (exact: z < 256).
-    const uint32_t s = 0x6400u | z;
-    const __half a = __float2half_rn(-64.0f - static_cast<float>(z));
-    const uint32_t ab = __half_as_ushort(a);
-    return {s | (s << 16), ab | (ab << 16)};
-  }
-  static __device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
-    __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
-    return *reinterpret_cast<uint32_t*>(&r);
-  }
-  static __device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t c) {
-    __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b),
-                        *reinterpret_cast<const __half2*>(&c));
-    return *reinterpret_cast<uint32_t*>(&r);
-  }
-  static __device__ __forceinline__ uint32_t lop3_or(uint32_t a, uint32_t mask) {
-    uint32_t r;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(0x64006400u));
-    return r;  // (a & mask) | 0x64006400
-  }
-  static __device__ __forceinline__ void decode(const uint32_t (&w)[4], Row rc, uint32_t (&lo)[4],
-                                                uint32_t (&hi)[4]) {
-    constexpr uint32_t kSixteenth = 0x2C002C00u;  // f16x2 1/16
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t v = w[i], v8 = w[i] >> 8;
-      lo[2 * i] = hsub2_bits(lop3_or(v, 0x000F000Fu), rc.sub);                      // (e0, e4)
-      hi[2 * i] = hfma2_bits(lop3_or(v, 0x00F000F0u), kSixteenth, rc.add);          // (e1, e5)
-      lo[2 * i + 1] = hsub2_bits(lop3_or(v8, 0x000F000Fu), rc.sub);                 // (e2, e6)
-      hi[2 * i + 1] = hfma2_bits(lop3_or(v8, 0x00F000F0u), kSixteenth, rc.add);     // (e3, e7)
-    }
-  }
-  // Staging: each run of 8 as e0, e4, e1, e5, e2, e6, e3, e7.
-  static __host__ __device__ __forceinline__ int staged_pos(int c) {
-    const int i = c & 7;
-    return (c & ~7) + (i < 4 ? 2 * i : 2 * (i - 4) + 1);
-  }
-};
+static_assert(mmagemv::kF8 == kFmtF8B128 && mmagemv::kU4 == kFmtU4G128, "format codes");
+using mmagemv::MmaFmt;
 
 // Bytes of one row's item (a multiple of 16: one bulk copy).
 template <int F>
