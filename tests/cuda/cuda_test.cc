@@ -350,7 +350,11 @@ std::vector<QuantFileCase> hf_quant_cases() {
     cases.push_back({m, DType::kF32, true});
     cases.push_back({m, DType::kF32, false});
     cases.push_back({m, DType::kBF16, false});
-    if (std::string(m).find("moe") != std::string::npos) cases.push_back({m, DType::kBF16, false, 1});
+    // Every eager step's experts dequantized onto the grouped tensor-core
+    // path (Qwen3-Next's experts are FP8 blocks: the dequantization of e4m3).
+    const std::string stem = m;
+    if (stem.find("moe") != std::string::npos || stem.find("next") != std::string::npos)
+      cases.push_back({m, DType::kBF16, false, 1});
     if (std::string(m).find("fp8") != std::string::npos) {  // the fused e4m3 decode kernel
       cases.push_back({m, DType::kF32, false, 0, true});
       cases.push_back({m, DType::kBF16, false, 0, true});

@@ -67,9 +67,15 @@ void run_case(const MmaCase& c, int m, std::mt19937& rng) {
   xh[static_cast<size_t>(k / 3)] = f32_to_bf16(3.0e5f);
   std::vector<float> xf(xh.size());
   for (size_t i = 0; i < xh.size(); ++i) xf[i] = bf16_to_f32(xh[i]);
-  // The normalised rows as the kernel stages them (rounded to bf16).
+  // The norm weights (rounded to bf16 when stored so), and the normalised
+  // rows as the kernel stages them (rounded to bf16).
   std::vector<float> normw(static_cast<size_t>(k));
   for (auto& v : normw) v = 1.0f + 0.25f * nd(rng);
+  std::vector<uint16_t> normh(normw.size());
+  for (size_t i = 0; i < normw.size(); ++i) {
+    normh[i] = f32_to_bf16(normw[i]);
+    if (c.norm == kNormBF16) normw[i] = bf16_to_f32(normh[i]);
+  }
   std::vector<double> n(xf.size());
   for (int t = 0; t < m; ++t) {
     double ss = 0;
@@ -78,23 +84,7 @@ void run_case(const MmaCase& c, int m, std::mt19937& rng) {
     for (int64_t i = 0; i < k; ++i) {
       const float w = c.zero_centred ? 1.0f + normw[i] : normw[i];
       n[t * k + i] = c.norm == kNoNorm ? xf[t * k + i]
-                                               : round_to(DType::kBF16, xf[t * k + i] * inv * w);
-    }
-  }
-  std::vector<uint16_t> normh(normw.size());
-  for (size_t i = 0; i < normw.size(); ++i) normh[i] = f32_to_bf16(normw[i]);
-  if (c.norm == kNormBF16)
-    for (size_t i = 0; i < normw.size(); ++i) normw[i] = bf16_to_f32(normh[i]);
-  // Recompute with the rounded norm weights when they are bf16.
-  if (c.norm == kNormBF16) {
-    for (int t = 0; t < m; ++t) {
-      double ss = 0;
-      for (int64_t i = 0; i < k; ++i) ss += double(xf[t * k + i]) * xf[t * k + i];
-      const float inv = static_cast<float>(1.0 / std::sqrt(ss / double(k) + 1e-6));
-      for (int64_t i = 0; i < k; ++i) {
-        const float w = c.zero_centred ? 1.0f + normw[i] : normw[i];
-        n[t * k + i] = round_to(DType::kBF16, xf[t * k + i] * inv * w);
-      }
+                                       : round_to(DType::kBF16, xf[t * k + i] * inv * w);
     }
   }
 

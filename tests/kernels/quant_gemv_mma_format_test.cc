@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "mma_emulation.h"
 #include "tensor/dtype.h"
 #include "test_util.h"
 
@@ -24,32 +25,8 @@ namespace {
 
 using ferrite::cpu::testing::random_f32;
 
-float lo16(uint32_t w) { return f16_to_f32(static_cast<uint16_t>(w & 0xFFFFu)); }
-float hi16(uint32_t w) { return f16_to_f32(static_cast<uint16_t>(w >> 16)); }
-
-// mma.sync m16n8k16 f16 -> f32 over the 32 lanes' fragments (mma.cuh's
-// layouts), in f64: c[lane][4] += A (16x16) B (16x8).
 void emulate_mma_f16(const uint32_t (&a)[32][4], const uint32_t (&b)[32][2], double (&c)[32][4]) {
-  double A[16][16] = {}, B[16][8] = {};
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
-    for (int r = 0; r < 4; ++r) {
-      A[rows[r]][cols[r]] = lo16(a[lane][r]);
-      A[rows[r]][cols[r] + 1] = hi16(a[lane][r]);
-    }
-    B[2 * t][g] = lo16(b[lane][0]);
-    B[2 * t + 1][g] = hi16(b[lane][0]);
-    B[2 * t + 8][g] = lo16(b[lane][1]);
-    B[2 * t + 9][g] = hi16(b[lane][1]);
-  }
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-      for (int e = 0; e < 16; ++e) c[lane][i] += A[row][e] * B[e][col];
-    }
-  }
+  ferrite::cuda::testing::emulate_mma_m16n8k16(a, b, c, [](uint16_t h) { return f16_to_f32(h); });
 }
 
 // 16 rows of k elements in format F (dt), 8 tokens: the kernel's loop over

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "mma_emulation.h"
 #include "tensor/dtype.h"
 #include "test_util.h"
 
@@ -133,32 +134,8 @@ TEST(QuantTileFormats, ValuesAreTheReferenceDequantization) {
   check_values<kU4G128>(DType::kU4G128, 256 + 128);
 }
 
-float bf16_lo(uint32_t w) { return bf16_to_f32(static_cast<uint16_t>(w & 0xFFFFu)); }
-float bf16_hi(uint32_t w) { return bf16_to_f32(static_cast<uint16_t>(w >> 16)); }
-
-// mma.sync m16n8k16 bf16 -> f32 over the 32 lanes' fragments as mma.cuh lays
-// them out (in f64): c[lane][4] += A (16x16) B (16x8).
 void emulate_mma_bf16(const uint32_t (&a)[32][4], const uint32_t (&b)[32][2], double (&c)[32][4]) {
-  double A[16][16] = {}, B[16][8] = {};
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
-    for (int r = 0; r < 4; ++r) {
-      A[rows[r]][cols[r]] = bf16_lo(a[lane][r]);
-      A[rows[r]][cols[r] + 1] = bf16_hi(a[lane][r]);
-    }
-    B[2 * t][g] = bf16_lo(b[lane][0]);
-    B[2 * t + 1][g] = bf16_hi(b[lane][0]);
-    B[2 * t + 8][g] = bf16_lo(b[lane][1]);
-    B[2 * t + 9][g] = bf16_hi(b[lane][1]);
-  }
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-      for (int e = 0; e < 16; ++e) c[lane][i] += A[row][e] * B[e][col];
-    }
-  }
+  ferrite::cuda::testing::emulate_mma_m16n8k16(a, b, c, [](uint16_t h) { return bf16_to_f32(h); });
 }
 
 // One warp of the bf16 tile: rows 0..31 of w (two mma tiles) x tokens 0..7,

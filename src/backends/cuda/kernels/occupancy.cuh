@@ -17,6 +17,28 @@ namespace ferrite::cuda {
 // memory) that are resident on the GPU at once, capped at `groups` (a
 // resident grid looping over the column groups beat a block per group:
 // Qwen3-0.6B b1 891 -> 962 tok/s).
+// Attributes of the current device, read once per process (`fallback` when
+// they cannot be read).
+inline int device_attribute(cudaDeviceAttr attr, int fallback) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess)
+    return fallback;
+  return v;
+}
+// The most dynamic shared memory a block may opt in to.
+inline int max_dynamic_smem() {
+  static const int v = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+  return v;
+}
+inline int num_sms() {
+  static const int v = device_attribute(cudaDevAttrMultiProcessorCount, 1);
+  return v;
+}
+inline int smem_per_sm() {
+  static const int v = device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
+  return v;
+}
+
 template <typename K>
 int resident_grid(K kernel, int groups, size_t smem, int threads = 256) {
   // Occupancy queries cost microseconds: one per (kernel, smem, threads, device).

@@ -47,6 +47,7 @@
 
 #include "backends/cuda/kernels/bulk_copy.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/occupancy.cuh"
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
 #include "backends/cuda/kernels/quant_gemv_common.cuh"
@@ -439,21 +440,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-}
-
-int device_attr(cudaDeviceAttr attr, int fallback) {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess)
-    return fallback;
-  return v;
-}
-int max_dynamic_smem() {
-  static const int v = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
-  return v;
-}
-int num_sms() {
-  static const int v = device_attr(cudaDevAttrMultiProcessorCount, 1);
-  return v;
 }
 
 struct Plan {

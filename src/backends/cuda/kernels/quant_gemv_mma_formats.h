@@ -31,12 +31,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cuda/kernels/quant_tile_formats.h"  // tile::rd32, tile::f16_bits
+
 #ifdef __CUDACC__
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #define FERRITE_MMA_HD __host__ __device__ __forceinline__
 #else
-#include "tensor/dtype.h"
 #define FERRITE_MMA_HD inline
 #endif
 
@@ -45,24 +44,10 @@ namespace ferrite::cuda::mmagemv {
 // The format codes (qblocks::QFmt's).
 enum Fmt : int { kF8 = 5, kU4 = 6 };
 
-FERRITE_MMA_HD uint32_t rd32(const uint8_t* p) {  // 4-byte aligned
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#endif
-}
+using tile::rd32;
 
 // f16 bits <-> f32 (exact for the values here).
-FERRITE_MMA_HD float h2f(uint32_t h) {
-#ifdef __CUDA_ARCH__
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
-#else
-  return f16_to_f32(static_cast<uint16_t>(h));
-#endif
-}
+FERRITE_MMA_HD float h2f(uint32_t h) { return tile::f16_bits(h); }
 FERRITE_MMA_HD uint32_t f2h(float f) {
 #ifdef __CUDA_ARCH__
   return __half_as_ushort(__float2half_rn(f));

@@ -30,6 +30,7 @@
 
 #include "backends/cuda/kernels/bulk_copy.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/occupancy.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
 #include "backends/cuda/kernels/quant_gemv_common.cuh"
 
@@ -188,25 +189,6 @@ int item_bytes_of(int f) {
     out = item_bytes<typename GemvFmt<F>::Dot>();
   });
   return out;
-}
-
-int device_attr(cudaDeviceAttr attr, int fallback) {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess)
-    return fallback;
-  return v;
-}
-int max_dynamic_smem() {
-  static const int v = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
-  return v;
-}
-int num_sms() {
-  static const int v = device_attr(cudaDevAttrMultiProcessorCount, 1);
-  return v;
-}
-int smem_per_sm() {
-  static const int v = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
-  return v;
 }
 
 struct StreamShape {
