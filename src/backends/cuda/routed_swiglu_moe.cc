@@ -144,6 +144,16 @@ class RoutedMoe final : public Provider {
         tc = true;
       }
     }
+    // FP8 experts otherwise (Tuning::cuda_moe_mma_fp8): the same grouped
+    // tensor-core GEMMs reading the e4m3 blocks, converted to act in shared
+    // memory stage by stage (bitwise the dequantized path), at any step size
+    // that takes 16-row tiles, captured decode steps included.
+    DType experts_dt = act;
+    if (!tc && st.moe_mma_fp8 &&
+        moe_mma_f8_supported(act, b[kGateUp].dtype, b[kDown].dtype, H, I, moe_row_tile(tk, E))) {
+      experts_dt = DType::kF8B128;
+      tc = true;
+    }
     const int row_tile = moe_row_tile(tk, E);
     const int64_t max_tiles = moe_max_tiles(tk, E, row_tile);
 
@@ -268,10 +278,10 @@ class RoutedMoe final : public Provider {
     if (tc) {
       FERRITE_RETURN_IF_ERROR(launch_moe_expert_mma(st.stream, true, n, H, row_pair, K,
                                                     gate_up_w, H, I, act, row_tile, tiles,
-                                                    tile_count, max_tiles, mid, I));
+                                                    tile_count, max_tiles, mid, I, experts_dt, E));
       FERRITE_RETURN_IF_ERROR(launch_moe_expert_mma(st.stream, false, mid, I, row_pair, K,
                                                     down_w, I, H, act, row_tile, tiles,
-                                                    tile_count, max_tiles, ys, H));
+                                                    tile_count, max_tiles, ys, H, experts_dt, E));
     } else {
       // f32 rows; expert weights in a float type (SIMT products) or in GGUF
       // blocks (kernels/quant_gemm.cuh: 8-bit activation blocks and integer

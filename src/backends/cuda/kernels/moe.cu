@@ -586,7 +586,15 @@ struct MmaCfg {
   static_assert(BK % (16 * WARPS_K) == 0, "k split");
   static_assert(BM * CPR % THREADS == 0 && BN * CPR % THREADS == 0, "chunks");
   static_assert((WARPS_K - 1) * WMN * ACC * 32 * 4 <= SMEM, "k reduction buffer");
+  // FP8 expert weights (moe_mma_kernel's kF8, BK 128: one f8_e4m3_b128 block
+  // of each weight row a stage): per stage the activation tile and the rows'
+  // raw blocks (the 16-byte pieces covering each 132-byte block), then one
+  // tile of weight rows converted to the activation type.
+  static constexpr int SMEM_F8 = (STAGES * BM * LDS + BN * LDS) * 2 + STAGES * BN * 144;
 };
+// kF8's raw block pieces a weight row and stage (a 132-byte block at any
+// 4-byte offset lies within 9 pieces of 16 bytes).
+constexpr int kF8RawRow = 144, kF8RawChunks = kF8RawRow / 16;
 // Many rows per expert (prefill): 64 x 128 tiles, 4 warps of 32 x 64.
 using CfgLarge = MmaCfg<64, 128, 32, 2, 2, 1, 4>;
 // Few rows per expert (decode): 16 x 32 tiles streaming the weights with
@@ -602,12 +610,22 @@ using CfgSmall = MmaCfg<16, 32, 128, 1, 1, 4, 4>;
 // u rounded to T first (the dense path's rounding points).
 // Down: A row r = x[first + r], B = the expert's [nout, kdim] rows; out
 // (f32) [rows, ldo].
-template <typename T, class C, bool kGated>
+//
+// kF8: the expert weights are f8_e4m3_b128 blocks (w_bytes of them, from a
+// 16-byte aligned w; C::BK 128, kdim a multiple of 128). Each stage copies
+// the pieces of every weight row's block into shared memory; before the
+// stage's products the block's threads convert them into one tile of weight
+// rows in the activation type, each value T(f32(code) * d): bitwise what
+// dequantizing the experts for this kernel stores (launch_quant_dequant_rows),
+// without the pass over every expert.
+template <typename T, class C, bool kGated, bool kF8 = false>
 __global__ void __launch_bounds__(C::THREADS)
     moe_mma_kernel(const T* __restrict__ x, int64_t ldx, const int32_t* __restrict__ row_pair,
-                   int top_k, const T* __restrict__ w, int64_t kdim, int64_t nout,
+                   int top_k, const void* __restrict__ w_any, int64_t kdim, int64_t nout,
                    const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
-                   void* __restrict__ out, int64_t ldo) {
+                   void* __restrict__ out, int64_t ldo, int64_t w_bytes) {
+  static_assert(!kF8 || C::BK == 128, "an FP8 stage is one block of each weight row");
+  const T* w = static_cast<const T*>(w_any);
   if (static_cast<int32_t>(blockIdx.y) >= *tile_count) return;
   const int4 tile = tiles[blockIdx.y];
   const int expert = tile.x, first = tile.y, valid = tile.z;
@@ -629,31 +647,46 @@ __global__ void __launch_bounds__(C::THREADS)
     }
     a_src[j] = p;
   }
-  const T* wexp = w + static_cast<int64_t>(expert) * (kGated ? 2 * nout : nout) * kdim;
-  const T* b_src[C::B_CHUNKS];
-#pragma unroll
-  for (int j = 0; j < C::B_CHUNKS; ++j) {
-    const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
-    int64_t grow;
-    bool ok;
+  // The expert's weight row of shared-memory B row r (ok: a real output).
+  auto weight_row = [&](int r, int64_t* grow, bool* ok) {
     if (kGated) {
       // smem row r: warp column group r / TN; its first TN/2 rows gate, the
       // next TN/2 up, of the same outputs.
       constexpr int kHalf = C::TN / 2;
       const int g = r / C::TN, jj = r % C::TN;
       const int64_t i = static_cast<int64_t>(blockIdx.x) * (C::BN / 2) + g * kHalf + jj % kHalf;
-      ok = i < nout;
-      grow = (jj / kHalf) * nout + i;
+      *ok = i < nout;
+      *grow = (jj / kHalf) * nout + i;
     } else {
-      grow = static_cast<int64_t>(blockIdx.x) * C::BN + r;
-      ok = grow < nout;
+      *grow = static_cast<int64_t>(blockIdx.x) * C::BN + r;
+      *ok = *grow < nout;
     }
-    b_src[j] = ok ? wexp + grow * kdim + col : nullptr;
+  };
+  const int64_t wrows = static_cast<int64_t>(expert) * (kGated ? 2 * nout : nout);
+  const T* wexp = w + wrows * kdim;
+  const T* b_src[C::B_CHUNKS];
+  if constexpr (!kF8) {
+#pragma unroll
+    for (int j = 0; j < C::B_CHUNKS; ++j) {
+      const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
+      int64_t grow;
+      bool ok;
+      weight_row(r, &grow, &ok);
+      b_src[j] = ok ? wexp + grow * kdim + col : nullptr;
+    }
   }
+  // kF8: the row's block of stage kt starts at byte wrow_at(grow) + 132 kt.
+  const auto* wb = static_cast<const uint8_t*>(w_any);
+  const int64_t f8_row_bytes = kdim / 128 * 132;
+  auto wrow_at = [&](int64_t grow) { return (wrows + grow) * f8_row_bytes; };
+  T* sb_f8 = smem + C::STAGES * C::BM * C::LDS;  // the converted weight rows
+  uint8_t* raw_f8 = reinterpret_cast<uint8_t*>(sb_f8 + C::BN * C::LDS);
 
+  // A stage: its activation tile, then (not kF8) its weight tile.
+  constexpr int kStageElems = kF8 ? C::BM * C::LDS : C::STAGE_ELEMS;
   auto load_stage = [&](int slot, int kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * C::BK;
-    T* sa = smem + slot * C::STAGE_ELEMS;
+    T* sa = smem + slot * kStageElems;
     T* sb = sa + C::BM * C::LDS;
 #pragma unroll
     for (int j = 0; j < C::A_CHUNKS; ++j) {
@@ -661,11 +694,61 @@ __global__ void __launch_bounds__(C::THREADS)
       const bool ok = a_src[j] != nullptr && k0 + col < kdim;
       cp_async16(sa + r * C::LDS + col, ok ? a_src[j] + k0 : x, ok);
     }
+    if constexpr (kF8) {
+      // The 16-byte pieces covering each row's block (a piece that runs
+      // past the weights' end is cut there and zero-filled).
+      uint8_t* rs = raw_f8 + slot * C::BN * kF8RawRow;
+      for (int c = tid; c < C::BN * kF8RawChunks; c += C::THREADS) {
+        const int r = c / kF8RawChunks, q = c % kF8RawChunks;
+        int64_t grow;
+        bool ok;
+        weight_row(r, &grow, &ok);
+        const int64_t at = ((wrow_at(grow) + int64_t{kt} * 132) & ~int64_t{15}) + 16 * q;
+        const int64_t left = ok ? w_bytes - at : 0;
+        const int n = left <= 0 ? 0 : left >= 16 ? 16 : static_cast<int>(left);
+        cp_async16_bytes(rs + r * kF8RawRow + 16 * q, n > 0 ? wb + at : wb, n);
+      }
+    } else {
 #pragma unroll
-    for (int j = 0; j < C::B_CHUNKS; ++j) {
-      const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
-      const bool ok = b_src[j] != nullptr && k0 + col < kdim;
-      cp_async16(sb + r * C::LDS + col, ok ? b_src[j] + k0 : w, ok);
+      for (int j = 0; j < C::B_CHUNKS; ++j) {
+        const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
+        const bool ok = b_src[j] != nullptr && k0 + col < kdim;
+        cp_async16(sb + r * C::LDS + col, ok ? b_src[j] + k0 : w, ok);
+      }
+    }
+  };
+  // kF8: stage kt's raw blocks into the weight tile sb_f8, T(f32(code) * d);
+  // a thread converts 32 codes of one row.
+  auto convert_f8 = [&](int slot, int kt) {
+    const uint8_t* rs = raw_f8 + slot * C::BN * kF8RawRow;
+    for (int u = tid; u < C::BN * 4; u += C::THREADS) {
+      const int r = u >> 2, part = u & 3;
+      int64_t grow;
+      bool ok;
+      weight_row(r, &grow, &ok);
+      const int o = static_cast<int>((wrow_at(grow) + int64_t{kt} * 132) & 15);
+      const uint8_t* blk = rs + r * kF8RawRow + o;  // 4-byte aligned
+      const float d = *reinterpret_cast<const float*>(blk);
+      uint32_t packed[16];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t word = *reinterpret_cast<const uint32_t*>(blk + 4 + 32 * part + 4 * i);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // e4m3fn -> f16 is exact; then the reference's f32 product.
+          const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
+              static_cast<__nv_fp8x2_storage_t>((word >> (16 * h)) & 0xFFFFu), __NV_E4M3);
+          const float2 f = __half22float2(__half2(hr));
+          T two[2];
+          two[0] = from_f<T>(__fmul_rn(f.x, d));
+          two[1] = from_f<T>(__fmul_rn(f.y, d));
+          packed[2 * i + h] = *reinterpret_cast<const uint32_t*>(two);
+        }
+      }
+      uint4* dst = reinterpret_cast<uint4*>(sb_f8 + r * C::LDS + 32 * part);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dst[i] = make_uint4(packed[4 * i], packed[4 * i + 1], packed[4 * i + 2], packed[4 * i + 3]);
     }
   };
 
@@ -691,8 +774,15 @@ __global__ void __launch_bounds__(C::THREADS)
       if (nk < ktiles) load_stage(nk % C::STAGES, nk);
       cp_async_commit();
     }
-    const T* sa = smem + (kt % C::STAGES) * C::STAGE_ELEMS;
+    const T* sa = smem + (kt % C::STAGES) * kStageElems;
     const T* sb = sa + C::BM * C::LDS;
+    if constexpr (kF8) {
+      // Every warp is past the previous stage's products (the barrier
+      // above): the weight tile can be overwritten.
+      convert_f8(kt % C::STAGES, kt);
+      __syncthreads();
+      sb = sb_f8;
+    }
 #pragma unroll
     for (int ks = 0; ks < C::KSTEPS; ++ks) {
       const int kk = (ks * C::WARPS_K + wk) * 16;
@@ -785,19 +875,20 @@ __global__ void __launch_bounds__(C::THREADS)
   }
 }
 
-template <typename T, class C, bool kGated>
+template <typename T, class C, bool kGated, bool kF8 = false>
 void launch_mma(cudaStream_t s, const void* x, int64_t ldx, const int32_t* row_pair,
                   int64_t top_k, const void* w, int64_t kdim, int64_t nout,
                   const int32_t* tiles, const int32_t* tile_count, int64_t max_tiles, void* out,
-                  int64_t ldo) {
+                  int64_t ldo, int64_t w_bytes = 0) {
   const int64_t cols = kGated ? C::BN / 2 : C::BN;
   const dim3 grid(static_cast<unsigned>((nout + cols - 1) / cols), static_cast<unsigned>(max_tiles));
-  auto k = moe_mma_kernel<T, C, kGated>;
-  (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-  k<<<grid, C::THREADS, C::SMEM, s>>>(static_cast<const T*>(x), ldx, row_pair,
-                                      static_cast<int>(top_k), static_cast<const T*>(w), kdim,
-                                      nout, reinterpret_cast<const int4*>(tiles), tile_count, out,
-                                      ldo);
+  auto k = moe_mma_kernel<T, C, kGated, kF8>;
+  constexpr int smem = kF8 ? C::SMEM_F8 : C::SMEM;
+  (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  k<<<grid, C::THREADS, smem, s>>>(static_cast<const T*>(x), ldx, row_pair,
+                                   static_cast<int>(top_k), w, kdim, nout,
+                                   reinterpret_cast<const int4*>(tiles), tile_count, out, ldo,
+                                   w_bytes);
 }
 
 // --- SIMT expert products (f32 activations, odd shapes) -------------------------------
@@ -1036,20 +1127,38 @@ bool moe_mma_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidde
          hidden % 8 == 0 && intermediate % 8 == 0 && hidden > 0 && intermediate > 0;
 }
 
+bool moe_mma_f8_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,
+                          int64_t intermediate, int row_tile) {
+  return (act == DType::kBF16 || act == DType::kF16) && gate_up_dt == DType::kF8B128 &&
+         down_dt == DType::kF8B128 && hidden % 128 == 0 && intermediate % 128 == 0 &&
+         hidden > 0 && intermediate > 0 && row_tile == 16;
+}
+
 Status launch_moe_expert_mma(cudaStream_t s, bool gated, const void* x, int64_t ldx,
                              const int32_t* row_pair, int64_t top_k, const void* w, int64_t kdim,
                              int64_t nout, DType act, int row_tile, const int32_t* tiles,
                              const int32_t* tile_count, int64_t max_tiles, void* out,
-                             int64_t ldo) {
+                             int64_t ldo, DType w_dt, int64_t experts) {
   if (nout == 0 || max_tiles == 0) return Status::ok();
   if (max_tiles > 65535) return unsupported("moe expert GEMM: too many row tiles");
   if (kdim % 8 != 0 || ldx % 8 != 0 || (reinterpret_cast<uintptr_t>(x) & 15) ||
       (reinterpret_cast<uintptr_t>(w) & 15))
     return unsupported("moe expert GEMM: rows must be 16-byte aligned");
   if (row_tile != 16 && row_tile != 64) return unsupported("moe expert GEMM: row tile 16 or 64");
+  const bool f8 = w_dt == DType::kF8B128;
+  if (!f8 && w_dt != act) return bad_dtype("moe expert GEMM (weights)", w_dt);
+  if (f8 && (row_tile != 16 || kdim % 128 != 0))
+    return unsupported("moe expert GEMM: FP8 experts take 16-row tiles and k of whole blocks");
+  const int64_t w_bytes = f8 ? experts * (gated ? 2 * nout : nout) * (kdim / 128 * 132) : 0;
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (row_tile == 64 && gated)
+    if (f8 && gated)
+      launch_mma<T, CfgSmall, true, true>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles,
+                                          tile_count, max_tiles, out, ldo, w_bytes);
+    else if (f8)
+      launch_mma<T, CfgSmall, false, true>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles,
+                                           tile_count, max_tiles, out, ldo, w_bytes);
+    else if (row_tile == 64 && gated)
       launch_mma<T, CfgLarge, true>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles, tile_count,
                                     max_tiles, out, ldo);
     else if (row_tile == 64)

@@ -64,7 +64,8 @@ constexpr int kTileRows = 16;
 constexpr int kItemBlocks = 4;  // 128-element blocks of a row per item
 constexpr int kMaxSlots = 8;    // items in flight per warp, at most
 
-static_assert(mmagemv::kF8 == kFmtF8B128 && mmagemv::kU4 == kFmtU4G128, "format codes");
+static_assert(int{mmagemv::kF8} == int{kFmtF8B128} && int{mmagemv::kU4} == int{kFmtU4G128},
+              "format codes");
 using mmagemv::MmaFmt;
 
 // Bytes of one row's item (a multiple of 16: one bulk copy).
