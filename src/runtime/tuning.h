@@ -75,6 +75,10 @@ namespace ferrite {
     "GEMMs on the blocks, converting each stage to the activation type in shared memory "        \
     "(bitwise the dequantized experts' path), at every step that takes 16-row tiles (0: the "    \
     "per-expert f32 products; off until measured on a GPU)")                                    \
+  X(int64_t, cuda_moe_mma_u4, "FERRITE_CUDA_MOE_MMA_U4", 0,                                        \
+    "CUDA: MoE steps of at least this many tokens with 4-bit (u4_g128) experts run the grouped "  \
+    "tensor-core expert GEMMs on the blocks, converted to the activation type in shared memory "  \
+    "(bitwise the dequantized experts' path; 0: off, the default until measured on a GPU)")      \
   X(int64_t, cuda_moe_fused_tokens, "FERRITE_CUDA_MOE_FUSED_TOKENS", 8,                          \
     "CUDA: MoE steps of up to this many tokens (32 at most) take the fused decode launches: "     \
     "norm + router, routing + sort, and with cuda_quant_dot for block-format experts gate/up + "  \

@@ -201,19 +201,21 @@ struct QuantFileCase {
   // which leaves the goldens' 300-token prefill to dequantized weights for
   // cuBLASLt; 512 takes it in five token tiles, the last partial).
   int64_t tile = -1;
-  bool moe_mma_fp8 = false;  // tuning.cuda_moe_mma_fp8: FP8 experts on the grouped mma
+  // tuning.cuda_moe_mma_fp8 / cuda_moe_mma_u4 (1): block-format experts on
+  // the grouped mma at every step.
+  bool moe_mma_blocks = false;
 };
 void PrintTo(const QuantFileCase& c, std::ostream* os) {
   *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8")
       << (c.moe_dequant ? "/moe_dequant" : "") << (c.fused_fp8 ? "/fused_fp8" : "")
-      << (c.tile > 0 ? "/tile" : "") << (c.moe_mma_fp8 ? "/moe_mma_fp8" : "");
+      << (c.tile > 0 ? "/tile" : "") << (c.moe_mma_blocks ? "/moe_mma_blocks" : "");
 }
 std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
   std::string s = info.param.stem + (info.param.act == DType::kF32 ? "_f32" : "_bf16") +
                   (info.param.exact ? "_exact" : "_int8") +
                   (info.param.moe_dequant ? "_moe_dequant" : "") +
                   (info.param.fused_fp8 ? "_fused_fp8" : "") + (info.param.tile > 0 ? "_tile" : "") +
-                  (info.param.moe_mma_fp8 ? "_moe_mma_fp8" : "");
+                  (info.param.moe_mma_blocks ? "_moe_mma_blocks" : "");
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -230,7 +232,8 @@ class CudaGgufQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     o.tuning.cuda_moe_dequant = GetParam().moe_dequant;
     o.tuning.cuda_quant_fused_fp8 = GetParam().fused_fp8;
     if (GetParam().tile >= 0) o.tuning.cuda_quant_tile_tokens = GetParam().tile;
-    o.tuning.cuda_moe_mma_fp8 = GetParam().moe_mma_fp8;
+    o.tuning.cuda_moe_mma_fp8 = GetParam().moe_mma_blocks;
+    o.tuning.cuda_moe_mma_u4 = GetParam().moe_mma_blocks ? 1 : 0;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -310,7 +313,8 @@ class CudaHfQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     o.tuning.cuda_moe_dequant = GetParam().moe_dequant;
     o.tuning.cuda_quant_fused_fp8 = GetParam().fused_fp8;
     if (GetParam().tile >= 0) o.tuning.cuda_quant_tile_tokens = GetParam().tile;
-    o.tuning.cuda_moe_mma_fp8 = GetParam().moe_mma_fp8;
+    o.tuning.cuda_moe_mma_fp8 = GetParam().moe_mma_blocks;
+    o.tuning.cuda_moe_mma_u4 = GetParam().moe_mma_blocks ? 1 : 0;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -359,12 +363,12 @@ std::vector<QuantFileCase> hf_quant_cases() {
     const std::string stem = m;
     if (stem.find("moe") != std::string::npos || stem.find("next") != std::string::npos)
       cases.push_back({m, DType::kBF16, false, 1});
-    // FP8 experts on the grouped tensor-core GEMMs (prefill eager, decode
+    // Block experts on the grouped tensor-core GEMMs (prefill eager, decode
     // captured).
-    if (stem.find("next") != std::string::npos) {
+    if (stem.find("next") != std::string::npos || stem.find("moe") != std::string::npos) {
       QuantFileCase c{m, DType::kBF16, false};
       c.fused_fp8 = true;
-      c.moe_mma_fp8 = true;
+      c.moe_mma_blocks = true;
       cases.push_back(c);
     }
     if (std::string(m).find("fp8") != std::string::npos) {  // the fused e4m3 decode kernel
@@ -469,52 +473,58 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   }
 }
 
-// FP8 experts on the grouped tensor-core GEMMs reading their e4m3 blocks
-// (Tuning::cuda_moe_mma_fp8) against the same GEMMs on experts dequantized
-// first (cuda_moe_dequant 1: every eager step): both convert a block's codes
-// to the activation type alike, so the logits of a prefill of 3 sequences
-// and of a decode step of them are bitwise equal (Qwen3-Next's tiny FP8
-// checkpoint: experts of 128 x 128, hybrid layers).
-TEST(CudaMoeMmaFp8Test, BitwiseEqualToTheDequantizedExperts) {
+// Block-format experts on the grouped tensor-core GEMMs reading their
+// blocks (Tuning::cuda_moe_mma_fp8 for FP8, cuda_moe_mma_u4 for 4-bit)
+// against the same GEMMs on experts dequantized first (cuda_moe_dequant 1:
+// every eager step): both convert a block to the activation type alike, so
+// the logits of a prefill of 3 sequences and of a decode step of them are
+// bitwise equal (the tiny checkpoints: experts of 128 x 128; Qwen3-Next and
+// Qwen3.5 with hybrid layers and a shared expert).
+TEST(CudaMoeMmaBlocksTest, BitwiseEqualToTheDequantizedExperts) {
   SKIP_WITHOUT_GPU();
-  const std::string path = kModelsDir + "hf_quant/qwen3_next-fp8";
   const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 30, 42, 7}, {9, 9, 1}, {100, 20, 31, 40, 50, 6, 7, 8, 9, 10, 11, 12}};
-  std::vector<float> logits[2][2];
-  for (int f = 0; f < 2; ++f) {
-    RunnerOptions o = cuda_options(path, DType::kBF16);
-    o.tuning.cuda_graphs = false;
-    o.tuning.cuda_moe_mma_fp8 = f == 0;
-    o.tuning.cuda_moe_dequant = f == 0 ? 0 : 1;
-    auto r = ModelRunner::open(o);
-    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-    std::unique_ptr<ModelRunner> runner = std::move(r).value();
-    BoundPlan& plan = runner->bound();
-    std::vector<std::unique_ptr<golden::SequenceState>> seqs;
-    StepBatch prefill, decode;
-    for (size_t s = 0; s < prompts.size(); ++s) {
-      const int32_t len = static_cast<int32_t>(prompts[s].size());
-      seqs.push_back(std::make_unique<golden::SequenceState>(plan, len + 8));
-      prefill.sequences.push_back(seqs[s]->slice(prefill.num_tokens(), len, 0));
-      prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
-      decode.sequences.push_back(seqs[s]->slice(static_cast<int32_t>(s), 1, len));
-      decode.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
+  for (const char* model : {"qwen3_next-fp8", "qwen3_moe-gptq-int4", "qwen3_5_moe-gptq-int4"}) {
+    SCOPED_TRACE(model);
+    const std::string path = kModelsDir + "hf_quant/" + model;
+    std::vector<float> logits[2][2];
+    for (int f = 0; f < 2; ++f) {
+      RunnerOptions o = cuda_options(path, DType::kBF16);
+      o.tuning.cuda_graphs = false;
+      o.tuning.cuda_moe_mma_fp8 = f == 0;
+      o.tuning.cuda_moe_mma_u4 = f == 0 ? 1 : 0;
+      o.tuning.cuda_moe_dequant = f == 0 ? 0 : 1;
+      auto r = ModelRunner::open(o);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      std::unique_ptr<ModelRunner> runner = std::move(r).value();
+      BoundPlan& plan = runner->bound();
+      std::vector<std::unique_ptr<golden::SequenceState>> seqs;
+      StepBatch prefill, decode;
+      for (size_t s = 0; s < prompts.size(); ++s) {
+        const int32_t len = static_cast<int32_t>(prompts[s].size());
+        seqs.push_back(std::make_unique<golden::SequenceState>(plan, len + 8));
+        prefill.sequences.push_back(seqs[s]->slice(prefill.num_tokens(), len, 0));
+        prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
+        decode.sequences.push_back(seqs[s]->slice(static_cast<int32_t>(s), 1, len));
+        decode.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
+      }
+      const Status pre = plan.forward(prefill);
+      ASSERT_TRUE(pre.is_ok()) << pre.to_string();
+      logits[f][0] = logits_on_host(*runner);
+      const Status dec = plan.forward(decode);
+      ASSERT_TRUE(dec.is_ok()) << dec.to_string();
+      logits[f][1] = logits_on_host(*runner);
     }
-    const Status pre = plan.forward(prefill);
-    ASSERT_TRUE(pre.is_ok()) << pre.to_string();
-    logits[f][0] = logits_on_host(*runner);
-    const Status dec = plan.forward(decode);
-    ASSERT_TRUE(dec.is_ok()) << dec.to_string();
-    logits[f][1] = logits_on_host(*runner);
-  }
-  for (int step = 0; step < 2; ++step) {
-    ASSERT_FALSE(logits[0][step].empty());
-    ASSERT_EQ(logits[0][step].size(), logits[1][step].size());
-    EXPECT_TRUE(std::all_of(logits[0][step].begin(), logits[0][step].end(),
-                            [](float v) { return std::isfinite(v); }));
-    EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[1][step].data(),
-                          logits[0][step].size() * 4),
-              0)
-        << (step == 0 ? "prefill" : "decode") << ": FP8 experts differ from the dequantized ones";
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_FALSE(logits[0][step].empty());
+      ASSERT_EQ(logits[0][step].size(), logits[1][step].size());
+      EXPECT_TRUE(std::all_of(logits[0][step].begin(), logits[0][step].end(),
+                              [](float v) { return std::isfinite(v); }));
+      EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[1][step].data(),
+                            logits[0][step].size() * 4),
+                0)
+          << (step == 0 ? "prefill" : "decode")
+          << ": block experts on the grouped mma differ from the dequantized ones";
+    }
   }
 }
 

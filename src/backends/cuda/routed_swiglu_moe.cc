@@ -144,14 +144,21 @@ class RoutedMoe final : public Provider {
         tc = true;
       }
     }
-    // FP8 experts otherwise (Tuning::cuda_moe_mma_fp8): the same grouped
-    // tensor-core GEMMs reading the e4m3 blocks, converted to act in shared
-    // memory stage by stage (bitwise the dequantized path), at any step size
-    // that takes 16-row tiles, captured decode steps included.
+    // FP8 experts otherwise (Tuning::cuda_moe_mma_fp8), and 4-bit experts in
+    // steps of at least Tuning::cuda_moe_mma_u4 tokens (fewer: the fused
+    // dp4a decode launches): the same grouped tensor-core GEMMs reading the
+    // blocks, converted to act in shared memory stage by stage (bitwise the
+    // dequantized path), at any step size that takes 16-row tiles, captured
+    // decode steps included.
     DType experts_dt = act;
-    if (!tc && st.moe_mma_fp8 &&
-        moe_mma_f8_supported(act, b[kGateUp].dtype, b[kDown].dtype, H, I, moe_row_tile(tk, E))) {
-      experts_dt = DType::kF8B128;
+    const DType gu_dt = b[kGateUp].dtype;
+    const bool blocks_wanted = gu_dt == DType::kF8B128 ? st.moe_mma_fp8
+                               : gu_dt == DType::kU4G128
+                                   ? st.moe_mma_u4 > 0 && t >= st.moe_mma_u4
+                                   : false;
+    if (!tc && blocks_wanted &&
+        moe_mma_blocks_supported(act, gu_dt, b[kDown].dtype, H, I, moe_row_tile(tk, E))) {
+      experts_dt = gu_dt;
       tc = true;
     }
     const int row_tile = moe_row_tile(tk, E);

@@ -586,15 +586,28 @@ struct MmaCfg {
   static_assert(BK % (16 * WARPS_K) == 0, "k split");
   static_assert(BM * CPR % THREADS == 0 && BN * CPR % THREADS == 0, "chunks");
   static_assert((WARPS_K - 1) * WMN * ACC * 32 * 4 <= SMEM, "k reduction buffer");
-  // FP8 expert weights (moe_mma_kernel's kF8, BK 128: one f8_e4m3_b128 block
-  // of each weight row a stage): per stage the activation tile and the rows'
-  // raw blocks (the 16-byte pieces covering each 132-byte block), then one
-  // tile of weight rows converted to the activation type.
-  static constexpr int SMEM_F8 = (STAGES * BM * LDS + BN * LDS) * 2 + STAGES * BN * 144;
+  // Block-format expert weights (moe_mma_kernel's kQ, BK 128: one 128-element
+  // block of each weight row a stage): per stage the activation tile and the
+  // rows' raw blocks (the 16-byte pieces covering each block), then one tile
+  // of weight rows converted to the activation type.
+  static constexpr int smem_blocks(int raw_row) {
+    return (STAGES * BM * LDS + BN * LDS) * 2 + STAGES * BN * raw_row;
+  }
 };
-// kF8's raw block pieces a weight row and stage (a 132-byte block at any
-// 4-byte offset lies within 9 pieces of 16 bytes).
-constexpr int kF8RawRow = 144, kF8RawChunks = kF8RawRow / 16;
+// The 128-element block formats the grouped expert GEMM converts (kQ):
+// bytes a block, and the 16-byte pieces covering one at any offset it can
+// start at (f8_e4m3_b128: 132 bytes, 4-byte aligned: 9 pieces; u4_g128: 72
+// bytes, 8-byte aligned: 5).
+template <int Q>
+struct MoeBlocks;
+template <>
+struct MoeBlocks<qblocks::kFmtF8B128> {
+  static constexpr int kBytes = 132, kRawRow = 144;
+};
+template <>
+struct MoeBlocks<qblocks::kFmtU4G128> {
+  static constexpr int kBytes = 72, kRawRow = 80;
+};
 // Many rows per expert (prefill): 64 x 128 tiles, 4 warps of 32 x 64.
 using CfgLarge = MmaCfg<64, 128, 32, 2, 2, 1, 4>;
 // Few rows per expert (decode): 16 x 32 tiles streaming the weights with
@@ -611,20 +624,24 @@ using CfgSmall = MmaCfg<16, 32, 128, 1, 1, 4, 4>;
 // Down: A row r = x[first + r], B = the expert's [nout, kdim] rows; out
 // (f32) [rows, ldo].
 //
-// kF8: the expert weights are f8_e4m3_b128 blocks (w_bytes of them, from a
-// 16-byte aligned w; C::BK 128, kdim a multiple of 128). Each stage copies
-// the pieces of every weight row's block into shared memory; before the
-// stage's products the block's threads convert them into one tile of weight
-// rows in the activation type, each value T(f32(code) * d): bitwise what
-// dequantizing the experts for this kernel stores (launch_quant_dequant_rows),
-// without the pass over every expert.
-template <typename T, class C, bool kGated, bool kF8 = false>
+// kQ (a qblocks format code, 0: weights of T): the expert weights are
+// f8_e4m3_b128 or u4_g128 blocks (w_bytes of them, from a 16-byte aligned w;
+// C::BK 128, kdim a multiple of 128). Each stage copies the pieces of every
+// weight row's block into shared memory; before the stage's products the
+// block's threads convert them into one tile of weight rows in the
+// activation type, each value T(dequant8's f32): bitwise what dequantizing
+// the experts for this kernel stores (launch_quant_dequant_rows), without
+// the pass over every expert.
+template <typename T, class C, bool kGated, int kQ = 0>
 __global__ void __launch_bounds__(C::THREADS)
     moe_mma_kernel(const T* __restrict__ x, int64_t ldx, const int32_t* __restrict__ row_pair,
                    int top_k, const void* __restrict__ w_any, int64_t kdim, int64_t nout,
                    const int4* __restrict__ tiles, const int32_t* __restrict__ tile_count,
                    void* __restrict__ out, int64_t ldo, int64_t w_bytes) {
-  static_assert(!kF8 || C::BK == 128, "an FP8 stage is one block of each weight row");
+  constexpr bool kBlocks = kQ != 0;
+  static_assert(!kBlocks || C::BK == 128, "a block-format stage is one block of each weight row");
+  using Blk = MoeBlocks<kQ == 0 ? qblocks::kFmtF8B128 : kQ>;
+  constexpr int kRawRow = Blk::kRawRow, kRawChunks = kRawRow / 16, kQBytes = Blk::kBytes;
   const T* w = static_cast<const T*>(w_any);
   if (static_cast<int32_t>(blockIdx.y) >= *tile_count) return;
   const int4 tile = tiles[blockIdx.y];
@@ -665,7 +682,7 @@ __global__ void __launch_bounds__(C::THREADS)
   const int64_t wrows = static_cast<int64_t>(expert) * (kGated ? 2 * nout : nout);
   const T* wexp = w + wrows * kdim;
   const T* b_src[C::B_CHUNKS];
-  if constexpr (!kF8) {
+  if constexpr (!kBlocks) {
 #pragma unroll
     for (int j = 0; j < C::B_CHUNKS; ++j) {
       const int c = tid + j * C::THREADS, r = c / C::CPR, col = (c % C::CPR) * 8;
@@ -675,15 +692,15 @@ __global__ void __launch_bounds__(C::THREADS)
       b_src[j] = ok ? wexp + grow * kdim + col : nullptr;
     }
   }
-  // kF8: the row's block of stage kt starts at byte wrow_at(grow) + 132 kt.
+  // kQ: the row's block of stage kt starts at byte wrow_at(grow) + kQBytes kt.
   const auto* wb = static_cast<const uint8_t*>(w_any);
-  const int64_t f8_row_bytes = kdim / 128 * 132;
-  auto wrow_at = [&](int64_t grow) { return (wrows + grow) * f8_row_bytes; };
-  T* sb_f8 = smem + C::STAGES * C::BM * C::LDS;  // the converted weight rows
-  uint8_t* raw_f8 = reinterpret_cast<uint8_t*>(sb_f8 + C::BN * C::LDS);
+  const int64_t q_row_bytes = kdim / 128 * kQBytes;
+  auto wrow_at = [&](int64_t grow) { return (wrows + grow) * q_row_bytes; };
+  T* sb_q = smem + C::STAGES * C::BM * C::LDS;  // the converted weight rows
+  uint8_t* raw_q = reinterpret_cast<uint8_t*>(sb_q + C::BN * C::LDS);
 
-  // A stage: its activation tile, then (not kF8) its weight tile.
-  constexpr int kStageElems = kF8 ? C::BM * C::LDS : C::STAGE_ELEMS;
+  // A stage: its activation tile, then (not kBlocks) its weight tile.
+  constexpr int kStageElems = kBlocks ? C::BM * C::LDS : C::STAGE_ELEMS;
   auto load_stage = [&](int slot, int kt) {
     const int64_t k0 = static_cast<int64_t>(kt) * C::BK;
     T* sa = smem + slot * kStageElems;
@@ -694,19 +711,19 @@ __global__ void __launch_bounds__(C::THREADS)
       const bool ok = a_src[j] != nullptr && k0 + col < kdim;
       cp_async16(sa + r * C::LDS + col, ok ? a_src[j] + k0 : x, ok);
     }
-    if constexpr (kF8) {
+    if constexpr (kBlocks) {
       // The 16-byte pieces covering each row's block (a piece that runs
       // past the weights' end is cut there and zero-filled).
-      uint8_t* rs = raw_f8 + slot * C::BN * kF8RawRow;
-      for (int c = tid; c < C::BN * kF8RawChunks; c += C::THREADS) {
-        const int r = c / kF8RawChunks, q = c % kF8RawChunks;
+      uint8_t* rs = raw_q + slot * C::BN * kRawRow;
+      for (int c = tid; c < C::BN * kRawChunks; c += C::THREADS) {
+        const int r = c / kRawChunks, q = c % kRawChunks;
         int64_t grow;
         bool ok;
         weight_row(r, &grow, &ok);
-        const int64_t at = ((wrow_at(grow) + int64_t{kt} * 132) & ~int64_t{15}) + 16 * q;
+        const int64_t at = ((wrow_at(grow) + int64_t{kt} * kQBytes) & ~int64_t{15}) + 16 * q;
         const int64_t left = ok ? w_bytes - at : 0;
         const int n = left <= 0 ? 0 : left >= 16 ? 16 : static_cast<int>(left);
-        cp_async16_bytes(rs + r * kF8RawRow + 16 * q, n > 0 ? wb + at : wb, n);
+        cp_async16_bytes(rs + r * kRawRow + 16 * q, n > 0 ? wb + at : wb, n);
       }
     } else {
 #pragma unroll
@@ -717,19 +734,37 @@ __global__ void __launch_bounds__(C::THREADS)
       }
     }
   };
-  // kF8: stage kt's raw blocks into the weight tile sb_f8, T(f32(code) * d);
-  // a thread converts 32 codes of one row.
-  auto convert_f8 = [&](int slot, int kt) {
-    const uint8_t* rs = raw_f8 + slot * C::BN * kF8RawRow;
+  // kQ: stage kt's raw blocks into the weight tile sb_q (f8: T(f32(code) *
+  // d); u4: T(d * (q - z))); a thread converts 32 elements of one row.
+  auto convert_blocks = [&](int slot, int kt) {
+    const uint8_t* rs = raw_q + slot * C::BN * kRawRow;
     for (int u = tid; u < C::BN * 4; u += C::THREADS) {
       const int r = u >> 2, part = u & 3;
       int64_t grow;
       bool ok;
       weight_row(r, &grow, &ok);
-      const int o = static_cast<int>((wrow_at(grow) + int64_t{kt} * 132) & 15);
-      const uint8_t* blk = rs + r * kF8RawRow + o;  // 4-byte aligned
+      const int o = static_cast<int>((wrow_at(grow) + int64_t{kt} * kQBytes) & 15);
+      const uint8_t* blk = rs + r * kRawRow + o;  // 4-byte aligned
       const float d = *reinterpret_cast<const float*>(blk);
       uint32_t packed[16];
+      if constexpr (kQ == qblocks::kFmtU4G128) {
+        // 16 bytes of nibbles: word i holds elements 8 i .. 8 i + 7 of the
+        // thread's 32 (element 2 j: the low nibble of byte j).
+        const int z = blk[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t word = *reinterpret_cast<const uint32_t*>(blk + 8 + 16 * part + 4 * i);
+#pragma unroll
+          for (int pr = 0; pr < 4; ++pr) {
+            const int q0 = static_cast<int>((word >> (8 * pr)) & 15);
+            const int q1 = static_cast<int>((word >> (8 * pr + 4)) & 15);
+            T two[2];
+            two[0] = from_f<T>(__fmul_rn(d, static_cast<float>(q0 - z)));
+            two[1] = from_f<T>(__fmul_rn(d, static_cast<float>(q1 - z)));
+            packed[4 * i + pr] = *reinterpret_cast<const uint32_t*>(two);
+          }
+        }
+      } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const uint32_t word = *reinterpret_cast<const uint32_t*>(blk + 4 + 32 * part + 4 * i);
@@ -745,7 +780,8 @@ __global__ void __launch_bounds__(C::THREADS)
           packed[2 * i + h] = *reinterpret_cast<const uint32_t*>(two);
         }
       }
-      uint4* dst = reinterpret_cast<uint4*>(sb_f8 + r * C::LDS + 32 * part);
+      }
+      uint4* dst = reinterpret_cast<uint4*>(sb_q + r * C::LDS + 32 * part);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         dst[i] = make_uint4(packed[4 * i], packed[4 * i + 1], packed[4 * i + 2], packed[4 * i + 3]);
@@ -776,12 +812,12 @@ __global__ void __launch_bounds__(C::THREADS)
     }
     const T* sa = smem + (kt % C::STAGES) * kStageElems;
     const T* sb = sa + C::BM * C::LDS;
-    if constexpr (kF8) {
+    if constexpr (kBlocks) {
       // Every warp is past the previous stage's products (the barrier
       // above): the weight tile can be overwritten.
-      convert_f8(kt % C::STAGES, kt);
+      convert_blocks(kt % C::STAGES, kt);
       __syncthreads();
-      sb = sb_f8;
+      sb = sb_q;
     }
 #pragma unroll
     for (int ks = 0; ks < C::KSTEPS; ++ks) {
@@ -875,15 +911,15 @@ __global__ void __launch_bounds__(C::THREADS)
   }
 }
 
-template <typename T, class C, bool kGated, bool kF8 = false>
+template <typename T, class C, bool kGated, int kQ = 0>
 void launch_mma(cudaStream_t s, const void* x, int64_t ldx, const int32_t* row_pair,
                   int64_t top_k, const void* w, int64_t kdim, int64_t nout,
                   const int32_t* tiles, const int32_t* tile_count, int64_t max_tiles, void* out,
                   int64_t ldo, int64_t w_bytes = 0) {
   const int64_t cols = kGated ? C::BN / 2 : C::BN;
   const dim3 grid(static_cast<unsigned>((nout + cols - 1) / cols), static_cast<unsigned>(max_tiles));
-  auto k = moe_mma_kernel<T, C, kGated, kF8>;
-  constexpr int smem = kF8 ? C::SMEM_F8 : C::SMEM;
+  auto k = moe_mma_kernel<T, C, kGated, kQ>;
+  constexpr int smem = kQ == 0 ? C::SMEM : C::smem_blocks(MoeBlocks<kQ == 0 ? qblocks::kFmtF8B128 : kQ>::kRawRow);
   (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   k<<<grid, C::THREADS, smem, s>>>(static_cast<const T*>(x), ldx, row_pair,
                                    static_cast<int>(top_k), w, kdim, nout,
@@ -1127,11 +1163,12 @@ bool moe_mma_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidde
          hidden % 8 == 0 && intermediate % 8 == 0 && hidden > 0 && intermediate > 0;
 }
 
-bool moe_mma_f8_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,
-                          int64_t intermediate, int row_tile) {
-  return (act == DType::kBF16 || act == DType::kF16) && gate_up_dt == DType::kF8B128 &&
-         down_dt == DType::kF8B128 && hidden % 128 == 0 && intermediate % 128 == 0 &&
-         hidden > 0 && intermediate > 0 && row_tile == 16;
+bool moe_mma_blocks_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,
+                              int64_t intermediate, int row_tile) {
+  const bool fmt = (gate_up_dt == DType::kF8B128 || gate_up_dt == DType::kU4G128) &&
+                   down_dt == gate_up_dt;
+  return (act == DType::kBF16 || act == DType::kF16) && fmt && hidden % 128 == 0 &&
+         intermediate % 128 == 0 && hidden > 0 && intermediate > 0 && row_tile == 16;
 }
 
 Status launch_moe_expert_mma(cudaStream_t s, bool gated, const void* x, int64_t ldx,
@@ -1145,19 +1182,26 @@ Status launch_moe_expert_mma(cudaStream_t s, bool gated, const void* x, int64_t 
       (reinterpret_cast<uintptr_t>(w) & 15))
     return unsupported("moe expert GEMM: rows must be 16-byte aligned");
   if (row_tile != 16 && row_tile != 64) return unsupported("moe expert GEMM: row tile 16 or 64");
-  const bool f8 = w_dt == DType::kF8B128;
-  if (!f8 && w_dt != act) return bad_dtype("moe expert GEMM (weights)", w_dt);
-  if (f8 && (row_tile != 16 || kdim % 128 != 0))
-    return unsupported("moe expert GEMM: FP8 experts take 16-row tiles and k of whole blocks");
-  const int64_t w_bytes = f8 ? experts * (gated ? 2 * nout : nout) * (kdim / 128 * 132) : 0;
+  const bool f8 = w_dt == DType::kF8B128, u4 = w_dt == DType::kU4G128;
+  if (!f8 && !u4 && w_dt != act) return bad_dtype("moe expert GEMM (weights)", w_dt);
+  if ((f8 || u4) && (row_tile != 16 || kdim % 128 != 0))
+    return unsupported("moe expert GEMM: block experts take 16-row tiles and k of whole blocks");
+  const int64_t w_bytes = (f8 || u4) ? experts * (gated ? 2 * nout : nout) * dtype_bytes(w_dt, kdim) : 0;
   auto run = [&](auto tag) {
     using T = decltype(tag);
+    constexpr int kF8 = qblocks::kFmtF8B128, kU4 = qblocks::kFmtU4G128;
     if (f8 && gated)
-      launch_mma<T, CfgSmall, true, true>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles,
-                                          tile_count, max_tiles, out, ldo, w_bytes);
+      launch_mma<T, CfgSmall, true, kF8>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles,
+                                         tile_count, max_tiles, out, ldo, w_bytes);
     else if (f8)
-      launch_mma<T, CfgSmall, false, true>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles,
-                                           tile_count, max_tiles, out, ldo, w_bytes);
+      launch_mma<T, CfgSmall, false, kF8>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles,
+                                          tile_count, max_tiles, out, ldo, w_bytes);
+    else if (u4 && gated)
+      launch_mma<T, CfgSmall, true, kU4>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles,
+                                         tile_count, max_tiles, out, ldo, w_bytes);
+    else if (u4)
+      launch_mma<T, CfgSmall, false, kU4>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles,
+                                          tile_count, max_tiles, out, ldo, w_bytes);
     else if (row_tile == 64 && gated)
       launch_mma<T, CfgLarge, true>(s, x, ldx, row_pair, top_k, w, kdim, nout, tiles, tile_count,
                                     max_tiles, out, ldo);

@@ -87,19 +87,21 @@ Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens
 // the same type, hidden and intermediate multiples of 8.
 bool moe_mma_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,
                        int64_t intermediate);
-// ... and for FP8 experts (f8_e4m3_b128 gate/up and down, hidden and
-// intermediate multiples of 128) at row_tile 16 (moe_row_tile).
-bool moe_mma_f8_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,
-                          int64_t intermediate, int row_tile);
+// ... and for block-format experts converted in shared memory (gate/up and
+// down both f8_e4m3_b128 or both u4_g128, hidden and intermediate multiples
+// of 128) at row_tile 16 (moe_row_tile).
+bool moe_mma_blocks_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,
+                              int64_t intermediate, int row_tile);
 // Grouped expert GEMM on tensor cores over the tile table (grid: column
 // tiles x max_tiles). gated: x = normalised tokens [tokens, ldx] of act,
 // row r of a tile reads token row_pair[r] / top_k, w = gate_up [E, 2, nout,
 // kdim]; out [rows, ldo] of act = silu(g) * u (g, u rounded to act first).
 // Not gated: x = [rows, ldx] of act (gathered rows), w = down [E, nout,
 // kdim]; out [rows, ldo] f32.
-// w_dt: act, or f8_e4m3_b128 (FP8 experts of `experts` experts, 16-row
-// tiles, kdim a multiple of 128; see moe_mma_f8_supported): the blocks are
-// converted to act in shared memory, bitwise as dequantizing them first.
+// w_dt: act, or f8_e4m3_b128 / u4_g128 (block experts of `experts` experts,
+// 16-row tiles, kdim a multiple of 128; see moe_mma_blocks_supported): the
+// blocks are converted to act in shared memory, bitwise as dequantizing
+// them first.
 Status launch_moe_expert_mma(cudaStream_t s, bool gated, const void* x, int64_t ldx,
                              const int32_t* row_pair, int64_t top_k, const void* w, int64_t kdim,
                              int64_t nout, DType act, int row_tile, const int32_t* tiles,
