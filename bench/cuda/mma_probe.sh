@@ -7,7 +7,11 @@
 #     CUDA cores against the tensor cores (paths gemv, mma);
 #   STAGE=ab: `ferrite bench` on Qwen3-8B FP8 and GPTQ-Int4 (random weights) at batch 1 / 2 / 8
 #     with the tensor-core kernel on and off (FERRITE_CUDA_QUANT_MMA_FP8 / _U4); AB= picks other
-#     models and settings (below).
+#     models and settings (below), BATCHES= the batch sizes (default "1 2 8").
+# The first call of the session after 16 (the MoE block experts, off by default, not yet run):
+#   TESTS='CudaMoeMmaBlocks*:*moe_mma_blocks*:*moe_dequant*:CudaQuantMma*' STAGE=test bash bench/cuda/mma_probe.sh
+#   AB='qwen3-30b-a3b:fp8:FERRITE_CUDA_MOE_MMA_FP8=1,0 qwen3-30b-a3b:gptq-int4:FERRITE_CUDA_MOE_MMA_U4=9,0' \
+#     BATCHES='1 8 32 128' STAGE=ab bash bench/cuda/mma_probe.sh
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -39,9 +43,10 @@ else
     local setting=$1
     shift
     echo "== $setting $*" | tee -a "$T"
-    env "$setting" timeout 170 "$BUILD/ferrite" bench --device cuda --dummy-weights -r 1 \
-      --batch 1 2 8 --prompt-len 128 --decode-prompt-len 128 --gen-len 32 --max-num-seqs 8 \
-      --kv-cache-gib 4 --max-model-len 8192 "$@" 2>&1 |
+    local batches=${BATCHES:-1 2 8}
+    env "$setting" timeout "${RUN_TIMEOUT:-170}" "$BUILD/ferrite" bench --device cuda \
+      --dummy-weights -r 1 --batch $batches --prompt-len 128 --decode-prompt-len 128 \
+      --gen-len 32 --max-num-seqs "${batches##* }" --kv-cache-gib 4 --max-model-len 8192 "$@" 2>&1 |
       grep -E "^(prefill|decode)|roofline|error" | tee -a "$T"
   }
   # AB="model:quantization:VAR=v1,v2 ..." (default: the 8B FP8 and GPTQ-Int4 A/B).
