@@ -425,6 +425,30 @@ TEST(CudaGraphTest, ReplayIsBitwiseEqualToEager) {
   }
 }
 
+// Eagerly, a prefill of `prompts` (a sequence each: KV pages, and a zeroed
+// state slot for hybrid models), then a decode step of one token each: the
+// logits after each (either may be null).
+void prefill_then_decode(ModelRunner& runner, const std::vector<std::vector<uint32_t>>& prompts,
+                         std::vector<float>* prefill_logits, std::vector<float>* decode_logits) {
+  BoundPlan& plan = runner.bound();
+  std::vector<std::unique_ptr<golden::SequenceState>> seqs;
+  StepBatch prefill, decode;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    const int32_t len = static_cast<int32_t>(prompts[s].size());
+    seqs.push_back(std::make_unique<golden::SequenceState>(plan, len + 8));
+    prefill.sequences.push_back(seqs[s]->slice(prefill.num_tokens(), len, 0));
+    prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
+    decode.sequences.push_back(seqs[s]->slice(static_cast<int32_t>(s), 1, len));
+    decode.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
+  }
+  const Status pre = plan.forward(prefill);
+  ASSERT_TRUE(pre.is_ok()) << "prefill: " << pre.to_string();
+  if (prefill_logits) *prefill_logits = logits_on_host(runner);
+  const Status dec = plan.forward(decode);
+  ASSERT_TRUE(dec.is_ok()) << "decode: " << dec.to_string();
+  if (decode_logits) *decode_logits = logits_on_host(runner);
+}
+
 // The fused MoE decode launches (Tuning::cuda_moe_fused_tokens, default 8)
 // against one launch a stage (0): a prefill of 3 sequences, then a decode
 // step of them (3 tokens: the fused path), eager; the decode logits bitwise
@@ -448,23 +472,8 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
-      BoundPlan& plan = runner->bound();
-      // KV pages, and a zeroed state slot for the hybrid model.
-      std::vector<std::unique_ptr<golden::SequenceState>> seqs;
-      StepBatch prefill, decode;
-      for (size_t s = 0; s < prompts.size(); ++s) {
-        const int32_t len = static_cast<int32_t>(prompts[s].size());
-        seqs.push_back(std::make_unique<golden::SequenceState>(plan, len + 8));
-        prefill.sequences.push_back(seqs[s]->slice(prefill.num_tokens(), len, 0));
-        prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
-        decode.sequences.push_back(seqs[s]->slice(static_cast<int32_t>(s), 1, len));
-        decode.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
-      }
-      const Status pre = plan.forward(prefill);
-      ASSERT_TRUE(pre.is_ok()) << path << " " << dtype_name(act) << " prefill: " << pre.to_string();
-      const Status dec = plan.forward(decode);
-      ASSERT_TRUE(dec.is_ok()) << path << " " << dtype_name(act) << " decode: " << dec.to_string();
-      logits[f] = logits_on_host(*runner);
+      SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
+      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
     }
     ASSERT_EQ(logits[0].size(), logits[1].size());
     ASSERT_FALSE(logits[0].empty());
@@ -496,23 +505,7 @@ TEST(CudaMoeMmaBlocksTest, BitwiseEqualToTheDequantizedExperts) {
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
-      BoundPlan& plan = runner->bound();
-      std::vector<std::unique_ptr<golden::SequenceState>> seqs;
-      StepBatch prefill, decode;
-      for (size_t s = 0; s < prompts.size(); ++s) {
-        const int32_t len = static_cast<int32_t>(prompts[s].size());
-        seqs.push_back(std::make_unique<golden::SequenceState>(plan, len + 8));
-        prefill.sequences.push_back(seqs[s]->slice(prefill.num_tokens(), len, 0));
-        prefill.token_ids.insert(prefill.token_ids.end(), prompts[s].begin(), prompts[s].end());
-        decode.sequences.push_back(seqs[s]->slice(static_cast<int32_t>(s), 1, len));
-        decode.token_ids.push_back(static_cast<uint32_t>(11 * s + 3));
-      }
-      const Status pre = plan.forward(prefill);
-      ASSERT_TRUE(pre.is_ok()) << pre.to_string();
-      logits[f][0] = logits_on_host(*runner);
-      const Status dec = plan.forward(decode);
-      ASSERT_TRUE(dec.is_ok()) << dec.to_string();
-      logits[f][1] = logits_on_host(*runner);
+      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, &logits[f][0], &logits[f][1]));
     }
     for (int step = 0; step < 2; ++step) {
       ASSERT_FALSE(logits[0][step].empty());
