@@ -18,6 +18,7 @@
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/moe.cuh"
 #include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/moe_blocks.h"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 
 #include <algorithm>
@@ -594,20 +595,12 @@ struct MmaCfg {
     return (STAGES * BM * LDS + BN * LDS) * 2 + STAGES * BN * raw_row;
   }
 };
-// The 128-element block formats the grouped expert GEMM converts (kQ):
-// bytes a block, and the 16-byte pieces covering one at any offset it can
-// start at (f8_e4m3_b128: 132 bytes, 4-byte aligned: 9 pieces; u4_g128: 72
-// bytes, 8-byte aligned: 5).
+// The block formats the grouped expert GEMM converts (kQ): moe_blocks.h.
+static_assert(int{moeblocks::kF8} == int{qblocks::kFmtF8B128} &&
+                  int{moeblocks::kU4} == int{qblocks::kFmtU4G128},
+              "format codes");
 template <int Q>
-struct MoeBlocks;
-template <>
-struct MoeBlocks<qblocks::kFmtF8B128> {
-  static constexpr int kBytes = 132, kRawRow = 144;
-};
-template <>
-struct MoeBlocks<qblocks::kFmtU4G128> {
-  static constexpr int kBytes = 72, kRawRow = 80;
-};
+using MoeBlocks = moeblocks::Blocks<Q>;
 // Many rows per expert (prefill): 64 x 128 tiles, 4 warps of 32 x 64.
 using CfgLarge = MmaCfg<64, 128, 32, 2, 2, 1, 4>;
 // Few rows per expert (decode): 16 x 32 tiles streaming the weights with
@@ -720,7 +713,7 @@ __global__ void __launch_bounds__(C::THREADS)
         int64_t grow;
         bool ok;
         weight_row(r, &grow, &ok);
-        const int64_t at = ((wrow_at(grow) + int64_t{kt} * kQBytes) & ~int64_t{15}) + 16 * q;
+        const int64_t at = moeblocks::piece_start(wrow_at(grow) + int64_t{kt} * kQBytes) + 16 * q;
         const int64_t left = ok ? w_bytes - at : 0;
         const int n = left <= 0 ? 0 : left >= 16 ? 16 : static_cast<int>(left);
         cp_async16_bytes(rs + r * kRawRow + 16 * q, n > 0 ? wb + at : wb, n);
@@ -743,43 +736,16 @@ __global__ void __launch_bounds__(C::THREADS)
       int64_t grow;
       bool ok;
       weight_row(r, &grow, &ok);
-      const int o = static_cast<int>((wrow_at(grow) + int64_t{kt} * kQBytes) & 15);
-      const uint8_t* blk = rs + r * kRawRow + o;  // 4-byte aligned
-      const float d = *reinterpret_cast<const float*>(blk);
+      const int o = moeblocks::piece_offset(wrow_at(grow) + int64_t{kt} * kQBytes);
+      float v[32];
+      moeblocks::values32<kQ == 0 ? qblocks::kFmtF8B128 : kQ>(rs + r * kRawRow + o, part, v);
       uint32_t packed[16];
-      if constexpr (kQ == qblocks::kFmtU4G128) {
-        // 16 bytes of nibbles: word i holds elements 8 i .. 8 i + 7 of the
-        // thread's 32 (element 2 j: the low nibble of byte j).
-        const int z = blk[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t word = *reinterpret_cast<const uint32_t*>(blk + 8 + 16 * part + 4 * i);
-#pragma unroll
-          for (int pr = 0; pr < 4; ++pr) {
-            const int q0 = static_cast<int>((word >> (8 * pr)) & 15);
-            const int q1 = static_cast<int>((word >> (8 * pr + 4)) & 15);
-            T two[2];
-            two[0] = from_f<T>(__fmul_rn(d, static_cast<float>(q0 - z)));
-            two[1] = from_f<T>(__fmul_rn(d, static_cast<float>(q1 - z)));
-            packed[4 * i + pr] = *reinterpret_cast<const uint32_t*>(two);
-          }
-        }
-      } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint32_t word = *reinterpret_cast<const uint32_t*>(blk + 4 + 32 * part + 4 * i);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          // e4m3fn -> f16 is exact; then the reference's f32 product.
-          const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
-              static_cast<__nv_fp8x2_storage_t>((word >> (16 * h)) & 0xFFFFu), __NV_E4M3);
-          const float2 f = __half22float2(__half2(hr));
-          T two[2];
-          two[0] = from_f<T>(__fmul_rn(f.x, d));
-          two[1] = from_f<T>(__fmul_rn(f.y, d));
-          packed[2 * i + h] = *reinterpret_cast<const uint32_t*>(two);
-        }
-      }
+      for (int p2 = 0; p2 < 16; ++p2) {
+        T two[2];
+        two[0] = from_f<T>(v[2 * p2]);
+        two[1] = from_f<T>(v[2 * p2 + 1]);
+        packed[p2] = *reinterpret_cast<const uint32_t*>(two);
       }
       uint4* dst = reinterpret_cast<uint4*>(sb_q + r * C::LDS + 32 * part);
 #pragma unroll
