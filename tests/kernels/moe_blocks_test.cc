@@ -29,12 +29,7 @@ void check_blocks(DType dt, int64_t rows, int64_t k, uint32_t seed) {
   std::vector<uint64_t> store(static_cast<size_t>((total + 7) / 8));  // 8-byte aligned
   auto* bytes = reinterpret_cast<uint8_t*>(store.data());
   quantize_row(dt, wf.data(), bytes, rows * k);
-  if (dt == DType::kU4G128) {  // the zero-point ends, with codes 0 and 15 beside them
-    bytes[4] = 0;
-    bytes[72 + 4] = 16;
-    bytes[8] = 0xF0;
-    bytes[72 + 8] = 0x0F;
-  }
+  if (dt == DType::kU4G128) ferrite::cpu::testing::u4_zero_point_ends(bytes);
   std::vector<float> want(static_cast<size_t>(rows * k));
   dequantize_row(dt, bytes, want.data(), rows * k);
   int64_t checked = 0;

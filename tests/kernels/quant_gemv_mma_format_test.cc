@@ -42,14 +42,7 @@ void check_warp(DType dt, int64_t k, uint32_t seed) {
   std::vector<uint64_t> store(static_cast<size_t>((rows * row_bytes + 7) / 8));
   auto* bytes = reinterpret_cast<uint8_t*>(store.data());
   quantize_row(dt, wf.data(), bytes, rows * k);
-  if (dt == DType::kU4G128) {
-    // The zero-point ends: z = 0 and 16 (GPTQ v1's stored 15 + 1), with
-    // codes 0 and 15 beside them.
-    bytes[4] = 0;
-    bytes[72 + 4] = 16;
-    bytes[8] = 0xF0;
-    bytes[72 + 8] = 0x0F;
-  }
+  if (dt == DType::kU4G128) ferrite::cpu::testing::u4_zero_point_ends(bytes);
   std::vector<float> w(static_cast<size_t>(rows * k));
   dequantize_row(dt, bytes, w.data(), rows * k);
   // Activations exact in f16, staged as the kernel stages them.

@@ -41,14 +41,7 @@ Rows make_rows(DType dt, int64_t rows, int64_t k, uint32_t seed) {
   const std::vector<float> v = random_f32(rows * k, seed, -1.0f, 1.0f);
   w.bytes.resize(static_cast<size_t>(w.row_bytes * rows));
   quantize_row(dt, v.data(), w.bytes.data(), rows * k);
-  if (dt == DType::kU4G128) {
-    // The zero-point range ends: z = 0 and z = 16 (GPTQ v1's stored 15 + 1)
-    // in the first two blocks, with codes 0 and 15 in them.
-    w.bytes[4] = 0;
-    w.bytes[72 + 4] = 16;
-    w.bytes[8] = 0xF0;
-    w.bytes[72 + 8] = 0x0F;
-  }
+  if (dt == DType::kU4G128) ferrite::cpu::testing::u4_zero_point_ends(w.bytes.data());
   w.values.resize(static_cast<size_t>(rows * k));
   dequantize_row(dt, w.bytes.data(), w.values.data(), rows * k);
   return w;

@@ -19,6 +19,16 @@ inline std::vector<float> random_f32(int64_t n, uint32_t seed, float lo = -1.0f,
   return v;
 }
 
+// u4_g128 rows (bytes: at least two 72-byte blocks) at the zero-point range
+// ends: z = 0 and z = 16 (GPTQ v1's stored 15 + 1) in the first two blocks,
+// with codes 0 and 15 beside them.
+inline void u4_zero_point_ends(uint8_t* bytes) {
+  bytes[4] = 0;
+  bytes[72 + 4] = 16;
+  bytes[8] = 0xF0;
+  bytes[72 + 8] = 0x0F;
+}
+
 // A weight in one of the matmul dtypes: raw bytes plus the exact f32 values
 // they encode (for references).
 struct Weight {
