@@ -147,8 +147,10 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
       quant_gemv_q8_supported(w_dt, w, k, out_dt))
     return launch_quant_gemv_q8(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate,
                                 bias, bias_dt, st.q8_x, st.q8_d);
-  const bool tile_ok = st.tile_partials && m <= st.quant_tile_tokens &&
-                       quant_tile_supported(x_dt, x, w_dt, w, k, out_dt);
+  auto tile_ok = [&] {
+    return st.tile_partials && m <= st.quant_tile_tokens &&
+           quant_tile_supported(x_dt, x, w_dt, w, k, out_dt);
+  };
   const QuantTileScratch scratch{st.tile_partials, st.tile_partial_floats, st.tile_counters,
                                  st.tile_counter_count};
   if (m <= 8) {
@@ -157,13 +159,13 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     // takes: the bf16 tile reads the weights once for all the tokens, where
     // the fast paths are on (the SIMT GEMV below streams them once a token
     // group: 196 against ~40 us on the H200).
-    if (quant_fused_enabled(st, w_dt, m) && tile_ok)
+    if (quant_fused_enabled(st, w_dt, m) && tile_ok())
       return launch_quant_tile(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
                                accumulate, bias, bias_dt, scratch);
     return launch_quant_gemm(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                              bias_dt);
   }
-  if (tile_ok) {
+  if (tile_ok()) {
     return launch_quant_tile(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
                              accumulate, bias, bias_dt, scratch);
   }

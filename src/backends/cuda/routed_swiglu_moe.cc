@@ -152,16 +152,16 @@ class RoutedMoe final : public Provider {
     // decode steps included.
     DType experts_dt = act;
     const DType gu_dt = b[kGateUp].dtype;
+    const int row_tile = moe_row_tile(tk, E);
     const bool blocks_wanted = gu_dt == DType::kF8B128 ? st.moe_mma_fp8
                                : gu_dt == DType::kU4G128
                                    ? st.moe_mma_u4 > 0 && t >= st.moe_mma_u4
                                    : false;
     if (!tc && blocks_wanted &&
-        moe_mma_blocks_supported(act, gu_dt, b[kDown].dtype, H, I, moe_row_tile(tk, E))) {
+        moe_mma_blocks_supported(act, gu_dt, b[kDown].dtype, H, I, row_tile)) {
       experts_dt = gu_dt;
       tc = true;
     }
-    const int row_tile = moe_row_tile(tk, E);
     const int64_t max_tiles = moe_max_tiles(tk, E, row_tile);
 
     Workspace ws(inv);

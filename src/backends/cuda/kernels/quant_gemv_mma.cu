@@ -510,9 +510,8 @@ cudaError_t launch_kernel(const Plan& pl, cudaStream_t s, const TX* x, int m, in
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-}  // namespace
-
-bool quant_gemv_mma_supported(const QuantGemvArgs& a) {
+// The kernel's conditions but for the shared-memory plan.
+bool mma_args_ok(const QuantGemvArgs& a) {
   if (a.w_dt != DType::kF8B128 && a.w_dt != DType::kU4G128) return false;
   if (a.x_dt != DType::kBF16 && a.x_dt != DType::kF16) return false;
   if (!quant_gemv_fused_supported(a)) return false;
@@ -522,15 +521,18 @@ bool quant_gemv_mma_supported(const QuantGemvArgs& a) {
   if (dtype_bytes(a.w_dt, a.k) % 16 != 0) return false;
   for (int i = 0; i < a.count; ++i)
     if (!aligned16(a.segs[i].w)) return false;
-  return plan_of(a).ok;
+  return true;
 }
 
+}  // namespace
+
+bool quant_gemv_mma_supported(const QuantGemvArgs& a) { return mma_args_ok(a) && plan_of(a).ok; }
+
 Status launch_quant_gemv_mma(cudaStream_t s, const QuantGemvArgs& a) {
-  if (!quant_gemv_mma_supported(a))
-    return unsupported("quant gemv (mma): unsupported shape, format, types or alignment");
+  const Plan pl = mma_args_ok(a) ? plan_of(a) : Plan{};
+  if (!pl.ok) return unsupported("quant gemv (mma): unsupported shape, format, types or alignment");
   const FusedParams p = fused_params(a);
   if (p.total == 0) return Status::ok();
-  const Plan pl = plan_of(a);
   const int mi = static_cast<int>(a.m);
   cudaError_t err = cudaSuccess;
   const bool ok = dispatch_gemv(a, [&](auto fc, auto tx, auto to, auto mc) {
