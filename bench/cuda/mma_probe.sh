@@ -12,6 +12,9 @@
 #   TESTS='CudaMoeMmaBlocks*:*moe_mma_blocks*:*moe_dequant*:CudaQuantMma*' STAGE=test bash bench/cuda/mma_probe.sh
 #   AB='qwen3-30b-a3b:fp8:FERRITE_CUDA_MOE_MMA_FP8=1,0 qwen3-30b-a3b:gptq-int4:FERRITE_CUDA_MOE_MMA_U4=9,0' \
 #     BATCHES='1 8 32 128' STAGE=ab bash bench/cuda/mma_probe.sh
+#   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
+#     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
+#     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -38,6 +41,22 @@ if [ "$STAGE" = test ]; then
   timeout 120 "$BUILD/bench/cuda/quant_gemm_bench" --formats ${FORMATS:-f8_e4m3_b128,u4_g128} \
     --paths gemv,mma --shapes ${SHAPES:-4096x4096,12288x4096,4096x12288,1024x4096,24576x4096} \
     --tokens ${TOKENS:-1,2,4,8} 2>&1 | tee -a "$T"
+elif [ "$STAGE" = ncu ]; then
+  NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+  [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
+  ninja -C "$BUILD" ferrite quant_gemm_bench >> "$OUT/build.log" 2>&1 || echo "build failed" | tee -a "$T"
+  SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis"
+  timeout 200 "$NCU" $SECTIONS --kernel-name regex:quant_gemv -c ${NCU_KERNELS:-8} \
+    "$BUILD/bench/cuda/quant_gemm_bench" --iters 1 --warmup 0 --formats ${FORMATS:-f8_e4m3_b128,u4_g128} \
+    --paths ${PATHS:-gemv,mma} --shapes ${SHAPES:-24576x4096} --tokens ${TOKENS:-1} > "$OUT/ncu_gemv.txt" 2>&1
+  echo "ncu gemv rc=$?" | tee -a "$T"
+  grep -E "^  [a-z_]+.*quant_gemv|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Theoretical Occ|Block Limit" "$OUT/ncu_gemv.txt" | head -120 | tee -a "$T"
+  FERRITE_NCU_DECODE_STEP=10 timeout 200 "$NCU" --profile-from-start off $SECTIONS \
+    --kernel-name regex:attention -c 2 "$BUILD/ferrite" bench --model "$ROOT/configs/${NCU_MODEL:-qwen3-8b}" \
+    --dummy-weights --device cuda --batch 1 --prompt-len 16 --decode-prompt-len 128 --gen-len 16 \
+    --max-num-seqs 8 --kv-cache-gib 4 --max-model-len 8192 > "$OUT/ncu_attention.txt" 2>&1
+  echo "ncu attention rc=$?" | tee -a "$T"
+  grep -E "^  [a-z_]+.*attention|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size" "$OUT/ncu_attention.txt" | head -40 | tee -a "$T"
 else
   run() {  # VAR=value, then ferrite bench's model arguments
     local setting=$1

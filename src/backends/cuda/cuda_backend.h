@@ -49,8 +49,8 @@ struct CudaExecOptions {
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 512;  // minimum tokens; 0: off
-  bool moe_mma_fp8 = false;  // Tuning::cuda_moe_mma_fp8: FP8 experts on the grouped mma
-  int64_t moe_mma_u4 = 0;    // Tuning::cuda_moe_mma_u4: 4-bit experts from this many tokens
+  bool moe_mma_fp8 = true;   // Tuning::cuda_moe_mma_fp8: FP8 experts on the grouped mma
+  int64_t moe_mma_u4 = 9;    // Tuning::cuda_moe_mma_u4: 4-bit experts from this many tokens
   // Tuning::cuda_moe_fused_tokens: MoE steps of up to this many tokens take
   // the fused decode launches (routed_swiglu_moe.cc); 0: off.
   int64_t moe_fused_tokens = 8;

@@ -53,8 +53,8 @@ struct BackendState {
   int64_t quant_mma_u4 = 5;
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 512;  // minimum step tokens; 0: off
-  bool moe_mma_fp8 = false;  // Tuning::cuda_moe_mma_fp8 (routed_swiglu_moe.cc)
-  int64_t moe_mma_u4 = 0;    // Tuning::cuda_moe_mma_u4 (routed_swiglu_moe.cc); 0: off
+  bool moe_mma_fp8 = true;   // Tuning::cuda_moe_mma_fp8 (routed_swiglu_moe.cc)
+  int64_t moe_mma_u4 = 9;    // Tuning::cuda_moe_mma_u4 (routed_swiglu_moe.cc); 0: off
   // Tuning::cuda_moe_fused_tokens (routed_swiglu_moe.cc): fused decode
   // launches for MoE steps of up to this many tokens; 0: off.
   int64_t moe_fused_tokens = 8;

@@ -336,7 +336,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           sl[rg] = ring + s * kSlotBytes;
         }
         const int nblk = min(kItemBlocks, nb - it * kItemBlocks);
-        for (int j = 0; j < nblk; ++j) {
+        // One 128-element block j of the item: its 16 rows x all token slots
+        // into acc. A whole item is unrolled, so that the blocks' loads and
+        // conversions overlap the other blocks' mma chains (a warp is most of
+        // an SM scheduler's work here: 8 warps an SM); the sums are the same,
+        // in the same order, either way.
+        auto block = [&](const int j) {
           const int64_t kc = (static_cast<int64_t>(it) * kItemBlocks + j) * 128;
           float ct[R][4];
 #pragma unroll
@@ -385,6 +390,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[rg][2] = fmaf(d1, ct[rg][2], acc[rg][2]);
             acc[rg][3] = fmaf(d1, ct[rg][3], acc[rg][3]);
           }
+        };
+        if (nblk == kItemBlocks) {
+#pragma unroll
+          for (int j = 0; j < kItemBlocks; ++j) block(j);
+        } else {
+          for (int j = 0; j < nblk; ++j) block(j);
         }
         // Every lane has read the R slots: refill them with the items `slots` on.
         __syncwarp();
