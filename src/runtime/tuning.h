@@ -65,6 +65,11 @@ namespace ferrite {
     "CUDA: with cuda_quant_fused, decode products of at least this many tokens (up to 8) on "     \
     "4-bit (u4_g128: GPTQ / AWQ / W4A16) weights run on the tensor cores (f16 mma of the exact "  \
     "q - z) instead of dp4a on 8-bit activations (0: off)")                                       \
+  X(int64_t, cuda_quant_mma_smem_kib, "FERRITE_CUDA_QUANT_MMA_SMEM_KIB", 0,                      \
+    "CUDA: shared memory (KiB) a block of the tensor-core decode GEMV takes for its staged x and " \
+    "weight rings when its plan fits (0: all an SM has); about 108 leaves room for a block of "   \
+    "the next product beside it, which then starts its weight copies during this one's tail "    \
+    "(programmatic dependent launch) at the cost of fewer items in flight a warp")               \
   X(int64_t, cuda_moe_dequant, "FERRITE_CUDA_MOE_DEQUANT", 512,                                  \
     "CUDA: eager steps of at least this many tokens of MoE layers whose experts are in block "    \
     "formats dequantize the experts to the activation type and take the grouped tensor-core "     \

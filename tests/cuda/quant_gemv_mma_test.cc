@@ -157,21 +157,45 @@ void run_case(const MmaCase& c, int m, std::mt19937& rng) {
   a.bias_dt = DType::kF32;
   a.mma = true;
   ASSERT_TRUE(quant_gemv_mma_supported(a));
-  Status st = launch_quant_gemv_mma(nullptr, a);
-  ASSERT_TRUE(st.is_ok()) << st.to_string();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // One launch with the shared-memory budget `kib` (0: all); the outputs of
+  // every segment read back (accumulating ones reset to their start first).
+  auto launch_and_read = [&](int kib, std::vector<std::vector<float>>& got) {
+    a.mma_smem_kib = kib;
+    for (int s = 0; s < count; ++s) {
+      if (c.accumulate_bias) {
+        ASSERT_EQ(cudaMemcpy(outs[s], init[s].data(), init[s].size() * 4, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
+    }
+    Status st = launch_quant_gemv_mma(nullptr, a);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    got.assign(static_cast<size_t>(count), {});
+    for (int s = 0; s < (c.swiglu ? 1 : count); ++s) {
+      std::vector<float>& g = got[s];
+      g.resize(static_cast<size_t>(m * c.rows[s]));
+      if (c.out == DType::kF32) {
+        ASSERT_EQ(cudaMemcpy(g.data(), outs[s], g.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      } else {
+        std::vector<uint16_t> h(g.size());
+        ASSERT_EQ(cudaMemcpy(h.data(), outs[s], h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (size_t i = 0; i < h.size(); ++i) g[i] = bf16_to_f32(h[i]);
+      }
+    }
+  };
+  std::vector<std::vector<float>> all, small;
+  launch_and_read(0, all);
+  if (::testing::Test::HasFatalFailure()) return;
+  // A budget of 100 KiB (fewer ring slots a warp, where the plan fits it)
+  // changes where rows wait, not the sums: bitwise the same outputs.
+  launch_and_read(100, small);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(all, small) << "outputs differ with mma_smem_kib = 100";
 
   for (int s = 0; s < (c.swiglu ? 1 : count); ++s) {
     const std::vector<double>& r = c.swiglu ? want : ref[s];
     const int64_t rows = c.rows[s];
-    std::vector<float> got(static_cast<size_t>(m * rows));
-    if (c.out == DType::kF32) {
-      ASSERT_EQ(cudaMemcpy(got.data(), outs[s], got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    } else {
-      std::vector<uint16_t> h(got.size());
-      ASSERT_EQ(cudaMemcpy(h.data(), outs[s], h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      for (size_t i = 0; i < h.size(); ++i) got[i] = bf16_to_f32(h[i]);
-    }
+    const std::vector<float>& got = all[s];
     // Per token: the largest error against the token's largest output (the
     // f32 sums of exact products; bf16 outputs round to 2^-8).
     const double tol = c.out == DType::kF32 ? (c.norm != kNoNorm ? 3e-3 : 1e-4) : 1.5e-2;

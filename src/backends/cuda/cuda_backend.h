@@ -46,6 +46,7 @@ struct CudaExecOptions {
   // kernel (kernels/quant_gemv_mma.cu); 0: off.
   int64_t quant_mma_fp8 = 1;
   int64_t quant_mma_u4 = 5;
+  int64_t quant_mma_smem_kib = 0;  // Tuning::cuda_quant_mma_smem_kib (0: all)
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 512;  // minimum tokens; 0: off

@@ -69,6 +69,10 @@ struct QuantGemvArgs {
   // the others: f16 activations under a per-token scale instead of 8-bit
   // blocks (u4) or f32 (e4m3), and the mma's summation order.
   bool mma = false;
+  // Shared memory (KiB) the tensor-core kernel's block takes when its plan
+  // fits in it (Tuning::cuda_quant_mma_smem_kib; 0: all an SM has). Below
+  // half an SM, a block of the next product can start beside this one.
+  int mma_smem_kib = 0;
 };
 
 // True when launch_quant_gemv_fused runs this product: m <= 8 tokens, k of

@@ -487,8 +487,14 @@ Plan plan_of(const QuantGemvArgs& a) {
   const size_t slot = static_cast<size_t>(kTileRows) * item;
   // The runtime's 1 KiB a block and the kernel's static shared memory (the
   // staging's reductions, tscale): 2 KiB off the opt-in limit.
-  const size_t cap = static_cast<size_t>(std::max(0, max_dynamic_smem() - 2048));
-  if (cap < fixed + bars_bytes(R) + kWarps * R * slot) return pl;
+  const size_t full = static_cast<size_t>(std::max(0, max_dynamic_smem() - 2048));
+  const size_t least = fixed + bars_bytes(R) + kWarps * R * slot;
+  if (full < least) return pl;
+  // A smaller budget (QuantGemvArgs::mma_smem_kib) where the plan fits it:
+  // a block of the next launch can then be resident beside this one.
+  size_t cap = full;
+  if (a.mma_smem_kib > 0 && static_cast<size_t>(a.mma_smem_kib) * 1024 >= least)
+    cap = std::min(full, static_cast<size_t>(a.mma_smem_kib) * 1024);
   // Slots: as many as fit (whole row-group sets), up to kMaxSlots and what a
   // warp has to read.
   const int64_t per_warp_items =
@@ -512,8 +518,15 @@ template <int F, typename TX, typename TO, int M, int R>
 cudaError_t launch_kernel(const Plan& pl, cudaStream_t s, const TX* x, int m, int64_t k,
                           const FusedParams& p) {
   auto kern = quant_gemv_mma_kernel<F, TX, TO, M, R>;
-  static const cudaError_t opted = cudaFuncSetAttribute(
-      kern, cudaFuncAttributeMaxDynamicSharedMemorySize, max_dynamic_smem() - 2048);
+  // The whole carveout as shared memory: with a smaller plan
+  // (mma_smem_kib) a block of the next launch then fits beside this one's.
+  static const cudaError_t opted = [&] {
+    const cudaError_t e = cudaFuncSetAttribute(
+        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, max_dynamic_smem() - 2048);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+  }();
   if (opted != cudaSuccess) return opted;
   return launch_pdl_weights(kern, pl.grid, kThreads, pl.smem, s, x, m, k, p, pl.sh, pl.xs_off,
                             pl.red_off, pl.bars_off, pl.ring_off);
