@@ -255,6 +255,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.quant_mma_fp8 = options.tuning.cuda_quant_mma_fp8;
     co.quant_mma_u4 = options.tuning.cuda_quant_mma_u4;
     co.quant_mma_smem_kib = options.tuning.cuda_quant_mma_smem_kib;
+    co.quant_mma_fp8_act = options.tuning.cuda_quant_mma_fp8_act;
     co.moe_mma_fp8 = options.tuning.cuda_moe_mma_fp8;
     co.moe_mma_u4 = options.tuning.cuda_moe_mma_u4;
     co.quant_stream_blocks = options.tuning.cuda_quant_stream_blocks;

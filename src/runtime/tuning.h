@@ -65,6 +65,12 @@ namespace ferrite {
     "CUDA: with cuda_quant_fused, decode products of at least this many tokens (up to 8) on "     \
     "4-bit (u4_g128: GPTQ / AWQ / W4A16) weights run on the tensor cores (f16 mma of the exact "  \
     "q - z) instead of dp4a on 8-bit activations (0: off)")                                       \
+  X(bool, cuda_quant_mma_fp8_act, "FERRITE_CUDA_QUANT_MMA_FP8_ACT", false,                      \
+    "CUDA: the tensor-core decode GEMV on FP8 weights quantizes the activations to e4m3 per "     \
+    "token and 128-element group (scale = amax / 448, the FP8 checkpoints' dynamic activation "  \
+    "scheme) and multiplies on the e4m3 mma, without converting the weights (0: f16 "           \
+    "activations, the reference's numerics to f32 rounding; 1 is W8A8 numerics, not yet run "   \
+    "on a GPU)")                                                                                  \
   X(int64_t, cuda_quant_mma_smem_kib, "FERRITE_CUDA_QUANT_MMA_SMEM_KIB", 0,                      \
     "CUDA: shared memory (KiB) a block of the tensor-core decode GEMV takes for its staged x and " \
     "weight rings when its plan fits (0: all an SM has); about 108 leaves room for a block of "   \

@@ -38,6 +38,8 @@ struct MmaCase {
   bool zero_centred = false;
   bool accumulate_bias = false;
   DType out = DType::kF32;
+  // e4m3 activations (QuantGemvArgs::mma_a8; f8_e4m3_b128 weights).
+  bool a8 = false;
 };
 
 template <typename T>
@@ -58,7 +60,8 @@ float round_to(DType dt, float v) {
 void run_case(const MmaCase& c, int m, std::mt19937& rng) {
   SCOPED_TRACE(std::string(dtype_name(c.w)) + " k " + std::to_string(c.k) + " m " +
                std::to_string(m) + (c.swiglu ? " swiglu" : "") +
-               (c.norm != kNoNorm ? " norm" : "") + (c.accumulate_bias ? " acc+bias" : ""));
+               (c.norm != kNoNorm ? " norm" : "") + (c.accumulate_bias ? " acc+bias" : "") +
+               (c.a8 ? " a8" : ""));
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t k = c.k;
   // Activations (bf16), token 0 with an outlier far above f16's comfort.
@@ -86,6 +89,24 @@ void run_case(const MmaCase& c, int m, std::mt19937& rng) {
       n[t * k + i] = c.norm == kNoNorm ? xf[t * k + i]
                                        : round_to(DType::kBF16, xf[t * k + i] * inv * w);
     }
+  }
+
+  if (c.a8) {
+    // The kernel's activation quantization: per token and 128-group,
+    // scale = amax / 448, code = e4m3(v / scale) (f32 division, ties to
+    // even, saturating); the reference multiplies by code * scale.
+    for (int t = 0; t < m; ++t)
+      for (int64_t g0 = 0; g0 < k; g0 += 128) {
+        float amax = 0.0f;
+        for (int64_t i = g0; i < g0 + 128; ++i)
+          amax = std::max(amax, std::fabs(static_cast<float>(n[t * k + i])));
+        const float scale = amax / 448.0f;
+        for (int64_t i = g0; i < g0 + 128; ++i) {
+          const float v = static_cast<float>(n[t * k + i]);
+          n[t * k + i] =
+              scale > 0.0f ? double(f8e4m3_to_f32(f32_to_f8e4m3(v / scale))) * scale : 0.0;
+        }
+      }
   }
 
   const int count = static_cast<int>(c.rows.size());
@@ -156,6 +177,7 @@ void run_case(const MmaCase& c, int m, std::mt19937& rng) {
   a.bias = biasd;
   a.bias_dt = DType::kF32;
   a.mma = true;
+  a.mma_a8 = c.a8;
   ASSERT_TRUE(quant_gemv_mma_supported(a));
   // One launch with the shared-memory budget `kib` (0: all); the outputs of
   // every segment read back (accumulating ones reset to their start first).
@@ -198,7 +220,10 @@ void run_case(const MmaCase& c, int m, std::mt19937& rng) {
     const std::vector<float>& got = all[s];
     // Per token: the largest error against the token's largest output (the
     // f32 sums of exact products; bf16 outputs round to 2^-8).
-    const double tol = c.out == DType::kF32 ? (c.norm != kNoNorm ? 3e-3 : 1e-4) : 1.5e-2;
+    // e4m3 activations: the same codes, the tensor cores' f32 sums of each
+    // 128-block (their accumulation keeps fewer bits), so 1e-3 unnormed.
+    const double tol = c.out == DType::kF32 ? (c.norm != kNoNorm ? 3e-3 : c.a8 ? 1e-3 : 1e-4)
+                                            : 1.5e-2;
     for (int t = 0; t < m; ++t) {
       double mag = 0, err = 0;
       for (int64_t i = 0; i < rows; ++i) mag = std::max(mag, std::fabs(r[t * rows + i]));
@@ -234,10 +259,17 @@ TEST(CudaQuantMmaTest, MatchesHostReferenceOnDequantizedWeights) {
       // A long row (a down projection): 24 items over 8 warps.
       {DType::kF8B128, 12288, {256}, false},
       {DType::kU4G128, 12288, {256}, false},
+      // e4m3 activations: Q / K / V with the norm, accumulate + bias, gate
+      // and up with a bf16 norm, a long row.
+      {DType::kF8B128, 4096, {1024, 256, 256}, false, kNormF32, false, false, DType::kF32, true},
+      {DType::kF8B128, 1536, {200}, false, kNoNorm, false, true, DType::kF32, true},
+      {DType::kF8B128, 2048, {528, 528}, true, kNormBF16, true, false, DType::kBF16, true},
+      {DType::kF8B128, 12288, {256}, false, kNoNorm, false, false, DType::kF32, true},
   };
   for (const MmaCase& c : cases)
     for (int m : {1, 3, 8}) {
-      if (c.k == 12288 && m == 8) continue;  // the staged x does not fit beside the rings
+      // The f16 staged x does not fit beside the rings (e4m3 codes do).
+      if (c.k == 12288 && m == 8 && !c.a8) continue;
       run_case(c, m, rng);
       if (HasFatalFailure()) return;
     }

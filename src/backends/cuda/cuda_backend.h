@@ -47,6 +47,7 @@ struct CudaExecOptions {
   int64_t quant_mma_fp8 = 1;
   int64_t quant_mma_u4 = 5;
   int64_t quant_mma_smem_kib = 0;  // Tuning::cuda_quant_mma_smem_kib (0: all)
+  bool quant_mma_fp8_act = false;  // Tuning::cuda_quant_mma_fp8_act: e4m3 activations
   // Tuning::cuda_moe_dequant: prefill steps of block-format MoE experts on
   // the grouped tensor-core path, through experts dequantized per step.
   int64_t moe_dequant = 512;  // minimum tokens; 0: off

@@ -52,6 +52,7 @@ struct BackendState {
   int64_t quant_mma_fp8 = 1;
   int64_t quant_mma_u4 = 5;
   int64_t quant_mma_smem_kib = 0;  // Tuning::cuda_quant_mma_smem_kib (QuantGemvArgs::mma_smem_kib)
+  bool quant_mma_fp8_act = false;  // Tuning::cuda_quant_mma_fp8_act (QuantGemvArgs::mma_a8)
   // Tuning::cuda_moe_dequant (routed_swiglu_moe.cc).
   int64_t moe_dequant = 512;  // minimum step tokens; 0: off
   bool moe_mma_fp8 = true;   // Tuning::cuda_moe_mma_fp8 (routed_swiglu_moe.cc)

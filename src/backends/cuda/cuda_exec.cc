@@ -62,6 +62,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.quant_mma_fp8 = options_.quant_mma_fp8;
     st_.quant_mma_u4 = options_.quant_mma_u4;
     st_.quant_mma_smem_kib = options_.quant_mma_smem_kib;
+    st_.quant_mma_fp8_act = options_.quant_mma_fp8_act;
     st_.moe_mma_fp8 = options_.moe_mma_fp8;
     st_.moe_mma_u4 = options_.moe_mma_u4;
     st_.quant_stream_blocks = options_.quant_stream_blocks;

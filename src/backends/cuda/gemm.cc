@@ -142,6 +142,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
     a.mma = quant_mma_wanted(st, w_dt, m);
     a.mma_smem_kib = static_cast<int>(st.quant_mma_smem_kib);
+    a.mma_a8 = st.quant_mma_fp8_act;
     if (quant_gemv_fused_supported(a)) return launch_quant_gemv_fused(st.stream, a);
   }
   if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&

@@ -79,4 +79,17 @@ __device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d += a (16x32, row) * b (32x8, col) on e4m3 codes, f32 accumulators
+// (sm_89+). 8-bit fragments: a[0] (g, k 4t..4t+3), a[1] (g+8, ..), a[2]
+// (g, k 16+4t..), a[3] (g+8, 16+4t..); b0 (k 4t..4t+3, n g), b1 (k
+// 16+4t.., n g), the lowest k in the lowest byte; C/D as above.
+__device__ __forceinline__ void mma16832_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                              uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 }  // namespace ferrite::cuda

@@ -73,6 +73,12 @@ struct QuantGemvArgs {
   // fits in it (Tuning::cuda_quant_mma_smem_kib; 0: all an SM has). Below
   // half an SM, a block of the next product can start beside this one.
   int mma_smem_kib = 0;
+  // With mma on f8_e4m3_b128 weights: activations quantized to e4m3 per
+  // token and 128-element group (scale = amax / 448: the FP8 checkpoints'
+  // dynamic activation scheme, W8A8) and multiplied by the e4m3 mma
+  // (m16n8k32), no conversion of the weights (Tuning::cuda_quant_mma_fp8_act).
+  // Not the reference's numerics: x carries e4m3's 3 mantissa bits.
+  bool mma_a8 = false;
 };
 
 // True when launch_quant_gemv_fused runs this product: m <= 8 tokens, k of

@@ -81,7 +81,8 @@ struct MmaShape {
   int ipr;     // items a row
   int64_t tiles;
   int slots;   // ring slots a warp (a multiple of the row groups)
-  int64_t xs_stride;  // staged activations: elements a token row
+  int64_t xs_stride;  // staged activations: elements (A8: bytes) a token row
+  uint32_t sx_off;    // A8: the group scales' offset from the staged rows (bytes)
 };
 
 // The staged activation rows' bytes, 128-aligned.
@@ -237,8 +238,102 @@ __device__ __forceinline__ void stage_x_f16(const TX* __restrict__ x, int m, int
   }
 }
 
-// R: row groups a tile (1, or 2 with swiglu: gate and up).
-template <int F, typename TX, typename TO, int M, int R>
+// A8 (f8_e4m3_b128 weights, QuantGemvArgs::mma_a8): x [m, k], normalised
+// and rounded to TX as stage_x_f16 does, quantized to e4m3 per token and
+// 128-element group as the FP8 checkpoints' recipe quantizes activations
+// (dynamic, per token group): scale = amax / 448, code = e4m3(v / scale)
+// (IEEE division, round to nearest even, saturating), codes in natural
+// order into xq (token rows of `stride` bytes), scales into sx [m, k / 128].
+// One group a half-warp (16 lanes x 8 values): the amax is a 16-lane
+// shuffle reduction. x is read from global memory (L2) twice with a norm:
+// once for the sum of squares, once for the values.
+template <typename TX, int M>
+__device__ __forceinline__ void stage_x_e4m3(const TX* __restrict__ x, int m, int64_t k,
+                                             const FusedParams& p, uint8_t* xq, int64_t stride,
+                                             float* sx) {
+  static_assert(sizeof(TX) == 2, "bf16 / f16 activations");
+  __shared__ float red[kWarps][M];
+  __shared__ float inv[M];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (p.norm) {
+    float ss[M];
+#pragma unroll
+    for (int t = 0; t < M; ++t) ss[t] = 0.0f;
+    for (int64_t ci = tid; ci < k / 8; ci += kThreads) {
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        if (t < m) {
+          TX v[8];
+          *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(x + t * k + 8 * ci));
+#pragma unroll
+          for (int j = 0; j < 8; ++j) ss[t] = fmaf(to_f(v[j]), to_f(v[j]), ss[t]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float v = warp_sum(ss[t]);
+      if (lane == 0) red[warp][t] = v;
+    }
+    __syncthreads();
+    if (tid < M) {
+      float tot = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) tot += red[w][tid];
+      inv[tid] = rsqrtf(tot / static_cast<float>(k) + p.eps);
+    }
+    __syncthreads();
+  }
+  const int nb = static_cast<int>(k / 128);
+  const int groups = m * nb;
+  const int l16 = lane & 15;
+  // Warp-uniform trip count (the shuffles take the whole warp).
+  for (int base = 2 * warp; base < groups; base += 2 * kWarps) {
+    const int gi = base + (lane >> 4);
+    const bool valid = gi < groups;
+    const int t = valid ? gi / nb : 0, grp = valid ? gi % nb : 0;
+    const int64_t e0 = static_cast<int64_t>(grp) * 128 + 8 * l16;
+    float f[8];
+    float am = 0.0f;
+    if (valid) {
+      TX v[8];
+      *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(x + t * k + e0));
+      float w8[8];
+      if (p.norm) load8_any(p.norm, p.norm_dt, e0, w8);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        f[j] = p.norm ? to_f(from_f<TX>(to_f(v[j]) * inv[t] *
+                                        (p.zero_centred ? 1.0f + w8[j] : w8[j])))
+                      : to_f(v[j]);
+        am = fmaxf(am, fabsf(f[j]));
+      }
+    }
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    if (valid) {
+      const float scale = am / 448.0f;
+      uint32_t w[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t word = 0u;
+#pragma unroll
+        for (int j = 0; j < 4; j += 2) {
+          const float a = scale > 0.0f ? __fdiv_rn(f[4 * h + j], scale) : 0.0f;
+          const float b = scale > 0.0f ? __fdiv_rn(f[4 * h + j + 1], scale) : 0.0f;
+          const uint32_t two = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+          word |= two << (8 * j);
+        }
+        w[h] = word;
+      }
+      *reinterpret_cast<uint2*>(xq + t * stride + e0) = make_uint2(w[0], w[1]);
+      if (l16 == 0) sx[t * nb + grp] = scale;
+    }
+  }
+}
+
+// R: row groups a tile (1, or 2 with swiglu: gate and up). A8: e4m3
+// activations (stage_x_e4m3) and the e4m3 mma (f8_e4m3_b128 only).
+template <int F, typename TX, typename TO, int M, int R, bool A8 = false>
 __global__ void __launch_bounds__(kThreads, 1)
     quant_gemv_mma_kernel(const TX* __restrict__ x, int m, int64_t k, FusedParams p,
                           MmaShape sh, uint32_t xs_off, uint32_t red_off, uint32_t bars_off,
@@ -310,10 +405,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   prefetch_norm(p, k);
   pdl_wait();
 
+  static_assert(!A8 || F == kFmtF8B128, "e4m3 activations with e4m3 weights");
   __half* xs = reinterpret_cast<__half*>(smem + xs_off);
+  uint8_t* xq = smem + xs_off;  // A8: the codes
+  float* sx = reinterpret_cast<float*>(smem + xs_off + sh.sx_off);
   float* red = reinterpret_cast<float*>(smem + red_off);
   __shared__ float tscale[M];
-  stage_x_f16<F, TX, M>(x, m, k, p, xs, sh.xs_stride, tscale);
+  if constexpr (A8) {
+    stage_x_e4m3<TX, M>(x, m, k, p, xq, sh.xs_stride, sx);
+    if (threadIdx.x < M) tscale[threadIdx.x] = 1.0f;
+  } else {
+    stage_x_f16<F, TX, M>(x, m, k, p, xs, sh.xs_stride, tscale);
+  }
   __syncthreads();
 
   int cslot = 0;
@@ -348,35 +451,58 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int rg = 0; rg < R; ++rg)
 #pragma unroll
             for (int c = 0; c < 4; ++c) ct[rg][c] = 0.0f;
-          typename Fmt::Row rc[R][2];
+          if constexpr (A8) {
+            // The e4m3 codes of weights and activations straight into the
+            // mma's 8-bit fragments (natural order: rows 528 bytes apart fall
+            // 4 banks apart, token rows k + 16 bytes apart as well).
+            const uint8_t* xr = xq + static_cast<int64_t>(g) * sh.xs_stride + kc;
 #pragma unroll
-          for (int rg = 0; rg < R; ++rg) {
-            rc[rg][0] = Fmt::row_consts(sl[rg] + g * kRowBytes + j * Fmt::kBytes);
-            rc[rg][1] = Fmt::row_consts(sl[rg] + (g + 8) * kRowBytes + j * Fmt::kBytes);
-          }
+            for (int s = 0; s < 4; ++s) {
+              const uint32_t b0 = has_token ? *reinterpret_cast<const uint32_t*>(xr + 32 * s + 4 * tq) : 0u;
+              const uint32_t b1 =
+                  has_token ? *reinterpret_cast<const uint32_t*>(xr + 32 * s + 16 + 4 * tq) : 0u;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            uint32_t b[8];
-            if (has_token) {
-              const uint4 u0 = *reinterpret_cast<const uint4*>(xrow + kc + 64 * h + 16 * tq);
-              const uint4 u1 = *reinterpret_cast<const uint4*>(xrow + kc + 64 * h + 16 * tq + 8);
-              b[0] = u0.x, b[1] = u0.y, b[2] = u0.z, b[3] = u0.w;
-              b[4] = u1.x, b[5] = u1.y, b[6] = u1.z, b[7] = u1.w;
-            } else {
-#pragma unroll
-              for (int i = 0; i < 8; ++i) b[i] = 0u;
+              for (int rg = 0; rg < R; ++rg) {
+                const uint8_t* r0 = sl[rg] + g * kRowBytes + j * Fmt::kBytes + 4 + 32 * s + 4 * tq;
+                const uint8_t* r1 = r0 + 8 * kRowBytes;
+                const uint32_t a[4] = {*reinterpret_cast<const uint32_t*>(r0),
+                                       *reinterpret_cast<const uint32_t*>(r1),
+                                       *reinterpret_cast<const uint32_t*>(r0 + 16),
+                                       *reinterpret_cast<const uint32_t*>(r1 + 16)};
+                mma16832_e4m3(ct[rg], a, b0, b1);
+              }
             }
+          } else {
+            typename Fmt::Row rc[R][2];
 #pragma unroll
             for (int rg = 0; rg < R; ++rg) {
-              uint32_t w0[4], w1[4], lo0[4], hi0[4], lo1[4], hi1[4];
-              Fmt::words(sl[rg] + g * kRowBytes + j * Fmt::kBytes, h, tq, w0);
-              Fmt::words(sl[rg] + (g + 8) * kRowBytes + j * Fmt::kBytes, h, tq, w1);
-              Fmt::decode(w0, rc[rg][0], lo0, hi0);
-              Fmt::decode(w1, rc[rg][1], lo1, hi1);
+              rc[rg][0] = Fmt::row_consts(sl[rg] + g * kRowBytes + j * Fmt::kBytes);
+              rc[rg][1] = Fmt::row_consts(sl[rg] + (g + 8) * kRowBytes + j * Fmt::kBytes);
+            }
 #pragma unroll
-              for (int s = 0; s < 4; ++s) {
-                const uint32_t a[4] = {lo0[s], lo1[s], hi0[s], hi1[s]};
-                mma16816<__half>(ct[rg], a, b[2 * s], b[2 * s + 1]);
+            for (int h = 0; h < 2; ++h) {
+              uint32_t b[8];
+              if (has_token) {
+                const uint4 u0 = *reinterpret_cast<const uint4*>(xrow + kc + 64 * h + 16 * tq);
+                const uint4 u1 = *reinterpret_cast<const uint4*>(xrow + kc + 64 * h + 16 * tq + 8);
+                b[0] = u0.x, b[1] = u0.y, b[2] = u0.z, b[3] = u0.w;
+                b[4] = u1.x, b[5] = u1.y, b[6] = u1.z, b[7] = u1.w;
+              } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) b[i] = 0u;
+              }
+#pragma unroll
+              for (int rg = 0; rg < R; ++rg) {
+                uint32_t w0[4], w1[4], lo0[4], hi0[4], lo1[4], hi1[4];
+                Fmt::words(sl[rg] + g * kRowBytes + j * Fmt::kBytes, h, tq, w0);
+                Fmt::words(sl[rg] + (g + 8) * kRowBytes + j * Fmt::kBytes, h, tq, w1);
+                Fmt::decode(w0, rc[rg][0], lo0, hi0);
+                Fmt::decode(w1, rc[rg][1], lo1, hi1);
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                  const uint32_t a[4] = {lo0[s], lo1[s], hi0[s], hi1[s]};
+                  mma16816<__half>(ct[rg], a, b[2 * s], b[2 * s + 1]);
+                }
               }
             }
           }
@@ -385,10 +511,21 @@ __global__ void __launch_bounds__(kThreads, 1)
             const float d0 = *reinterpret_cast<const float*>(sl[rg] + g * kRowBytes + j * Fmt::kBytes);
             const float d1 =
                 *reinterpret_cast<const float*>(sl[rg] + (g + 8) * kRowBytes + j * Fmt::kBytes);
-            acc[rg][0] = fmaf(d0, ct[rg][0], acc[rg][0]);
-            acc[rg][1] = fmaf(d0, ct[rg][1], acc[rg][1]);
-            acc[rg][2] = fmaf(d1, ct[rg][2], acc[rg][2]);
-            acc[rg][3] = fmaf(d1, ct[rg][3], acc[rg][3]);
+            if constexpr (A8) {
+              // C columns 2 tq, 2 tq + 1 are tokens: their groups' scales.
+              const int blk = static_cast<int>(kc / 128);
+              const float s0 = 2 * tq < m ? sx[2 * tq * nb + blk] : 0.0f;
+              const float s1 = 2 * tq + 1 < m ? sx[(2 * tq + 1) * nb + blk] : 0.0f;
+              acc[rg][0] = fmaf(d0 * s0, ct[rg][0], acc[rg][0]);
+              acc[rg][1] = fmaf(d0 * s1, ct[rg][1], acc[rg][1]);
+              acc[rg][2] = fmaf(d1 * s0, ct[rg][2], acc[rg][2]);
+              acc[rg][3] = fmaf(d1 * s1, ct[rg][3], acc[rg][3]);
+            } else {
+              acc[rg][0] = fmaf(d0, ct[rg][0], acc[rg][0]);
+              acc[rg][1] = fmaf(d0, ct[rg][1], acc[rg][1]);
+              acc[rg][2] = fmaf(d1, ct[rg][2], acc[rg][2]);
+              acc[rg][3] = fmaf(d1, ct[rg][3], acc[rg][3]);
+            }
           }
         };
         if (nblk == kItemBlocks) {
@@ -477,12 +614,19 @@ Plan plan_of(const QuantGemvArgs& a) {
   sh.wpt = std::min(kWarps, sh.ipr);
   sh.subs = kWarps / sh.wpt;
   sh.tiles = (p.total + kTileRows - 1) / kTileRows;
-  sh.xs_stride = a.k + 8;  // 16 bytes of padding: token rows 4 banks apart
+  // 16 bytes of padding: token rows 4 banks apart (A8: rows of byte codes,
+  // then the groups' f32 scales).
+  const bool a8 = a.mma_a8 && f == kFmtF8B128;
+  sh.xs_stride = a8 ? a.k + 16 : a.k + 8;
+  const size_t codes_bytes = (static_cast<size_t>(a.m * sh.xs_stride) + 127) / 128 * 128;
+  sh.sx_off = a8 ? static_cast<uint32_t>(codes_bytes) : 0u;
+  const size_t staged = a8 ? codes_bytes + (static_cast<size_t>(a.m * (a.k / 128)) * 4 + 127) / 128 * 128
+                           : xs_bytes(a.m, sh.xs_stride);
   pl.grid = static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>(num_sms(), (sh.tiles + sh.subs - 1) / sh.subs)));
   // Shared memory: staged x, the partial sums, then the barriers and the rings.
   pl.xs_off = 0;
-  pl.red_off = static_cast<uint32_t>(xs_bytes(a.m, sh.xs_stride));
+  pl.red_off = static_cast<uint32_t>(staged);
   const size_t fixed = pl.red_off + red_bytes(R);
   const size_t slot = static_cast<size_t>(kTileRows) * item;
   // The runtime's 1 KiB a block and the kernel's static shared memory (the
@@ -514,10 +658,10 @@ Plan plan_of(const QuantGemvArgs& a) {
 
 // One kernel instantiation's launch; its shared-memory opt-in once (a
 // static per instantiation: kernels of one signature differ in F and R).
-template <int F, typename TX, typename TO, int M, int R>
+template <int F, typename TX, typename TO, int M, int R, bool A8 = false>
 cudaError_t launch_kernel(const Plan& pl, cudaStream_t s, const TX* x, int m, int64_t k,
                           const FusedParams& p) {
-  auto kern = quant_gemv_mma_kernel<F, TX, TO, M, R>;
+  auto kern = quant_gemv_mma_kernel<F, TX, TO, M, R, A8>;
   // The whole carveout as shared memory: with a smaller plan
   // (mma_smem_kib) a block of the next launch then fits beside this one's.
   static const cudaError_t opted = [&] {
@@ -566,6 +710,13 @@ Status launch_quant_gemv_mma(cudaStream_t s, const QuantGemvArgs& a) {
     constexpr int M = decltype(mc)::value;
     if constexpr ((F == kFmtF8B128 || F == kFmtU4G128) && !std::is_same_v<TX, float>) {
       const TX* x = static_cast<const TX*>(a.x);
+      if constexpr (F == kFmtF8B128) {
+        if (a.mma_a8) {
+          err = a.swiglu ? launch_kernel<F, TX, TO, M, 2, true>(pl, s, x, mi, a.k, p)
+                         : launch_kernel<F, TX, TO, M, 1, true>(pl, s, x, mi, a.k, p);
+          return;
+        }
+      }
       err = a.swiglu ? launch_kernel<F, TX, TO, M, 2>(pl, s, x, mi, a.k, p)
                      : launch_kernel<F, TX, TO, M, 1>(pl, s, x, mi, a.k, p);
     }
