@@ -8,10 +8,12 @@
 #   STAGE=ab: `ferrite bench` on Qwen3-8B FP8 and GPTQ-Int4 (random weights) at batch 1 / 2 / 8
 #     with the tensor-core kernel on and off (FERRITE_CUDA_QUANT_MMA_FP8 / _U4); AB= picks other
 #     models and settings (below), BATCHES= the batch sizes (default "1 2 8").
-# The first call of the session after 16 (the MoE block experts, off by default, not yet run):
-#   TESTS='CudaMoeMmaBlocks*:*moe_mma_blocks*:*moe_dequant*:CudaQuantMma*' STAGE=test bash bench/cuda/mma_probe.sh
-#   AB='qwen3-30b-a3b:fp8:FERRITE_CUDA_MOE_MMA_FP8=1,0 qwen3-30b-a3b:gptq-int4:FERRITE_CUDA_MOE_MMA_U4=9,0' \
-#     BATCHES='1 8 32 128' STAGE=ab bash bench/cuda/mma_probe.sh
+# The first call of the session after 17 (e4m3 activations, FERRITE_CUDA_QUANT_MMA_FP8_ACT, off
+# by default, not yet run on a GPU):
+#   TESTS='CudaQuantMma*' FORMATS=f8_e4m3_b128 PATHS=mma,mma8 \
+#     SHAPES=4096x4096,6144x4096,24576x4096,4096x12288 STAGE=test bash bench/cuda/mma_probe.sh
+#   AB='qwen3-8b:fp8:FERRITE_CUDA_QUANT_MMA_FP8_ACT=1,0' STAGE=ab bash bench/cuda/mma_probe.sh
+#   then the FP8 goldens with it on: FERRITE_CUDA_QUANT_MMA_FP8_ACT=1 cuda_test --gtest_filter='*fp8*'.
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
@@ -39,7 +41,7 @@ if [ "$STAGE" = test ]; then
   echo "conformance (cuda): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/conformance.log" | tr '\n' ' ')" | tee -a "$T"
   grep -E "^\[  FAILED  \] [A-Z]" "$OUT/conformance.log" | head -20 | tee -a "$T"
   timeout 120 "$BUILD/bench/cuda/quant_gemm_bench" --formats ${FORMATS:-f8_e4m3_b128,u4_g128} \
-    --paths gemv,mma --shapes ${SHAPES:-4096x4096,12288x4096,4096x12288,1024x4096,24576x4096} \
+    --paths ${PATHS:-gemv,mma} --shapes ${SHAPES:-4096x4096,12288x4096,4096x12288,1024x4096,24576x4096} \
     --tokens ${TOKENS:-1,2,4,8} 2>&1 | tee -a "$T"
 elif [ "$STAGE" = ncu ]; then
   NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"

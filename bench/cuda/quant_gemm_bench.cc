@@ -3,7 +3,7 @@
 // tensor-core tile (kernels/quant_tile.cuh) and through dequantize +
 // cuBLASLt (paths tile, lt: 9+ tokens), or for decode (up to 8 tokens)
 // through the fused GEMV on the CUDA cores and on the tensor cores (paths
-// gemv, mma: kernels/quant_gemv_mma.cu, f8_e4m3_b128 / u4_g128), timed with CUDA events over repeated calls that cycle through
+// gemv, mma: kernels/quant_gemv_mma.cu, f8_e4m3_b128 / u4_g128; mma8: e4m3 activations), timed with CUDA events over repeated calls that cycle through
 // enough weight copies (512 MiB at least) that none is read from L2.
 // Prints microseconds a call, the weights' GB/s and the TFLOP/s, and the
 // largest difference between the two paths' outputs relative to the largest
@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "NxK weight shapes (n outputs x k inputs)")
       ->capture_default_str();
   app.add_option("--paths", paths,
-                 "tile, lt (dequantize + cuBLASLt); gemv, mma (up to 8 tokens: the fused GEMV on "
-                 "CUDA cores / tensor cores)")
+                 "tile, lt (dequantize + cuBLASLt); gemv, mma, mma8 (up to 8 tokens: the fused "
+                 "GEMV on CUDA cores / tensor cores / tensor cores with e4m3 activations)")
       ->capture_default_str();
   app.add_option("--iters", iters, "timed calls per case")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
         std::vector<float> first;
         for (const std::string& path : split(paths)) {
           st.quant_tile_tokens = path == "tile" ? tile_tokens : 0;
-          st.quant_mma_fp8 = st.quant_mma_u4 = path == "mma" ? 1 : 0;
+          st.quant_mma_fp8 = st.quant_mma_u4 = path == "mma" || path == "mma8" ? 1 : 0;
+          st.quant_mma_fp8_act = path == "mma8";
           auto call = [&](int i) {
             Status s = cuda::gemm(st, xd, DType::kBF16, m, k, w + (i % copies) * stride, *dt, n,
                                   od, DType::kF32, false);
