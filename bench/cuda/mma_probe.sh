@@ -13,7 +13,7 @@
 #   TESTS='CudaQuantMma*' FORMATS=f8_e4m3_b128 PATHS=mma,mma8 \
 #     SHAPES=4096x4096,6144x4096,24576x4096,4096x12288 STAGE=test bash bench/cuda/mma_probe.sh
 #   AB='qwen3-8b:fp8:FERRITE_CUDA_QUANT_MMA_FP8_ACT=1,0' STAGE=ab bash bench/cuda/mma_probe.sh
-#   then the FP8 goldens with it on: FERRITE_CUDA_QUANT_MMA_FP8_ACT=1 cuda_test --gtest_filter='*fp8*'.
+#   (TESTS='CudaQuantMma*:*fp8_act*' also runs the FP8 checkpoints' goldens with it on.)
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.

@@ -204,18 +204,23 @@ struct QuantFileCase {
   // tuning.cuda_moe_mma_fp8 / cuda_moe_mma_u4 (1): block-format experts on
   // the grouped mma at every step.
   bool moe_mma_blocks = false;
+  // tuning.cuda_quant_mma_fp8_act: FP8 decode products with e4m3 activations
+  // (per token and 128-group, W8A8) on the e4m3 mma.
+  bool fp8_act = false;
 };
 void PrintTo(const QuantFileCase& c, std::ostream* os) {
   *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8")
       << (c.moe_dequant ? "/moe_dequant" : "") << (c.fused_fp8 ? "/fused_fp8" : "")
-      << (c.tile > 0 ? "/tile" : "") << (c.moe_mma_blocks ? "/moe_mma_blocks" : "");
+      << (c.tile > 0 ? "/tile" : "") << (c.moe_mma_blocks ? "/moe_mma_blocks" : "")
+      << (c.fp8_act ? "/fp8_act" : "");
 }
 std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
   std::string s = info.param.stem + (info.param.act == DType::kF32 ? "_f32" : "_bf16") +
                   (info.param.exact ? "_exact" : "_int8") +
                   (info.param.moe_dequant ? "_moe_dequant" : "") +
                   (info.param.fused_fp8 ? "_fused_fp8" : "") + (info.param.tile > 0 ? "_tile" : "") +
-                  (info.param.moe_mma_blocks ? "_moe_mma_blocks" : "");
+                  (info.param.moe_mma_blocks ? "_moe_mma_blocks" : "") +
+                  (info.param.fp8_act ? "_fp8_act" : "");
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -234,6 +239,7 @@ class CudaGgufQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     if (GetParam().tile >= 0) o.tuning.cuda_quant_tile_tokens = GetParam().tile;
     o.tuning.cuda_moe_mma_fp8 = GetParam().moe_mma_blocks;
     o.tuning.cuda_moe_mma_u4 = GetParam().moe_mma_blocks ? 1 : 0;
+    o.tuning.cuda_quant_mma_fp8_act = GetParam().fp8_act;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -315,6 +321,7 @@ class CudaHfQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     if (GetParam().tile >= 0) o.tuning.cuda_quant_tile_tokens = GetParam().tile;
     o.tuning.cuda_moe_mma_fp8 = GetParam().moe_mma_blocks;
     o.tuning.cuda_moe_mma_u4 = GetParam().moe_mma_blocks ? 1 : 0;
+    o.tuning.cuda_quant_mma_fp8_act = GetParam().fp8_act;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -374,6 +381,10 @@ std::vector<QuantFileCase> hf_quant_cases() {
     if (std::string(m).find("fp8") != std::string::npos) {  // the fused e4m3 decode kernel
       cases.push_back({m, DType::kF32, false, 0, true});
       cases.push_back({m, DType::kBF16, false, 0, true});
+      // Decode with e4m3 activations (the checkpoints' W8A8 recipe).
+      QuantFileCase a8{m, DType::kBF16, false, 0, true};
+      a8.fp8_act = true;
+      cases.push_back(a8);
     }
     // The long prompt's prefill on the bf16 tile.
     cases.push_back({m, DType::kBF16, false, 0, false, 512});
