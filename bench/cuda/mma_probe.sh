@@ -4,7 +4,7 @@
 #   STAGE=test: the build (build-gpu: cuda_test, conformance_test, ferrite, quant_gemm_bench),
 #     its kernel test (CudaQuantMmaTest) and the Hugging Face quantized goldens (cuda_test),
 #     the CUDA conformance, then quant_gemm_bench at decode token counts, the fused GEMV on the
-#     CUDA cores against the tensor cores (paths gemv, mma);
+#     CUDA cores against the tensor cores (paths gemv, mma), then fp8_lt_probe;
 #   STAGE=ab: `ferrite bench` on Qwen3-8B FP8 and GPTQ-Int4 (random weights) at batch 1 / 2 / 8
 #     with the tensor-core kernel on and off (FERRITE_CUDA_QUANT_MMA_FP8 / _U4); AB= picks other
 #     models and settings (below), BATCHES= the batch sizes (default "1 2 8").
@@ -30,7 +30,7 @@ T="$OUT/mma_probe_$STAGE.txt"
 if [ "$STAGE" = test ]; then
   T0=$(date +%s)
   [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
-  ninja -C "$BUILD" cuda_test conformance_test ferrite quant_gemm_bench >> "$OUT/build.log" 2>&1
+  ninja -C "$BUILD" cuda_test conformance_test ferrite quant_gemm_bench fp8_lt_probe >> "$OUT/build.log" 2>&1
   echo "build rc=$? in $(( $(date +%s) - T0 )) s" | tee -a "$T"
   grep -E "error|FAILED" "$OUT/build.log" | head -10 | tee -a "$T"
   "$BUILD/tests/cuda/cuda_test" --gtest_filter="${TESTS:-CudaQuantMma*:*HfQuant*:*QuantStream*}" \
@@ -43,6 +43,8 @@ if [ "$STAGE" = test ]; then
   timeout 120 "$BUILD/bench/cuda/quant_gemm_bench" --formats ${FORMATS:-f8_e4m3_b128,u4_g128} \
     --paths ${PATHS:-gemv,mma} --shapes ${SHAPES:-4096x4096,12288x4096,4096x12288,1024x4096,24576x4096} \
     --tokens ${TOKENS:-1,2,4,8} 2>&1 | tee -a "$T"
+  # cuBLASLt's block-scaled FP8: which scale layouts are exact, speed against bf16.
+  timeout 60 "$BUILD/bench/cuda/fp8_lt_probe" 2>&1 | tee -a "$T"
 elif [ "$STAGE" = ncu ]; then
   NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
   [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
