@@ -130,6 +130,28 @@ __device__ __forceinline__ void get8(const T* row, int64_t c, T (&v)[8]) {
   }
 }
 
+// The norm's 1 / rms of each token from the threads' sums of squares ss:
+// warp sums, then the warps' in warp order (deterministic), into inv (a
+// __syncthreads after). red: kWarps x M floats of shared memory.
+template <int M>
+__device__ __forceinline__ void block_inv_rms(const float (&ss)[M], int64_t k, float eps,
+                                              float (&red)[kWarps][M], float* inv) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+  for (int t = 0; t < M; ++t) {
+    const float v = warp_sum(ss[t]);
+    if (lane == 0) red[warp][t] = v;
+  }
+  __syncthreads();
+  if (tid < M) {
+    float tot = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) tot += red[w][tid];
+    inv[tid] = rsqrtf(tot / static_cast<float>(k) + eps);
+  }
+  __syncthreads();
+}
+
 // x [m, k] into xs (f16, token rows of `stride` elements, each 64-run in the
 // format's staged order) scaled by 2^-e_t per token, with tscale[t] = 2^e_t.
 // One pass over x in global memory (it is read once, as TX, into its staged
@@ -144,7 +166,7 @@ __device__ __forceinline__ void stage_x_f16(const TX* __restrict__ x, int m, int
   __shared__ float red[kWarps][M];
   __shared__ float inv[M];
   __shared__ unsigned amax_bits[M];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31;
   TX* xt = reinterpret_cast<TX*>(xs);  // the same places, first as TX
   if (tid < M) amax_bits[tid] = 0u;
   const int64_t chunks = k / 8;
@@ -168,19 +190,7 @@ __device__ __forceinline__ void stage_x_f16(const TX* __restrict__ x, int m, int
     }
   }
   if (p.norm) {
-#pragma unroll
-    for (int t = 0; t < M; ++t) {
-      const float v = warp_sum(ss[t]);
-      if (lane == 0) red[warp][t] = v;
-    }
-    __syncthreads();
-    if (tid < M) {
-      float tot = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) tot += red[w][tid];
-      inv[tid] = rsqrtf(tot / static_cast<float>(k) + p.eps);
-    }
-    __syncthreads();
+    block_inv_rms<M>(ss, k, p.eps, red, inv);
     // Normalised and rounded to TX (as the rms_norm kernel stores them), in place.
 #pragma unroll
     for (int t = 0; t < M; ++t) am[t] = 0.0f;
@@ -270,19 +280,7 @@ __device__ __forceinline__ void stage_x_e4m3(const TX* __restrict__ x, int m, in
         }
       }
     }
-#pragma unroll
-    for (int t = 0; t < M; ++t) {
-      const float v = warp_sum(ss[t]);
-      if (lane == 0) red[warp][t] = v;
-    }
-    __syncthreads();
-    if (tid < M) {
-      float tot = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) tot += red[w][tid];
-      inv[tid] = rsqrtf(tot / static_cast<float>(k) + p.eps);
-    }
-    __syncthreads();
+    block_inv_rms<M>(ss, k, p.eps, red, inv);
   }
   const int nb = static_cast<int>(k / 128);
   const int groups = m * nb;
