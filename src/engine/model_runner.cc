@@ -262,6 +262,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.moe_dequant = options.tuning.cuda_moe_dequant;
     co.moe_fused_tokens = options.tuning.cuda_moe_fused_tokens;
     co.decode_split_positions = options.tuning.cuda_decode_split_positions;
+    co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
     co.dequant_slice_mib = options.tuning.cuda_dequant_slice_mib;
     co.quant_tile_tokens = options.tuning.cuda_quant_tile_tokens;
     co.ncu_decode_step = options.tuning.ncu_decode_step;

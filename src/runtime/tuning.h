@@ -102,6 +102,10 @@ namespace ferrite {
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \
     "to the splits' summation order)")                                                            \
+  X(bool, cuda_decode_reduce_scatter, "FERRITE_CUDA_DECODE_REDUCE_SCATTER", false,              \
+    "CUDA: the fused decode attention sums its scores over a warp by halving the live values at " \
+    "each shuffle offset (16 + 16 shuffles for 16 values instead of 80) and unpacks each V row "  \
+    "once for all heads; bitwise the same outputs (off until run on a GPU)")                     \
   X(int64_t, cuda_dequant_slice_mib, "FERRITE_CUDA_DEQUANT_SLICE_MIB", 512,                       \
     "CUDA: products of more than 8 tokens on block weights dequantize at most this many MiB of "  \
     "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \

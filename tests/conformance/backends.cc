@@ -31,9 +31,11 @@ std::vector<Backend> available_backends() {
     // providers again, with products of up to 256 tokens on the bf16 tile
     // (Tuning::cuda_quant_tile_tokens: the 70-token cases in two tiles of 64
     // and a partial one), MoE steps on one launch per stage (Tuning::
-    // cuda_moe_fused_tokens 0), the path of the default's larger steps, and
-    // the decode GEMV streaming rows through registers (Tuning::
-    // cuda_quant_stream_tokens 0; "cuda" bulk-copies them).
+    // cuda_moe_fused_tokens 0), the path of the default's larger steps, the
+    // decode GEMV streaming rows through registers (Tuning::
+    // cuda_quant_stream_tokens 0; "cuda" bulk-copies them), and the fused
+    // decode attention's reduce-scatter score sums (Tuning::
+    // cuda_decode_reduce_scatter; its attention provider is tested again).
     for (const char* name : {"cuda", "cuda_alt"}) {
       auto device = make_cuda_device(0);
       if (!device.is_ok()) continue;
@@ -49,7 +51,9 @@ std::vector<Backend> available_backends() {
         options.quant_tile_tokens = 256;
         options.moe_fused_tokens = 0;
         options.quant_stream_tokens = 0;  // the register-streaming decode GEMV
+        options.decode_reduce_scatter = true;
         cuda.block_weight_providers_only = true;
+        cuda.also_providers = {"cuda.causal_paged_attention"};
       }
       auto state = make_cuda_exec_context(*cuda.device, options, &cuda.ctx);
       if (state.is_ok()) {

@@ -64,8 +64,10 @@ struct Backend {
   ExecContext ctx;
   std::shared_ptr<void> keep_alive;  // backend-private state behind ctx
   // A variant of a backend with other tuning (e.g. "cuda_alt"): only its
-  // providers that accept block-format weights are tested again.
+  // providers that accept block-format weights are tested again, and those
+  // named in also_providers.
   bool block_weight_providers_only = false;
+  std::vector<std::string> also_providers;
 };
 // Every backend compiled in and usable on this machine (CPU always).
 std::vector<Backend> available_backends();

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -175,7 +176,9 @@ std::vector<ProviderId> all_providers() {
     for (const auto& p : b.registry->providers()) {
       bool blocks = false;
       for (DType t : p->descriptor().weight_dtypes) blocks = blocks || dtype_is_quantized(t);
-      if (b.block_weight_providers_only && !blocks) continue;
+      const auto& also = b.also_providers;
+      const bool named = std::find(also.begin(), also.end(), p->descriptor().name) != also.end();
+      if (b.block_weight_providers_only && !blocks && !named) continue;
       ids.push_back({b.name, p->descriptor().name});
     }
   }

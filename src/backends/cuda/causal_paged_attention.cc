@@ -158,7 +158,7 @@ class CausalPagedAttention final : public Provider {
           st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
           p.qk_norm ? b[kKNorm].data : nullptr, norm_dt, b[kQBias].data, b[kKBias].data,
           b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data, attn, splits, partials,
-          st.split_counters, kSplitCounters, /*pdl=*/t <= 8));
+          st.split_counters, kSplitCounters, /*pdl=*/t <= 8, st.decode_reduce_scatter));
       profile_mark(st.stream, "attention.o_proj", st.capturing);
       return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
                   act, true);

@@ -57,6 +57,7 @@ struct CudaExecOptions {
   // the fused decode launches (routed_swiglu_moe.cc); 0: off.
   int64_t moe_fused_tokens = 8;
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
+  bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib
   int64_t quant_tile_tokens = 64;       // Tuning::cuda_quant_tile_tokens (0: off)
   // Tuning::profile: the eager-step GPU-time profiler (profiler.h).

@@ -62,6 +62,7 @@ struct BackendState {
   int64_t moe_fused_tokens = 8;
   // Tuning::cuda_decode_split_positions (causal_paged_attention.cc).
   int64_t decode_split_positions = 64;
+  bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
   int64_t dequant_slice_mib = 512;
   // Tuning::cuda_quant_tile_tokens (gemm.cc, quant_product): products of 9

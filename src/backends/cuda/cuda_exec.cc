@@ -69,6 +69,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.moe_dequant = options_.moe_dequant;
     st_.moe_fused_tokens = options_.moe_fused_tokens;
     st_.decode_split_positions = options_.decode_split_positions;
+    st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.dequant_slice_mib = options_.dequant_slice_mib;
     st_.quant_tile_tokens = options_.quant_tile_tokens;
     FERRITE_RETURN_IF_ERROR(gemm_init(st_));

@@ -30,6 +30,7 @@
 // new K/V rounded to the activation dtype after RoPE, scores scaled q.K.
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/attention_decode.cuh"
+#include "backends/cuda/kernels/warp_reduce_scatter.h"
 
 namespace ferrite::cuda {
 namespace {
@@ -87,7 +88,10 @@ constexpr int fused_smem_floats() {
 
 // Two blocks per SM where the registers allow it without spilling (large
 // batches fill the GPU with blocks; up to 4 heads x 128 dims).
-template <typename T, int HD, int MAXG>
+// kScatter (Tuning::cuda_decode_reduce_scatter): the scores' warp sums by
+// warp::reduce_scatter_sum (warp_reduce_scatter.h) and each position's V
+// unpacked once for all heads; bitwise the same outputs.
+template <typename T, int HD, int MAXG, bool kScatter = false>
 __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     attention_decode_fused_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                   const T* k, const T* v, FusedWeights wts, T* k_cache,
@@ -280,12 +284,41 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
         s[u][g] = acc;
       }
     }
+    if constexpr (kScatter) {
+      float flat[kU * MAXG];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int g = 0; g < MAXG; ++g) flat[u * MAXG + g] = s[u][g];
+      auto shfl_xor = [](float x, int off) { return __shfl_xor_sync(0xffffffffu, x, off); };
+      const float own = warp::reduce_scatter_sum<kU * MAXG>(flat, lane, shfl_xor);
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int g = 0; g < MAXG; ++g)
+          s[u][g] = __shfl_sync(0xffffffffu, own, warp::owned_lane<kU * MAXG>(u * MAXG + g));
+    } else {
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+#pragma unroll
+          for (int g = 0; g < MAXG; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+        }
+      }
+    }
+    // Each position's V once for all heads (kScatter), else per head below.
+    float vfs[kScatter ? kU : 1][D];
+    if constexpr (kScatter) {
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
+        const int p = p0 + (r * kWarps + warp) * kU + u;
+        if (p == pos) {
 #pragma unroll
-        for (int g = 0; g < MAXG; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+          for (int e = 0; e < D; ++e) vfs[u][e] = kv_s[HD + lane * D + e];
+        } else {
+          unpack_words<T, D>(vw[u], vfs[u]);
+        }
       }
     }
 #pragma unroll
@@ -307,13 +340,18 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
       for (int u = 0; u < kU; ++u) {
         const float pr = s[u][g] == -INFINITY ? 0.0f : expf(s[u][g] - m_new);
         sum += pr;
-        const int p = p0 + (r * kWarps + warp) * kU + u;
         float vf[D];
-        if (p == pos) {
+        if constexpr (kScatter) {
 #pragma unroll
-          for (int e = 0; e < D; ++e) vf[e] = kv_s[HD + lane * D + e];
+          for (int e = 0; e < D; ++e) vf[e] = vfs[u][e];
         } else {
-          unpack_words<T, D>(vw[u], vf);
+          const int p = p0 + (r * kWarps + warp) * kU + u;
+          if (p == pos) {
+#pragma unroll
+            for (int e = 0; e < D; ++e) vf[e] = kv_s[HD + lane * D + e];
+          } else {
+            unpack_words<T, D>(vw[u], vf);
+          }
         }
 #pragma unroll
         for (int e = 0; e < D; ++e) o[g][e] = fmaf(pr, vf[e], o[g][e]);
@@ -453,8 +491,10 @@ template <typename T, int HD, int MAXG>
 cudaError_t launch_fused(dim3 grid, cudaStream_t s, bool pdl, const AttentionShape& a,
                          const StepMeta& meta, int32_t page_size, void* q, const void* k,
                          const void* v, const FusedWeights& w, void* k_cache, void* v_cache,
-                         void* out, int splits, float* partials, int32_t* counters) {
-  auto kern = attention_decode_fused_kernel<T, HD, MAXG>;
+                         void* out, int splits, float* partials, int32_t* counters,
+                         bool scatter) {
+  auto kern = scatter ? attention_decode_fused_kernel<T, HD, MAXG, true>
+                      : attention_decode_fused_kernel<T, HD, MAXG, false>;
   const size_t smem = sizeof(float) * fused_smem_floats<HD, MAXG>();
   if (smem > 48 * 1024) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   return launch_maybe_pdl(pdl, kern, grid, kWarps * 32, smem, s, a, meta, page_size,
@@ -468,11 +508,11 @@ cudaError_t launch_fused_group(int group, dim3 grid, cudaStream_t s, bool pdl,
                                const AttentionShape& a, const StepMeta& meta, int32_t page_size,
                                void* q, const void* k, const void* v, const FusedWeights& w,
                                void* k_cache, void* v_cache, void* out, int splits,
-                               float* partials, int32_t* counters) {
+                               float* partials, int32_t* counters, bool scatter) {
   const int parts = fused_decode_parts(group);
   if ((group + parts - 1) / parts <= 2)
-    return launch_fused<T, HD, 2>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
-  return launch_fused<T, HD, 4>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
+    return launch_fused<T, HD, 2>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
+  return launch_fused<T, HD, 4>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
 }
 
 }  // namespace
@@ -493,7 +533,7 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      const void* q_bias, const void* k_bias, const void* v_bias,
                                      DType bias_dt, void* k_cache, void* v_cache, void* out,
                                      int splits, float* partials, int32_t* split_counters,
-                                     int64_t num_counters, bool pdl) {
+                                     int64_t num_counters, bool pdl, bool scatter) {
   if (tokens == 0) return Status::ok();
   if (!attention_decode_fused_supported(a, act))
     return unsupported("fused decode attention: bf16 / f16, head_dim 64 / 128 / 256");
@@ -509,11 +549,11 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
     using T = decltype(ta);
     if constexpr (!std::is_same_v<T, float>) {
       if (a.head_dim == 64)
-        e = launch_fused_group<T, 64>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
+        e = launch_fused_group<T, 64>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
       else if (a.head_dim == 128)
-        e = launch_fused_group<T, 128>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
+        e = launch_fused_group<T, 128>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
       else
-        e = launch_fused_group<T, 256>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters);
+        e = launch_fused_group<T, 256>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
     }
   });
   if (!ok) return bad_dtype("fused decode attention", act);

@@ -24,7 +24,9 @@ namespace ferrite::cuda {
 // (zeroed ints, one per (token, KV head, part), left zeroed) the
 // splits are merged in the kernel, else by launch_attention_combine.
 // `pdl`: launched as a programmatic dependent (it reads the page table and
-// cached K/V first).
+// cached K/V first). `scatter` (Tuning::cuda_decode_reduce_scatter): the
+// scores' warp sums with fewer shuffles and V unpacked once for all heads,
+// bitwise the same outputs.
 bool attention_decode_fused_supported(const AttentionShape& a, DType act);
 int fused_decode_parts(int group);
 Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
@@ -34,6 +36,6 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      const void* q_bias, const void* k_bias, const void* v_bias,
                                      DType bias_dt, void* k_cache, void* v_cache, void* out,
                                      int splits, float* partials, int32_t* split_counters,
-                                     int64_t num_counters, bool pdl);
+                                     int64_t num_counters, bool pdl, bool scatter = false);
 
 }  // namespace ferrite::cuda
