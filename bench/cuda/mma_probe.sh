@@ -12,7 +12,9 @@
 # by default, not yet run on a GPU):
 #   TESTS='CudaQuantMma*' FORMATS=f8_e4m3_b128 PATHS=mma,mma8 \
 #     SHAPES=4096x4096,6144x4096,24576x4096,4096x12288 STAGE=test bash bench/cuda/mma_probe.sh
-#   AB='qwen3-8b:fp8:FERRITE_CUDA_QUANT_MMA_FP8_ACT=1,0' STAGE=ab bash bench/cuda/mma_probe.sh
+#   AB='qwen3-8b:fp8:FERRITE_CUDA_QUANT_MMA_FP8_ACT=1,0 qwen3-8b:fp8:FERRITE_CUDA_DECODE_REDUCE_SCATTER=1,0' \
+#     STAGE=ab bash bench/cuda/mma_probe.sh (the second: the decode attention's reduce-scatter sums,
+#     off by default, also not yet run: the cuda conformance's cuda_alt backend checks it)
 #   (TESTS='CudaQuantMma*:*fp8_act*' also runs the FP8 checkpoints' goldens with it on.)
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
