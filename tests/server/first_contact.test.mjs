@@ -134,6 +134,22 @@ test('/metrics: vLLM\'s queue, prefill, decode, inference, e2e, TTFT and TPOT hi
     'vllm:request_time_per_output_token_seconds': tpot, 'vllm:inter_token_latency_seconds': tpot,
     'vllm:time_per_output_token_seconds': tpot };
   // One sequence at a time: the second of two requests waits for the first.
+  // Whether B reaches the server while A still decodes depends on the
+  // client's event loop (a loaded machine can send B only after A's ~0.1 s
+  // of decoding): a run where B did not queue is repeated on a fresh
+  // server, up to three runs; the metrics' shapes are checked in every run.
+  let timing = '';
+  for (let run = 0; run < 3; ++run) {
+    timing = await queuedPair(names);
+    if (!timing) return;
+  }
+  assert.fail(timing);
+});
+
+// A, then B sent after A's first token (B waits for A), then a one-token
+// request; checks the histograms and returns '' when B's queue time is a
+// good part of the inference time, else why not.
+async function queuedPair(names) {
   const s = await startServer(['--max-num-seqs', '1', '--served-model-name', 'tiny']);
   try {
     const c = new OpenAI({ baseURL: s.url + '/v1', apiKey: 'x', maxRetries: 0 });
@@ -165,15 +181,17 @@ test('/metrics: vLLM\'s queue, prefill, decode, inference, e2e, TTFT and TPOT hi
     // inference = prefill + decode for every request; e2e covers queue + inference.
     assert.ok(Math.abs(inf.sum - pre.sum - dec.sum) < 1e-3, `${inf.sum} vs ${pre.sum} + ${dec.sum}`);
     assert.ok(h['vllm:e2e_request_latency_seconds'].sum >= q.sum + inf.sum - 1e-3);
+    assert.ok(inf.sum <= wall + 0.1 && h['vllm:e2e_request_latency_seconds'].sum <= 2 * wall + 0.5);
     // B queued while A decoded (sent after A's first token, it waits for A's
     // last): a good part of A's inference time, never more than A's e2e. The
     // exact bucket of a known wait: scheduler_test's QueuePrefillAndDecodeTimes.
     const waited = (endA - sentB) / 1000;
-    assert.ok(waited > 0.05, `A decoded too fast to measure (${waited} s)`);
-    assert.ok(q.sum > 0.1 * inf.sum && q.sum < waited + 0.2, `queue ${q.sum} s, inference ${inf.sum} s, B waited about ${waited} s`);
-    assert.ok(inf.sum <= wall + 0.1 && h['vllm:e2e_request_latency_seconds'].sum <= 2 * wall + 0.5);
+    if (!(waited > 0.05)) return `A decoded too fast to measure (${waited} s)`;
+    if (!(q.sum > 0.1 * inf.sum && q.sum < waited + 0.2))
+      return `queue ${q.sum} s, inference ${inf.sum} s, B waited about ${waited} s`;
+    return '';
   } finally { await s.stop(); }
-});
+}
 
 test('generation_config.json gives the defaults; --generation-config vllm ignores it', async () => {
   const model = join(work, 'with-gen-config');
