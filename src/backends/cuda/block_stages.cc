@@ -55,11 +55,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
     a.eps = eps;
     a.zero_centred = zero_centred;
     a.out_dt = out_dt;
-    a.stream = tokens <= st.quant_stream_tokens;
-    a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
-    a.mma = quant_mma_wanted(st, formats[i], tokens);
-    a.mma_smem_kib = static_cast<int>(st.quant_mma_smem_kib);
-    a.mma_a8 = st.quant_mma_fp8_act;
+    set_gemv_paths(st, a);
     if (!quant_gemv_fused_supported(a)) return false;
     i = j;
   }

@@ -138,11 +138,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     a.accumulate = accumulate;
     a.bias = bias;
     a.bias_dt = bias_dt;
-    a.stream = m <= st.quant_stream_tokens;
-    a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
-    a.mma = quant_mma_wanted(st, w_dt, m);
-    a.mma_smem_kib = static_cast<int>(st.quant_mma_smem_kib);
-    a.mma_a8 = st.quant_mma_fp8_act;
+    set_gemv_paths(st, a);
     if (quant_gemv_fused_supported(a)) return launch_quant_gemv_fused(st.stream, a);
   }
   if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&
@@ -226,11 +222,15 @@ bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m) {
          (w_dt != DType::kF8B128 || st.quant_fused_fp8);
 }
 
-bool quant_mma_wanted(const BackendState& st, DType w_dt, int64_t m) {
-  const int64_t from = w_dt == DType::kF8B128   ? st.quant_mma_fp8
-                       : w_dt == DType::kU4G128 ? st.quant_mma_u4
-                                                : 0;
-  return from > 0 && m >= from;
+void set_gemv_paths(const BackendState& st, QuantGemvArgs& a) {
+  a.stream = a.m <= st.quant_stream_tokens;
+  a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
+  const int64_t from = a.w_dt == DType::kF8B128   ? st.quant_mma_fp8
+                       : a.w_dt == DType::kU4G128 ? st.quant_mma_u4
+                                                  : 0;
+  a.mma = from > 0 && a.m >= from;
+  a.mma_smem_kib = static_cast<int>(st.quant_mma_smem_kib);
+  a.mma_a8 = st.quant_mma_fp8_act;
 }
 
 Result<bool> ensure_dequant_capacity(BackendState& st, int64_t bytes) {

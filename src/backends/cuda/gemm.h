@@ -8,6 +8,8 @@
 
 namespace ferrite::cuda {
 
+struct QuantGemvArgs;  // kernels/quant_gemv.cuh
+
 // The longest input row (k) the fixed 8-bit activation scratch of the
 // decode GEMV holds (q8_x / q8_d); longer rows take the paths without it.
 constexpr int64_t kQuantScratchMaxK = 65536;
@@ -26,9 +28,13 @@ Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems);
 // own shape checks (quant_gemv_fused_supported) come after. The one place of
 // this policy for gemm() and normed_projections().
 bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m);
-// Whether such a product takes the tensor-core kernel (QuantGemvArgs::mma):
-// Tuning::cuda_quant_mma_fp8 / cuda_quant_mma_u4 for e4m3 / 4-bit weights.
-bool quant_mma_wanted(const BackendState& st, DType w_dt, int64_t m);
+// Sets the path choices of such a product's QuantGemvArgs (a.w_dt and a.m
+// set): the bulk-copy kernel (Tuning::cuda_quant_stream_tokens / _blocks),
+// the tensor-core kernel (cuda_quant_mma_fp8 / _u4 for e4m3 / 4-bit
+// weights), its shared-memory budget and e4m3 activations
+// (cuda_quant_mma_smem_kib, cuda_quant_mma_fp8_act). The one place for
+// gemm() and normed_projections().
+void set_gemv_paths(const BackendState& st, QuantGemvArgs& a);
 
 // Makes st.dequant hold at least `bytes` (grown on eager steps only; a
 // regrowth drops the captured decode graphs, which point into the old

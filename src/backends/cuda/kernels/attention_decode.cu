@@ -307,19 +307,21 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
         }
       }
     }
-    // Each position's V once for all heads (kScatter), else per head below.
+    // The lane's V dims of the round's position u (the new V from shared
+    // memory): once for all heads (kScatter), else per head below.
+    auto load_v = [&](int u, float (&vf)[D]) {
+      const int p = p0 + (r * kWarps + warp) * kU + u;
+      if (p == pos) {
+#pragma unroll
+        for (int e = 0; e < D; ++e) vf[e] = kv_s[HD + lane * D + e];
+      } else {
+        unpack_words<T, D>(vw[u], vf);
+      }
+    };
     float vfs[kScatter ? kU : 1][D];
     if constexpr (kScatter) {
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int p = p0 + (r * kWarps + warp) * kU + u;
-        if (p == pos) {
-#pragma unroll
-          for (int e = 0; e < D; ++e) vfs[u][e] = kv_s[HD + lane * D + e];
-        } else {
-          unpack_words<T, D>(vw[u], vfs[u]);
-        }
-      }
+      for (int u = 0; u < kU; ++u) load_v(u, vfs[u]);
     }
 #pragma unroll
     for (int g = 0; g < MAXG; ++g) {
@@ -345,13 +347,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
 #pragma unroll
           for (int e = 0; e < D; ++e) vf[e] = vfs[u][e];
         } else {
-          const int p = p0 + (r * kWarps + warp) * kU + u;
-          if (p == pos) {
-#pragma unroll
-            for (int e = 0; e < D; ++e) vf[e] = kv_s[HD + lane * D + e];
-          } else {
-            unpack_words<T, D>(vw[u], vf);
-          }
+          load_v(u, vf);
         }
 #pragma unroll
         for (int e = 0; e < D; ++e) o[g][e] = fmaf(pr, vf[e], o[g][e]);
