@@ -7,7 +7,10 @@
 #     CUDA cores against the tensor cores (paths gemv, mma), then fp8_lt_probe;
 #   STAGE=ab: `ferrite bench` on Qwen3-8B FP8 and GPTQ-Int4 (random weights) at batch 1 / 2 / 8
 #     with the tensor-core kernel on and off (FERRITE_CUDA_QUANT_MMA_FP8 / _U4); AB= picks other
-#     models and settings (below), BATCHES= the batch sizes (default "1 2 8").
+#     models and settings (below), BATCHES= the batch sizes (default "1 2 8");
+#   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
+#     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
+#     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
 # The first call of the session after 17 (e4m3 activations, FERRITE_CUDA_QUANT_MMA_FP8_ACT, off
 # by default, not yet run on a GPU):
 #   TESTS='CudaQuantMma*' FORMATS=f8_e4m3_b128 PATHS=mma,mma8 \
@@ -16,9 +19,6 @@
 #     STAGE=ab bash bench/cuda/mma_probe.sh (the second: the decode attention's reduce-scatter sums,
 #     off by default, also not yet run: the cuda conformance's cuda_alt backend checks it)
 #   (TESTS='CudaQuantMma*:*fp8_act*' also runs the FP8 checkpoints' goldens with it on.)
-#   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
-#     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
-#     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
