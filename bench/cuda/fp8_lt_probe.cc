@@ -5,18 +5,21 @@
 //
 // The product is the engine's column-major view (gemm.cc): out^T [n, m] =
 // W [n, k] (A, transposed) x X^T [k, m] (B), e4m3 A and B, bf16 out, f32
-// compute. W carries one f32 scale per 128 x 128 block (the FP8 checkpoints'
-// weight_block_size [128, 128], CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F),
-// X one per token and 128-element group (their dynamic activation scales,
-// CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F). The header of cublasLt.h does not
-// say how the scale tensors are laid out, so this tries both orders of each
-// (block index along k fastest, or along the other dimension fastest) on a
+// compute. X carries one f32 scale per token and 128-element group (the FP8
+// checkpoints' dynamic activation scales, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+// W one per 128 x 128 block (their weight_block_size [128, 128],
+// CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F) or one per row and 128-element
+// group (VEC128_32F: the f8_e4m3_b128 blocks' own granularity, which any
+// checkpoint's scales fit). The header of cublasLt.h does not say how the
+// scale tensors are laid out, so this tries the candidate orders (below) on a
 // small shape against an f64 host reference of the same codes and scales,
-// prints each candidate's largest error relative to the largest output, and
-// times the first exact one (or the one given by --layout) on the big shape
-// beside the bf16 GEMM.
+// prints each one's largest error against the largest output, and times the
+// first exact order of each weight scale mode beside the bf16 GEMM on the
+// Qwen3-8B shapes (m tokens x n x k). (The first run, with 5 k-blocks and the
+// 128 x 128 scales unpadded, matched no order: PyTorch's _scaled_mm asks for
+// the k-block count padded to a multiple of 4.)
 //
-//   fp8_lt_probe [--m 4096 --n 4096 --k 4096 --iters 20]
+//   fp8_lt_probe [--m 4096] [--shapes 4096x4096,24576x4096] [--iters 20]
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,6 +30,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -38,13 +43,13 @@ using ferrite::f32_to_bf16;
 using ferrite::f32_to_f8e4m3;
 using ferrite::f8e4m3_to_f32;
 
-#define CHECK_CUDA(x)                                                                  \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
+#define CHECK_CUDA(x)                                                                         \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 // Codes and scales of a row-major [rows, k] matrix, scales per (rb x 128)
@@ -63,13 +68,25 @@ Quantized quantize(const std::vector<float>& v, int64_t rows, int64_t k, int64_t
     for (int64_t c0 = 0; c0 < kb; ++c0) {
       float amax = 0.0f;
       for (int64_t r = r0 * rb; r < (r0 + 1) * rb; ++r)
-        for (int64_t c = c0 * 128; c < (c0 + 1) * 128; ++c) amax = std::max(amax, std::fabs(v[r * k + c]));
+        for (int64_t c = c0 * 128; c < (c0 + 1) * 128; ++c)
+          amax = std::max(amax, std::fabs(v[r * k + c]));
       const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
       q.scales[r0 * kb + c0] = s;
       for (int64_t r = r0 * rb; r < (r0 + 1) * rb; ++r)
-        for (int64_t c = c0 * 128; c < (c0 + 1) * 128; ++c) q.codes[r * k + c] = f32_to_f8e4m3(v[r * k + c] / s);
+        for (int64_t c = c0 * 128; c < (c0 + 1) * 128; ++c)
+          q.codes[r * k + c] = f32_to_f8e4m3(v[r * k + c] / s);
     }
   return q;
+}
+
+// The scales [outer][inner] with each outer row padded to a multiple of 4
+// entries (padding 1.0: never read by a correct layout, wrong if it is).
+std::vector<float> padded_rows(const std::vector<float>& s, int64_t outer, int64_t inner) {
+  const int64_t ld = (inner + 3) / 4 * 4;
+  std::vector<float> t(static_cast<size_t>(outer * ld), 1.0f);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) t[o * ld + i] = s[o * inner + i];
+  return t;
 }
 
 // The scales [outer][inner] as [inner][outer] (the other candidate order).
@@ -98,9 +115,9 @@ struct Lt {
 // the scale pointers are given, else bf16 operands. Returns the status of
 // the first failing call (the heuristic's NOT_SUPPORTED included) or of the
 // launches; `ms` the average over `iters` launches after one warm-up.
-cublasStatus_t matmul(Lt& lt, bool fp8, int64_t m, int64_t n, int64_t k, const void* a,
-                      const void* b, void* out, const float* a_scale, const float* b_scale,
-                      int iters, float* ms) {
+cublasStatus_t matmul(Lt& lt, bool fp8, int32_t amode, int64_t m, int64_t n, int64_t k,
+                      const void* a, const void* b, void* out, const float* a_scale,
+                      const float* b_scale, int iters, float* ms) {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -111,7 +128,6 @@ cublasStatus_t matmul(Lt& lt, bool fp8, int64_t m, int64_t n, int64_t k, const v
   set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
   if (fp8) {
-    const int32_t amode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     const int32_t bmode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof(amode));
     set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof(bmode));
@@ -135,8 +151,8 @@ cublasStatus_t matmul(Lt& lt, bool fp8, int64_t m, int64_t n, int64_t k, const v
   }
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&] {
-    return cublasLtMatmul(lt.h, op, &alpha, a, la, b, lb, &beta, out, lc, out, lc, &res.algo,
-                          lt.ws, lt.ws_bytes, nullptr);
+    return cublasLtMatmul(lt.h, op, &alpha, a, la, b, lb, &beta, out, lc, out, lc, &res.algo, lt.ws,
+                          lt.ws_bytes, nullptr);
   };
   if (st == CUBLAS_STATUS_SUCCESS) st = run();
   if (st == CUBLAS_STATUS_SUCCESS && iters > 0) {
@@ -165,14 +181,24 @@ cublasStatus_t matmul(Lt& lt, bool fp8, int64_t m, int64_t n, int64_t k, const v
 
 int main(int argc, char** argv) {
   CLI::App app{"fp8_lt_probe: cuBLASLt FP8 with 128x128 weight and 1x128 activation scales"};
-  int64_t M = 4096, N = 4096, K = 4096;
-  int iters = 20, layout = -1;
+  int64_t M = 4096, N = 128, K = 128;  // N, K: the largest shape's
+  int iters = 20;
   app.add_option("--m", M, "tokens of the timed product")->capture_default_str();
-  app.add_option("--n", N, "output features")->capture_default_str();
-  app.add_option("--k", K, "input features")->capture_default_str();
   app.add_option("--iters", iters, "timed launches")->capture_default_str();
-  app.add_option("--layout", layout, "scale layout to time (0-3; default: the first exact one)");
+  std::vector<std::string> shape_list = {"4096x4096", "6144x4096", "24576x4096", "4096x12288"};
+  app.add_option("--shapes", shape_list, "timed n x k shapes (m = --m)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const std::string& sh : shape_list) {
+    long long a = 0, b = 0;
+    if (std::sscanf(sh.c_str(), "%lldx%lld", &a, &b) != 2 || a % 128 || b % 128) {
+      std::fprintf(stderr, "bad shape %s (n x k, multiples of 128)\n", sh.c_str());
+      return 2;
+    }
+    shapes.emplace_back(a, b);
+    N = std::max<int64_t>(N, a);
+    K = std::max<int64_t>(K, b);
+  }
   if (M % 128 || N % 128 || K % 128) {
     std::fprintf(stderr, "m, n and k must be multiples of 128\n");
     return 2;
@@ -183,42 +209,64 @@ int main(int argc, char** argv) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
 
-  // Candidates: bit 0 the weights' block scales k-block fastest (0) or
-  // n-block fastest (1); bit 1 the activations' k-block fastest (0) or token
-  // fastest (1).
+  // Candidates (weights' scales; activations' scales, one per token and
+  // 128-element group):
+  //   0-3: 128 x 128 weight blocks (BLK128x128_32F); bit 0 the weights'
+  //        scales k-block fastest (0, k-blocks padded to a multiple of 4) or
+  //        n-block fastest (1); bit 1 the activations' k-block fastest (0) or
+  //        token fastest (1);
+  //   4-5: 1 x 128 weight blocks (VEC128_32F, one scale per row and group,
+  //        the f8_e4m3_b128 blocks' own granularity): 4 rows fastest with
+  //        token-fastest activations, 5 k-block fastest for both.
   const int64_t m = 256, n = 384, k = 640;  // small, uneven block counts
+  const int64_t kb = k / 128;
   std::vector<float> w(static_cast<size_t>(n * k)), x(static_cast<size_t>(m * k));
   for (auto& v : w) v = nd(rng) * (1.0f + 3.0f * std::fabs(nd(rng)));  // blocks of unequal range
   for (auto& v : x) v = nd(rng) * (1.0f + 3.0f * std::fabs(nd(rng)));
-  const Quantized qw = quantize(w, n, k, 128), qx = quantize(x, m, k, 1);
-  std::vector<double> ref(static_cast<size_t>(m * n));
-  double mag = 0.0;
-  for (int64_t t = 0; t < m; ++t)
-    for (int64_t r = 0; r < n; ++r) {
-      double acc = 0.0;
-      for (int64_t i = 0; i < k; ++i)
-        acc += double(f8e4m3_to_f32(qw.codes[r * k + i])) * qw.scales[(r / 128) * (k / 128) + i / 128] *
-               double(f8e4m3_to_f32(qx.codes[t * k + i])) * qx.scales[t * (k / 128) + i / 128];
-      ref[t * n + r] = acc;
-      mag = std::max(mag, std::fabs(acc));
-    }
-  uint8_t* dw = upload(qw.codes);
-  uint8_t* dx = upload(qx.codes);
+  const Quantized qx = quantize(x, m, k, 1);
+  const char* kNames[6] = {"128x128 weights k-block fastest (padded), activations k-block fastest",
+                           "128x128 weights n-block fastest, activations k-block fastest",
+                           "128x128 weights k-block fastest (padded), activations token fastest",
+                           "128x128 weights n-block fastest, activations token fastest",
+                           "1x128 weights row fastest, activations token fastest",
+                           "1x128 weights k-block fastest, activations k-block fastest"};
+  int exact_blk = -1, exact_vec = -1;
   __nv_bfloat16* dout = nullptr;
   CHECK_CUDA(cudaMalloc(&dout, m * n * 2));
-  int exact = -1;
-  for (int c = 0; c < 4; ++c) {
-    const std::vector<float> ws = (c & 1) ? transposed(qw.scales, n / 128, k / 128) : qw.scales;
-    const std::vector<float> xs = (c & 2) ? transposed(qx.scales, m, k / 128) : qx.scales;
+  uint8_t* dx = upload(qx.codes);
+  for (int c = 0; c < 6; ++c) {
+    const bool vec = c >= 4;
+    const int64_t rb = vec ? 1 : 128;
+    const Quantized qw = quantize(w, n, k, rb);
+    std::vector<float> ws, xs;
+    if (!vec) {
+      ws = (c & 1) ? transposed(qw.scales, n / 128, kb) : padded_rows(qw.scales, n / 128, kb);
+      xs = (c & 2) ? transposed(qx.scales, m, kb) : qx.scales;
+    } else {
+      ws = c == 4 ? transposed(qw.scales, n, kb) : qw.scales;
+      xs = c == 4 ? transposed(qx.scales, m, kb) : qx.scales;
+    }
+    double mag = 0.0;
+    std::vector<double> ref(static_cast<size_t>(m * n));
+    for (int64_t t = 0; t < m; ++t)
+      for (int64_t r = 0; r < n; ++r) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < k; ++i)
+          acc += double(f8e4m3_to_f32(qw.codes[r * k + i])) * qw.scales[(r / rb) * kb + i / 128] *
+                 double(f8e4m3_to_f32(qx.codes[t * k + i])) * qx.scales[t * kb + i / 128];
+        ref[t * n + r] = acc;
+        mag = std::max(mag, std::fabs(acc));
+      }
+    uint8_t* dw = upload(qw.codes);
     float* dws = upload(ws);
     float* dxs = upload(xs);
     CHECK_CUDA(cudaMemset(dout, 0, m * n * 2));
     float ms = 0.0f;
-    const cublasStatus_t st = matmul(lt, true, m, n, k, dw, dx, dout, dws, dxs, 0, &ms);
+    const int32_t amode =
+        vec ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const cublasStatus_t st = matmul(lt, true, amode, m, n, k, dw, dx, dout, dws, dxs, 0, &ms);
     if (st != CUBLAS_STATUS_SUCCESS) {
-      std::printf("layout %d (weights %s, activations %s): cublasLt status %d\n", c,
-                  (c & 1) ? "n-block fastest" : "k-block fastest",
-                  (c & 2) ? "token fastest" : "k-block fastest", static_cast<int>(st));
+      std::printf("layout %d (%s): cublasLt status %d\n", c, kNames[c], static_cast<int>(st));
     } else {
       std::vector<uint16_t> got(static_cast<size_t>(m * n));
       CHECK_CUDA(cudaMemcpy(got.data(), dout, got.size() * 2, cudaMemcpyDeviceToHost));
@@ -228,50 +276,70 @@ int main(int argc, char** argv) {
           err = std::max(err, std::fabs(double(bf16_to_f32(got[t * n + r])) - ref[t * n + r]));
       // bf16 output: 2^-8 of a value; the f32 sums of exact products.
       const bool ok = err <= 8e-3 * mag;
-      std::printf("layout %d (weights %s, activations %s): largest error %.3e of %.3e %s\n", c,
-                  (c & 1) ? "n-block fastest" : "k-block fastest",
-                  (c & 2) ? "token fastest" : "k-block fastest", err, mag, ok ? "EXACT" : "wrong");
-      if (ok && exact < 0) exact = c;
+      std::printf("layout %d (%s): largest error %.3e of %.3e %s\n", c, kNames[c], err, mag,
+                  ok ? "EXACT" : "wrong");
+      int& e = vec ? exact_vec : exact_blk;
+      if (ok && e < 0) e = c;
     }
+    cudaFree(dw);
     cudaFree(dws);
     cudaFree(dxs);
   }
-  cudaFree(dw);
   cudaFree(dx);
   cudaFree(dout);
-  const int pick = layout >= 0 ? layout : exact;
-  if (pick < 0) {
+  if (exact_blk < 0 && exact_vec < 0) {
     std::printf("no layout matched the reference: nothing timed\n");
     return 1;
   }
 
-  // Timing on the big shape (values do not matter: random codes, unit scales).
-  std::vector<uint8_t> cw(static_cast<size_t>(N * K)), cx(static_cast<size_t>(M * K));
+  // Timing on the big shapes (values do not matter: random codes, small
+  // scales), each exact scale mode beside bf16.
+  float* tsw = nullptr;
+  float* tsx = nullptr;
+  {
+    std::vector<float> big(static_cast<size_t>(std::max(M, N) * (K / 128 + 4)), 1e-3f);
+    tsw = upload(big);
+    tsx = upload(big);
+  }
   std::uniform_int_distribution<int> code(0, 0x7E);  // finite e4m3 magnitudes
-  for (auto& v : cw) v = static_cast<uint8_t>(code(rng) | (rng() & 0x80));
-  for (auto& v : cx) v = static_cast<uint8_t>(code(rng) | (rng() & 0x80));
-  std::vector<float> sw(static_cast<size_t>((N / 128) * (K / 128)), 1e-3f),
-      sx(static_cast<size_t>(M * (K / 128)), 1e-3f);
-  std::vector<uint16_t> bw(static_cast<size_t>(N * K)), bx(static_cast<size_t>(M * K));
-  for (auto& v : bw) v = f32_to_bf16(nd(rng));
-  for (auto& v : bx) v = f32_to_bf16(nd(rng));
-  uint8_t* tw = upload(cw);
-  uint8_t* tx = upload(cx);
-  float* tsw = upload(sw);
-  float* tsx = upload(sx);
-  uint16_t* tbw = upload(bw);
-  uint16_t* tbx = upload(bx);
-  void* tout = nullptr;
-  CHECK_CUDA(cudaMalloc(&tout, M * N * 2));
-  float ms8 = 0.0f, ms16 = 0.0f;
-  const cublasStatus_t s8 = matmul(lt, true, M, N, K, tw, tx, tout, tsw, tsx, iters, &ms8);
-  const cublasStatus_t s16 = matmul(lt, false, M, N, K, tbw, tbx, tout, nullptr, nullptr, iters, &ms16);
-  const double flop = 2.0 * M * N * K;
-  std::printf("m %lld n %lld k %lld, layout %d: fp8 block-scaled %s %.1f us (%.0f TFLOP/s), "
-              "bf16 %s %.1f us (%.0f TFLOP/s): %.2fx\n",
-              static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), pick,
-              s8 == CUBLAS_STATUS_SUCCESS ? "ok" : "FAILED", 1e3 * ms8, flop / ms8 / 1e9,
-              s16 == CUBLAS_STATUS_SUCCESS ? "ok" : "FAILED", 1e3 * ms16, flop / ms16 / 1e9,
-              ms16 / std::max(ms8, 1e-6f));
+  for (const auto& [bn, bk] : shapes) {
+    const int64_t NN = bn, KK = bk;
+    std::vector<uint8_t> cw(static_cast<size_t>(NN * KK)), cx(static_cast<size_t>(M * KK));
+    for (auto& v : cw) v = static_cast<uint8_t>(code(rng) | (rng() & 0x80));
+    for (auto& v : cx) v = static_cast<uint8_t>(code(rng) | (rng() & 0x80));
+    std::vector<uint16_t> bw(static_cast<size_t>(NN * KK)), bx(static_cast<size_t>(M * KK));
+    for (auto& v : bw) v = f32_to_bf16(nd(rng));
+    for (auto& v : bx) v = f32_to_bf16(nd(rng));
+    uint8_t* tw = upload(cw);
+    uint8_t* tx = upload(cx);
+    uint16_t* tbw = upload(bw);
+    uint16_t* tbx = upload(bx);
+    void* tout = nullptr;
+    CHECK_CUDA(cudaMalloc(&tout, M * NN * 2));
+    float ms16 = 0.0f;
+    const cublasStatus_t s16 =
+        matmul(lt, false, 0, M, NN, KK, tbw, tbx, tout, nullptr, nullptr, iters, &ms16);
+    const double flop = 2.0 * M * NN * KK;
+    std::printf("m %lld n %lld k %lld: bf16 %s %.1f us (%.0f TFLOP/s)", static_cast<long long>(M),
+                static_cast<long long>(NN), static_cast<long long>(KK),
+                s16 == CUBLAS_STATUS_SUCCESS ? "ok" : "FAILED", 1e3 * ms16, flop / ms16 / 1e9);
+    for (const int c : {exact_blk, exact_vec}) {
+      if (c < 0) continue;
+      const int32_t amode = c >= 4 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                   : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      float ms8 = 0.0f;
+      const cublasStatus_t s8 =
+          matmul(lt, true, amode, M, NN, KK, tw, tx, tout, tsw, tsx, iters, &ms8);
+      std::printf("; fp8 %s (layout %d) %s %.1f us (%.0f TFLOP/s) %.2fx",
+                  c >= 4 ? "1x128" : "128x128", c, s8 == CUBLAS_STATUS_SUCCESS ? "ok" : "FAILED",
+                  1e3 * ms8, flop / ms8 / 1e9, ms16 / std::max(ms8, 1e-6f));
+    }
+    std::printf("\n");
+    cudaFree(tw);
+    cudaFree(tx);
+    cudaFree(tbw);
+    cudaFree(tbx);
+    cudaFree(tout);
+  }
   return 0;
 }

@@ -7,7 +7,9 @@
 #include "backends/cuda/cuda_status.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "base/status.h"
 #include "runtime/provider.h"
@@ -82,6 +84,19 @@ struct BackendState {
   // graph is captured.
   void* dequant = nullptr;
   int64_t dequant_bytes = 0;
+  // Tuning::cuda_fp8_lt_tokens (gemm.cc, fp8_lt_product): products of at
+  // least this many tokens on f8_e4m3_b128 weights run cuBLASLt's
+  // block-scaled FP8 GEMM (kernels/fp8_block_gemm.cuh) on e4m3 activations
+  // (fp8_act: codes, then scales; grown on eager steps) and weight slices
+  // repacked into `dequant`; 0: off.
+  int64_t fp8_lt_tokens = 65;
+  uint8_t* fp8_act = nullptr;
+  int64_t fp8_act_bytes = 0;
+  int32_t* fp8_check = nullptr;  // launch_fp8_blk_uniform's answer
+  // Per weight (pointer, rows): whether its 128-row groups share their
+  // scales (128x128 scales) or not (per-row scales); checked once, on an
+  // eager step (a weight first met while capturing takes per-row scales).
+  std::map<std::pair<const void*, int64_t>, bool> fp8_blk;
 };
 constexpr int64_t kSplitCounters = 1 << 16;
 

@@ -72,6 +72,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.dequant_slice_mib = options_.dequant_slice_mib;
     st_.quant_tile_tokens = options_.quant_tile_tokens;
+    st_.fp8_lt_tokens = options_.fp8_lt_tokens;
     FERRITE_RETURN_IF_ERROR(gemm_init(st_));
     FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
     FERRITE_CUDA_RETURN(cudaMalloc(&st_.split_counters, kSplitCounters * sizeof(int32_t)));

@@ -1,29 +1,32 @@
 #include "backends/cuda/gemm.h"
 
 #include <cublasLt.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <map>
-#include <string>
 #include <mutex>
+#include <string>
 #include <tuple>
 
-#include <fmt/format.h>
-
+#include "backends/cuda/kernels/fp8_block_gemm.cuh"
+#include "backends/cuda/kernels/gemm.cuh"
 #include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
 #include "backends/cuda/kernels/quant_tile.cuh"
-#include "backends/cuda/kernels/gemm.cuh"
 
 namespace ferrite::cuda {
 namespace {
 
 cudaDataType_t cuda_type(DType dt) {
   switch (dt) {
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF16: return CUDA_R_16F;
-    default: return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -46,26 +49,43 @@ LtCache& cache() {
   return *c;
 }
 
+// The block-scaled FP8 products' operand scales (kernels/fp8_block_gemm.cuh).
+enum class Fp8Scales { kNone, kRows, kBlocks };  // 16-bit operands; VEC128; BLK128x128
+
 // out is [m, n] with row stride ldc (n unless a column slice is written).
+// fp8 != kNone: e4m3 operands with VEC128 activation scales and the weight
+// scales named; the scale pointers are the descriptor's attributes, which
+// the caller sets (under cache().mu) before each call.
 const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType act, DType out_dt,
-                      bool accumulate, int64_t ldc) {
+                      bool accumulate, int64_t ldc, Fp8Scales fp8 = Fp8Scales::kNone) {
   LtCache& lc = cache();
   std::lock_guard<std::mutex> lock(lc.mu);
-  LtKey key{m, n, k, static_cast<int>(act), static_cast<int>(out_dt), accumulate ? 1 : 0, ldc};
+  const int act_key = fp8 == Fp8Scales::kNone ? static_cast<int>(act) : -static_cast<int>(fp8);
+  LtKey key{m, n, k, act_key, static_cast<int>(out_dt), accumulate ? 1 : 0, ldc};
   auto it = lc.plans.find(key);
   if (it != lc.plans.end()) return it->second.ok ? &it->second : nullptr;
   LtPlan p;
   auto handle = static_cast<cublasLtHandle_t>(st.lt_handle);
-  bool good = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
-              CUBLAS_STATUS_SUCCESS;
+  bool good =
+      cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   good = good && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
                                                 sizeof(ta)) == CUBLAS_STATUS_SUCCESS;
   good = good && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
                                                 sizeof(tb)) == CUBLAS_STATUS_SUCCESS;
+  if (fp8 != Fp8Scales::kNone) {
+    const int32_t amode = fp8 == Fp8Scales::kBlocks ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                                    : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    const int32_t bmode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    good = good && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode,
+                                                  sizeof(amode)) == CUBLAS_STATUS_SUCCESS;
+    good = good && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode,
+                                                  sizeof(bmode)) == CUBLAS_STATUS_SUCCESS;
+  }
   // Column-major view: out^T (n x m) = W (k x n)^T * x^T (k x m).
-  good = good && cublasLtMatrixLayoutCreate(&p.a, cuda_type(act), k, n, k) == CUBLAS_STATUS_SUCCESS;
-  good = good && cublasLtMatrixLayoutCreate(&p.b, cuda_type(act), k, m, k) == CUBLAS_STATUS_SUCCESS;
+  const cudaDataType_t in = fp8 != Fp8Scales::kNone ? CUDA_R_8F_E4M3 : cuda_type(act);
+  good = good && cublasLtMatrixLayoutCreate(&p.a, in, k, n, k) == CUBLAS_STATUS_SUCCESS;
+  good = good && cublasLtMatrixLayoutCreate(&p.b, in, k, m, k) == CUBLAS_STATUS_SUCCESS;
   good = good &&
          cublasLtMatrixLayoutCreate(&p.c, cuda_type(out_dt), n, m, ldc) == CUBLAS_STATUS_SUCCESS;
   if (good) {
@@ -104,6 +124,117 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
   return pos->second.ok ? &pos->second : nullptr;
 }
 
+Result<bool> ensure_fp8_act_capacity(BackendState& st, int64_t bytes) {
+  if (st.fp8_act_bytes >= bytes) return true;
+  if (st.capturing) return false;
+  FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
+  if (st.exec) drop_captured_graphs(st);  // they point into the old buffer
+  if (st.fp8_act) cudaFree(st.fp8_act);
+  st.fp8_act = nullptr;
+  st.fp8_act_bytes = 0;
+  if (cudaMalloc(&st.fp8_act, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // an out-of-memory error is not sticky: clear it
+    st.fp8_act = nullptr;
+    return false;
+  }
+  st.fp8_act_bytes = bytes;
+  return true;
+}
+
+int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Whether the f8_e4m3_b128 weight w [n, k] takes 128x128 scales: checked on
+// the device once per weight, on an eager step (a sync); a weight first met
+// while a graph is captured takes per-row scales, which fit every weight.
+Result<Fp8Scales> fp8_weight_scales(BackendState& st, const void* w, int64_t n, int64_t k) {
+  const auto key = std::make_pair(w, n);
+  auto it = st.fp8_blk.find(key);
+  if (it != st.fp8_blk.end()) return it->second ? Fp8Scales::kBlocks : Fp8Scales::kRows;
+  if (st.capturing) return Fp8Scales::kRows;
+  if (!st.fp8_check) FERRITE_CUDA_RETURN(cudaMalloc(&st.fp8_check, sizeof(int32_t)));
+  FERRITE_RETURN_IF_ERROR(launch_fp8_blk_uniform(st.stream, w, n, k, st.fp8_check));
+  int32_t mismatch = 1;
+  FERRITE_CUDA_RETURN(cudaMemcpyAsync(&mismatch, st.fp8_check, sizeof(mismatch),
+                                      cudaMemcpyDeviceToHost, st.stream));
+  FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
+  st.fp8_blk[key] = mismatch == 0;
+  return mismatch == 0 ? Fp8Scales::kBlocks : Fp8Scales::kRows;
+}
+
+// out[m, n] (= or +=) x[m, k] . W[n, k]^T (+ bias) for f8_e4m3_b128 W on the
+// e4m3 tensor cores through cuBLASLt's block-scaled FP8 GEMM
+// (kernels/fp8_block_gemm.cuh): x quantized to e4m3 per token and
+// 128-element group into st.fp8_act, then per slice of weight rows (whole
+// 128-row groups that fit st.dequant, at most Tuning::cuda_dequant_slice_mib)
+// the codes and scales repacked and one cuBLASLt call writing its columns of
+// out. False (nothing launched) when the types, buffers or cuBLASLt do not
+// allow it: the caller takes the dequantizing path.
+Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k,
+                            const void* w, int64_t n, void* out, DType out_dt, bool accumulate,
+                            const void* bias, DType bias_dt) {
+  if ((x_dt != DType::kBF16 && x_dt != DType::kF16) || (out_dt != x_dt && out_dt != DType::kF32) ||
+      k % 128 != 0)
+    return false;
+  const int64_t act_codes = align256(m * k);
+  FERRITE_ASSIGN_OR_RETURN(bool have_act,
+                           ensure_fp8_act_capacity(st, act_codes + 4 * (k / 128) * m));
+  if (!have_act) return false;
+  FERRITE_ASSIGN_OR_RETURN(Fp8Scales mode, fp8_weight_scales(st, w, n, k));
+  const bool blk = mode == Fp8Scales::kBlocks;
+  auto slice_bytes = [&](int64_t rows) {
+    return align256(rows * k) + fp8_weight_scale_bytes(k, rows, blk);
+  };
+  const int64_t limit = std::max<int64_t>(1, st.dequant_slice_mib) << 20;
+  int64_t want_rows = std::max<int64_t>(128, limit / (k + 4 * (k / 128)) / 128 * 128);
+  want_rows = std::min(n, want_rows);
+  FERRITE_ASSIGN_OR_RETURN(bool grown, ensure_dequant_capacity(st, slice_bytes(want_rows)));
+  (void)grown;  // a smaller buffer still takes slices of it
+  int64_t slice = want_rows;
+  while (slice > 0 && slice_bytes(slice) > st.dequant_bytes)
+    slice = slice > 128 ? (slice - 1) / 128 * 128 : 0;
+  if (slice <= 0) return false;
+  const LtPlan* full = lt_plan(st, m, slice, k, x_dt, out_dt, accumulate, n, mode);
+  const LtPlan* last = full && n % slice != 0
+                           ? lt_plan(st, m, n % slice, k, x_dt, out_dt, accumulate, n, mode)
+                           : full;
+  if (!full || !last) return false;
+  FERRITE_RETURN_IF_ERROR(launch_fp8_quantize_act(
+      st.stream, x, x_dt, m, k, st.fp8_act, reinterpret_cast<float*>(st.fp8_act + act_codes)));
+  const float* act_scales = reinterpret_cast<const float*>(st.fp8_act + act_codes);
+  auto* codes = static_cast<uint8_t*>(st.dequant);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const int64_t out_elem = dtype_bytes(out_dt, 1);
+  for (int64_t n0 = 0; n0 < n; n0 += slice) {
+    const int64_t rows = std::min(slice, n - n0);
+    const LtPlan* p = rows == slice ? full : last;
+    float* w_scales = reinterpret_cast<float*>(codes + align256(rows * k));
+    FERRITE_RETURN_IF_ERROR(
+        launch_fp8_repack_rows(st.stream, w, k, n0, rows, blk, codes, w_scales));
+    void* o = static_cast<char*>(out) + n0 * out_elem;
+    cublasStatus_t cs;
+    {
+      // The scale pointers are attributes of the shared descriptor.
+      std::lock_guard<std::mutex> lock(cache().mu);
+      const void* ws = w_scales;
+      const void* xs = act_scales;
+      cs = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws,
+                                          sizeof(ws));
+      if (cs == CUBLAS_STATUS_SUCCESS)
+        cs = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs,
+                                            sizeof(xs));
+      if (cs == CUBLAS_STATUS_SUCCESS)
+        cs = cublasLtMatmul(static_cast<cublasLtHandle_t>(st.lt_handle), p->op, &alpha, codes, p->a,
+                            st.fp8_act, p->b, &beta, o, p->c, o, p->c, &p->algo, st.lt_workspace,
+                            st.lt_workspace_bytes, st.stream);
+    }
+    if (cs != CUBLAS_STATUS_SUCCESS)
+      return internal_error(fmt::format("cublasLtMatmul (fp8) failed ({}) for m={} n={} k={}",
+                                        static_cast<int>(cs), m, rows, k));
+  }
+  FERRITE_RETURN_IF_ERROR(launch_add_bias(st.stream, out, out_dt, m, n, n, bias, bias_dt));
+  return true;
+}
+
 // Products on GGUF block weights (q8_0, q4_k, ...; kernels/quant_gemm.cuh):
 //  - decode (m <= 8): the weight-streaming GEMV, on 8-bit activation blocks
 //    (Tuning::cuda_quant_dot) or on f32 activations; FP8 and 4-bit weights
@@ -111,6 +242,8 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
 //    activations the fused kernels cannot stage on the bf16 tile;
 //  - 9 .. Tuning::cuda_quant_tile_tokens bf16 tokens: the bf16 tensor-core
 //    tile that decodes the blocks in registers (kernels/quant_tile.cuh);
+//  - larger batches on FP8 weights, from Tuning::cuda_fp8_lt_tokens tokens:
+//    e4m3 activations and cuBLASLt's block-scaled FP8 GEMM (fp8_lt_product);
 //  - larger bf16 / f16 batches (prefill): slices of weight rows dequantized
 //    to the activation type into st.dequant, then cuBLASLt, each slice
 //    writing its columns of out (tensor cores at the bf16 rate; the
@@ -118,8 +251,8 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
 //  - otherwise (f32 activations, a graph capture that would need a larger
 //    buffer): the tiles that dequantize into shared memory.
 Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k,
-                     const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
-                     bool accumulate, const void* bias, DType bias_dt) {
+                     const void* w, DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate,
+                     const void* bias, DType bias_dt) {
   // Up to 8 tokens: the integer GEMV (fused with the activations'
   // quantization, else after a quantize launch); 9 to 64 tokens the bf16
   // tile, beyond dequantize + cuBLASLt (each the faster there, measured:
@@ -143,8 +276,8 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   }
   if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&
       quant_gemv_q8_supported(w_dt, w, k, out_dt))
-    return launch_quant_gemv_q8(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate,
-                                bias, bias_dt, st.q8_x, st.q8_d);
+    return launch_quant_gemv_q8(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
+                                bias_dt, st.q8_x, st.q8_d);
   auto tile_ok = [&] {
     return st.tile_partials && m <= st.quant_tile_tokens &&
            quant_tile_supported(x_dt, x, w_dt, w, k, out_dt);
@@ -167,6 +300,11 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     return launch_quant_tile(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
                              accumulate, bias, bias_dt, scratch);
   }
+  if (w_dt == DType::kF8B128 && st.fp8_lt_tokens > 0 && m >= st.fp8_lt_tokens) {
+    FERRITE_ASSIGN_OR_RETURN(
+        bool done, fp8_lt_product(st, x, x_dt, m, k, w, n, out, out_dt, accumulate, bias, bias_dt));
+    if (done) return Status::ok();
+  }
   const bool lt_types = (x_dt == DType::kBF16 || x_dt == DType::kF16) &&
                         (out_dt == x_dt || out_dt == DType::kF32) &&
                         !(accumulate && out_dt != x_dt) && k % dtype_block_elems(w_dt) == 0;
@@ -188,9 +326,8 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     const LtPlan* full = slice >= 128 || slice == n
                              ? lt_plan(st, m, slice, k, x_dt, out_dt, accumulate, n)
                              : nullptr;
-    const LtPlan* last = full && n % slice != 0
-                             ? lt_plan(st, m, n % slice, k, x_dt, out_dt, accumulate, n)
-                             : full;
+    const LtPlan* last =
+        full && n % slice != 0 ? lt_plan(st, m, n % slice, k, x_dt, out_dt, accumulate, n) : full;
     if (full && last) {
       const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
       const int64_t out_elem = dtype_bytes(out_dt, 1);
@@ -206,8 +343,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
         if (cs != CUBLAS_STATUS_SUCCESS)
           return internal_error(fmt::format("cublasLtMatmul failed ({}) for m={} n={} k={}",
                                             static_cast<int>(cs), m, rows, k));
-        if (n0 + rows == n)
-          return launch_add_bias(st.stream, out, out_dt, m, n, n, bias, bias_dt);
+        if (n0 + rows == n) return launch_add_bias(st.stream, out, out_dt, m, n, n, bias, bias_dt);
       }
     }
   }
@@ -286,8 +422,7 @@ Status gemm_init(BackendState& st) {
     st.tile_counter_count = kQuantTileCounters;
     FERRITE_CUDA_RETURN(cudaMalloc(&st.tile_partials, st.tile_partial_floats * sizeof(float)));
     FERRITE_CUDA_RETURN(cudaMalloc(&st.tile_counters, st.tile_counter_count * sizeof(int32_t)));
-    FERRITE_CUDA_RETURN(
-        cudaMemset(st.tile_counters, 0, st.tile_counter_count * sizeof(int32_t)));
+    FERRITE_CUDA_RETURN(cudaMemset(st.tile_counters, 0, st.tile_counter_count * sizeof(int32_t)));
   }
   return Status::ok();
 }
@@ -297,6 +432,12 @@ void gemm_shutdown(BackendState& st) {
   if (st.q8_x) cudaFree(st.q8_x);
   if (st.q8_d) cudaFree(st.q8_d);
   if (st.dequant) cudaFree(st.dequant);
+  if (st.fp8_act) cudaFree(st.fp8_act);
+  if (st.fp8_check) cudaFree(st.fp8_check);
+  st.fp8_act = nullptr;
+  st.fp8_act_bytes = 0;
+  st.fp8_check = nullptr;
+  st.fp8_blk.clear();
   if (st.tile_partials) cudaFree(st.tile_partials);
   if (st.tile_counters) cudaFree(st.tile_counters);
   st.tile_partials = nullptr;
@@ -323,10 +464,9 @@ Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, c
   if (tensor_types && !(accumulate && out_dt != x_dt)) {
     if (const LtPlan* p = lt_plan(st, m, n, k, x_dt, out_dt, accumulate, n)) {
       const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-      cublasStatus_t s = cublasLtMatmul(static_cast<cublasLtHandle_t>(st.lt_handle), p->op,
-                                        &alpha, w, p->a, x, p->b, &beta, out, p->c, out, p->c,
-                                        &p->algo, st.lt_workspace, st.lt_workspace_bytes,
-                                        st.stream);
+      cublasStatus_t s = cublasLtMatmul(static_cast<cublasLtHandle_t>(st.lt_handle), p->op, &alpha,
+                                        w, p->a, x, p->b, &beta, out, p->c, out, p->c, &p->algo,
+                                        st.lt_workspace, st.lt_workspace_bytes, st.stream);
       if (s != CUBLAS_STATUS_SUCCESS)
         return internal_error(fmt::format("cublasLtMatmul failed ({}) for m={} n={} k={}",
                                           static_cast<int>(s), m, n, k));

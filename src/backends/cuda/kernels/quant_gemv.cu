@@ -127,7 +127,7 @@ bool aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p)
 
 }  // namespace
 
-bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
+bool quant_gemv_fused_args_ok(const QuantGemvArgs& a) {
   const int f = qfmt(a.w_dt);
   if (f < 0 || a.m < 1 || a.m > 8 || a.k < 32 || a.k % 32 != 0 ||
       a.k % dtype_block_elems(a.w_dt) != 0 || !small_ok(a.x_dt) || !a.x || !aligned(a.x, 16))
@@ -139,7 +139,6 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   if ((a.accumulate || a.bias) && a.count != 1) return false;
   if (a.bias && !small_ok(a.bias_dt)) return false;
   if (a.norm && (!small_ok(a.norm_dt) || !aligned(a.norm, 16))) return false;
-  if (smem_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)) > kMaxSmem) return false;
   // q4_k / q5_k blocks are read with 16-byte loads, u4_g128 / f8 with
   // 4-byte ones, the others (34, 18 and 210 bytes: 2-byte alignment) as the
   // aligned words around them.
@@ -150,6 +149,17 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   for (int i = 0; i < a.count; ++i)
     if (!a.segs[i].w || !a.segs[i].out || !aligned(a.segs[i].w, wa)) return false;
   return true;
+}
+
+bool quant_gemv_simt_smem_ok(const QuantGemvArgs& a) {
+  return smem_bytes(a.m, a.k, qfmt(a.w_dt), dtype_bytes(a.x_dt, 1)) <= kMaxSmem;
+}
+
+bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
+  if (!quant_gemv_fused_args_ok(a)) return false;
+  // The tensor-core kernel plans its own shared memory (e4m3 activations
+  // stage in half the bytes of the CUDA-core kernels' rows).
+  return quant_gemv_simt_smem_ok(a) || (a.mma && quant_gemv_mma_supported(a));
 }
 
 Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {

@@ -81,24 +81,32 @@ struct QuantGemvArgs {
   bool mma_a8 = false;
 };
 
-// True when launch_quant_gemv_fused runs this product: m <= 8 tokens, k of
-// whole blocks, the staged rows fit shared memory (m * k * 1.125 bytes; for
-// e4m3 m * k activations), weights aligned for the kernel's loads, and the
-// output / norm types as above.
+// True when launch_quant_gemv_fused runs this product: the arguments below
+// hold, and either the CUDA-core kernels' staged rows fit shared memory
+// or the tensor-core kernel takes it (mma set and quant_gemv_mma_supported).
 bool quant_gemv_fused_supported(const QuantGemvArgs& a);
+// The conditions every fused kernel shares: m <= 8 tokens, k of whole
+// blocks, weights aligned for the kernel's loads, the output / norm types as
+// above.
+bool quant_gemv_fused_args_ok(const QuantGemvArgs& a);
+// The CUDA-core kernels' staged rows fit shared memory (m * k * 1.125 bytes;
+// for e4m3 weights m * k activations).
+bool quant_gemv_simt_smem_ok(const QuantGemvArgs& a);
 Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a);
 
-// The bulk-copy kernel's own conditions, beyond quant_gemv_fused_supported:
+// The bulk-copy kernel's own conditions, beyond quant_gemv_fused_args_ok and
+// quant_gemv_simt_smem_ok:
 // rows of a 16-byte multiple (q6_k: k a multiple of 2,048; q8_0, q4_0,
 // u4_g128: of 256; f8_e4m3_b128: of 512) from 16-byte aligned weights, and
 // at least two ring slots a warp beside the staged activations.
 bool quant_gemv_stream_supported(const QuantGemvArgs& a);
 Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a);
 
-// The tensor-core kernel's own conditions, beyond quant_gemv_fused_supported:
+// The tensor-core kernel's own conditions, beyond quant_gemv_fused_args_ok:
 // f8_e4m3_b128 (k a multiple of 512) or u4_g128 (of 256) with 16-byte
-// aligned weights, x bf16 / f16, and the staged activations (m * (k + 8) f16)
-// beside two ring slots a warp in shared memory.
+// aligned weights, x bf16 / f16, and the staged activations (m * (k + 8) f16,
+// or with mma_a8 m * (k + 16) e4m3 codes and their scales) beside one ring
+// slot a warp in shared memory.
 bool quant_gemv_mma_supported(const QuantGemvArgs& a);
 Status launch_quant_gemv_mma(cudaStream_t s, const QuantGemvArgs& a);
 

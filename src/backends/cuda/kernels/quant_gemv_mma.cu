@@ -680,7 +680,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 bool mma_args_ok(const QuantGemvArgs& a) {
   if (a.w_dt != DType::kF8B128 && a.w_dt != DType::kU4G128) return false;
   if (a.x_dt != DType::kBF16 && a.x_dt != DType::kF16) return false;
-  if (!quant_gemv_fused_supported(a)) return false;
+  if (!quant_gemv_fused_args_ok(a)) return false;  // its own shared-memory plan below
   // Whole rows are bulk copies of 16-byte multiples: k of 512 (f8) or 256
   // (u4) elements; rows and weights 16-byte aligned.
   if (a.k % (a.w_dt == DType::kF8B128 ? 512 : 256) != 0) return false;

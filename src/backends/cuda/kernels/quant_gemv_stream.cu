@@ -231,7 +231,7 @@ StreamShape stream_shape(const QuantGemvArgs& a) {
 }  // namespace
 
 bool quant_gemv_stream_supported(const QuantGemvArgs& a) {
-  if (!quant_gemv_fused_supported(a)) return false;
+  if (!quant_gemv_fused_args_ok(a) || !quant_gemv_simt_smem_ok(a)) return false;
   const int f = qfmt(a.w_dt);
   // Bulk copies take 16-byte aligned spans of 16-byte multiples: whole rows
   // of such a size, from 16-byte aligned weights.

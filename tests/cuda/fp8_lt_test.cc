@@ -1,0 +1,184 @@
+// Products of more than 64 tokens on FP8 (f8_e4m3_b128) weights through
+// cuBLASLt's block-scaled FP8 GEMM (gemm.cc fp8_lt_product,
+// kernels/fp8_block_gemm.cuh): the activations quantized to e4m3 per token
+// and 128-element group, the weights repacked per slice with per-row
+// (VEC128) scales, or 128x128 (BLK128x128) scales where every 128-row group
+// shares its scales. Checked against an f64 host reference of the same
+// quantized activations and weights: a fallback to the dequantizing path
+// (16-bit activations) is off by the activations' e4m3 rounding, far above
+// the tolerance. Cases: both scale modes, bf16 and f32 outputs, accumulate +
+// bias, a partial last 128-row group, several slices. Skipped without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/gemm.h"
+#include "tensor/dtype.h"
+
+namespace ferrite {
+namespace {
+
+struct LtCase {
+  int64_t m, n, k;
+  bool uniform;  // 128-row groups share their scales (a [128, 128]-block checkpoint)
+  DType out;
+  bool accumulate_bias;
+  int64_t slice_mib;  // Tuning::cuda_dequant_slice_mib
+};
+
+// f8_e4m3_b128 rows of w [n, k]: per row and 128 columns (quantize_row), or
+// one scale per 128 x 128 block (amax / 448, the FP8 checkpoints' blocks).
+std::vector<uint8_t> fp8_weight(const std::vector<float>& w, int64_t n, int64_t k, bool uniform) {
+  std::vector<uint8_t> q(static_cast<size_t>(dtype_bytes(DType::kF8B128, n * k)));
+  if (!uniform) {
+    quantize_row(DType::kF8B128, w.data(), q.data(), n * k);
+    return q;
+  }
+  const int64_t kb = k / 128;
+  for (int64_t g = 0; g < (n + 127) / 128; ++g)
+    for (int64_t j = 0; j < kb; ++j) {
+      float amax = 0.0f;
+      for (int64_t r = g * 128; r < std::min(n, g * 128 + 128); ++r)
+        for (int64_t c = j * 128; c < j * 128 + 128; ++c)
+          amax = std::max(amax, std::fabs(w[r * k + c]));
+      const float d = amax > 0.0f ? amax / 448.0f : 1.0f;
+      for (int64_t r = g * 128; r < std::min(n, g * 128 + 128); ++r) {
+        uint8_t* b = q.data() + (r * kb + j) * 132;
+        std::memcpy(b, &d, 4);
+        for (int64_t c = 0; c < 128; ++c) b[4 + c] = f32_to_f8e4m3(w[r * k + j * 128 + c] / d);
+      }
+    }
+  return q;
+}
+
+void run_case(const LtCase& c, std::mt19937& rng) {
+  SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
+               std::to_string(c.k) + (c.uniform ? " 128x128" : " rows") + " out " +
+               std::string(dtype_name(c.out)) + (c.accumulate_bias ? " acc+bias" : ""));
+  const int64_t m = c.m, n = c.n, k = c.k, kb = k / 128;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(n * k));
+  for (float& v : wf) v = nd(rng) * (1.0f + 2.0f * std::fabs(nd(rng))) / std::sqrt(float(k));
+  const std::vector<uint8_t> wq = fp8_weight(wf, n, k, c.uniform);
+  std::vector<float> wd(wf.size());
+  dequantize_row(DType::kF8B128, wq.data(), wd.data(), n * k);
+  // bf16 activations with groups of unequal range, and their e4m3 codes as
+  // the kernel makes them.
+  std::vector<uint16_t> xh(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m * k; ++i)
+    xh[i] = f32_to_bf16(nd(rng) * (i / 128 % 3 == 0 ? 8.0f : 1.0f));
+  std::vector<double> xq(xh.size());
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t g = 0; g < kb; ++g) {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < 128; ++i)
+        amax = std::max(amax, std::fabs(bf16_to_f32(xh[t * k + g * 128 + i])));
+      const float s = amax / 448.0f;
+      for (int64_t i = 0; i < 128; ++i) {
+        const float v = bf16_to_f32(xh[t * k + g * 128 + i]);
+        xq[t * k + g * 128 + i] = s > 0.0f ? double(f8e4m3_to_f32(f32_to_f8e4m3(v / s))) * s : 0.0;
+      }
+    }
+  std::vector<float> init(static_cast<size_t>(m * n), 0.0f), bias(static_cast<size_t>(n), 0.0f);
+  if (c.accumulate_bias) {
+    for (float& v : init) v = nd(rng);
+    for (float& v : bias) v = nd(rng);
+  }
+  std::vector<double> ref(static_cast<size_t>(m * n));
+  double mag = 0.0;
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t r = 0; r < n; ++r) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < k; ++i) acc += xq[t * k + i] * double(wd[r * k + i]);
+      acc += double(init[t * n + r]) + double(bias[r]);
+      ref[t * n + r] = acc;
+      mag = std::max(mag, std::fabs(acc));
+    }
+
+  cuda::BackendState st;
+  ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
+  ASSERT_TRUE(cuda::gemm_init(st).is_ok());
+  st.dequant_slice_mib = c.slice_mib;
+  ASSERT_GE(m, st.fp8_lt_tokens);
+  void *wdv = nullptr, *xd = nullptr, *od = nullptr, *bd = nullptr;
+  const int64_t ob = dtype_bytes(c.out, 1);
+  ASSERT_EQ(cudaMalloc(&wdv, wq.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&xd, xh.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&od, m * n * ob), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&bd, n * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(wdv, wq.data(), wq.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(xd, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(bd, bias.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  if (c.out == DType::kF32) {
+    ASSERT_EQ(cudaMemcpy(od, init.data(), m * n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  } else {
+    std::vector<uint16_t> ih(init.size());
+    for (size_t i = 0; i < ih.size(); ++i) ih[i] = f32_to_bf16(init[i]);
+    ASSERT_EQ(cudaMemcpy(od, ih.data(), ih.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  Status s = cuda::gemm(st, xd, DType::kBF16, m, k, wdv, DType::kF8B128, n, od, c.out,
+                        c.accumulate_bias, c.accumulate_bias ? bd : nullptr, DType::kF32);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
+  // The scale mode the product took.
+  auto it = st.fp8_blk.find({wdv, n});
+  ASSERT_NE(it, st.fp8_blk.end()) << "the FP8 cuBLASLt path was not taken";
+  EXPECT_EQ(it->second, c.uniform);
+  std::vector<float> got(static_cast<size_t>(m * n));
+  if (c.out == DType::kF32) {
+    ASSERT_EQ(cudaMemcpy(got.data(), od, m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  } else {
+    std::vector<uint16_t> gh(got.size());
+    ASSERT_EQ(cudaMemcpy(gh.data(), od, gh.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < gh.size(); ++i) got[i] = bf16_to_f32(gh[i]);
+  }
+  double worst = 0.0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    // f32 sums of exact products (1e-4 of the largest output), plus the
+    // output's rounding (bf16: 2^-8 of the value, the accumulated input's).
+    const double tol =
+        1e-4 * mag +
+        (c.out == DType::kF32 ? 0.0 : 0x1p-8 * (std::fabs(ref[i]) + std::fabs(init[i])));
+    const double e = std::fabs(double(got[i]) - ref[i]);
+    worst = std::max(worst, e / std::max(tol, 1e-30));
+    if (e > tol && ++bad <= 5)
+      ADD_FAILURE() << "out[" << i / n << ", " << i % n << "] = " << got[i] << ", want " << ref[i]
+                    << " (tolerance " << tol << ")";
+  }
+  EXPECT_EQ(bad, 0) << "largest error / tolerance " << worst;
+  cudaFree(wdv);
+  cudaFree(xd);
+  cudaFree(od);
+  cudaFree(bd);
+  cuda::gemm_shutdown(st);
+  cudaStreamDestroy(st.stream);
+}
+
+TEST(CudaFp8LtTest, MatchesHostReferenceOfTheQuantizedActivations) {
+  std::string why;
+  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(17);
+  const std::vector<LtCase> cases = {
+      {70, 40, 384, false, DType::kF32, false, 512},
+      {130, 384, 640, true, DType::kBF16, false, 512},
+      {97, 200, 512, true, DType::kF32, true, 512},   // a partial last group
+      {80, 1000, 1024, true, DType::kF32, false, 1},  // two slices: 896 + 104 rows
+      {66, 1000, 1024, false, DType::kBF16, true, 1},
+  };
+  for (const LtCase& c : cases) {
+    run_case(c, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace ferrite
