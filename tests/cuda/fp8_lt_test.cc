@@ -124,13 +124,16 @@ void run_case(const LtCase& c, std::mt19937& rng) {
     for (size_t i = 0; i < ih.size(); ++i) ih[i] = f32_to_bf16(init[i]);
     ASSERT_EQ(cudaMemcpy(od, ih.data(), ih.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   }
+  const int64_t before = st.fp8_lt_products;
   Status s = cuda::gemm(st, xd, DType::kBF16, m, k, wdv, DType::kF8B128, n, od, c.out,
                         c.accumulate_bias, c.accumulate_bias ? bd : nullptr, DType::kF32);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
+  ASSERT_EQ(st.fp8_lt_products, before + 1)
+      << "the FP8 cuBLASLt path was not taken: " << st.fp8_lt_why;
   // The scale mode the product took.
   auto it = st.fp8_blk.find({wdv, n});
-  ASSERT_NE(it, st.fp8_blk.end()) << "the FP8 cuBLASLt path was not taken";
+  ASSERT_NE(it, st.fp8_blk.end());
   EXPECT_EQ(it->second, c.uniform);
   std::vector<float> got(static_cast<size_t>(m * n));
   if (c.out == DType::kF32) {

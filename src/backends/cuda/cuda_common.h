@@ -93,6 +93,8 @@ struct BackendState {
   uint8_t* fp8_act = nullptr;
   int64_t fp8_act_bytes = 0;
   int32_t* fp8_check = nullptr;  // launch_fp8_blk_uniform's answer
+  int64_t fp8_lt_products = 0;   // products that took it (tests)
+  std::string fp8_lt_why;        // why the last one that did not, did not
   // Per weight (pointer, rows): whether its 128-row groups share their
   // scales (128x128 scales) or not (per-row scales); checked once, on an
   // eager step (a weight first met while capturing takes per-row scales).

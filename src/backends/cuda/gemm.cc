@@ -35,6 +35,8 @@ struct LtPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool ok = false;
+  int heuristic_status = -1;  // cublasLtMatmulAlgoGetHeuristic's, or -1 before it
+  int found = 0;              // its candidates
 };
 
 using LtKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t>;
@@ -55,15 +57,25 @@ enum class Fp8Scales { kNone, kRows, kBlocks };  // 16-bit operands; VEC128; BLK
 // out is [m, n] with row stride ldc (n unless a column slice is written).
 // fp8 != kNone: e4m3 operands with VEC128 activation scales and the weight
 // scales named; the scale pointers are the descriptor's attributes, which
-// the caller sets (under cache().mu) before each call.
+// the caller sets (under cache().mu) before each call. cuBLASLt's heuristic
+// finds no algorithm for block-scaled operands without them: a_scale /
+// b_scale are set first (measured on the H200: without, every FP8 product
+// fell back to the dequantizing path).
 const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType act, DType out_dt,
-                      bool accumulate, int64_t ldc, Fp8Scales fp8 = Fp8Scales::kNone) {
+                      bool accumulate, int64_t ldc, Fp8Scales fp8 = Fp8Scales::kNone,
+                      const void* a_scale = nullptr, const void* b_scale = nullptr,
+                      std::string* why = nullptr) {
   LtCache& lc = cache();
   std::lock_guard<std::mutex> lock(lc.mu);
   const int act_key = fp8 == Fp8Scales::kNone ? static_cast<int>(act) : -static_cast<int>(fp8);
   LtKey key{m, n, k, act_key, static_cast<int>(out_dt), accumulate ? 1 : 0, ldc};
   auto it = lc.plans.find(key);
-  if (it != lc.plans.end()) return it->second.ok ? &it->second : nullptr;
+  if (it != lc.plans.end()) {
+    if (why && !it->second.ok)
+      *why = fmt::format("no cuBLASLt algorithm for m={} n={} k={} (heuristic status {}, {} found)",
+                         m, n, k, it->second.heuristic_status, it->second.found);
+    return it->second.ok ? &it->second : nullptr;
+  }
   LtPlan p;
   auto handle = static_cast<cublasLtHandle_t>(st.lt_handle);
   bool good =
@@ -81,6 +93,12 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
                                                   sizeof(amode)) == CUBLAS_STATUS_SUCCESS;
     good = good && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode,
                                                   sizeof(bmode)) == CUBLAS_STATUS_SUCCESS;
+    good =
+        good && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                               sizeof(a_scale)) == CUBLAS_STATUS_SUCCESS;
+    good =
+        good && cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                               sizeof(b_scale)) == CUBLAS_STATUS_SUCCESS;
   }
   // Column-major view: out^T (n x m) = W (k x n)^T * x^T (k x m).
   const cudaDataType_t in = fp8 != Fp8Scales::kNone ? CUDA_R_8F_E4M3 : cuda_type(act);
@@ -99,9 +117,10 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
     // GPU (waves >= 0.75, split-K variants included), else the fullest one.
     cublasLtMatmulHeuristicResult_t res[16];
     int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 16, res, &found) ==
-            CUBLAS_STATUS_SUCCESS &&
-        found > 0) {
+    p.heuristic_status = static_cast<int>(
+        cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 16, res, &found));
+    p.found = found;
+    if (p.heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0) {
       int pick = 0;
       // Measured on the H200 (Qwen3-8B decode): the first choice wins at 8
       // rows, the fullest at 128.
@@ -121,6 +140,9 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
     cublasLtMatmulPreferenceDestroy(pref);
   }
   auto [pos, inserted] = lc.plans.emplace(key, p);
+  if (why && !pos->second.ok)
+    *why = fmt::format("no cuBLASLt algorithm for m={} n={} k={} (heuristic status {}, {} found)",
+                       m, n, k, pos->second.heuristic_status, pos->second.found);
   return pos->second.ok ? &pos->second : nullptr;
 }
 
@@ -173,12 +195,17 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
                             const void* w, int64_t n, void* out, DType out_dt, bool accumulate,
                             const void* bias, DType bias_dt) {
   if ((x_dt != DType::kBF16 && x_dt != DType::kF16) || (out_dt != x_dt && out_dt != DType::kF32) ||
-      k % 128 != 0)
+      k % 128 != 0) {
+    st.fp8_lt_why = "activation / output types or k";
     return false;
+  }
   const int64_t act_codes = align256(m * k);
   FERRITE_ASSIGN_OR_RETURN(bool have_act,
                            ensure_fp8_act_capacity(st, act_codes + 4 * (k / 128) * m));
-  if (!have_act) return false;
+  if (!have_act) {
+    st.fp8_lt_why = "no activation buffer (capturing, or out of memory)";
+    return false;
+  }
   FERRITE_ASSIGN_OR_RETURN(Fp8Scales mode, fp8_weight_scales(st, w, n, k));
   const bool blk = mode == Fp8Scales::kBlocks;
   auto slice_bytes = [&](int64_t rows) {
@@ -192,16 +219,21 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
   int64_t slice = want_rows;
   while (slice > 0 && slice_bytes(slice) > st.dequant_bytes)
     slice = slice > 128 ? (slice - 1) / 128 * 128 : 0;
-  if (slice <= 0) return false;
-  const LtPlan* full = lt_plan(st, m, slice, k, x_dt, out_dt, accumulate, n, mode);
+  if (slice <= 0) {
+    st.fp8_lt_why = "no slice buffer (capturing, or out of memory)";
+    return false;
+  }
+  auto* codes = static_cast<uint8_t*>(st.dequant);
+  const float* act_scales = reinterpret_cast<const float*>(st.fp8_act + act_codes);
+  const LtPlan* full = lt_plan(st, m, slice, k, x_dt, out_dt, accumulate, n, mode,
+                               codes + align256(slice * k), act_scales, &st.fp8_lt_why);
   const LtPlan* last = full && n % slice != 0
-                           ? lt_plan(st, m, n % slice, k, x_dt, out_dt, accumulate, n, mode)
+                           ? lt_plan(st, m, n % slice, k, x_dt, out_dt, accumulate, n, mode,
+                                     codes + align256((n % slice) * k), act_scales, &st.fp8_lt_why)
                            : full;
   if (!full || !last) return false;
-  FERRITE_RETURN_IF_ERROR(launch_fp8_quantize_act(
-      st.stream, x, x_dt, m, k, st.fp8_act, reinterpret_cast<float*>(st.fp8_act + act_codes)));
-  const float* act_scales = reinterpret_cast<const float*>(st.fp8_act + act_codes);
-  auto* codes = static_cast<uint8_t*>(st.dequant);
+  FERRITE_RETURN_IF_ERROR(launch_fp8_quantize_act(st.stream, x, x_dt, m, k, st.fp8_act,
+                                                  const_cast<float*>(act_scales)));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   const int64_t out_elem = dtype_bytes(out_dt, 1);
   for (int64_t n0 = 0; n0 < n; n0 += slice) {
@@ -232,6 +264,7 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
                                         static_cast<int>(cs), m, rows, k));
   }
   FERRITE_RETURN_IF_ERROR(launch_add_bias(st.stream, out, out_dt, m, n, n, bias, bias_dt));
+  ++st.fp8_lt_products;
   return true;
 }
 
