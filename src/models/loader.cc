@@ -37,7 +37,20 @@ void fill_dummy(void* dst, DType dt, int64_t n, float scale, float fill, uint64_
               s ^= s << 17;
               v[i] = scale == 0 ? fill : scale * (static_cast<float>(s >> 40) / 8388608.0f - 1.0f);
             }
-            quantize_row(dt, v.data(), static_cast<uint8_t*>(dst) + dtype_bytes(dt, begin), len);
+            uint8_t* out = static_cast<uint8_t*>(dst) + dtype_bytes(dt, begin);
+            if (dt == DType::kF8B128 && scale != 0) {
+              // One scale for every block (values within +-scale): 128 x 128
+              // blocks share it, as in the FP8 checkpoints (weight_block_size
+              // [128, 128]), so that benchmarks take their paths.
+              const float d = scale / 448.0f;
+              for (int64_t b = 0; b < len / 128; ++b) {
+                uint8_t* blk = out + b * 132;
+                std::memcpy(blk, &d, 4);
+                for (int j = 0; j < 128; ++j) blk[4 + j] = f32_to_f8e4m3(v[b * 128 + j] / d);
+              }
+            } else {
+              quantize_row(dt, v.data(), out, len);
+            }
           }
         },
         1);
