@@ -207,12 +207,15 @@ struct QuantFileCase {
   // tuning.cuda_quant_mma_fp8_act: FP8 decode products with e4m3 activations
   // (per token and 128-group, W8A8) on the e4m3 mma.
   bool fp8_act = false;
+  // tuning.cuda_fp8_lt_tokens (-1: the default, 512, above the goldens'
+  // prompts): prefill on cuBLASLt's block-scaled FP8 GEMM.
+  int64_t fp8_lt = -1;
 };
 void PrintTo(const QuantFileCase& c, std::ostream* os) {
   *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8")
       << (c.moe_dequant ? "/moe_dequant" : "") << (c.fused_fp8 ? "/fused_fp8" : "")
       << (c.tile > 0 ? "/tile" : "") << (c.moe_mma_blocks ? "/moe_mma_blocks" : "")
-      << (c.fp8_act ? "/fp8_act" : "");
+      << (c.fp8_act ? "/fp8_act" : "") << (c.fp8_lt >= 0 ? "/fp8_lt" : "");
 }
 std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
   std::string s = info.param.stem + (info.param.act == DType::kF32 ? "_f32" : "_bf16") +
@@ -220,7 +223,7 @@ std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
                   (info.param.moe_dequant ? "_moe_dequant" : "") +
                   (info.param.fused_fp8 ? "_fused_fp8" : "") + (info.param.tile > 0 ? "_tile" : "") +
                   (info.param.moe_mma_blocks ? "_moe_mma_blocks" : "") +
-                  (info.param.fp8_act ? "_fp8_act" : "");
+                  (info.param.fp8_act ? "_fp8_act" : "") + (info.param.fp8_lt >= 0 ? "_fp8_lt" : "");
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -240,6 +243,7 @@ class CudaGgufQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     o.tuning.cuda_moe_mma_fp8 = GetParam().moe_mma_blocks;
     o.tuning.cuda_moe_mma_u4 = GetParam().moe_mma_blocks ? 1 : 0;
     o.tuning.cuda_quant_mma_fp8_act = GetParam().fp8_act;
+    if (GetParam().fp8_lt >= 0) o.tuning.cuda_fp8_lt_tokens = GetParam().fp8_lt;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -322,6 +326,7 @@ class CudaHfQuantGoldenTest : public testing::TestWithParam<QuantFileCase> {
     o.tuning.cuda_moe_mma_fp8 = GetParam().moe_mma_blocks;
     o.tuning.cuda_moe_mma_u4 = GetParam().moe_mma_blocks ? 1 : 0;
     o.tuning.cuda_quant_mma_fp8_act = GetParam().fp8_act;
+    if (GetParam().fp8_lt >= 0) o.tuning.cuda_fp8_lt_tokens = GetParam().fp8_lt;
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     runner_ = std::move(r).value();
@@ -385,6 +390,11 @@ std::vector<QuantFileCase> hf_quant_cases() {
       QuantFileCase a8{m, DType::kBF16, false, 0, true};
       a8.fp8_act = true;
       cases.push_back(a8);
+      // The long prompt's prefill on the e4m3 tensor cores (cuBLASLt's
+      // block-scaled FP8 GEMM, e4m3 activations).
+      QuantFileCase lt{m, DType::kBF16, false};
+      lt.fp8_lt = 65;
+      cases.push_back(lt);
     }
     // The long prompt's prefill on the bf16 tile.
     cases.push_back({m, DType::kBF16, false, 0, false, 512});

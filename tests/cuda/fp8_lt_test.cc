@@ -7,7 +7,8 @@
 // quantized activations and weights: a fallback to the dequantizing path
 // (16-bit activations) is off by the activations' e4m3 rounding, far above
 // the tolerance. Cases: both scale modes, bf16 and f32 outputs, accumulate +
-// bias, a partial last 128-row group, several slices. Skipped without a GPU.
+// bias, a partial last 128-row group, several slices, token counts past a
+// 16-multiple. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -116,7 +117,7 @@ void run_case(const LtCase& c, std::mt19937& rng) {
   ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
   st.dequant_slice_mib = c.slice_mib;
-  ASSERT_GE(m, st.fp8_lt_tokens);
+  st.fp8_lt_tokens = 65;  // beyond the bf16 tile's 64
   void *wdv = nullptr, *xd = nullptr, *od = nullptr, *bd = nullptr;
   const int64_t ob = dtype_bytes(c.out, 1);
   ASSERT_EQ(cudaMalloc(&wdv, wq.size()), cudaSuccess);
@@ -147,7 +148,8 @@ void run_case(const LtCase& c, std::mt19937& rng) {
   auto it = st.fp8_blk.find({wdv, n});
   ASSERT_NE(it, st.fp8_blk.end());
   EXPECT_EQ(it->second, c.uniform);
-  if (!taken) ref = ref16;
+  // Rows past the last 16-multiple take the smaller paths (16-bit activations).
+  const int64_t m16 = taken ? m / 16 * 16 : 0;
   std::vector<float> got(static_cast<size_t>(m * n));
   if (c.out == DType::kF32) {
     ASSERT_EQ(cudaMemcpy(got.data(), od, m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -159,16 +161,19 @@ void run_case(const LtCase& c, std::mt19937& rng) {
   double worst = 0.0;
   int64_t bad = 0;
   for (int64_t i = 0; i < m * n; ++i) {
-    // f32 sums of exact products (1e-4 of the largest output), plus the
+    // f32 sums of e4m3 products on the tensor cores: 1e-3 of the largest
+    // output (seen: 3.3e-4); the dequantizing and smaller paths on 16-bit
+    // activations, 4e-3 (e4m3 activations are off by ~7e-3); plus the
     // output's rounding (bf16: 2^-8 of the value, the accumulated input's).
-    // (The dequantizing path: bf16 weights and products, 4e-3 of it.)
+    const bool a8 = i / n < m16;
+    const std::vector<double>& want = a8 ? ref : ref16;
     const double tol =
-        (taken ? 1e-4 : 4e-3) * mag +
-        (c.out == DType::kF32 ? 0.0 : 0x1p-8 * (std::fabs(ref[i]) + std::fabs(init[i])));
-    const double e = std::fabs(double(got[i]) - ref[i]);
+        (a8 ? 1e-3 : 4e-3) * mag +
+        (c.out == DType::kF32 ? 0.0 : 0x1p-8 * (std::fabs(want[i]) + std::fabs(init[i])));
+    const double e = std::fabs(double(got[i]) - want[i]);
     worst = std::max(worst, e / std::max(tol, 1e-30));
     if (e > tol && ++bad <= 5)
-      ADD_FAILURE() << "out[" << i / n << ", " << i % n << "] = " << got[i] << ", want " << ref[i]
+      ADD_FAILURE() << "out[" << i / n << ", " << i % n << "] = " << got[i] << ", want " << want[i]
                     << " (tolerance " << tol << ")";
   }
   EXPECT_EQ(bad, 0) << "largest error / tolerance " << worst;
@@ -189,10 +194,10 @@ TEST(CudaFp8LtTest, MatchesHostReferenceOfTheQuantizedActivations) {
       {96, 256, 512, true, DType::kF32, true, 512, true},
       {80, 1024, 1024, true, DType::kF32, false, 1, true},  // two slices: 896 + 128 rows
       {144, 512, 384, false, DType::kBF16, true, 512, true},
-      // Shapes cuBLASLt may refuse: 40 rows, 70 / 130 tokens, a partial last
-      // 128-row group (1000 = 896 + 104 in two slices).
+      // Shapes cuBLASLt may refuse: 40 rows, a partial last 128-row group
+      // (1000 = 896 + 104 in two slices); 70 and 66 tokens take 64 there.
       {70, 40, 384, false, DType::kF32, false, 512, false},
-      {130, 384, 640, true, DType::kBF16, false, 512, false},
+      {130, 384, 640, true, DType::kBF16, false, 512, true},  // 128 + 2 tokens
       {66, 1000, 1024, true, DType::kBF16, true, 1, false},
   };
   for (const LtCase& c : cases) {
