@@ -69,8 +69,8 @@ namespace ferrite {
     "CUDA: the tensor-core decode GEMV on FP8 weights quantizes the activations to e4m3 per "     \
     "token and 128-element group (scale = amax / 448, the FP8 checkpoints' dynamic activation "  \
     "scheme) and multiplies on the e4m3 mma, without converting the weights (0: f16 "           \
-    "activations, the reference's numerics to f32 rounding; 1 is W8A8 numerics, not yet run "   \
-    "on a GPU)")                                                                                  \
+    "activations, the reference's numerics to f32 rounding; 1 is W8A8 numerics). Measured on "  \
+    "the H200, it loses: Qwen3-8B FP8 b1 / b8 282.3 / 1,272 against 300.2 / 1,514 tokens/s")    \
   X(int64_t, cuda_quant_mma_smem_kib, "FERRITE_CUDA_QUANT_MMA_SMEM_KIB", 0,                      \
     "CUDA: shared memory (KiB) a block of the tensor-core decode GEMV takes for its staged x and " \
     "weight rings when its plan fits (0: all an SM has); about 108 leaves room for a block of "   \
@@ -105,7 +105,9 @@ namespace ferrite {
   X(bool, cuda_decode_reduce_scatter, "FERRITE_CUDA_DECODE_REDUCE_SCATTER", false,              \
     "CUDA: the fused decode attention sums its scores over a warp by halving the live values at " \
     "each shuffle offset (16 + 16 shuffles for 16 values instead of 80) and unpacks each V row "  \
-    "once for all heads; bitwise the same outputs (off until run on a GPU)")                     \
+    "once for all heads; bitwise the same outputs (the CUDA conformance checks it). Measured "   \
+    "neutral on the H200, Qwen3-8B FP8 b1 / b8 300.4 / 1,534 against 300.2 / 1,514 tokens/s, "  \
+    "so off")                                                                                     \
   X(int64_t, cuda_dequant_slice_mib, "FERRITE_CUDA_DEQUANT_SLICE_MIB", 512,                       \
     "CUDA: products of more than 8 tokens on block weights dequantize at most this many MiB of "  \
     "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \
