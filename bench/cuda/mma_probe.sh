@@ -11,14 +11,13 @@
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
-# The first call of the session after 17 (e4m3 activations, FERRITE_CUDA_QUANT_MMA_FP8_ACT, off
-# by default, not yet run on a GPU):
-#   TESTS='CudaQuantMma*' FORMATS=f8_e4m3_b128 PATHS=mma,mma8 \
-#     SHAPES=4096x4096,6144x4096,24576x4096,4096x12288 STAGE=test bash bench/cuda/mma_probe.sh
-#   AB='qwen3-8b:fp8:FERRITE_CUDA_QUANT_MMA_FP8_ACT=1,0 qwen3-8b:fp8:FERRITE_CUDA_DECODE_REDUCE_SCATTER=1,0' \
-#     STAGE=ab bash bench/cuda/mma_probe.sh (the second: the decode attention's reduce-scatter sums,
-#     off by default, also not yet run: the cuda conformance's cuda_alt backend checks it)
-#   (TESTS='CudaQuantMma*:*fp8_act*' also runs the FP8 checkpoints' goldens with it on.)
+# The first calls of the session after 18 (fb78d3d and after not yet run on a GPU: the FP8
+# cuBLASLt path's split at 16-token multiples, its golden case, its test's tolerance):
+#   TESTS='CudaFp8Lt*:*fp8_lt*:CudaQuantMma*' FORMATS=f8_e4m3_b128 PATHS=mma SHAPES=4096x4096 \
+#     TOKENS=1 STAGE=test bash bench/cuda/mma_probe.sh
+#   then the crossover of FERRITE_CUDA_FP8_LT_TOKENS (default 512): `ferrite bench --device cuda
+#     --dummy-weights --model configs/qwen3-8b --quantization fp8 --prompt-len 256|512|1024 ...`
+#     with FERRITE_CUDA_FP8_LT_TOKENS=65 and 0 (docs/perf-log.md session 18).
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
