@@ -54,28 +54,10 @@ LtCache& cache() {
 // The block-scaled FP8 products' operand scales (kernels/fp8_block_gemm.cuh).
 enum class Fp8Scales { kNone, kRows, kBlocks };  // 16-bit operands; VEC128; BLK128x128
 
-// out is [m, n] with row stride ldc (n unless a column slice is written).
-// fp8 != kNone: e4m3 operands with VEC128 activation scales and the weight
-// scales named; the scale pointers are the descriptor's attributes, which
-// the caller sets (under cache().mu) before each call. cuBLASLt's heuristic
-// finds no algorithm for block-scaled operands without them: a_scale /
-// b_scale are set first (measured on the H200: without, every FP8 product
-// fell back to the dequantizing path).
-const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType act, DType out_dt,
-                      bool accumulate, int64_t ldc, Fp8Scales fp8 = Fp8Scales::kNone,
-                      const void* a_scale = nullptr, const void* b_scale = nullptr,
-                      std::string* why = nullptr) {
-  LtCache& lc = cache();
-  std::lock_guard<std::mutex> lock(lc.mu);
-  const int act_key = fp8 == Fp8Scales::kNone ? static_cast<int>(act) : -static_cast<int>(fp8);
-  LtKey key{m, n, k, act_key, static_cast<int>(out_dt), accumulate ? 1 : 0, ldc};
-  auto it = lc.plans.find(key);
-  if (it != lc.plans.end()) {
-    if (why && !it->second.ok)
-      *why = fmt::format("no cuBLASLt algorithm for m={} n={} k={} (heuristic status {}, {} found)",
-                         m, n, k, it->second.heuristic_status, it->second.found);
-    return it->second.ok ? &it->second : nullptr;
-  }
+// A new plan (lt_plan below, which caches them).
+LtPlan make_lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType act, DType out_dt,
+                    bool accumulate, int64_t ldc, Fp8Scales fp8, const void* a_scale,
+                    const void* b_scale) {
   LtPlan p;
   auto handle = static_cast<cublasLtHandle_t>(st.lt_handle);
   bool good =
@@ -139,27 +121,58 @@ const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType a
     }
     cublasLtMatmulPreferenceDestroy(pref);
   }
-  auto [pos, inserted] = lc.plans.emplace(key, p);
-  if (why && !pos->second.ok)
-    *why = fmt::format("no cuBLASLt algorithm for m={} n={} k={} (heuristic status {}, {} found)",
-                       m, n, k, pos->second.heuristic_status, pos->second.found);
-  return pos->second.ok ? &pos->second : nullptr;
+  return p;
 }
 
-Result<bool> ensure_fp8_act_capacity(BackendState& st, int64_t bytes) {
-  if (st.fp8_act_bytes >= bytes) return true;
+// out is [m, n] with row stride ldc (n unless a column slice is written).
+// fp8 != kNone: e4m3 operands with VEC128 activation scales and the weight
+// scales named; the scale pointers are the descriptor's attributes, which
+// the caller sets (under cache().mu) before each call. cuBLASLt's heuristic
+// finds no algorithm for block-scaled operands without them: a_scale /
+// b_scale are set first (measured on the H200: without, every FP8 product
+// fell back to the dequantizing path).
+const LtPlan* lt_plan(BackendState& st, int64_t m, int64_t n, int64_t k, DType act, DType out_dt,
+                      bool accumulate, int64_t ldc, Fp8Scales fp8 = Fp8Scales::kNone,
+                      const void* a_scale = nullptr, const void* b_scale = nullptr,
+                      std::string* why = nullptr) {
+  LtCache& lc = cache();
+  std::lock_guard<std::mutex> lock(lc.mu);
+  const int act_key = fp8 == Fp8Scales::kNone ? static_cast<int>(act) : -static_cast<int>(fp8);
+  LtKey key{m, n, k, act_key, static_cast<int>(out_dt), accumulate ? 1 : 0, ldc};
+  auto it = lc.plans.find(key);
+  if (it == lc.plans.end())
+    it = lc.plans
+             .emplace(key, make_lt_plan(st, m, n, k, act, out_dt, accumulate, ldc, fp8, a_scale,
+                                        b_scale))
+             .first;
+  if (why && !it->second.ok)
+    *why = fmt::format("no cuBLASLt algorithm for m={} n={} k={} (heuristic status {}, {} found)",
+                       m, n, k, it->second.heuristic_status, it->second.found);
+  return it->second.ok ? &it->second : nullptr;
+}
+
+// Makes the scratch buffer `buf` (`have` bytes) hold at least `bytes`:
+// grown on eager steps only (a regrowth drops the captured decode graphs,
+// which point into the old buffer); false when it does not and cannot now
+// (capturing, or the allocation failed: the caller takes another path).
+template <typename T>
+Result<bool> ensure_scratch(BackendState& st, T*& buf, int64_t& have, int64_t bytes) {
+  if (have >= bytes) return true;
   if (st.capturing) return false;
-  FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
-  if (st.exec) drop_captured_graphs(st);  // they point into the old buffer
-  if (st.fp8_act) cudaFree(st.fp8_act);
-  st.fp8_act = nullptr;
-  st.fp8_act_bytes = 0;
-  if (cudaMalloc(&st.fp8_act, bytes) != cudaSuccess) {
+  if (buf) {
+    FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
+    if (st.exec) drop_captured_graphs(st);
+    FERRITE_CUDA_RETURN(cudaFree(buf));
+    buf = nullptr;
+    have = 0;
+  }
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
     (void)cudaGetLastError();  // an out-of-memory error is not sticky: clear it
-    st.fp8_act = nullptr;
     return false;
   }
-  st.fp8_act_bytes = bytes;
+  buf = static_cast<T*>(p);
+  have = bytes;
   return true;
 }
 
@@ -200,8 +213,8 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
     return false;
   }
   const int64_t act_codes = align256(m * k);
-  FERRITE_ASSIGN_OR_RETURN(bool have_act,
-                           ensure_fp8_act_capacity(st, act_codes + 4 * (k / 128) * m));
+  FERRITE_ASSIGN_OR_RETURN(bool have_act, ensure_scratch(st, st.fp8_act, st.fp8_act_bytes,
+                                                         act_codes + 4 * (k / 128) * m));
   if (!have_act) {
     st.fp8_lt_why = "no activation buffer (capturing, or out of memory)";
     return false;
@@ -224,7 +237,7 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
     return false;
   }
   auto* codes = static_cast<uint8_t*>(st.dequant);
-  const float* act_scales = reinterpret_cast<const float*>(st.fp8_act + act_codes);
+  float* act_scales = reinterpret_cast<float*>(st.fp8_act + act_codes);
   const LtPlan* full = lt_plan(st, m, slice, k, x_dt, out_dt, accumulate, n, mode,
                                codes + align256(slice * k), act_scales, &st.fp8_lt_why);
   const LtPlan* last = full && n % slice != 0
@@ -232,8 +245,8 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
                                      codes + align256((n % slice) * k), act_scales, &st.fp8_lt_why)
                            : full;
   if (!full || !last) return false;
-  FERRITE_RETURN_IF_ERROR(launch_fp8_quantize_act(st.stream, x, x_dt, m, k, st.fp8_act,
-                                                  const_cast<float*>(act_scales)));
+  FERRITE_RETURN_IF_ERROR(
+      launch_fp8_quantize_act(st.stream, x, x_dt, m, k, st.fp8_act, act_scales));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   const int64_t out_elem = dtype_bytes(out_dt, 1);
   for (int64_t n0 = 0; n0 < n; n0 += slice) {
@@ -414,22 +427,7 @@ void set_gemv_paths(const BackendState& st, QuantGemvArgs& a) {
 }
 
 Result<bool> ensure_dequant_capacity(BackendState& st, int64_t bytes) {
-  if (st.dequant_bytes >= bytes) return true;
-  if (st.capturing) return false;
-  if (st.dequant) {
-    FERRITE_CUDA_RETURN(cudaStreamSynchronize(st.stream));
-    if (st.exec) drop_captured_graphs(st);  // they point into the old buffer
-    FERRITE_CUDA_RETURN(cudaFree(st.dequant));
-    st.dequant = nullptr;
-    st.dequant_bytes = 0;
-  }
-  if (cudaMalloc(&st.dequant, bytes) != cudaSuccess) {
-    (void)cudaGetLastError();  // an out-of-memory error is not sticky: clear it
-    st.dequant = nullptr;
-    return false;
-  }
-  st.dequant_bytes = bytes;
-  return true;
+  return ensure_scratch(st, st.dequant, st.dequant_bytes, bytes);
 }
 
 Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems) {

@@ -13,16 +13,25 @@ namespace {
 
 constexpr int kBlockBytes = 132;  // f8_e4m3_b128: f32 d, 128 codes
 
+// The (row, 128-element group) of an [rows, kb] grid a warp of these
+// kernels takes (8 warps a block, one item a warp); false past the end.
+__device__ __forceinline__ bool warp_item(int64_t rows, int64_t kb, int64_t* item, int64_t* row,
+                                          int64_t* group) {
+  *item = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  if (*item >= rows * kb) return false;
+  *row = *item / kb;
+  *group = *item % kb;
+  return true;
+}
+
 // One warp per (token, 128-element group): 4 elements a lane.
 template <typename TX>
 __global__ void __launch_bounds__(256)
     fp8_quantize_act_kernel(const TX* __restrict__ x, int64_t m, int64_t k,
                             uint8_t* __restrict__ codes, float* __restrict__ scales) {
   const int lane = threadIdx.x & 31;
-  const int64_t kb = k / 128;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  if (item >= m * kb) return;
-  const int64_t t = item / kb, g = item % kb;
+  int64_t item, t, g;
+  if (!warp_item(m, k / 128, &item, &t, &g)) return;
   const TX* src = x + t * k + g * 128 + lane * 4;
   float f[4];
 #pragma unroll
@@ -47,10 +56,8 @@ __global__ void __launch_bounds__(256)
     fp8_repack_rows_kernel(const uint8_t* __restrict__ w, int64_t k, int64_t rows, bool blk,
                            uint8_t* __restrict__ codes, float* __restrict__ scales) {
   const int lane = threadIdx.x & 31;
-  const int64_t kb = k / 128;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
-  if (item >= rows * kb) return;
-  const int64_t r = item / kb, j = item % kb;
+  int64_t item, r, j;
+  if (!warp_item(rows, k / 128, &item, &r, &j)) return;
   const uint8_t* b = w + item * kBlockBytes;  // the slice's blocks are consecutive
   const uint32_t word = *reinterpret_cast<const uint32_t*>(b + 4 + lane * 4);
   *reinterpret_cast<uint32_t*>(codes + r * k + j * 128 + lane * 4) = word;
@@ -59,7 +66,7 @@ __global__ void __launch_bounds__(256)
     if (!blk)
       scales[j * rows + r] = d;
     else if (r % 128 == 0)
-      scales[(r / 128) * ((kb + 3) / 4 * 4) + j] = d;
+      scales[(r / 128) * fp8_blk_kpad(k) + j] = d;
   }
 }
 

@@ -51,7 +51,7 @@ Status launch_fp8_blk_uniform(cudaStream_t s, const void* w, int64_t n, int64_t 
                               int32_t* mismatch);
 
 // kpad of the BLK128x128 scales: k/128 rounded up to a multiple of 4.
-inline int64_t fp8_blk_kpad(int64_t k) { return (k / 128 + 3) / 4 * 4; }
+__host__ __device__ inline int64_t fp8_blk_kpad(int64_t k) { return (k / 128 + 3) / 4 * 4; }
 // Bytes of the scales launch_fp8_repack_rows writes for `rows` rows.
 inline int64_t fp8_weight_scale_bytes(int64_t k, int64_t rows, bool blk) {
   return 4 * (blk ? (rows + 127) / 128 * fp8_blk_kpad(k) : k / 128 * rows);
