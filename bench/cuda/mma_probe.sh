@@ -8,6 +8,8 @@
 #   STAGE=ab: `ferrite bench` on Qwen3-8B FP8 and GPTQ-Int4 (random weights) at batch 1 / 2 / 8
 #     with the tensor-core kernel on and off (FERRITE_CUDA_QUANT_MMA_FP8 / _U4); AB= picks other
 #     models and settings (below), BATCHES= the batch sizes (default "1 2 8");
+#   STAGE=prefill: prefill tokens/s over prompt lengths for settings (PREFILL=, LENS=) and
+#     FERRITE_PROFILE's table of a 4,096-token prefill (PROFILE="qwen3-8b:fp8 qwen3-8b:-");
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
@@ -62,6 +64,39 @@ elif [ "$STAGE" = ncu ]; then
     --max-num-seqs 8 --kv-cache-gib 4 --max-model-len 8192 > "$OUT/ncu_attention.txt" 2>&1
   echo "ncu attention rc=$?" | tee -a "$T"
   grep -E "^  [a-z_]+.*attention|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size" "$OUT/ncu_attention.txt" | head -40 | tee -a "$T"
+elif [ "$STAGE" = prefill ]; then
+  # Prefill tokens/s over prompt lengths (LENS, default "256 512 1024 4096") for each setting of
+  # PREFILL="model:quantization:VAR=v1,v2 ..." (default: the FP8 cuBLASLt path's crossover), then,
+  # with PROFILE="model:quantization ..." (quantization "-" = bf16), FERRITE_PROFILE's table of one
+  # eager 4,096-token prefill (profiler.h: GPU time between labelled marks).
+  [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
+  ninja -C "$BUILD" ferrite >> "$OUT/build.log" 2>&1 || echo "build failed" | tee -a "$T"
+  for spec in ${PREFILL-qwen3-8b:fp8:FERRITE_CUDA_FP8_LT_TOKENS=65,0}; do
+    IFS=: read -r model quant setting <<< "$spec"
+    var=${setting%%=*}
+    q=(--quantization "$quant")
+    [ "$quant" = - ] && q=()
+    for v in $(echo "${setting#*=}" | tr , ' '); do
+      for len in ${LENS:-256 512 1024 4096}; do
+        echo "== $model $quant $var=$v prompt $len" | tee -a "$T"
+        env "$var=$v" timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench --device cuda \
+          --dummy-weights -r 2 --batch 1 --prompt-len "$len" --decode-prompt-len 16 --gen-len 2 \
+          --max-num-seqs 1 --kv-cache-gib 4 --max-model-len 8192 --model "$ROOT/configs/$model" \
+          "${q[@]}" 2>&1 | grep -E "^prefill|error" | tee -a "$T"
+      done
+    done
+  done
+  for spec in ${PROFILE:-}; do
+    IFS=: read -r model quant <<< "$spec"
+    q=(--quantization "$quant")
+    [ "$quant" = - ] && q=()
+    echo "== profile $model $quant prefill 4096" | tee -a "$T"
+    FERRITE_PROFILE=1 FERRITE_CUDA_GRAPHS=0 timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench \
+      --device cuda --dummy-weights -r 1 --batch 1 --prompt-len 4096 --decode-prompt-len 16 \
+      --gen-len 2 --max-num-seqs 1 --kv-cache-gib 4 --max-model-len 8192 \
+      --model "$ROOT/configs/$model" "${q[@]}" > "$OUT/profile_${model}_$quant.txt" 2>&1
+    grep -vE "^(decode|mixed)" "$OUT/profile_${model}_$quant.txt" | head -60 | tee -a "$T"
+  done
 else
   run() {  # VAR=value, then ferrite bench's model arguments
     local setting=$1
