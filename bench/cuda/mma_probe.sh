@@ -86,17 +86,35 @@ elif [ "$STAGE" = prefill ]; then
       done
     done
   done
+  # Each profile twice, with PROFILE_RUNS measured prefills (default "1 3") after the warm-up:
+  # the difference of two tables is steady prefills only (the warm-up's first calls, cuBLASLt's
+  # plans and lazily loaded kernels, land in the first layers' marks).
   for spec in ${PROFILE:-}; do
     IFS=: read -r model quant <<< "$spec"
     q=(--quantization "$quant")
     [ "$quant" = - ] && q=()
-    echo "== profile $model $quant prefill 4096" | tee -a "$T"
-    FERRITE_PROFILE=1 FERRITE_CUDA_GRAPHS=0 timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench \
-      --device cuda --dummy-weights -r 1 --batch 1 --prompt-len 4096 --decode-prompt-len 16 \
-      --gen-len 2 --max-num-seqs 1 --kv-cache-gib 4 --max-model-len 8192 \
-      --model "$ROOT/configs/$model" "${q[@]}" > "$OUT/profile_${model}_$quant.txt" 2>&1
-    grep -vE "^(decode|mixed)" "$OUT/profile_${model}_$quant.txt" | head -60 | tee -a "$T"
+    for r in ${PROFILE_RUNS:-1 3}; do
+      echo "== profile $model $quant prefill 4096, -r $r" | tee -a "$T"
+      FERRITE_PROFILE=1 FERRITE_CUDA_GRAPHS=0 timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench \
+        --device cuda --dummy-weights -r "$r" --batch 1 --prompt-len 4096 --decode-prompt-len 16 \
+        --gen-len 2 --max-num-seqs 1 --kv-cache-gib 4 --max-model-len 8192 \
+        --model "$ROOT/configs/$model" "${q[@]}" > "$OUT/profile_${model}_${quant}_r$r.txt" 2>&1
+      grep -vE "^(decode|mixed)" "$OUT/profile_${model}_${quant}_r$r.txt" | head -60 | tee -a "$T"
+    done
   done
+  # NCU_PREFILL=model: ncu sections of one flash-prefill attention launch (4,096 tokens).
+  if [ -n "${NCU_PREFILL:-}" ]; then
+    NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+    timeout 200 "$NCU" --clock-control none --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --kernel-name regex:attention_prefill -s 2 -c 1 "$BUILD/ferrite" bench --device cuda \
+      --dummy-weights -r 1 --batch 1 --prompt-len 4096 --decode-prompt-len 16 --gen-len 2 \
+      --max-num-seqs 1 --kv-cache-gib 4 --max-model-len 8192 \
+      --model "$ROOT/configs/$NCU_PREFILL" > "$OUT/ncu_prefill.txt" 2>&1
+    echo "ncu prefill rc=$?" | tee -a "$T"
+    grep -E "attention_prefill|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size|Block Limit|Throughput|Pipe|Shared" "$OUT/ncu_prefill.txt" | head -60 | tee -a "$T"
+  fi
 else
   run() {  # VAR=value, then ferrite bench's model arguments
     local setting=$1
