@@ -108,12 +108,12 @@ elif [ "$STAGE" = prefill ]; then
     timeout 200 "$NCU" --clock-control none --section SpeedOfLight --section Occupancy \
       --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-      --kernel-name regex:attention_prefill -s 2 -c 1 "$BUILD/ferrite" bench --device cuda \
+      --kernel-name regex:prefill_kernel -s 2 -c 1 "$BUILD/ferrite" bench --device cuda \
       --dummy-weights -r 1 --batch 1 --prompt-len 4096 --decode-prompt-len 16 --gen-len 2 \
       --max-num-seqs 1 --kv-cache-gib 4 --max-model-len 8192 \
       --model "$ROOT/configs/$NCU_PREFILL" > "$OUT/ncu_prefill.txt" 2>&1
     echo "ncu prefill rc=$?" | tee -a "$T"
-    grep -E "attention_prefill|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size|Block Limit|Throughput|Pipe|Shared" "$OUT/ncu_prefill.txt" | head -60 | tee -a "$T"
+    grep -E "prefill_kernel|Duration|Registers Per|Achieved Occupancy|Theoretical Occ|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size|Block Limit|Throughput|Pipe|Shared" "$OUT/ncu_prefill.txt" | head -60 | tee -a "$T"
   fi
 else
   run() {  # VAR=value, then ferrite bench's model arguments

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/block_stages.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
@@ -208,6 +209,73 @@ TEST(CudaFp8LtTest, MatchesHostReferenceOfTheQuantizedActivations) {
     run_case(c, rng);
     if (HasFatalFailure()) return;
   }
+}
+
+// Projections of one x (Q, K, V; gate, up) quantize it once: the second
+// product takes the first one's e4m3 codes, and its output is bitwise the
+// output of a product that quantized x itself. A later product of other
+// rows at the same pointer quantizes again.
+TEST(CudaFp8LtTest, ProjectionsOfOneInputQuantizeItOnce) {
+  std::string why;
+  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t m = 128, k = 512, n1 = 256, n2 = 384;
+  auto weight = [&](int64_t n) {
+    std::vector<float> w(static_cast<size_t>(n * k));
+    for (float& v : w) v = nd(rng) / std::sqrt(float(k));
+    return fp8_weight(w, n, k, true);
+  };
+  const std::vector<uint8_t> w1 = weight(n1), w2 = weight(n2);
+  std::vector<uint16_t> xh(static_cast<size_t>(m * k)), xh2(xh.size());
+  for (auto& v : xh) v = f32_to_bf16(nd(rng));
+  for (auto& v : xh2) v = f32_to_bf16(nd(rng));
+
+  cuda::BackendState st;
+  ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
+  ASSERT_TRUE(cuda::gemm_init(st).is_ok());
+  st.fp8_lt_tokens = 65;
+  void *w1d = nullptr, *w2d = nullptr, *xd = nullptr, *o1 = nullptr, *o2 = nullptr, *r2 = nullptr;
+  ASSERT_EQ(cudaMalloc(&w1d, w1.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&w2d, w2.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&xd, xh.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&o1, m * n1 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&o2, m * n2 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&r2, m * n2 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(w1d, w1.data(), w1.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(w2d, w2.data(), w2.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(xd, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  TensorView t1{w1d, DType::kF8B128, Shape({n1, k})}, t2{w2d, DType::kF8B128, Shape({n2, k})};
+
+  const int64_t q0 = st.fp8_act_quantized, p0 = st.fp8_lt_products;
+  Status s = cuda::projections(st, xd, DType::kBF16, m, k, {{t1, n1, o1}, {t2, n2, o2}},
+                               DType::kBF16);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_EQ(st.fp8_lt_products, p0 + 2) << st.fp8_lt_why;
+  EXPECT_EQ(st.fp8_act_quantized, q0 + 1);
+  EXPECT_FALSE(st.fp8_act_same_x);
+  // The second weight alone, quantizing x itself.
+  s = cuda::gemm(st, xd, DType::kBF16, m, k, w2d, DType::kF8B128, n2, r2, DType::kBF16, false);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ(st.fp8_act_quantized, q0 + 2);
+  std::vector<uint16_t> got(static_cast<size_t>(m * n2)), want(got.size());
+  ASSERT_EQ(cudaMemcpy(got.data(), o2, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(want.data(), r2, want.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, want);
+  // Other rows at the same pointer: quantized again, and the products see them.
+  ASSERT_EQ(cudaMemcpy(xd, xh2.data(), xh2.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  s = cuda::projections(st, xd, DType::kBF16, m, k, {{t2, n2, o2}, {t1, n1, o1}}, DType::kBF16);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ(st.fp8_act_quantized, q0 + 3);
+  s = cuda::gemm(st, xd, DType::kBF16, m, k, w2d, DType::kF8B128, n2, r2, DType::kBF16, false);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), o2, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(want.data(), r2, want.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, want);
+  for (void* p : {w1d, w2d, xd, o1, o2, r2}) cudaFree(p);
+  cuda::gemm_shutdown(st);
+  cudaStreamDestroy(st.stream);
 }
 
 }  // namespace

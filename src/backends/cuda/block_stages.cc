@@ -100,9 +100,17 @@ Result<ProjectionSet> all_of(std::initializer_list<NormedProjection> projections
 Status gemm_projections(BackendState& st, const void* n, DType act, int64_t tokens, int64_t k,
                         std::initializer_list<NormedProjection> projections, DType out_dt,
                         bool swiglu) {
-  for (const NormedProjection& p : projections)
-    FERRITE_RETURN_IF_ERROR(
-        gemm(st, n, act, tokens, k, p.w.data, p.w.dtype, p.rows, p.out, out_dt, false));
+  // n is unchanged between the products: the FP8 path quantizes it once
+  // (what an earlier call left in fp8_act is never taken: the same scratch
+  // pointer held another layer's rows).
+  st.fp8_act_same_x = false;
+  st.fp8_act_x = nullptr;
+  for (const NormedProjection& p : projections) {
+    const Status s = gemm(st, n, act, tokens, k, p.w.data, p.w.dtype, p.rows, p.out, out_dt, false);
+    st.fp8_act_same_x = s.is_ok();
+    if (!s.is_ok()) return s;
+  }
+  st.fp8_act_same_x = false;
   if (!swiglu) return Status::ok();
   const NormedProjection& g = *projections.begin();
   const NormedProjection& u = *(projections.begin() + 1);

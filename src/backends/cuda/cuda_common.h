@@ -93,7 +93,15 @@ struct BackendState {
   uint8_t* fp8_act = nullptr;
   int64_t fp8_act_bytes = 0;
   int32_t* fp8_check = nullptr;  // launch_fp8_blk_uniform's answer
-  int64_t fp8_lt_products = 0;   // products that took it (tests)
+  // What fp8_act holds: the e4m3 codes of (x, m, k) as the last product
+  // quantized them. A product reuses them only while fp8_act_same_x is set,
+  // which gemm_projections sets for its second and later products of one
+  // unchanged x (Q, K and V; gate and up): one quantization instead of 2-3.
+  const void* fp8_act_x = nullptr;
+  int64_t fp8_act_m = 0, fp8_act_k = 0;
+  bool fp8_act_same_x = false;
+  int64_t fp8_act_quantized = 0;  // quantizations launched (tests)
+  int64_t fp8_lt_products = 0;    // products that took it (tests)
   std::string fp8_lt_why;        // why the last one that did not, did not
   // Per weight (pointer, rows): whether its 128-row groups share their
   // scales (128x128 scales) or not (per-row scales); checked once, on an

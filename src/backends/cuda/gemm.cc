@@ -213,8 +213,10 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
     return false;
   }
   const int64_t act_codes = align256(m * k);
+  const uint8_t* act_before = st.fp8_act;
   FERRITE_ASSIGN_OR_RETURN(bool have_act, ensure_scratch(st, st.fp8_act, st.fp8_act_bytes,
                                                          act_codes + 4 * (k / 128) * m));
+  if (st.fp8_act != act_before) st.fp8_act_x = nullptr;  // a new buffer holds nothing yet
   if (!have_act) {
     st.fp8_lt_why = "no activation buffer (capturing, or out of memory)";
     return false;
@@ -245,8 +247,15 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
                                      codes + align256((n % slice) * k), act_scales, &st.fp8_lt_why)
                            : full;
   if (!full || !last) return false;
-  FERRITE_RETURN_IF_ERROR(
-      launch_fp8_quantize_act(st.stream, x, x_dt, m, k, st.fp8_act, act_scales));
+  if (!(st.fp8_act_same_x && st.fp8_act_x == x && st.fp8_act_m == m && st.fp8_act_k == k)) {
+    st.fp8_act_x = nullptr;  // stale until the launch below succeeds
+    FERRITE_RETURN_IF_ERROR(
+        launch_fp8_quantize_act(st.stream, x, x_dt, m, k, st.fp8_act, act_scales));
+    st.fp8_act_x = x;
+    st.fp8_act_m = m;
+    st.fp8_act_k = k;
+    ++st.fp8_act_quantized;
+  }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   const int64_t out_elem = dtype_bytes(out_dt, 1);
   for (int64_t n0 = 0; n0 < n; n0 += slice) {
@@ -478,6 +487,7 @@ void gemm_shutdown(BackendState& st) {
   if (st.fp8_check) cudaFree(st.fp8_check);
   st.fp8_act = nullptr;
   st.fp8_act_bytes = 0;
+  st.fp8_act_x = nullptr;
   st.fp8_check = nullptr;
   st.fp8_blk.clear();
   if (st.tile_partials) cudaFree(st.tile_partials);

@@ -37,39 +37,6 @@ namespace {
 
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ float bits_to_f(uint32_t h, __nv_bfloat16) {
-  return __uint_as_float(h << 16);
-}
-__device__ __forceinline__ float bits_to_f(uint32_t h, __half) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
-}
-
-// D contiguous elements (D = 2, 4 or 8 of a 2-byte type) as D/2 words.
-template <int D>
-__device__ __forceinline__ void load_words(const void* p, uint32_t* w) {
-  if constexpr (D == 2) {
-    w[0] = *static_cast<const uint32_t*>(p);
-  } else if constexpr (D == 4) {
-    const uint2 v = *static_cast<const uint2*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-  } else {
-    const uint4 v = *static_cast<const uint4*>(p);
-    w[0] = v.x;
-    w[1] = v.y;
-    w[2] = v.z;
-    w[3] = v.w;
-  }
-}
-template <typename T, int D>
-__device__ __forceinline__ void unpack_words(const uint32_t* w, float* f) {
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) {
-    f[2 * i] = bits_to_f(w[i] & 0xffffu, T{});
-    f[2 * i + 1] = bits_to_f(w[i] >> 16, T{});
-  }
-}
-
 struct FusedWeights {
   const void* q_norm;
   const void* k_norm;

@@ -34,6 +34,62 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// 16-bit values (bf16, f16) as raw words: bits_to_f of one, D contiguous
+// ones loaded as one access (load_words) and unpacked to f32.
+__device__ __forceinline__ float bits_to_f(uint32_t h, __nv_bfloat16) {
+  return __uint_as_float(h << 16);
+}
+__device__ __forceinline__ float bits_to_f(uint32_t h, __half) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+// D contiguous elements (D = 2, 4 or 8 of a 2-byte type) as D/2 words.
+template <int D>
+__device__ __forceinline__ void load_words(const void* p, uint32_t* w) {
+  if constexpr (D == 2) {
+    w[0] = *static_cast<const uint32_t*>(p);
+  } else if constexpr (D == 4) {
+    const uint2 v = *static_cast<const uint2*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+  } else {
+    const uint4 v = *static_cast<const uint4*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  }
+}
+template <typename T, int D>
+__device__ __forceinline__ void unpack_words(const uint32_t* w, float* f) {
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) {
+    f[2 * i] = bits_to_f(w[i] & 0xffffu, T{});
+    f[2 * i + 1] = bits_to_f(w[i] >> 16, T{});
+  }
+}
+// The inverse: D values rounded to T (bf16 / f16), packed two a word, stored
+// as one access.
+__device__ __forceinline__ uint32_t f_to_bits(float v, __nv_bfloat16) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ uint32_t f_to_bits(float v, __half) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+template <typename T, int D>
+__device__ __forceinline__ void store_words(void* p, const float* f) {
+  uint32_t w[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) w[i] = f_to_bits(f[2 * i], T{}) | (f_to_bits(f[2 * i + 1], T{}) << 16);
+  if constexpr (D == 2) {
+    *static_cast<uint32_t*>(p) = w[0];
+  } else if constexpr (D == 4) {
+    *static_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  } else {
+    *static_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 // Small weights (norms, biases, gates) of any float type, passed to
 // kernels as a type code: 0 f32, 1 bf16, 2 f16.
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {

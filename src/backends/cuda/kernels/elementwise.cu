@@ -71,6 +71,48 @@ __global__ void silu_mul_kernel(const T* gate, const T* up, T* out, int64_t n) {
   }
 }
 
+// The same two for 16-bit T, 8 elements a thread as one 16-byte access each
+// (n a multiple of 8, 16-byte aligned operands); the same arithmetic per
+// element. The scalar loops moved 2 bytes a load: the SiLU product of a
+// 4,096-token Qwen3-8B prefill ([4096, 12288]) ran at ~1.5-2 TB/s on the H200.
+template <typename T>
+__global__ void add_vec8_kernel(const uint4* a, const uint4* b, uint4* out, int64_t n8) {
+  pdl_launch_dependents();
+  pdl_wait();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 va = a[i], vb = b[i];
+    float fa[8], fb[8], r[8];
+    unpack_words<T, 8>(&va.x, fa);
+    unpack_words<T, 8>(&vb.x, fb);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) r[e] = fa[e] + fb[e];
+    store_words<T, 8>(out + i, r);
+  }
+}
+
+template <typename T>
+__global__ void silu_mul_vec8_kernel(const uint4* gate, const uint4* up, uint4* out, int64_t n8) {
+  pdl_launch_dependents();
+  pdl_wait();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 vg = gate[i], vu = up[i];
+    float g[8], u[8], r[8];
+    unpack_words<T, 8>(&vg.x, g);
+    unpack_words<T, 8>(&vu.x, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) r[e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+    store_words<T, 8>(out + i, r);
+  }
+}
+
+// Whether the vec8 kernels take n elements at these pointers.
+bool vec8_ok(DType act, int64_t n, const void* a, const void* b, const void* out) {
+  auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return (act == DType::kBF16 || act == DType::kF16) && n % 8 == 0 && al(a) && al(b) && al(out);
+}
+
 template <typename T>
 __global__ void gather_rows_kernel(const T* src, const int32_t* rows, T* dst, int64_t width) {
   pdl_launch_dependents();
@@ -119,6 +161,15 @@ Status launch_rms_norm(cudaStream_t s, const void* x, void* y, DType act, const 
 
 Status launch_add(cudaStream_t s, const void* a, const void* b, void* out, DType act, int64_t n) {
   if (n == 0) return Status::ok();
+  if (vec8_ok(act, n, a, b, out)) {
+    auto go = [&](auto kernel) {
+      (void)launch_pdl(kernel, grid_for(n / 8, 256), 256, 0, s, static_cast<const uint4*>(a),
+                       static_cast<const uint4*>(b), static_cast<uint4*>(out), n / 8);
+    };
+    if (act == DType::kBF16) go(add_vec8_kernel<__nv_bfloat16>);
+    else go(add_vec8_kernel<__half>);
+    return check_launch("residual_add");
+  }
   bool ok = dispatch_float(act, [&](auto ta) {
     using T = decltype(ta);
     (void)launch_pdl(add_kernel<T>, grid_for(n, 256), 256, 0, s, static_cast<const T*>(a),
@@ -132,6 +183,15 @@ Status launch_add(cudaStream_t s, const void* a, const void* b, void* out, DType
 Status launch_silu_mul(cudaStream_t s, const void* gate, const void* up, void* out, DType act,
                        int64_t n) {
   if (n == 0) return Status::ok();
+  if (vec8_ok(act, n, gate, up, out)) {
+    auto go = [&](auto kernel) {
+      (void)launch_pdl(kernel, grid_for(n / 8, 256), 256, 0, s, static_cast<const uint4*>(gate),
+                       static_cast<const uint4*>(up), static_cast<uint4*>(out), n / 8);
+    };
+    if (act == DType::kBF16) go(silu_mul_vec8_kernel<__nv_bfloat16>);
+    else go(silu_mul_vec8_kernel<__half>);
+    return check_launch("silu_mul");
+  }
   bool ok = dispatch_float(act, [&](auto ta) {
     using T = decltype(ta);
     (void)launch_pdl(silu_mul_kernel<T>, grid_for(n, 256), 256, 0, s, 
