@@ -114,7 +114,8 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
 //    a0 = S[2c].c0c1, a1 = S[2c].c2c3, a2 = S[2c+1].c0c1, a3 = S[2c+1].c2c3.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads, Cfg<HD>::kMinBlocks)
-    prefill_kernel(AttentionShape a, StepMeta meta, int32_t page_size, const int32_t* tile_seq,
+    prefill_kernel(AttentionShape a, StepMeta meta, int32_t page_size, int32_t page_shift,
+                   const int32_t* tile_seq,
                    const int32_t* tile_row, int64_t tokens, const T* __restrict__ q,
                    const T* __restrict__ k_cache, const T* __restrict__ v_cache, T* out) {
   using C = Cfg<HD>;
@@ -157,22 +158,52 @@ __global__ void __launch_bounds__(kThreads, Cfg<HD>::kMinBlocks)
 
   // K/V tile kt -> stage: row j is position kt*kBk + j, found through the
   // block table (pages of any size); positions past qmax are zero-filled
-  // (never attended by a written row, and 0 * V stays finite).
+  // (never attended by a written row, and 0 * V stays finite). A thread
+  // copies the same 16-byte chunk c_ld of rows j_ld + kRowsPerPass * it,
+  // and a power-of-two page size (the engine's 16; page_shift is its log2,
+  // else -1) takes a shift and a mask instead of a division per row: the
+  // address arithmetic was about a third of a key tile's instructions. At
+  // head_dim 256 (255 registers) the hoisted terms would spill: there each
+  // row's offset is computed whole.
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0, "a thread keeps its chunk across passes");
+  const int c_ld = (tid % kChunks) * 8, j_ld = tid / kChunks;
   auto load_kv = [&](int kt, int stage) {
     T* ks = kv_s + 2 * stage * kTile;
     T* vs = ks + kTile;
 #pragma unroll
     for (int it = 0; it < kBk * kChunks / kThreads; ++it) {
-      const int idx = tid + it * kThreads;
-      const int j = idx / kChunks, c = (idx % kChunks) * 8;
-      const int pos = kt * kBk + j;
-      const bool ok = pos <= qmax;
-      int64_t off = 0;
-      if (ok)
-        off = ((static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size) *
-                   a.num_kv_heads + kvh) * HD + c;
-      cp_async16(ks + swz<HD>(j, c), k_cache + off, ok);
-      cp_async16(vs + swz<HD>(j, c), v_cache + off, ok);
+      if constexpr (HD == 256) {
+        const int idx = tid + it * kThreads;
+        const int j = idx / kChunks, c = (idx % kChunks) * 8;
+        const int pos = kt * kBk + j;
+        const bool ok = pos <= qmax;
+        int64_t off = 0;
+        if (ok)
+          off = ((static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size) *
+                     a.num_kv_heads + kvh) * HD + c;
+        cp_async16(ks + swz<HD>(j, c), k_cache + off, ok);
+        cp_async16(vs + swz<HD>(j, c), v_cache + off, ok);
+      } else {
+        const int j = j_ld + it * kRowsPerPass;
+        const int pos = kt * kBk + j;
+        const bool ok = pos <= qmax;
+        int64_t off = 0;
+        if (ok) {
+          int page, in_page;
+          if (page_shift >= 0) {
+            page = pos >> page_shift;
+            in_page = pos & (page_size - 1);
+          } else {
+            page = pos / page_size;
+            in_page = pos - page * page_size;
+          }
+          off = ((static_cast<int64_t>(table[page]) * page_size + in_page) * a.num_kv_heads +
+                 kvh) * HD + c_ld;
+        }
+        cp_async16(ks + swz<HD>(j, c_ld), k_cache + off, ok);
+        cp_async16(vs + swz<HD>(j, c_ld), v_cache + off, ok);
+      }
     }
   };
   static_assert(kBk * kChunks % kThreads == 0, "whole K/V tile per pass");
@@ -280,12 +311,17 @@ __global__ void __launch_bounds__(kThreads, Cfg<HD>::kMinBlocks)
     m_b = mx_b;
     l_a *= alpha_a;
     l_b *= alpha_b;
+    // O's rescale only when some row's max moved: alpha is exactly 1
+    // otherwise (exp2f(0)), and x * 1 is x, so skipping it changes no bit.
+    // Past the first key tiles a row's max seldom moves.
+    if (__any_sync(0xffffffffu, alpha_a != 1.0f || alpha_b != 1.0f)) {
 #pragma unroll
-    for (int n = 0; n < kNo; ++n) {
-      o[n][0] *= alpha_a;
-      o[n][1] *= alpha_a;
-      o[n][2] *= alpha_b;
-      o[n][3] *= alpha_b;
+      for (int n = 0; n < kNo; ++n) {
+        o[n][0] *= alpha_a;
+        o[n][1] *= alpha_a;
+        o[n][2] *= alpha_b;
+        o[n][3] *= alpha_b;
+      }
     }
     // p = exp(scale * (s - max)) = exp2(s * sl2 - max * sl2); the sums take
     // the f32 p, the product P rounded to T (as the reference contract).
@@ -360,8 +396,11 @@ Status launch(cudaStream_t s, const AttentionShape& a, const StepMeta& meta, int
       set_on.fetch_or(bit, std::memory_order_relaxed);
     }
   }
+  int32_t page_shift = -1;  // log2(page_size) when a power of two
+  for (int b = 0; b < 31; ++b)
+    if (page_size == (1 << b)) page_shift = b;
   kern<<<dim3(a.num_heads, static_cast<unsigned>(tiles)), kThreads, smem, s>>>(
-      a, meta, page_size, tile_seq, tile_row, tokens, static_cast<const T*>(q),
+      a, meta, page_size, page_shift, tile_seq, tile_row, tokens, static_cast<const T*>(q),
       static_cast<const T*>(k_cache), static_cast<const T*>(v_cache), static_cast<T*>(out));
   return check_launch("attention_prefill");
 }
