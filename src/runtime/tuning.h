@@ -108,6 +108,11 @@ namespace ferrite {
     "once for all heads; bitwise the same outputs (the CUDA conformance checks it). Measured "   \
     "neutral on the H200, Qwen3-8B FP8 b1 / b8 300.4 / 1,534 against 300.2 / 1,514 tokens/s, "  \
     "so off")                                                                                     \
+  X(bool, cuda_rope_token_warps, "FERRITE_CUDA_ROPE_TOKEN_WARPS", false,                        \
+    "CUDA: prompt steps' bias / q-k norm / RoPE / K-V write kernel takes a warp per token over "  \
+    "all its heads (RoPE's cos / sin and the cache slot once a token, four heads' rows loaded "  \
+    "together) instead of a warp per (token, head); the same values. Not yet measured (the "      \
+    "warp-per-row kernel takes ~125 us a layer on a 4,096-token Qwen3-8B prefill on the H200)")   \
   X(int64_t, cuda_dequant_slice_mib, "FERRITE_CUDA_DEQUANT_SLICE_MIB", 512,                       \
     "CUDA: products of more than 8 tokens on block weights dequantize at most this many MiB of "  \
     "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \

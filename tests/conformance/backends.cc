@@ -35,7 +35,9 @@ std::vector<Backend> available_backends() {
     // decode GEMV streaming rows through registers (Tuning::
     // cuda_quant_stream_tokens 0; "cuda" bulk-copies them), and the fused
     // decode attention's reduce-scatter score sums (Tuning::
-    // cuda_decode_reduce_scatter; its attention provider is tested again).
+    // cuda_decode_reduce_scatter) and the prompt steps' norm / RoPE / K-V
+    // write a warp per token (Tuning::cuda_rope_token_warps; its attention
+    // provider is tested again).
     for (const char* name : {"cuda", "cuda_alt"}) {
       auto device = make_cuda_device(0);
       if (!device.is_ok()) continue;
@@ -52,6 +54,7 @@ std::vector<Backend> available_backends() {
         options.moe_fused_tokens = 0;
         options.quant_stream_tokens = 0;  // the register-streaming decode GEMV
         options.decode_reduce_scatter = true;
+        options.rope_token_warps = true;
         cuda.block_weight_providers_only = true;
         cuda.also_providers = {"cuda.causal_paged_attention"};
       }

@@ -167,7 +167,7 @@ class CausalPagedAttention final : public Provider {
     FERRITE_RETURN_IF_ERROR(launch_qk_rope_kv(
         st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
         p.qk_norm ? b[kKNorm].data : nullptr, norm_dt, b[kQBias].data, b[kKBias].data,
-        b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data));
+        b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data, st.rope_token_warps));
 
     profile_mark(st.stream, "attention.core", st.capturing);
     if (st.meta.longest_run >= 16 && attention_prefill_supported(a, act) && !st.capturing) {

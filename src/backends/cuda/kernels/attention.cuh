@@ -25,11 +25,13 @@ struct AttentionShape {
 
 // Per token: bias, q/k rms norm over head_dim, RoPE on q and k, K/V written
 // to the paged cache at the token's slot; q is updated in place.
+// token_warps (Tuning::cuda_rope_token_warps): a warp per token over all its
+// heads instead of a warp per (token, head), where the shape allows.
 Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
                          int32_t page_size, int64_t tokens, void* q, void* k, void* v, DType act, const void* q_norm,
                          const void* k_norm, DType norm_dt, const void* q_bias,
                          const void* k_bias, const void* v_bias, DType bias_dt, void* k_cache,
-                         void* v_cache);
+                         void* v_cache, bool token_warps = false);
 // Attention of every token over its sequence's cached positions <= its own,
 // split over `splits` KV ranges (combined through `partials`, f32,
 // tokens * num_heads * splits * (head_dim + 2) floats when splits > 1).
