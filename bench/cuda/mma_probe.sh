@@ -13,13 +13,13 @@
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
-# The first calls of the session after 18 (fb78d3d and after not yet run on a GPU: the FP8
-# cuBLASLt path's split at 16-token multiples, its golden case, its test's tolerance):
-#   TESTS='CudaFp8Lt*:*fp8_lt*:CudaQuantMma*' FORMATS=f8_e4m3_b128 PATHS=mma SHAPES=4096x4096 \
-#     TOKENS=1 STAGE=test bash bench/cuda/mma_probe.sh
-#   then the crossover of FERRITE_CUDA_FP8_LT_TOKENS (default 512): `ferrite bench --device cuda
-#     --dummy-weights --model configs/qwen3-8b --quantization fp8 --prompt-len 256|512|1024 ...`
-#     with FERRITE_CUDA_FP8_LT_TOKENS=65 and 0 (docs/perf-log.md session 18).
+# The first calls of the session after 19 (c75c63a and a8e19ca not yet run on a GPU: the
+# warp-per-token RoPE kernel, off, and the FP8 operand kernels' 4 / 8 items a warp, on):
+#   TESTS='*' PROBE=0 FORMATS=f8_e4m3_b128 PATHS=mma SHAPES=4096x4096 TOKENS=1 STAGE=test \
+#     bash bench/cuda/mma_probe.sh
+#   then PREFILL='qwen3-8b:fp8:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0 qwen3-8b:-:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0' \
+#     LENS=4096 PROFILE='qwen3-8b:fp8' STAGE=prefill bash bench/cuda/mma_probe.sh
+#   (docs/perf-log.md session 19).
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
