@@ -19,6 +19,9 @@
 #     bash bench/cuda/mma_probe.sh
 #   then PREFILL='qwen3-8b:fp8:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0 qwen3-8b:-:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0' \
 #     LENS=4096 PROFILE='qwen3-8b:fp8' STAGE=prefill bash bench/cuda/mma_probe.sh
+#   and, with the repack batched, the FP8 path's threshold again at decode batches (it lost at
+#   b128 in session 18, 7,977 against 8,450, when the repack was latency-bound):
+#   AB='qwen3-8b:fp8:FERRITE_CUDA_FP8_LT_TOKENS=65,512' BATCHES='128' STAGE=ab bash ...
 #   (docs/perf-log.md session 19).
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
