@@ -9,7 +9,9 @@
 // with the bandwidth measured on this machine in the same run (CPU: a
 // read-bandwidth probe; other devices: a large device-to-device copy, bytes
 // read + written). Prefill is also reported as a fraction of the device's
-// dense matrix peak (--peak-tflops, 790 for bf16 on the H200):
+// dense matrix peak (--peak-tflops, 790 for bf16 on the H200; a model with
+// FP8 weights on CUDA is also given against the e4m3 peak, 1,979, which its
+// large products reach through the FP8 tensor cores):
 //   flops = 2 * tokens * (matrix weights) + causal attention
 //           (4 * heads * head_dim * tokens * (tokens + 1) / 2 per layer).
 // Every figure is measured after a warm-up run of the same shape (graph
@@ -243,12 +245,20 @@ int run_bench(const BenchFlags& f) {
                       {"tokens_per_s_runs", rate.runs},
                       {"tflops", flops_per_s / 1e12},
                       {"peak_fraction", flop_fraction}};
+    bool fp8_weights = false;
+    for (const WeightDecl& w : runner.program().weights)
+      fp8_weights = fp8_weights || w.dtype == DType::kF8B128;
+    const double fp8_peak = 1979.0e12;  // H200 dense e4m3
+    const bool fp8_line = fp8_weights && options->device == "cuda" && f.peak_tflops <= 0;
+    if (fp8_line) out["prefill"]["fp8_peak_fraction"] = flops_per_s / fp8_peak;
     if (!f.json) {
       std::printf("prefill  %5d tokens: %10.1f tokens/s ± %.1f  (%.1f GFLOP/s", f.prompt_len,
                   tps, rate.stddev(), flops_per_s / 1e9);
       // The fraction only where a peak is known (--peak-tflops, or the GPU's).
       if (peak_flops > 0)
         std::printf(", %.1f%% of %.0f TFLOP/s", 100 * flop_fraction, peak_flops / 1e12);
+      if (fp8_line)
+        std::printf(", %.1f%% of the FP8 %.0f", 100 * flops_per_s / fp8_peak, fp8_peak / 1e12);
       std::printf(")\n");
     }
   }
