@@ -13,12 +13,13 @@
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
-# The first calls of the session after 19 (c75c63a and a8e19ca not yet run on a GPU: the
-# warp-per-token RoPE kernel, off, and the FP8 operand kernels' 4 / 8 items a warp, on):
+# The first calls of the session after 19 (not yet run on a GPU: c75c63a, the warp-per-token
+# RoPE kernel, off; a8e19ca, the FP8 operand kernels' 4 / 8 items a warp, on; the head_dim-128
+# flash prefill on 32-key tiles, off):
 #   TESTS='*' PROBE=0 FORMATS=f8_e4m3_b128 PATHS=mma SHAPES=4096x4096 TOKENS=1 STAGE=test \
 #     bash bench/cuda/mma_probe.sh
-#   then PREFILL='qwen3-8b:fp8:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0 qwen3-8b:-:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0' \
-#     LENS=4096 PROFILE='qwen3-8b:fp8' STAGE=prefill bash bench/cuda/mma_probe.sh
+#   then PREFILL='qwen3-8b:fp8:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0 qwen3-8b:-:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0
+#     qwen3-8b:-:FERRITE_CUDA_PREFILL_SHORT_TILES=1,0' LENS='1024 4096' STAGE=prefill bash ...
 #   and, with the repack batched, the FP8 path's threshold again at decode batches (it lost at
 #   b128 in session 18, 7,977 against 8,450, when the repack was latency-bound):
 #   AB='qwen3-8b:fp8:FERRITE_CUDA_FP8_LT_TOKENS=65,512' BATCHES='128' STAGE=ab bash ...

@@ -113,6 +113,11 @@ namespace ferrite {
     "all its heads (RoPE's cos / sin and the cache slot once a token, four heads' rows loaded "  \
     "together) instead of a warp per (token, head); the same values. Not yet measured (the "      \
     "warp-per-row kernel takes ~125 us a layer on a 4,096-token Qwen3-8B prefill on the H200)")   \
+  X(bool, cuda_prefill_short_tiles, "FERRITE_CUDA_PREFILL_SHORT_TILES", false,                  \
+    "CUDA: the head_dim-128 flash prefill on 32-key tiles with Q re-read from shared memory "    \
+    "(168 registers: 3 blocks, 12 warps an SM, instead of 2 at 219 registers); the same "        \
+    "arithmetic over other tile bounds. Not yet measured (the default is latency-bound at 2 "     \
+    "warps a scheduler, ncu on the H200)")                                                         \
   X(int64_t, cuda_dequant_slice_mib, "FERRITE_CUDA_DEQUANT_SLICE_MIB", 512,                       \
     "CUDA: products of more than 8 tokens on block weights dequantize at most this many MiB of "  \
     "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \

@@ -36,8 +36,9 @@ std::vector<Backend> available_backends() {
     // cuda_quant_stream_tokens 0; "cuda" bulk-copies them), and the fused
     // decode attention's reduce-scatter score sums (Tuning::
     // cuda_decode_reduce_scatter) and the prompt steps' norm / RoPE / K-V
-    // write a warp per token (Tuning::cuda_rope_token_warps; its attention
-    // provider is tested again).
+    // write a warp per token (Tuning::cuda_rope_token_warps) and the
+    // head_dim-128 flash prefill on 32-key tiles (Tuning::
+    // cuda_prefill_short_tiles; its attention provider is tested again).
     for (const char* name : {"cuda", "cuda_alt"}) {
       auto device = make_cuda_device(0);
       if (!device.is_ok()) continue;
@@ -55,6 +56,7 @@ std::vector<Backend> available_backends() {
         options.quant_stream_tokens = 0;  // the register-streaming decode GEMV
         options.decode_reduce_scatter = true;
         options.rope_token_warps = true;
+        options.prefill_short_tiles = true;
         cuda.block_weight_providers_only = true;
         cuda.also_providers = {"cuda.causal_paged_attention"};
       }

@@ -689,11 +689,12 @@ struct PrefillKernelCase {
   DType act;
   bool gate;
   int page_size;
+  bool short_tiles = false;  // Tuning::cuda_prefill_short_tiles (head_dim 128)
 };
 
 void PrintTo(const PrefillKernelCase& c, std::ostream* os) {
   *os << "hd" << c.head_dim << "/" << dtype_name(c.act) << (c.gate ? "/gate" : "") << "/page"
-      << c.page_size;
+      << c.page_size << (c.short_tiles ? "/short" : "");
 }
 
 class CudaPrefillKernelTest : public testing::TestWithParam<PrefillKernelCase> {};
@@ -815,7 +816,7 @@ TEST_P(CudaPrefillKernelTest, MatchesHostReferenceAndSplitKv) {
 
   Status st = cuda::launch_attention_prefill(nullptr, a, meta, ps, d_tile_seq, d_tile_row,
                                              static_cast<int64_t>(tile_seq.size()), tokens, d_q,
-                                             act, d_k, d_v, d_flash);
+                                             act, d_k, d_v, d_flash, pc.short_tiles);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   st = cuda::launch_attention_decode(nullptr, a, meta, ps, tokens, d_q, act, d_k, d_v, d_split, 1,
                                      nullptr);
@@ -882,11 +883,14 @@ INSTANTIATE_TEST_SUITE_P(
     HeadDims, CudaPrefillKernelTest,
     testing::Values(PrefillKernelCase{64, DType::kBF16, false, 16}, PrefillKernelCase{64, DType::kF16, true, 7},
                     PrefillKernelCase{128, DType::kBF16, true, 16}, PrefillKernelCase{128, DType::kF16, false, 5},
+                    PrefillKernelCase{128, DType::kBF16, true, 16, true},
+                    PrefillKernelCase{128, DType::kF16, false, 5, true},
                     PrefillKernelCase{256, DType::kBF16, false, 16}, PrefillKernelCase{256, DType::kF16, true, 3}),
     [](const testing::TestParamInfo<PrefillKernelCase>& info) {
       const PrefillKernelCase& c = info.param;
       return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) +
-             (c.gate ? "_gate" : "") + "_page" + std::to_string(c.page_size);
+             (c.gate ? "_gate" : "") + "_page" + std::to_string(c.page_size) +
+             (c.short_tiles ? "_short" : "");
     });
 
 }  // namespace

@@ -177,7 +177,8 @@ class CausalPagedAttention final : public Provider {
       const int64_t tiles = st.meta.num_tiles;
       FERRITE_RETURN_IF_ERROR(launch_attention_prefill(st.stream, a, st.meta, page_size, d_seq,
                                                        d_row, tiles, t, q, act, b[kKCache].data,
-                                                       b[kVCache].data, attn));
+                                                       b[kVCache].data, attn,
+                                                       st.prefill_short_tiles));
     } else {
       const int splits =
           splits_for(t, nkv, std::min<int64_t>(i64(p.max_context), st.meta.kv_len_bound));

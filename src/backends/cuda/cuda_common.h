@@ -66,6 +66,7 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
+  bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
   int64_t dequant_slice_mib = 512;
   // Tuning::cuda_quant_tile_tokens (gemm.cc, quant_product): products of 9

@@ -36,16 +36,20 @@ static_assert(kBq == 16 * kWarps, "one 16-row mma tile per warp");
 
 // Per head_dim: key tile, and whether Q fragments live in registers for the
 // whole block (64 / 128) or are re-read from shared memory per key tile
-// (256: O alone takes 128 registers per thread there).
-template <int HD>
+// (256: O alone takes 128 registers per thread there). kOcc (head_dim 128,
+// Tuning::cuda_prefill_short_tiles): 32-key tiles and Q re-read from shared
+// memory, 168 registers (ptxas, sm_90a), so that 3 blocks (12 warps) fit on
+// an SM instead of 2: the kernel is latency-bound at 2 warps a scheduler
+// (ncu, docs/perf-log.md session 19).
+template <int HD, bool kOcc = false>
 struct Cfg {
-  static constexpr int kBk = HD == 256 ? 32 : 64;
-  static constexpr bool kQInRegs = HD <= 128;
+  static constexpr int kBk = HD == 256 || kOcc ? 32 : 64;
+  static constexpr bool kQInRegs = HD <= 128 && !kOcc;
   static constexpr int kTile = kBk * HD;  // elements of one K (or V) tile
   // Blocks per SM the register allocation must allow (ptxas -v, sm_90a):
   // 64: 164 registers, 3 blocks (12 warps); 128: 246, 2; 256: 255, 2
   // (shared memory per block 32 / 64 / 96 KiB). Asking 3 at 128 spills.
-  static constexpr int kMinBlocks = HD == 64 ? 3 : 2;
+  static constexpr int kMinBlocks = HD == 64 || kOcc ? 3 : 2;
   // Double-buffered K and V; with Q in registers, Q is staged in the second
   // buffer's K slot before the first key tile goes there.
   static constexpr size_t kSmem =
@@ -112,13 +116,13 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
 //  - P (A of O = P V over keys 16c..16c+15): the S accumulators of key blocks
 //    2c and 2c+1 hold (g, 2t..), (g+8, 2t..) of each, which is exactly
 //    a0 = S[2c].c0c1, a1 = S[2c].c2c3, a2 = S[2c+1].c0c1, a3 = S[2c+1].c2c3.
-template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads, Cfg<HD>::kMinBlocks)
+template <typename T, int HD, bool kOcc = false>
+__global__ void __launch_bounds__(kThreads, Cfg<HD, kOcc>::kMinBlocks)
     prefill_kernel(AttentionShape a, StepMeta meta, int32_t page_size, int32_t page_shift,
                    const int32_t* tile_seq,
                    const int32_t* tile_row, int64_t tokens, const T* __restrict__ q,
                    const T* __restrict__ k_cache, const T* __restrict__ v_cache, T* out) {
-  using C = Cfg<HD>;
+  using C = Cfg<HD, kOcc>;
   constexpr int kBk = C::kBk, kTile = C::kTile;
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
   constexpr int kKc = HD / 16;     // k16 steps of Q K^T
@@ -378,12 +382,12 @@ __global__ void __launch_bounds__(kThreads, Cfg<HD>::kMinBlocks)
   }
 }
 
-template <typename T, int HD>
+template <typename T, int HD, bool kOcc = false>
 Status launch(cudaStream_t s, const AttentionShape& a, const StepMeta& meta, int32_t page_size,
               const int32_t* tile_seq, const int32_t* tile_row, int64_t tiles, int64_t tokens,
               const void* q, const void* k_cache, const void* v_cache, void* out) {
-  constexpr size_t smem = Cfg<HD>::kSmem;
-  auto kern = prefill_kernel<T, HD>;
+  constexpr size_t smem = Cfg<HD, kOcc>::kSmem;
+  auto kern = prefill_kernel<T, HD, kOcc>;
   if (smem > 48 * 1024) {
     // Once per device (the attribute is per device and function).
     static std::atomic<uint32_t> set_on{0};
@@ -409,11 +413,13 @@ template <typename T>
 Status launch_hd(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
                  int32_t page_size, const int32_t* tile_seq, const int32_t* tile_row,
                  int64_t tiles, int64_t tokens, const void* q, const void* k_cache,
-                 const void* v_cache, void* out) {
+                 const void* v_cache, void* out, bool short_tiles) {
   switch (a.head_dim) {
     case 64:
       return launch<T, 64>(s, a, meta, page_size, tile_seq, tile_row, tiles, tokens, q, k_cache, v_cache, out);
     case 128:
+      if (short_tiles)
+        return launch<T, 128, true>(s, a, meta, page_size, tile_seq, tile_row, tiles, tokens, q, k_cache, v_cache, out);
       return launch<T, 128>(s, a, meta, page_size, tile_seq, tile_row, tiles, tokens, q, k_cache, v_cache, out);
     default:
       return launch<T, 256>(s, a, meta, page_size, tile_seq, tile_row, tiles, tokens, q, k_cache, v_cache, out);
@@ -431,13 +437,13 @@ Status launch_attention_prefill(cudaStream_t s, const AttentionShape& a, const S
                                 int32_t page_size, const int32_t* tile_seq,
                                 const int32_t* tile_row, int64_t tiles, int64_t tokens,
                                 const void* q, DType act, const void* k_cache,
-                                const void* v_cache, void* out) {
+                                const void* v_cache, void* out, bool short_tiles) {
   if (tiles == 0) return Status::ok();
   if (!attention_prefill_supported(a, act)) return unsupported("attention prefill: shape / dtype");
   if (tiles > 65535) return unsupported("attention prefill: more than 65535 query tiles");
   if (act == DType::kBF16)
-    return launch_hd<__nv_bfloat16>(s, a, meta, page_size, tile_seq, tile_row, tiles, tokens, q, k_cache, v_cache, out);
-  return launch_hd<__half>(s, a, meta, page_size, tile_seq, tile_row, tiles, tokens, q, k_cache, v_cache, out);
+    return launch_hd<__nv_bfloat16>(s, a, meta, page_size, tile_seq, tile_row, tiles, tokens, q, k_cache, v_cache, out, short_tiles);
+  return launch_hd<__half>(s, a, meta, page_size, tile_seq, tile_row, tiles, tokens, q, k_cache, v_cache, out, short_tiles);
 }
 
 }  // namespace ferrite::cuda
