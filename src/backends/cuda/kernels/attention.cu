@@ -5,6 +5,8 @@
 //    merged by a combine kernel (flash-decoding). It is exact for any token
 //    (prefill too), the reference path of every batch shape;
 //  - prefill (attention_prefill.cu): tensor-core flash attention.
+#include <type_traits>
+
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/attention.cuh"
 
@@ -518,49 +520,31 @@ Status launch_qk_rope_kv(cudaStream_t s, const AttentionShape& a, const StepMeta
                          (d == 2 || d == 4 || d == 8) && aligned(q) && aligned(k) && aligned(v) &&
                          aligned(k_cache) && aligned(v_cache) && a.q_stride % d == 0 &&
                          a.q_row % d == 0;
-  if (warp_rows && token_warps && (a.rope_dim / 2) % d == 0) {
-    const unsigned blocks = static_cast<unsigned>((tokens + kRopeWarps - 1) / kRopeWarps);
-    bool ok = dispatch_float(act, [&](auto ta) {
-      using T = decltype(ta);
-      if constexpr (sizeof(T) == 2) {
-        dispatch_float(w_dt, [&](auto tw) {
-          using TW = decltype(tw);
-          auto go = [&](auto kernel) {
-            (void)launch_pdl(kernel, blocks, kRopeWarps * 32, 0, s, a, meta, page_size, tokens,
-                             static_cast<T*>(q), static_cast<T*>(k), static_cast<T*>(v),
-                             static_cast<const TW*>(q_norm), static_cast<const TW*>(k_norm),
-                             static_cast<const TW*>(q_bias), static_cast<const TW*>(k_bias),
-                             static_cast<const TW*>(v_bias), static_cast<T*>(k_cache),
-                             static_cast<T*>(v_cache));
-          };
-          if (d == 2) go(qk_rope_kv_token_kernel<T, TW, 2>);
-          else if (d == 4) go(qk_rope_kv_token_kernel<T, TW, 4>);
-          else go(qk_rope_kv_token_kernel<T, TW, 8>);
-        });
-      }
-    });
-    if (!ok) return bad_dtype("qk_rope_kv", act);
-    return check_launch("qk_rope_kv");
-  }
   if (warp_rows) {
-    const int64_t rows = tokens * (a.num_heads + 2 * a.num_kv_heads);
-    const unsigned blocks = static_cast<unsigned>((rows + kRopeWarps - 1) / kRopeWarps);
+    // A warp per token (token_warps, where RoPE's pairs are whole lanes
+    // apart) or per (token, head) row.
+    const bool per_token = token_warps && (a.rope_dim / 2) % d == 0;
+    const int64_t warps = per_token ? tokens : tokens * (a.num_heads + 2 * a.num_kv_heads);
+    const unsigned blocks = static_cast<unsigned>((warps + kRopeWarps - 1) / kRopeWarps);
     bool ok = dispatch_float(act, [&](auto ta) {
       using T = decltype(ta);
       if constexpr (sizeof(T) == 2) {
         dispatch_float(w_dt, [&](auto tw) {
           using TW = decltype(tw);
-          auto go = [&](auto kernel) {
-            (void)launch_pdl(kernel, blocks, kRopeWarps * 32, 0, s, a, meta, page_size, rows,
+          auto go = [&](auto dc) {
+            constexpr int D = decltype(dc)::value;
+            (void)launch_pdl(per_token ? qk_rope_kv_token_kernel<T, TW, D>
+                                       : qk_rope_kv_warp_kernel<T, TW, D>,
+                             blocks, kRopeWarps * 32, 0, s, a, meta, page_size, warps,
                              static_cast<T*>(q), static_cast<T*>(k), static_cast<T*>(v),
                              static_cast<const TW*>(q_norm), static_cast<const TW*>(k_norm),
                              static_cast<const TW*>(q_bias), static_cast<const TW*>(k_bias),
                              static_cast<const TW*>(v_bias), static_cast<T*>(k_cache),
                              static_cast<T*>(v_cache));
           };
-          if (d == 2) go(qk_rope_kv_warp_kernel<T, TW, 2>);
-          else if (d == 4) go(qk_rope_kv_warp_kernel<T, TW, 4>);
-          else go(qk_rope_kv_warp_kernel<T, TW, 8>);
+          if (d == 2) go(std::integral_constant<int, 2>{});
+          else if (d == 4) go(std::integral_constant<int, 4>{});
+          else go(std::integral_constant<int, 8>{});
         });
       }
     });
