@@ -16,9 +16,10 @@ constexpr int kBlockBytes = 132;  // f8_e4m3_b128: f32 d, 128 codes
 // Each warp of these kernels takes kBatch consecutive items (row, 128-element
 // group) of an [rows, kb] grid, 8 warps a block, and loads all of its items
 // before it stores any: one item a warp kept a few hundred bytes in flight
-// per warp, and the weights' repack of a 4,096-token Qwen3-8B FP8 prefill ran
-// far below the HBM rate (about 270 us a layer unexplained in gate / up on
-// the H200). warp_items gives the first item and the number to take.
+// per warp (the H200's profile of a 4,096-token Qwen3-8B FP8 prefill left
+// ~270 us a layer of gate / up beyond the GEMM, the SiLU product and the
+// norm, where this repack and quantization run). warp_items gives the first
+// item and the number to take.
 constexpr int kWarps = 8;
 template <int kBatch>
 __device__ __forceinline__ int warp_items(int64_t rows, int64_t kb, int64_t* first) {
