@@ -47,8 +47,9 @@ struct Cfg {
   static constexpr bool kQInRegs = HD <= 128 && !kOcc;
   static constexpr int kTile = kBk * HD;  // elements of one K (or V) tile
   // Blocks per SM the register allocation must allow (ptxas -v, sm_90a):
-  // 64: 164 registers, 3 blocks (12 warps); 128: 246, 2; 256: 255, 2
-  // (shared memory per block 32 / 64 / 96 KiB). Asking 3 at 128 spills.
+  // 64: 155 registers, 3 blocks (12 warps); 128: 219, 2; 256: 255, 2;
+  // 128 with kOcc: 168, 3 (shared memory per block 32 / 64 / 96 / 48 KiB).
+  // Asking 3 at 128 with 64-key tiles and Q in registers spills.
   static constexpr int kMinBlocks = HD == 64 || kOcc ? 3 : 2;
   // Double-buffered K and V; with Q in registers, Q is staged in the second
   // buffer's K slot before the first key tile goes there.
@@ -165,10 +166,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<HD, kOcc>::kMinBlocks)
   // (never attended by a written row, and 0 * V stays finite). A thread
   // copies the same 16-byte chunk c_ld of rows j_ld + kRowsPerPass * it,
   // and a power-of-two page size (the engine's 16; page_shift is its log2,
-  // else -1) takes a shift and a mask instead of a division per row: the
-  // address arithmetic was about a third of a key tile's instructions. At
-  // head_dim 256 (255 registers) the hoisted terms would spill: there each
-  // row's offset is computed whole.
+  // else -1) takes a shift and a mask instead of a division and a modulo
+  // per row, which were most of a key tile's integer work (by reading the
+  // code; not measured apart). At head_dim 256 (255 registers) the hoisted
+  // terms would spill: there each row's offset is computed whole.
   constexpr int kRowsPerPass = kThreads / kChunks;
   static_assert(kThreads % kChunks == 0, "a thread keeps its chunk across passes");
   const int c_ld = (tid % kChunks) * 8, j_ld = tid / kChunks;
