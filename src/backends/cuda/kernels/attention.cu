@@ -13,6 +13,30 @@
 namespace ferrite::cuda {
 namespace {
 
+// Row h of token t's heads (the q heads, then K's, then V's, as qk_rope_kv's
+// kernels number them): its kind (0 q, 1 k, 2 v), its head within the kind,
+// where it lies in q / k / v (head_dim hd) and its bias (null without).
+template <typename T, typename TW>
+struct HeadRow {
+  int kind, head;
+  T* ptr;
+  const TW* bias;
+};
+template <typename T, typename TW>
+__device__ __forceinline__ HeadRow<T, TW> head_row(const AttentionShape& a, int64_t t, int h,
+                                                   int hd, T* q, T* k, T* v, const TW* q_bias,
+                                                   const TW* k_bias, const TW* v_bias) {
+  if (h < a.num_heads) {
+    const int64_t off = static_cast<int64_t>(h) * a.q_stride;
+    return {0, h, q + t * a.q_row + off, q_bias ? q_bias + off : nullptr};
+  }
+  const int kind = h < a.num_heads + a.num_kv_heads ? 1 : 2;
+  const int head = h - a.num_heads - (kind == 2 ? a.num_kv_heads : 0);
+  const int64_t off = static_cast<int64_t>(head) * hd;
+  const TW* b = kind == 1 ? k_bias : v_bias;
+  return {kind, head, (kind == 1 ? k : v) + t * a.num_kv_heads * hd + off, b ? b + off : nullptr};
+}
+
 template <typename T, typename TW>
 __global__ void qk_rope_kv_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q, T* k,
                                   T* v, const TW* q_norm, const TW* k_norm, const TW* q_bias,
@@ -24,30 +48,10 @@ __global__ void qk_rope_kv_kernel(AttentionShape a, StepMeta meta, int32_t page_
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y;
   const int hd = a.head_dim;
-  const int kv_row = a.num_kv_heads * hd;
   const int32_t seq = meta.token_seq[t];
   const int32_t pos = meta.token_pos[t];
   const bool real = meta.seq_len[seq] > 0;
-  int kind;  // 0: q, 1: k, 2: v
-  int head;
-  T* ptr;
-  const TW* bias;
-  if (h < a.num_heads) {
-    kind = 0;
-    head = h;
-    ptr = q + t * a.q_row + static_cast<int64_t>(h) * a.q_stride;
-    bias = q_bias ? q_bias + static_cast<int64_t>(h) * a.q_stride : nullptr;
-  } else if (h < a.num_heads + a.num_kv_heads) {
-    kind = 1;
-    head = h - a.num_heads;
-    ptr = k + t * kv_row + static_cast<int64_t>(head) * hd;
-    bias = k_bias ? k_bias + static_cast<int64_t>(head) * hd : nullptr;
-  } else {
-    kind = 2;
-    head = h - a.num_heads - a.num_kv_heads;
-    ptr = v + t * kv_row + static_cast<int64_t>(head) * hd;
-    bias = v_bias ? v_bias + static_cast<int64_t>(head) * hd : nullptr;
-  }
+  const auto [kind, head, ptr, bias] = head_row(a, t, h, hd, q, k, v, q_bias, k_bias, v_bias);
   float ss = 0;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float x = to_f(ptr[d]) + (bias ? to_f(bias[d]) : 0.0f);
@@ -118,29 +122,10 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
   const int heads = a.num_heads + 2 * a.num_kv_heads;
   const int64_t t = r / heads;
   const int h = static_cast<int>(r % heads);
-  const int kv_row = a.num_kv_heads * HD;
   const int32_t seq = meta.token_seq[t];
   const int32_t pos = meta.token_pos[t];
   const bool real = meta.seq_len[seq] > 0;
-  int kind, head;  // kind 0: q, 1: k, 2: v
-  T* ptr;
-  const TW* bias;
-  if (h < a.num_heads) {
-    kind = 0;
-    head = h;
-    ptr = q + t * a.q_row + static_cast<int64_t>(h) * a.q_stride;
-    bias = q_bias ? q_bias + static_cast<int64_t>(h) * a.q_stride : nullptr;
-  } else if (h < a.num_heads + a.num_kv_heads) {
-    kind = 1;
-    head = h - a.num_heads;
-    ptr = k + t * kv_row + static_cast<int64_t>(head) * HD;
-    bias = k_bias ? k_bias + static_cast<int64_t>(head) * HD : nullptr;
-  } else {
-    kind = 2;
-    head = h - a.num_heads - a.num_kv_heads;
-    ptr = v + t * kv_row + static_cast<int64_t>(head) * HD;
-    bias = v_bias ? v_bias + static_cast<int64_t>(head) * HD : nullptr;
-  }
+  const auto [kind, head, ptr, bias] = head_row(a, t, h, HD, q, k, v, q_bias, k_bias, v_bias);
   const int d0 = lane * D;
   float x[D];
   uint32_t raw[D / 2];
@@ -254,21 +239,19 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
 #pragma unroll
     for (int b = 0; b < kRopeBatch; ++b) {
       const int h = h0 + b;
-      kind[b] = h < nh ? 0 : h < nh + nkv ? 1 : h < heads ? 2 : 3;  // 3: past the last head
       T* src = nullptr;
+      kind[b] = 3;  // past the last head
       bias[b] = nullptr;
       dst[b] = nullptr;
-      if (kind[b] == 0) {
-        src = q + t * a.q_row + static_cast<int64_t>(h) * a.q_stride;
-        bias[b] = q_bias ? q_bias + static_cast<int64_t>(h) * a.q_stride : nullptr;
-        dst[b] = src;
-      } else if (kind[b] < 3) {
-        const int kvh = kind[b] == 1 ? h - nh : h - nh - nkv;
-        src = (kind[b] == 1 ? k : v) + (t * nkv + kvh) * HD;
-        const TW* kb = kind[b] == 1 ? k_bias : v_bias;
-        bias[b] = kb ? kb + static_cast<int64_t>(kvh) * HD : nullptr;
-        dst[b] = real ? (kind[b] == 1 ? k_cache : v_cache) + slot + static_cast<int64_t>(kvh) * HD
-                      : nullptr;
+      if (h < heads) {
+        const HeadRow<T, TW> row = head_row(a, t, h, HD, q, k, v, q_bias, k_bias, v_bias);
+        kind[b] = row.kind;
+        src = row.ptr;
+        bias[b] = row.bias;
+        if (row.kind == 0)
+          dst[b] = src;  // q in place
+        else if (real)
+          dst[b] = (row.kind == 1 ? k_cache : v_cache) + slot + static_cast<int64_t>(row.head) * HD;
       }
       if (src) {
         uint32_t raw[D / 2];
