@@ -134,8 +134,10 @@ else
   for spec in ${AB:-qwen3-8b:fp8:FERRITE_CUDA_QUANT_MMA_FP8=1,0 qwen3-8b:gptq-int4:FERRITE_CUDA_QUANT_MMA_U4=5,0}; do
     IFS=: read -r model quant setting <<< "$spec"
     var=${setting%%=*}
+    q=(--quantization "$quant")
+    [ "$quant" = - ] && q=()  # "-": the bf16 model
     for v in $(echo "${setting#*=}" | tr , ' '); do
-      run "$var=$v" --model "$ROOT/configs/$model" --quantization "$quant"
+      run "$var=$v" --model "$ROOT/configs/$model" "${q[@]}"
     done
   done
 fi

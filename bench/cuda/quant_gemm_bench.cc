@@ -1,7 +1,9 @@
 // Products on block weights, kernel by kernel: gemm() (backends/cuda/gemm.h)
 // at real shapes on random weights in a block format, through the bf16
 // tensor-core tile (kernels/quant_tile.cuh) and through dequantize +
-// cuBLASLt (paths tile, lt: 9+ tokens), or for decode (up to 8 tokens)
+// cuBLASLt (paths tile, lt: 9+ tokens; u4: the Marlin-class 4-bit tile,
+// kernels/u4_tile.cuh, u4_g128 only; bf16: the same shape's bf16 cuBLASLt
+// product on the dequantized weights, what a bf16 model pays), or for decode (up to 8 tokens)
 // through the fused GEMV on the CUDA cores and on the tensor cores (paths
 // gemv, mma: kernels/quant_gemv_mma.cu, f8_e4m3_b128 / u4_g128; mma8: e4m3 activations), timed with CUDA events over repeated calls that cycle through
 // enough weight copies (512 MiB at least) that none is read from L2.
@@ -66,7 +68,8 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "NxK weight shapes (n outputs x k inputs)")
       ->capture_default_str();
   app.add_option("--paths", paths,
-                 "tile, lt (dequantize + cuBLASLt); gemv, mma, mma8 (up to 8 tokens: the fused "
+                 "tile, lt (dequantize + cuBLASLt), u4 (the 4-bit tile, u4_g128), bf16 (the bf16 "
+                 "product of the dequantized weights); gemv, mma, mma8 (up to 8 tokens: the fused "
                  "GEMV on CUDA cores / tensor cores / tensor cores with e4m3 activations)")
       ->capture_default_str();
   app.add_option("--iters", iters, "timed calls per case")->capture_default_str();
@@ -78,6 +81,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   st.num_sms = prop.multiProcessorCount;
+  st.u4_tile_tokens = int64_t{1} << 30;  // gemm_init sizes the split-k scratch for it
   if (Status s = cuda::gemm_init(st); !s.is_ok()) {
     std::fprintf(stderr, "gemm_init: %s\n", s.to_string().c_str());
     return 1;
@@ -109,6 +113,21 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaMalloc(&w, stride * copies));
       for (int c = 0; c < copies; ++c)
         CHECK_CUDA(cudaMemcpy(w + c * stride, wq.data(), bytes, cudaMemcpyHostToDevice));
+      // The bf16 path's weights: the same values rounded to bf16, as many
+      // copies as keep them out of L2.
+      uint16_t* w16 = nullptr;
+      const int64_t stride16 = (n * k * 2 + 255) / 256 * 256;
+      const int copies16 = static_cast<int>(std::max<int64_t>(2, (int64_t{512} << 20) / stride16 + 1));
+      if (paths.find("bf16") != std::string::npos) {
+        std::vector<float> wd(static_cast<size_t>(n * k));
+        dequantize_row(*dt, wq.data(), wd.data(), n * k);
+        std::vector<uint16_t> wh(wd.size());
+        for (size_t i = 0; i < wd.size(); ++i) wh[i] = f32_to_bf16(wd[i]);
+        CHECK_CUDA(cudaMalloc(&w16, stride16 * copies16));
+        for (int c = 0; c < copies16; ++c)
+          CHECK_CUDA(cudaMemcpy(reinterpret_cast<char*>(w16) + c * stride16, wh.data(), n * k * 2,
+                                cudaMemcpyHostToDevice));
+      }
       for (const std::string& ms : split(tokens)) {
         const int64_t m = std::stoll(ms);
         std::vector<uint16_t> xh(static_cast<size_t>(m * k));
@@ -120,11 +139,17 @@ int main(int argc, char** argv) {
         std::vector<float> first;
         for (const std::string& path : split(paths)) {
           st.quant_tile_tokens = path == "tile" ? tile_tokens : 0;
+          st.u4_tile_tokens = path == "u4" ? tile_tokens : 0;
           st.quant_mma_fp8 = st.quant_mma_u4 = path == "mma" || path == "mma8" ? 1 : 0;
           st.quant_mma_fp8_act = path == "mma8";
           auto call = [&](int i) {
-            Status s = cuda::gemm(st, xd, DType::kBF16, m, k, w + (i % copies) * stride, *dt, n,
-                                  od, DType::kF32, false);
+            Status s =
+                path == "bf16"
+                    ? cuda::gemm(st, xd, DType::kBF16, m, k,
+                                 reinterpret_cast<char*>(w16) + (i % copies16) * stride16,
+                                 DType::kBF16, n, od, DType::kF32, false)
+                    : cuda::gemm(st, xd, DType::kBF16, m, k, w + (i % copies) * stride, *dt, n,
+                                 od, DType::kF32, false);
             if (!s.is_ok()) {
               std::fprintf(stderr, "gemm: %s\n", s.to_string().c_str());
               std::exit(1);
@@ -165,6 +190,7 @@ int main(int argc, char** argv) {
         cudaFree(od);
       }
       cudaFree(w);
+      if (w16) cudaFree(w16);
     }
   }
   cuda::gemm_shutdown(st);

@@ -128,6 +128,12 @@ namespace ferrite {
     "registers, reading them once per 64 tokens (0: dequantize to 16 bits for cuBLASLt; on the " \
     "H200, Qwen3-8B Q4_K_M b16 1,691 against 1,057 tokens/s, b32 2,889 against 2,108, b64 "      \
     "4,495 against 4,326, b128 5,516 against 7,537: it loses above 64)")                          \
+  X(int64_t, cuda_u4_tile_tokens, "FERRITE_CUDA_U4_TILE_TOKENS", 0,                             \
+    "CUDA: products of 9 up to this many tokens on 4-bit (u4_g128: GPTQ / AWQ / "               \
+    "compressed-tensors W4A16) weights with bf16 activations take the Marlin-class 4-bit tile "  \
+    "(codes decoded in registers, each weight read once per 128 tokens, values bitwise those "  \
+    "of dequantizing to bf16 for f16 / bf16 scales) ahead of the bf16 tile and cuBLASLt. "       \
+    "0: off. Not yet measured")                                                                   \
   X(int64_t, cuda_fp8_lt_tokens, "FERRITE_CUDA_FP8_LT_TOKENS", 512,                             \
     "CUDA: products of at least this many tokens on FP8 (e4m3, 128-blocks) weights, beyond "    \
     "the bf16 tile's (cuda_quant_tile_tokens), quantize "                                        \

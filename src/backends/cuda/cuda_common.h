@@ -74,6 +74,11 @@ struct BackendState {
   // whose split-k partial sums and arrival counters live in tile_partials /
   // tile_counters (allocated at init, so decode graphs can point into them).
   int64_t quant_tile_tokens = 64;
+  // Tuning::cuda_u4_tile_tokens (gemm.cc, quant_product): products of 9 ..
+  // this many tokens on u4_g128 weights through kernels/u4_tile.cuh (its
+  // split-k scratch is tile_partials / tile_counters).
+  int64_t u4_tile_tokens = 0;
+  int64_t u4_tile_products = 0;  // products that took it (tests)
   float* tile_partials = nullptr;
   int64_t tile_partial_floats = 0;
   int32_t* tile_counters = nullptr;

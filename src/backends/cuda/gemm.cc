@@ -15,6 +15,7 @@
 #include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
 #include "backends/cuda/kernels/quant_tile.cuh"
+#include "backends/cuda/kernels/u4_tile.cuh"
 
 namespace ferrite::cuda {
 namespace {
@@ -295,6 +296,8 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
 //    (Tuning::cuda_quant_dot) or on f32 activations; FP8 and 4-bit weights
 //    on the tensor cores (Tuning::cuda_quant_mma_fp8 / _u4); shapes whose
 //    activations the fused kernels cannot stage on the bf16 tile;
+//  - 9 .. Tuning::cuda_u4_tile_tokens bf16 tokens on u4_g128 weights: the
+//    Marlin-class 4-bit tile (kernels/u4_tile.cuh);
 //  - 9 .. Tuning::cuda_quant_tile_tokens bf16 tokens: the bf16 tensor-core
 //    tile that decodes the blocks in registers (kernels/quant_tile.cuh);
 //  - larger batches on FP8 weights, from Tuning::cuda_fp8_lt_tokens tokens:
@@ -339,6 +342,12 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   };
   const QuantTileScratch scratch{st.tile_partials, st.tile_partial_floats, st.tile_counters,
                                  st.tile_counter_count};
+  if (w_dt == DType::kU4G128 && m > kQuantGemvMaxTokens && m <= st.u4_tile_tokens &&
+      st.tile_partials && u4_tile_supported(x_dt, x, w_dt, w, k, out_dt)) {
+    ++st.u4_tile_products;
+    return launch_u4_tile(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
+                          accumulate, bias, bias_dt, scratch);
+  }
   if (m <= 8) {
     // A decode product the fused kernels cannot stage (8 tokens of a
     // 12,288-wide FP8 down projection: 196 KiB of x) and no 8-bit GEMV
@@ -467,9 +476,12 @@ Status gemm_init(BackendState& st) {
   st.q8_capacity = kQuantGemvMaxTokens * kQuantScratchMaxK;
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_x, st.q8_capacity));
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_d, st.q8_capacity / 32 * sizeof(float)));
-  if (st.quant_tile_tokens > kQuantGemvMaxTokens) {
+  const bool u4_tile = st.u4_tile_tokens > kQuantGemvMaxTokens;
+  if (st.quant_tile_tokens > kQuantGemvMaxTokens || u4_tile) {
     FERRITE_RETURN_IF_ERROR(quant_tile_init());
-    st.tile_partial_floats = quant_tile_partial_floats(st.num_sms);
+    if (u4_tile) FERRITE_RETURN_IF_ERROR(u4_tile_init());
+    st.tile_partial_floats = std::max(quant_tile_partial_floats(st.num_sms),
+                                      u4_tile ? u4_tile_partial_floats(st.num_sms) : int64_t{0});
     st.tile_counter_count = kQuantTileCounters;
     FERRITE_CUDA_RETURN(cudaMalloc(&st.tile_partials, st.tile_partial_floats * sizeof(float)));
     FERRITE_CUDA_RETURN(cudaMalloc(&st.tile_counters, st.tile_counter_count * sizeof(int32_t)));

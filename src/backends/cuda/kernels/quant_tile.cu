@@ -311,29 +311,6 @@ void dispatch_tokens(int64_t m, Fn&& fn) {
     fn(std::integral_constant<int, 64>{});
 }
 
-// Splits of k for `tiles` output tiles of `steps` steps on `sms`
-// multiprocessors (one block each): the fewest estimated step times, waves
-// x steps a split, plus about a quarter step a split for the last block's
-// read of the partial sums; capped by the scratch.
-int choose_splits(int64_t tiles, int steps, int sms, int64_t tile_floats,
-                  const QuantTileScratch& sc) {
-  auto waves = [&](int64_t blocks) { return (blocks + sms - 1) / sms; };
-  double best_cost = static_cast<double>(waves(tiles) * steps);
-  int best = 1;
-  if (tiles > sc.counter_count) return 1;
-  for (int s = 2; s <= std::min(steps, 32); ++s) {
-    const int per = (steps + s - 1) / s;
-    if ((steps + per - 1) / per != s) continue;  // the same splits as a smaller s
-    if (tiles * s * tile_floats > sc.partial_floats) break;
-    const double cost = static_cast<double>(waves(tiles * s) * per) + 0.25 * s;
-    if (cost < best_cost) {
-      best_cost = cost;
-      best = s;
-    }
-  }
-  return best;
-}
-
 bool tile_format(DType t) { return qblocks::qfmt(t) >= 0; }
 // The format codes are qblocks::QFmt's.
 constexpr bool same_code(int a, int b) { return a == b; }
@@ -371,6 +348,25 @@ int64_t quant_tile_partial_floats(int num_sms) {
   return int64_t{4} * num_sms * kRows * 64;
 }
 
+int quant_tile_splits(int64_t tiles, int steps, int sms, int64_t tile_floats,
+                      const QuantTileScratch& sc) {
+  auto waves = [&](int64_t blocks) { return (blocks + sms - 1) / sms; };
+  double best_cost = static_cast<double>(waves(tiles) * steps);
+  int best = 1;
+  if (tiles > sc.counter_count) return 1;
+  for (int s = 2; s <= std::min(steps, 32); ++s) {
+    const int per = (steps + s - 1) / s;
+    if ((steps + per - 1) / per != s) continue;  // the same splits as a smaller s
+    if (tiles * s * tile_floats > sc.partial_floats) break;
+    const double cost = static_cast<double>(waves(tiles * s) * per) + 0.25 * s;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
 bool quant_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int64_t k,
                           DType out_dt) {
   if (!tile_format(w_dt) || x_dt != DType::kBF16 || !small_ok(out_dt)) return false;
@@ -396,7 +392,7 @@ Status launch_quant_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt,
       constexpr int kBT = decltype(bt)::value;
       const int64_t token_tiles = (m + kBT - 1) / kBT;
       const int splits =
-          choose_splits(row_tiles * token_tiles, steps, num_sms, int64_t{kRows} * kBT, scratch);
+          quant_tile_splits(row_tiles * token_tiles, steps, num_sms, int64_t{kRows} * kBT, scratch);
       const int per = (steps + splits - 1) / splits;
       TileParams p{};
       p.w = static_cast<const uint8_t*>(w);

@@ -53,6 +53,13 @@ struct QuantTileScratch {
 // of 128 rows x 64 tokens (the splits are capped to fit it).
 int64_t quant_tile_partial_floats(int num_sms);
 constexpr int64_t kQuantTileCounters = 1 << 14;
+// Splits of k for `tiles` output tiles of `steps` k steps on `sms`
+// multiprocessors (one block each), `tile_floats` partial sums a tile: the
+// fewest estimated step times (waves x steps a split, plus about a quarter
+// step a split for the last block's read of the partial sums), capped by the
+// scratch. Shared with the 4-bit tile (u4_tile.cuh).
+int quant_tile_splits(int64_t tiles, int steps, int sms, int64_t tile_floats,
+                      const QuantTileScratch& sc);
 
 // True when launch_quant_tile runs this product: a format above, k whole
 // blocks, x bf16 with 16-byte aligned rows, out f32 / bf16 / f16, a 16-byte

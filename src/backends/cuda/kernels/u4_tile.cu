@@ -1,0 +1,316 @@
+#include "backends/cuda/kernels/u4_tile.cuh"
+
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/u4_tile_formats.h"
+
+namespace ferrite::cuda {
+namespace {
+
+using namespace u4tile;
+
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
+constexpr int kRows = 128;  // weight rows a block: warp w % 4 takes 32 (w % 4) .. + 31
+// A row's step in shared memory: the five 16-byte pieces that cover its
+// 72-byte block (which starts 0 or 8 bytes into a piece). 80 bytes apart,
+// the 8 rows g of a fragment load start in 8 different 16-byte bank groups.
+constexpr int kPieces = 5;
+constexpr int kWStride = 16 * kPieces;
+// A token's step: 256 bytes + 64, so that the two tokens of a 16-byte load
+// phase (lanes 8i .. 8i + 7: tokens g, g + 1 x quads) fill all 32 banks.
+constexpr int kXStride = 2 * kGroup + 64;
+constexpr int kSmemBudget = 227 * 1024;
+
+template <int kBT>
+constexpr int stage_bytes() {
+  return kRows * kWStride + kBT * kXStride;
+}
+template <int kBT>
+constexpr int num_stages() {
+  constexpr int s = kSmemBudget / stage_bytes<kBT>();
+  return s < 2 ? 2 : (s > 4 ? 4 : s);
+}
+template <int kBT>
+constexpr int smem_bytes() {
+  return num_stages<kBT>() * stage_bytes<kBT>();
+}
+
+struct U4TileParams {
+  const uint8_t* w;
+  int64_t row_bytes, n, k, m;
+  const __nv_bfloat16* x;
+  void* out;
+  int out_dt;
+  bool accumulate;
+  const void* bias;
+  int bias_dt;
+  int splits, steps_per_split;
+  float* partials;
+  int32_t* counters;
+};
+
+// Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the k
+// steps of split blockIdx.z.
+template <int kBT>
+__global__ void __launch_bounds__(kThreads, 1) u4_tile_kernel(const U4TileParams p) {
+  constexpr int kHalf = kBT / 2;   // tokens a warp
+  constexpr int kNJ = kHalf / 8;   // its n8 tiles
+  constexpr int kStage = stage_bytes<kBT>();
+  constexpr int kStages = num_stages<kBT>();
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ int last_split;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int rw = warp & 3, tw = warp >> 2;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kBT;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  const int steps = static_cast<int>(p.k / kGroup);
+  const int s_begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
+  const int s_end = min(steps, s_begin + p.steps_per_split);
+
+  // Step s's blocks of the 128 rows into stage st: piece i (0 .. 639) of the
+  // stage is row i / 5, piece i % 5, copied when it holds a byte of the
+  // row's block (never past the tensor's last piece). Rows past n are left
+  // as they are: their sums are never stored.
+  auto load_w = [&](int s, int st) {
+    uint8_t* base = smem + st * kStage;
+#pragma unroll
+    for (int j = 0; j < (kRows * kPieces + kThreads - 1) / kThreads; ++j) {
+      const int i = tid + kThreads * j;
+      if (i >= kRows * kPieces) break;
+      const int r = i / kPieces, pc = i - kPieces * r;
+      if (n0 + r >= p.n) continue;
+      const int64_t first = (n0 + r) * p.row_bytes + static_cast<int64_t>(kBlockBytes) * s;
+      const int64_t a = (first & ~int64_t{15}) + 16 * pc;
+      if (a < first + kBlockBytes) cp_async16(base + r * kWStride + 16 * pc, p.w + a, true);
+    }
+  };
+  // Step s's activations of the block's tokens (zeros past m): piece i
+  // (0 .. 16 kBT - 1) is token i / 16, elements 8 (i % 16) .. + 7.
+  auto load_x = [&](int s, int st) {
+    uint8_t* xs = smem + st * kStage + kRows * kWStride;
+    const int pc = tid & 15;
+#pragma unroll
+    for (int j = 0; j < kBT / 16; ++j) {
+      const int t = (tid >> 4) + 16 * j;
+      const bool valid = t0 + t < p.m;
+      const __nv_bfloat16* src =
+          valid ? p.x + (t0 + t) * p.k + static_cast<int64_t>(s) * kGroup + 8 * pc : p.x;
+      cp_async16(xs + t * kXStride + 16 * pc, src, valid);
+    }
+  };
+
+  // acc[mt][j][i]: row 32 rw + 16 mt + g + 8 (i / 2), token kHalf tw + 8 j
+  // + 2 tq + i % 2.
+  float acc[2][kNJ][4];
+  auto each = [&](auto&& f) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f(mt, j, i);
+  };
+  each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
+
+  // The weights of the first stages are read before the previous kernel is
+  // waited for (they are never written); one commit group a stage after that.
+  for (int i = 0; i < kStages - 1; ++i)
+    if (s_begin + i < s_end) load_w(s_begin + i, i);
+  pdl_wait();
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (s_begin + i < s_end) load_x(s_begin + i, i);
+    cp_async_commit();
+  }
+
+  // This lane's rows q = 2 mt + h: 32 rw + 16 mt + g + 8 h; where each
+  // row's bytes start within a piece (0 or 8) at step 0.
+  int row_shift[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    row_shift[q] = static_cast<int>(((n0 + 32 * rw + 8 * q + g) * p.row_bytes) & 15);
+  const int x_lane = (kHalf * tw + g) * kXStride + 16 * tq;
+
+  for (int s = s_begin; s < s_end; ++s) {
+    const int it = s - s_begin;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // step s is in; every warp is done with stage (it - 1)
+    {
+      const int nx = s + kStages - 1;
+      if (nx < s_end) {
+        load_w(nx, (it + kStages - 1) % kStages);
+        load_x(nx, (it + kStages - 1) % kStages);
+      }
+      cp_async_commit();  // one group an iteration (maybe empty)
+    }
+    const uint8_t* base = smem + (it % kStages) * kStage;
+    const uint8_t* xs = base + kRows * kWStride + x_lane;
+    const uint8_t* rp[4];
+    RowScale sc[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      // 72 s = 8 s (mod 16): odd steps start 8 bytes further into a piece.
+      rp[q] = base + (32 * rw + 8 * q + g) * kWStride + ((row_shift[q] + 8 * s) & 15);
+      sc[q] = row_scale(*reinterpret_cast<const float*>(rp[q]), rp[q][4]);
+    }
+#pragma unroll
+    for (int c = 0; c < kGroup / 32; ++c) {
+      // a[mt][kk]: rows 32 rw + 16 mt + g (+ 8), mma half kk of chunk c.
+      uint32_t a[2][2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t w[2] = {
+            *reinterpret_cast<const uint32_t*>(rp[2 * mt] + kCodesOffset + 16 * c + 4 * tq),
+            *reinterpret_cast<const uint32_t*>(rp[2 * mt + 1] + kCodesOffset + 16 * c + 4 * tq)};
+        const RowScale s2[2] = {sc[2 * mt], sc[2 * mt + 1]};
+        a_fragments(w, s2, a[mt]);
+      }
+#pragma unroll
+      for (int j = 0; j < kNJ; ++j) {
+        // Token kHalf tw + 8 j + g, elements 8 tq .. 8 tq + 7 of the chunk.
+        const uint4 xv = *reinterpret_cast<const uint4*>(xs + 8 * j * kXStride + 64 * c);
+        const uint32_t x4[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          uint32_t b0, b1;
+          b_pairs(x4, kk, &b0, &b1);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) mma16816<__nv_bfloat16>(acc[mt][j], a[mt][kk], b0, b1);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // An accumulator's place in a tile's partial sums (lanes fastest).
+  auto at = [&](int mt, int j, int i) { return (((warp * 2 + mt) * kNJ + j) * 4 + i) * 32 + lane; };
+  if (p.splits > 1) {
+    // Every split stores its sums; the last to arrive adds all of them in
+    // split order (the same result whichever block arrives last).
+    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    float* part = p.partials + tile * p.splits * (kRows * kBT);
+    float* mine = part + static_cast<int64_t>(blockIdx.z) * (kRows * kBT);
+    each([&](int mt, int j, int i) { __stcg(mine + at(mt, j, i), acc[mt][j][i]); });
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_split = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+    each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
+    for (int sp = 0; sp < p.splits; ++sp) {
+      const float* src = part + static_cast<int64_t>(sp) * (kRows * kBT);
+      each([&](int mt, int j, int i) { acc[mt][j][i] += __ldcg(src + at(mt, j, i)); });
+    }
+    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+  }
+  // The epilogue: bias, and with `accumulate` the old outputs, all loaded
+  // before any store.
+  float bias[2][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = n0 + 32 * rw + 16 * mt + g + 8 * (i >> 1);
+      bias[mt][i] = p.bias && row < p.n ? load_any(p.bias, p.bias_dt, row) : 0.0f;
+    }
+  auto valid = [&](int mt, int j, int i, int64_t* at_out) {
+    const int64_t row = n0 + 32 * rw + 16 * mt + g + 8 * (i >> 1);
+    const int64_t t = t0 + kHalf * tw + 8 * j + 2 * tq + (i & 1);
+    *at_out = t * p.n + row;
+    return row < p.n && t < p.m;
+  };
+  if (p.accumulate) {
+    each([&](int mt, int j, int i) {
+      int64_t o;
+      if (valid(mt, j, i, &o)) acc[mt][j][i] += load_any(p.out, p.out_dt, o);
+    });
+  }
+  each([&](int mt, int j, int i) {
+    int64_t o;
+    if (valid(mt, j, i, &o)) store_any(p.out, p.out_dt, o, acc[mt][j][i] + bias[mt][i]);
+  });
+}
+
+// The token tile of m tokens: the smallest that holds them (padding tokens
+// cost mma work), 128 beyond.
+template <typename Fn>
+void dispatch_tokens(int64_t m, Fn&& fn) {
+  if (m <= 32)
+    fn(std::integral_constant<int, 32>{});
+  else if (m <= 64)
+    fn(std::integral_constant<int, 64>{});
+  else
+    fn(std::integral_constant<int, 128>{});
+}
+
+}  // namespace
+
+Status u4_tile_init() {
+  cudaError_t first = cudaSuccess;
+  for (int64_t m : {32, 64, 128}) {
+    dispatch_tokens(m, [&](auto bt) {
+      constexpr int kBT = decltype(bt)::value;
+      const cudaError_t e = cudaFuncSetAttribute(
+          u4_tile_kernel<kBT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kBT>());
+      if (first == cudaSuccess) first = e;
+    });
+  }
+  return first == cudaSuccess ? Status::ok() : cuda_error(first, "u4 tile: shared memory opt-in");
+}
+
+int64_t u4_tile_partial_floats(int num_sms) { return int64_t{4} * num_sms * kRows * 128; }
+
+bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int64_t k,
+                       DType out_dt) {
+  if (w_dt != DType::kU4G128 || x_dt != DType::kBF16 || !small_ok(out_dt)) return false;
+  if (k <= 0 || k % kGroup != 0) return false;
+  return reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
+                      int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
+                      bool accumulate, const void* bias, DType bias_dt,
+                      const QuantTileScratch& scratch) {
+  if (m == 0 || n == 0) return Status::ok();
+  if (!u4_tile_supported(x_dt, x, w_dt, w, k, out_dt))
+    return unsupported("u4 tile: unsupported format, types or alignment");
+  if (bias && !small_ok(bias_dt)) return bad_dtype("u4 tile bias", bias_dt);
+  const int steps = static_cast<int>(k / kGroup);
+  const int64_t row_tiles = (n + kRows - 1) / kRows;
+  if (row_tiles > 65535) return unsupported("u4 tile: too many weight rows");
+  cudaError_t err = cudaSuccess;
+  dispatch_tokens(m, [&](auto bt) {
+    constexpr int kBT = decltype(bt)::value;
+    const int64_t token_tiles = (m + kBT - 1) / kBT;
+    const int splits =
+        quant_tile_splits(row_tiles * token_tiles, steps, num_sms, int64_t{kRows} * kBT, scratch);
+    const int per = (steps + splits - 1) / splits;
+    U4TileParams p{};
+    p.w = static_cast<const uint8_t*>(w);
+    p.row_bytes = dtype_bytes(w_dt, k);
+    p.n = n;
+    p.k = k;
+    p.m = m;
+    p.x = static_cast<const __nv_bfloat16*>(x);
+    p.out = out;
+    p.out_dt = dt_code(out_dt);
+    p.accumulate = accumulate;
+    p.bias = bias;
+    p.bias_dt = dt_code(bias_dt);
+    p.splits = (steps + per - 1) / per;
+    p.steps_per_split = per;
+    p.partials = scratch.partials;
+    p.counters = scratch.counters;
+    const dim3 grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
+                    static_cast<unsigned>(p.splits));
+    err = launch_pdl_weights(u4_tile_kernel<kBT>, grid, dim3(kThreads), smem_bytes<kBT>(), s, p);
+  });
+  if (err != cudaSuccess) return cuda_error(err, "u4_tile launch");
+  return check_launch("u4_tile");
+}
+
+}  // namespace ferrite::cuda

@@ -1,0 +1,167 @@
+// How the 4-bit tile (u4_tile.cu) turns u4_g128 codes (tensor/dtype.h:
+// f32 d, u8 z, 3 bytes 0, u8 qs[64]; element 2j = qs[j] & 15, element 2j + 1
+// = qs[j] >> 4; value d (q - z)) into bf16 mma fragments, in plain C++ for
+// host and device so that tests/kernels checks it on the CPU, where CI runs.
+//
+// Two ideas keep the decode to ~2.4 instructions a weight:
+//
+//  1. No nibble shuffling. A lane of quad position tq takes the 32-bit word
+//     tq of a row's 32-element chunk (elements 8 tq .. 8 tq + 7 of the chunk)
+//     and masks it four ways, (w >> 4 s) & 0x000F000F | 0x43004300 (s = 0..3):
+//     bf16 pairs (128 + q[s], 128 + q[s + 4]), exact. The pairs are not
+//     consecutive k, and need not be: a dot product's order of k is free as
+//     long as the activations (the B fragments) take the same order. mma
+//     k16 half kk (0, 1) of the chunk puts the pair s = 2 kk in A slots (2 tq,
+//     2 tq + 1) and s = 2 kk + 1 in slots (2 tq + 8, 2 tq + 9); the lane's
+//     activations x[8 tq .. 8 tq + 7] (one 16-byte load) give the same pairs
+//     by two byte permutes each (b_pairs).
+//
+//  2. Exact values in bf16 arithmetic. With p = 128 + q and zz = 128 + z
+//     (both integers below 256, exact), p - zz = q - z exactly; the scale is
+//     split d = d_hi + d_lo (d_hi = bf16(d), d_lo = bf16(d - d_hi)) and
+//
+//        value = fma(q - z, d_hi, bf16(q - z) * d_lo))      (bf16x2 ops)
+//
+//     rounds once. For scales that are f16 or bf16 numbers (GPTQ and AWQ
+//     store f16) d_lo holds the rest of d exactly and (q - z) d_lo is exact,
+//     so the value is bf16(d (q - z)) bitwise: what dequantizing the rows to
+//     bf16 for cuBLASLt gives (gemm.cc). Other f32 scales are within a bf16
+//     rounding of it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#define FERRITE_U4_HD __host__ __device__ __forceinline__
+#else
+#include <cmath>
+#define FERRITE_U4_HD inline
+#endif
+
+namespace ferrite::cuda::u4tile {
+
+inline constexpr int kGroup = 128;       // elements a u4_g128 block (a k step of the tile)
+inline constexpr int kBlockBytes = 72;   // its bytes
+inline constexpr int kCodesOffset = 8;   // where its codes start
+inline constexpr uint32_t kMagic = 0x43004300u;  // bf16x2 (128, 128)
+
+// The bf16x2 pairs (128 + q[s], 128 + q[s + 4]), s = 0..3, of a code word
+// holding elements q[0..7] (bytes low to high, low nibble first).
+FERRITE_U4_HD void code_pairs(uint32_t w, uint32_t (&p)[4]) {
+  p[0] = (w & 0x000F000Fu) | kMagic;
+  p[1] = ((w >> 4) & 0x000F000Fu) | kMagic;
+  p[2] = ((w >> 8) & 0x000F000Fu) | kMagic;
+  p[3] = ((w >> 12) & 0x000F000Fu) | kMagic;
+}
+
+// The B fragments of mma half kk of a chunk from the lane's activations
+// x[8 tq .. 8 tq + 7] as four words (x0 x1), (x2 x3), (x4 x5), (x6 x7):
+// b0 = (x[2 kk], x[2 kk + 4]), b1 = (x[2 kk + 1], x[2 kk + 5]).
+FERRITE_U4_HD uint32_t permute_bytes(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(a, b, sel);
+#else
+  const uint64_t v = (static_cast<uint64_t>(b) << 32) | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+#endif
+}
+FERRITE_U4_HD void b_pairs(const uint32_t (&x)[4], int kk, uint32_t* b0, uint32_t* b1) {
+  *b0 = permute_bytes(x[kk], x[kk + 2], 0x5410u);  // low halves: x[2 kk], x[2 kk + 4]
+  *b1 = permute_bytes(x[kk], x[kk + 2], 0x7632u);  // high halves: x[2 kk + 1], x[2 kk + 5]
+}
+
+// A row's step constants, each a bf16 number in both halves of a word.
+struct RowScale {
+  uint32_t zz, d_hi, d_lo;
+};
+
+#ifdef __CUDACC__
+__device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t u) {
+  __nv_bfloat162 v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+__device__ __forceinline__ uint32_t as_u32(__nv_bfloat162 v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+#endif
+
+// bf16 helpers of the host path (round to nearest even from an exact double).
+#ifndef __CUDA_ARCH__
+inline float bf16_value(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t bf16_round(double v) {
+  if (v == 0.0) return std::signbit(v) ? 0x8000 : 0;
+  int e = 0;
+  std::frexp(v, &e);                         // |v| in [2^(e-1), 2^e)
+  const double ulp = std::ldexp(1.0, e - 8);  // 8 significant bits
+  const double r = std::nearbyint(v / ulp) * ulp;
+  const float f = static_cast<float>(r);  // exact: 8 bits
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+#endif
+
+FERRITE_U4_HD RowScale row_scale(float d, uint32_t z) {
+  RowScale s;
+  s.zz = (0x4300u | z) * 0x10001u;  // 128 + z (z <= 16)
+#ifdef __CUDA_ARCH__
+  const __nv_bfloat16 hi = __float2bfloat16_rn(d);
+  const __nv_bfloat16 lo = __float2bfloat16_rn(d - __bfloat162float(hi));
+  s.d_hi = as_u32(__halves2bfloat162(hi, hi));
+  s.d_lo = as_u32(__halves2bfloat162(lo, lo));
+#else
+  const uint16_t hi = bf16_round(d);
+  const uint16_t lo = bf16_round(static_cast<double>(d) - bf16_value(hi));
+  s.d_hi = hi * 0x10001u;
+  s.d_lo = lo * 0x10001u;
+#endif
+  return s;
+}
+
+// The bf16x2 values of a code pair p (code_pairs) under the row's scale.
+FERRITE_U4_HD uint32_t pair_values(uint32_t p, const RowScale& s) {
+#ifdef __CUDA_ARCH__
+  const __nv_bfloat162 q = __hsub2(as_bf162(p), as_bf162(s.zz));  // q - z, exact
+  const __nv_bfloat162 t = __hmul2_rn(q, as_bf162(s.d_lo));
+  return as_u32(__hfma2(q, as_bf162(s.d_hi), t));
+#else
+  uint32_t out = 0;
+  for (int h = 0; h < 2; ++h) {
+    auto half = [&](uint32_t w) { return bf16_value(static_cast<uint16_t>(w >> (16 * h))); };
+    const double q = static_cast<double>(half(p)) - half(s.zz);
+    const double t = bf16_value(bf16_round(q * half(s.d_lo)));
+    out |= static_cast<uint32_t>(bf16_round(q * half(s.d_hi) + t)) << (16 * h);
+  }
+  return out;
+#endif
+}
+
+// The A fragment registers of row pair (g, g + 8) for mma half kk of a chunk,
+// from the two rows' code words and scales: a[0] / a[1] slots (2 tq, 2 tq +
+// 1) of rows g / g + 8, a[2] / a[3] slots (2 tq + 8, 2 tq + 9).
+FERRITE_U4_HD void a_fragments(const uint32_t (&w)[2], const RowScale (&s)[2], uint32_t (&a)[2][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t p[4];
+    code_pairs(w[h], p);
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      a[kk][h] = pair_values(p[2 * kk], s[h]);
+      a[kk][2 + h] = pair_values(p[2 * kk + 1], s[h]);
+    }
+  }
+}
+
+}  // namespace ferrite::cuda::u4tile

@@ -1,0 +1,144 @@
+// The 4-bit tile's decode (backends/cuda/kernels/u4_tile_formats.h), checked
+// on the CPU where CI runs (the kernel itself runs in cuda_test and the
+// conformance suite on the GPU):
+//  - every code's value is bf16(d (q - z)) bitwise for f16 scales (GPTQ /
+//    AWQ) and within a bf16 rounding for any f32 scale;
+//  - one warp's 16 rows x 8 tokens x 32-element chunk, emulated with the
+//    kernel's fragments (code words a lane, byte-permuted activations) and
+//    the mma layouts of mma.cuh, give the product of the bf16 weights and
+//    activations: the k order of A and B agree.
+#include "backends/cuda/kernels/u4_tile_formats.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "mma_emulation.h"
+#include "tensor/dtype.h"
+
+namespace ferrite::cuda::u4tile {
+namespace {
+
+// A row of u4_g128 blocks with random codes, zero points 0..16 and scales
+// that are f16 numbers (f16_scales) or arbitrary f32.
+std::vector<uint8_t> random_row(int64_t k, bool f16_scales, std::mt19937& rng) {
+  std::vector<uint8_t> row(static_cast<size_t>(dtype_bytes(DType::kU4G128, k)));
+  std::uniform_int_distribution<int> byte(0, 255), zero(0, 16);
+  std::uniform_real_distribution<float> mag(-12.0f, 2.0f);
+  for (int64_t b = 0; b < k / kGroup; ++b) {
+    uint8_t* blk = row.data() + b * kBlockBytes;
+    float d = std::ldexp(1.0f + std::uniform_real_distribution<float>(0.0f, 1.0f)(rng),
+                         static_cast<int>(mag(rng)));
+    if (byte(rng) & 1) d = -d;
+    if (f16_scales) d = f16_to_f32(f32_to_f16(d));
+    std::memcpy(blk, &d, 4);
+    blk[4] = static_cast<uint8_t>(zero(rng));
+    blk[5] = blk[6] = blk[7] = 0;
+    for (int i = 0; i < kGroup / 2; ++i) blk[kCodesOffset + i] = static_cast<uint8_t>(byte(rng));
+  }
+  return row;
+}
+
+uint32_t word_at(const uint8_t* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+
+float ref_value(const uint8_t* blk, int e) {  // bf16 of dequantize_row's value
+  float v[kGroup];
+  dequantize_row(DType::kU4G128, blk, v, kGroup);
+  return bf16_to_f32(f32_to_bf16(v[e]));
+}
+
+TEST(U4TileFormat, ValuesAreTheBf16OfTheDequantizedWeights) {
+  std::mt19937 rng(11);
+  for (bool f16_scales : {true, false}) {
+    const std::vector<uint8_t> row = random_row(kGroup * 64, f16_scales, rng);
+    int64_t off_by_one = 0;
+    for (int b = 0; b < 64; ++b) {
+      const uint8_t* blk = row.data() + b * kBlockBytes;
+      float d;
+      std::memcpy(&d, blk, 4);
+      const RowScale s = row_scale(d, blk[4]);
+      for (int w = 0; w < kGroup / 8; ++w) {  // code word w: elements 8 w .. 8 w + 7
+        uint32_t p[4];
+        code_pairs(word_at(blk + kCodesOffset + 4 * w), p);
+        for (int sidx = 0; sidx < 4; ++sidx) {
+          const uint32_t v = pair_values(p[sidx], s);
+          const float got[2] = {bf16_to_f32(static_cast<uint16_t>(v & 0xFFFF)),
+                                bf16_to_f32(static_cast<uint16_t>(v >> 16))};
+          const float want[2] = {ref_value(blk, 8 * w + sidx), ref_value(blk, 8 * w + sidx + 4)};
+          for (int h = 0; h < 2; ++h) {
+            if (f16_scales) {
+              ASSERT_EQ(got[h], want[h]) << "block " << b << " word " << w << " pair " << sidx;
+            } else {
+              const float ulp = std::ldexp(1.0f, std::ilogb(want[h] == 0.0f ? 1e-30f : want[h]) - 7);
+              ASSERT_LE(std::fabs(got[h] - want[h]), ulp) << "block " << b;
+              off_by_one += got[h] != want[h];
+            }
+          }
+        }
+      }
+    }
+    if (!f16_scales) EXPECT_LT(off_by_one, 64 * kGroup / 20);  // rare: double roundings only
+  }
+}
+
+TEST(U4TileFormat, OneWarpChunkIsTheProductOfTheBf16Values) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  constexpr int kRows = 16, kTokens = 8, k = kGroup;
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<std::vector<uint8_t>> rows;
+    for (int r = 0; r < kRows; ++r) rows.push_back(random_row(k, true, rng));
+    std::vector<uint16_t> x(static_cast<size_t>(kTokens * k));
+    for (uint16_t& v : x) v = f32_to_bf16(nd(rng));
+    for (int c = 0; c < kGroup / 32; ++c) {
+      // Lane (g, tq): rows g and g + 8, code word tq of chunk c; token g,
+      // activations 8 tq .. 8 tq + 7 of the chunk.
+      uint32_t a[2][32][4], b[2][32][2];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, tq = lane & 3;
+        uint32_t w[2];
+        RowScale s[2];
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* blk = rows[g + 8 * h].data();
+          float d;
+          std::memcpy(&d, blk, 4);
+          s[h] = row_scale(d, blk[4]);
+          w[h] = word_at(blk + kCodesOffset + 16 * c + 4 * tq);
+        }
+        uint32_t frag[2][4];
+        a_fragments(w, s, frag);
+        uint32_t x4[4];
+        std::memcpy(x4, x.data() + g * k + 32 * c + 8 * tq, 16);
+        for (int kk = 0; kk < 2; ++kk) {
+          for (int i = 0; i < 4; ++i) a[kk][lane][i] = frag[kk][i];
+          b_pairs(x4, kk, &b[kk][lane][0], &b[kk][lane][1]);
+        }
+      }
+      double out[32][4] = {};
+      for (int kk = 0; kk < 2; ++kk)
+        testing::emulate_mma_m16n8k16(a[kk], b[kk], out,
+                                      [](uint16_t h) { return bf16_to_f32(h); });
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, tq = lane & 3;
+        for (int i = 0; i < 4; ++i) {
+          const int r = g + 8 * (i >> 1), t = 2 * tq + (i & 1);
+          double want = 0.0;
+          for (int e = 32 * c; e < 32 * c + 32; ++e)
+            want += double(ref_value(rows[r].data(), e)) * bf16_to_f32(x[t * k + e]);
+          EXPECT_NEAR(out[lane][i], want, 1e-9 * (1.0 + std::fabs(want)))
+              << "chunk " << c << " row " << r << " token " << t;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferrite::cuda::u4tile
