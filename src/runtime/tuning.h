@@ -133,16 +133,19 @@ namespace ferrite {
     "compressed-tensors W4A16) weights with bf16 activations take the Marlin-class 4-bit tile "  \
     "(codes decoded in registers, each weight read once per 128 tokens, values bitwise those "  \
     "of dequantizing to bf16 for f16 / bf16 scales) ahead of the bf16 tile and cuBLASLt. "       \
-    "0: off. Not yet measured")                                                                   \
-  X(int64_t, cuda_fp8_lt_tokens, "FERRITE_CUDA_FP8_LT_TOKENS", 512,                             \
+    "0: off. On the H200 the kernel beats the bf16 tile by 3-28 % at 32-64 tokens but loses to " \
+    "dequantize + cuBLASLt from 128, and Qwen3-8B GPTQ-Int4 decode with it to 64 is not faster "  \
+    "(b16 1,816 against 2,013 tokens/s, b32 3,443 / 3,363, b64 5,015 / 5,173): off")              \
+  X(int64_t, cuda_fp8_lt_tokens, "FERRITE_CUDA_FP8_LT_TOKENS", 128,                             \
     "CUDA: products of at least this many tokens on FP8 (e4m3, 128-blocks) weights, beyond "    \
     "the bf16 tile's (cuda_quant_tile_tokens), quantize "                                        \
     "the activations to e4m3 per token and 128-element group (the FP8 checkpoints' dynamic "    \
     "activation scheme, W8A8) and run cuBLASLt's block-scaled FP8 GEMM on weight slices "       \
     "repacked to plain codes and scales (128x128 scales where each 128-row group shares them, " \
     "else per row), instead of dequantizing the weights to 16 bits; token counts of 16-multiples " \
-    "(the rest on the smaller paths). 0: off. On the H200, Qwen3-8B FP8 4,096-token prefill "   \
-    "38,628 against 32,630 tokens/s (bf16 34,169), but b128 decode 7,977 against 8,450")        \
+    "(the rest on the smaller paths). 0: off. On the H200, Qwen3-8B FP8 (this path against "     \
+    "512): b128 decode 9,378 against 8,583 tokens/s, prefill 128 10,570 against 9,586, prefill " \
+    "256 18,281 against 17,354; 4,096-token prefill 38,628 against 32,630 (dequantizing)")      \
   X(bool, profile, "FERRITE_PROFILE", false,                                                      \
     "CUDA: GPU milliseconds per labelled phase of eager steps, printed to stderr at exit (use "   \
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \

@@ -207,15 +207,17 @@ struct QuantFileCase {
   // tuning.cuda_quant_mma_fp8_act: FP8 decode products with e4m3 activations
   // (per token and 128-group, W8A8) on the e4m3 mma.
   bool fp8_act = false;
-  // tuning.cuda_fp8_lt_tokens (-1: the default, 512, above the goldens'
-  // prompts): prefill on cuBLASLt's block-scaled FP8 GEMM.
+  // tuning.cuda_fp8_lt_tokens (-1: the default, 128, which takes the
+  // goldens' 300-token prefill on cuBLASLt's block-scaled FP8 GEMM, 288
+  // tokens there and 12 on the bf16 tile; 0: the dequantizing path).
   int64_t fp8_lt = -1;
 };
 void PrintTo(const QuantFileCase& c, std::ostream* os) {
   *os << c.stem << "/" << dtype_name(c.act) << (c.exact ? "/exact" : "/int8")
       << (c.moe_dequant ? "/moe_dequant" : "") << (c.fused_fp8 ? "/fused_fp8" : "")
       << (c.tile > 0 ? "/tile" : "") << (c.moe_mma_blocks ? "/moe_mma_blocks" : "")
-      << (c.fp8_act ? "/fp8_act" : "") << (c.fp8_lt >= 0 ? "/fp8_lt" : "");
+      << (c.fp8_act ? "/fp8_act" : "") << (c.fp8_lt > 0 ? "/fp8_lt" : "")
+      << (c.fp8_lt == 0 ? "/fp8_dequant" : "");
 }
 std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
   std::string s = info.param.stem + (info.param.act == DType::kF32 ? "_f32" : "_bf16") +
@@ -223,7 +225,8 @@ std::string quant_case_name(const testing::TestParamInfo<QuantFileCase>& info) {
                   (info.param.moe_dequant ? "_moe_dequant" : "") +
                   (info.param.fused_fp8 ? "_fused_fp8" : "") + (info.param.tile > 0 ? "_tile" : "") +
                   (info.param.moe_mma_blocks ? "_moe_mma_blocks" : "") +
-                  (info.param.fp8_act ? "_fp8_act" : "") + (info.param.fp8_lt >= 0 ? "_fp8_lt" : "");
+                  (info.param.fp8_act ? "_fp8_act" : "") + (info.param.fp8_lt > 0 ? "_fp8_lt" : "") +
+                  (info.param.fp8_lt == 0 ? "_fp8_dequant" : "");
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -390,11 +393,12 @@ std::vector<QuantFileCase> hf_quant_cases() {
       QuantFileCase a8{m, DType::kBF16, false, 0, true};
       a8.fp8_act = true;
       cases.push_back(a8);
-      // The long prompt's prefill on the e4m3 tensor cores (cuBLASLt's
-      // block-scaled FP8 GEMM, e4m3 activations).
-      QuantFileCase lt{m, DType::kBF16, false};
-      lt.fp8_lt = 65;
-      cases.push_back(lt);
+      // The long prompt's prefill on weights dequantized to bf16 for
+      // cuBLASLt (the default takes it on the e4m3 tensor cores:
+      // Tuning::cuda_fp8_lt_tokens).
+      QuantFileCase dequant{m, DType::kBF16, false};
+      dequant.fp8_lt = 0;
+      cases.push_back(dequant);
     }
     // The long prompt's prefill on the bf16 tile.
     cases.push_back({m, DType::kBF16, false, 0, false, 512});

@@ -96,7 +96,7 @@ struct BackendState {
   // block-scaled FP8 GEMM (kernels/fp8_block_gemm.cuh) on e4m3 activations
   // (fp8_act: codes, then scales; grown on eager steps) and weight slices
   // repacked into `dequant`; 0: off.
-  int64_t fp8_lt_tokens = 512;
+  int64_t fp8_lt_tokens = 128;
   uint8_t* fp8_act = nullptr;
   int64_t fp8_act_bytes = 0;
   int32_t* fp8_check = nullptr;  // launch_fp8_blk_uniform's answer

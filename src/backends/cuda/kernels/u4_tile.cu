@@ -25,13 +25,20 @@ constexpr int kWStride = 16 * kPieces;
 constexpr int kXStride = 2 * kGroup + 64;
 constexpr int kSmemBudget = 227 * 1024;
 
+// Blocks an SM: two for the smaller token tiles (decode batches: more warps
+// to hide the weight stream's latency; registers and stages are sized for
+// it), one of 128 tokens (its 64 accumulators a lane take ~250 registers).
+template <int kBT>
+constexpr int blocks_per_sm() {
+  return kBT >= 128 ? 1 : 2;
+}
 template <int kBT>
 constexpr int stage_bytes() {
   return kRows * kWStride + kBT * kXStride;
 }
 template <int kBT>
 constexpr int num_stages() {
-  constexpr int s = kSmemBudget / stage_bytes<kBT>();
+  constexpr int s = kSmemBudget / blocks_per_sm<kBT>() / stage_bytes<kBT>();
   return s < 2 ? 2 : (s > 4 ? 4 : s);
 }
 template <int kBT>
@@ -56,7 +63,7 @@ struct U4TileParams {
 // Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the k
 // steps of split blockIdx.z.
 template <int kBT>
-__global__ void __launch_bounds__(kThreads, 1) u4_tile_kernel(const U4TileParams p) {
+__global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel(const U4TileParams p) {
   constexpr int kHalf = kBT / 2;   // tokens a warp
   constexpr int kNJ = kHalf / 8;   // its n8 tiles
   constexpr int kStage = stage_bytes<kBT>();

@@ -152,11 +152,9 @@ FERRITE_U4_HD uint32_t pair_values(uint32_t p, const RowScale& s) {
 // from the two rows' code words and scales: a[0] / a[1] slots (2 tq, 2 tq +
 // 1) of rows g / g + 8, a[2] / a[3] slots (2 tq + 8, 2 tq + 9).
 FERRITE_U4_HD void a_fragments(const uint32_t (&w)[2], const RowScale (&s)[2], uint32_t (&a)[2][4]) {
-#pragma unroll
   for (int h = 0; h < 2; ++h) {
     uint32_t p[4];
     code_pairs(w[h], p);
-#pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       a[kk][h] = pair_values(p[2 * kk], s[h]);
       a[kk][2 + h] = pair_values(p[2 * kk + 1], s[h]);
