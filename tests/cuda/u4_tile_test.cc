@@ -3,7 +3,7 @@
 // against an f64 host product of the same bf16 activations and the weights
 // dequantized and rounded to bf16 (what the tile's values are, bitwise for
 // the f16 scales used here): only the f32 summation order differs. Cases:
-// each token tile (32, 64, 128), token counts past a tile, rows past a
+// each token tile (16, 32, 64, 128), token counts past a tile, rows past a
 // 128-row tile, k of an odd number of 128-blocks (rows 8 bytes off a
 // 16-byte piece), split k, bf16 / f32 outputs, accumulate + bias. Skipped
 // without a GPU.

@@ -243,10 +243,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel
 }
 
 // The token tile of m tokens: the smallest that holds them (padding tokens
-// cost mma work), 128 beyond.
+// cost mma work and split-k partial sums), 128 beyond.
 template <typename Fn>
 void dispatch_tokens(int64_t m, Fn&& fn) {
-  if (m <= 32)
+  if (m <= 16)
+    fn(std::integral_constant<int, 16>{});
+  else if (m <= 32)
     fn(std::integral_constant<int, 32>{});
   else if (m <= 64)
     fn(std::integral_constant<int, 64>{});
@@ -258,7 +260,7 @@ void dispatch_tokens(int64_t m, Fn&& fn) {
 
 Status u4_tile_init() {
   cudaError_t first = cudaSuccess;
-  for (int64_t m : {32, 64, 128}) {
+  for (int64_t m : {16, 32, 64, 128}) {
     dispatch_tokens(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
       const cudaError_t e = cudaFuncSetAttribute(

@@ -10,7 +10,7 @@
 // bf16 numbers (u4_tile_formats.h), so this path and the dequantizing one
 // agree up to the order of the f32 sums.
 //
-// A block of 8 warps takes 128 weight rows x 32, 64 or 128 tokens; warps 0-3
+// A block of 8 warps takes 128 weight rows x 16, 32, 64 or 128 tokens; warps 0-3
 // and 4-7 take the two token halves, warp w % 4 rows 32 (w % 4) .. + 31. Per
 // k step of 128 elements (one u4_g128 block a row) the rows' blocks and the
 // tokens' activations go to shared memory (cp.async, 3-4 stages); each lane
