@@ -13,17 +13,13 @@
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
-# The first calls of the session after 19 (not yet run on a GPU: c75c63a, the warp-per-token
-# RoPE kernel, off; a8e19ca, the FP8 operand kernels' 4 / 8 items a warp, on; the head_dim-128
-# flash prefill on 32-key tiles, off):
-#   TESTS='*' PROBE=0 FORMATS=f8_e4m3_b128 PATHS=mma SHAPES=4096x4096 TOKENS=1 STAGE=test \
+# The first calls of the session after 20 (262721f, the 4-bit tile's 16-token tile, has not run
+# on a GPU; the tile is off: FERRITE_CUDA_U4_TILE_TOKENS, docs/perf-log.md session 20):
+#   TESTS='CudaU4Tile*' PROBE=0 FORMATS=u4_g128 PATHS=u4,tile SHAPES=1024x4096,6144x4096,4096x4096 \
+#     TOKENS=9,16,32 STAGE=test bash bench/cuda/mma_probe.sh
+#   then AB='qwen3-8b:gptq-int4:FERRITE_CUDA_U4_TILE_TOKENS=64,32,0' BATCHES='16 32 64' STAGE=ab \
 #     bash bench/cuda/mma_probe.sh
-#   then PREFILL='qwen3-8b:fp8:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0 qwen3-8b:-:FERRITE_CUDA_ROPE_TOKEN_WARPS=1,0
-#     qwen3-8b:-:FERRITE_CUDA_PREFILL_SHORT_TILES=1,0' LENS='1024 4096' STAGE=prefill bash ...
-#   and, with the repack batched, the FP8 path's threshold again at decode batches (it lost at
-#   b128 in session 18, 7,977 against 8,450, when the repack was latency-bound):
-#   AB='qwen3-8b:fp8:FERRITE_CUDA_FP8_LT_TOKENS=65,512' BATCHES='128' STAGE=ab bash ...
-#   (docs/perf-log.md session 19).
+#   (AB's quantization "-" runs the bf16 model: AB='qwen3-8b:-:FERRITE_CUDA_U4_TILE_TOKENS=0').
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
