@@ -136,6 +136,10 @@ namespace ferrite {
     "0: off. On the H200 the kernel beats the bf16 tile by 3-28 % at 32-64 tokens but loses to " \
     "dequantize + cuBLASLt from 128, and Qwen3-8B GPTQ-Int4 decode with it to 64 is not faster "  \
     "(b16 1,816 against 2,013 tokens/s, b32 3,443 / 3,363, b64 5,015 / 5,173): off")              \
+  X(bool, cuda_u4_tile_wgmma, "FERRITE_CUDA_U4_TILE_WGMMA", false,                              \
+    "CUDA: the 4-bit tile (cuda_u4_tile_tokens) on Hopper's warpgroup MMA (wgmma m64nNk16, the "  \
+    "decoded weights from registers, the activations from shared memory) instead of mma.sync. "   \
+    "Not yet run on a GPU")                                                                        \
   X(int64_t, cuda_fp8_lt_tokens, "FERRITE_CUDA_FP8_LT_TOKENS", 128,                             \
     "CUDA: products of at least this many tokens on FP8 (e4m3, 128-blocks) weights, beyond "    \
     "the bf16 tile's (cuda_quant_tile_tokens), quantize "                                        \

@@ -31,7 +31,7 @@ std::vector<Backend> available_backends() {
     // providers again, with products of up to 256 tokens on the bf16 tile
     // (Tuning::cuda_quant_tile_tokens: the 70-token cases in two tiles of 64
     // and a partial one; u4_g128 weights on the Marlin-class 4-bit tile,
-    // Tuning::cuda_u4_tile_tokens, in one tile of 128), MoE steps on one launch per stage (Tuning::
+    // Tuning::cuda_u4_tile_tokens, in one tile of 128, its wgmma form), MoE steps on one launch per stage (Tuning::
     // cuda_moe_fused_tokens 0), the path of the default's larger steps, the
     // decode GEMV streaming rows through registers (Tuning::
     // cuda_quant_stream_tokens 0; "cuda" bulk-copies them), and the fused
@@ -53,7 +53,8 @@ std::vector<Backend> available_backends() {
       options.moe_fused_tokens = 32;
       if (cuda.name == "cuda_alt") {
         options.quant_tile_tokens = 256;
-        options.u4_tile_tokens = 256;  // u4_g128 products on the 4-bit tile instead
+        options.u4_tile_tokens = 256;  // u4_g128 products on the 4-bit tile instead,
+        options.u4_tile_wgmma = true;  // its warpgroup-MMA form
         options.moe_fused_tokens = 0;
         options.quant_stream_tokens = 0;  // the register-streaming decode GEMV
         options.decode_reduce_scatter = true;

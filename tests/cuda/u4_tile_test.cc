@@ -47,8 +47,8 @@ std::vector<uint8_t> u4_weight(int64_t n, int64_t k, std::mt19937& rng) {
   return w;
 }
 
-void run_case(const U4Case& c, std::mt19937& rng) {
-  SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
+void run_case(const U4Case& c, bool wgmma, std::mt19937& rng) {
+  SCOPED_TRACE(std::string(wgmma ? "wgmma " : "mma.sync ") + "m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
                std::to_string(c.k) + " out " + std::string(dtype_name(c.out)) +
                (c.accumulate_bias ? " acc+bias" : ""));
   const int64_t m = c.m, n = c.n, k = c.k;
@@ -79,6 +79,7 @@ void run_case(const U4Case& c, std::mt19937& rng) {
   cuda::BackendState st;
   ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
   st.u4_tile_tokens = int64_t{1} << 20;  // gemm_init sizes the split-k scratch for it
+  st.u4_tile_wgmma = wgmma;
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
   void *wdv = nullptr, *xd = nullptr, *od = nullptr, *bd = nullptr;
   const int64_t ob = dtype_bytes(c.out, 1);
@@ -142,11 +143,8 @@ void run_case(const U4Case& c, std::mt19937& rng) {
   cudaStreamDestroy(st.stream);
 }
 
-TEST(CudaU4TileTest, MatchesHostProductOfTheBf16Weights) {
-  std::string why;
-  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
-  std::mt19937 rng(29);
-  const std::vector<U4Case> cases = {
+const std::vector<U4Case>& cases() {
+  static const std::vector<U4Case> all = {
       {9, 128, 128, DType::kF32, false},     // one k step, an odd number of blocks a row
       {16, 256, 384, DType::kBF16, false},   // rows 8 bytes off a piece every other row
       {32, 200, 1024, DType::kF32, true},    // rows past a 128-row tile
@@ -157,8 +155,26 @@ TEST(CudaU4TileTest, MatchesHostProductOfTheBf16Weights) {
       {130, 640, 1536, DType::kF32, true},   // 128 + 2 tokens
       {300, 256, 768, DType::kBF16, false},
   };
-  for (const U4Case& c : cases) {
-    run_case(c, rng);
+  return all;
+}
+
+TEST(CudaU4TileTest, MatchesHostProductOfTheBf16Weights) {
+  std::string why;
+  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(29);
+  for (const U4Case& c : cases()) {
+    run_case(c, false, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The warpgroup-MMA form (Tuning::cuda_u4_tile_wgmma): the same cases.
+TEST(CudaU4TileTest, WgmmaMatchesHostProductOfTheBf16Weights) {
+  std::string why;
+  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(31);
+  for (const U4Case& c : cases()) {
+    run_case(c, true, rng);
     if (HasFatalFailure()) return;
   }
 }

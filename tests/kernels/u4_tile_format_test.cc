@@ -6,7 +6,8 @@
 //  - one warp's 16 rows x 8 tokens x 32-element chunk, emulated with the
 //    kernel's fragments (code words a lane, byte-permuted activations) and
 //    the mma layouts of mma.cuh, give the product of the bf16 weights and
-//    activations: the k order of A and B agree.
+//    activations: the k order of A and B agree; the same for the wgmma
+//    tile's natural-order fragments.
 #include "backends/cuda/kernels/u4_tile_formats.h"
 
 #include <gtest/gtest.h>
@@ -84,7 +85,9 @@ TEST(U4TileFormat, ValuesAreTheBf16OfTheDequantizedWeights) {
         }
       }
     }
-    if (!f16_scales) EXPECT_LT(off_by_one, 64 * kGroup / 20);  // rare: double roundings only
+    if (!f16_scales) {
+      EXPECT_LT(off_by_one, 64 * kGroup / 20);  // rare: double roundings only
+    }
   }
 }
 
@@ -137,6 +140,54 @@ TEST(U4TileFormat, OneWarpChunkIsTheProductOfTheBf16Values) {
         }
       }
     }
+  }
+}
+
+// The wgmma tile's natural-order fragments (the activations as they lie):
+// one warp's 16 rows x 8 tokens per mma half of every chunk.
+TEST(U4TileFormat, NaturalOrderFragmentsGiveTheProductOfTheBf16Values) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  constexpr int kRows = 16, kTokens = 8, k = kGroup;
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<std::vector<uint8_t>> rows;
+    for (int r = 0; r < kRows; ++r) rows.push_back(random_row(k, trial % 2 == 0, rng));
+    std::vector<uint16_t> x(static_cast<size_t>(kTokens * k));
+    for (uint16_t& v : x) v = f32_to_bf16(nd(rng));
+    for (int c = 0; c < kGroup / 32; ++c)
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t a[32][4], b[32][2];
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane >> 2, tq = lane & 3;
+          uint32_t words[2][4];
+          RowScale s[2];
+          for (int h = 0; h < 2; ++h) {
+            const uint8_t* blk = rows[g + 8 * h].data();
+            float d;
+            std::memcpy(&d, blk, 4);
+            s[h] = row_scale(d, blk[4]);
+            for (int j = 0; j < 4; ++j) words[h][j] = word_at(blk + kCodesOffset + 16 * c + 4 * j);
+          }
+          a_fragments_natural(words, s, kk, byte_pair_selector(tq), a[lane]);
+          const uint16_t* xt = x.data() + g * k + 32 * c + 16 * kk + 2 * tq;
+          b[lane][0] = xt[0] | (static_cast<uint32_t>(xt[1]) << 16);
+          b[lane][1] = xt[8] | (static_cast<uint32_t>(xt[9]) << 16);
+        }
+        double out[32][4] = {};
+        testing::emulate_mma_m16n8k16(a, b, out, [](uint16_t h) { return bf16_to_f32(h); });
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane >> 2, tq = lane & 3;
+          for (int i = 0; i < 4; ++i) {
+            const int r = g + 8 * (i >> 1), t = 2 * tq + (i & 1);
+            double want = 0.0;
+            for (int e = 32 * c + 16 * kk; e < 32 * c + 16 * kk + 16; ++e)
+              want += double(ref_value(rows[r].data(), e)) * bf16_to_f32(x[t * k + e]);
+            // f16 scales: the values are exact; f32 scales: within a bf16 unit.
+            const double tol = trial % 2 == 0 ? 1e-9 * (1.0 + std::fabs(want)) : 0.05 * (1.0 + std::fabs(want));
+            EXPECT_NEAR(out[lane][i], want, tol) << "chunk " << c << " half " << kk << " row " << r;
+          }
+        }
+      }
   }
 }
 

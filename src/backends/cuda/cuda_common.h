@@ -78,6 +78,7 @@ struct BackendState {
   // this many tokens on u4_g128 weights through kernels/u4_tile.cuh (its
   // split-k scratch is tile_partials / tile_counters).
   int64_t u4_tile_tokens = 0;
+  bool u4_tile_wgmma = false;  // Tuning::cuda_u4_tile_wgmma: its warpgroup-MMA form
   int64_t u4_tile_products = 0;  // products that took it (tests)
   float* tile_partials = nullptr;
   int64_t tile_partial_floats = 0;

@@ -7,6 +7,7 @@
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/u4_tile_formats.h"
+#include "backends/cuda/kernels/wgmma.cuh"
 
 namespace ferrite::cuda {
 namespace {
@@ -242,6 +243,195 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel
   });
 }
 
+// The wgmma form (Tuning::cuda_u4_tile_wgmma): the same block tile, k steps
+// and split k, but each warpgroup (warps 0-3, 4-7) takes 64 rows x all kBT
+// tokens with m64nNk16 wgmma (wgmma.cuh): A, the decoded weights, from
+// registers (natural k order, u4_tile_formats.h a_fragments_natural), B,
+// the activations, read by the tensor cores from shared memory, where the
+// step's kBT x 128 tile lies as K-major core matrices: token t, elements 8 c
+// .. + 7 of the step at (t / 8) 2048 + 128 c + 16 (t % 8) (LBO 128 between a
+// k16's two core matrices, SBO 2048 between 8-token groups). The decode of
+// a k16 overlaps the previous wgmma (two A register sets, wait_group 1).
+constexpr int kWgSbo = 16 * 128;  // bytes between 8-token groups of a step
+
+template <int kBT>
+constexpr int wg_stage_bytes() {
+  return kRows * kWStride + kBT * 2 * kGroup;
+}
+template <int kBT>
+constexpr int wg_num_stages() {
+  constexpr int s = kSmemBudget / wg_stage_bytes<kBT>();
+  return s < 2 ? 2 : (s > 4 ? 4 : s);
+}
+template <int kBT>
+constexpr int wg_smem_bytes() {
+  return wg_num_stages<kBT>() * wg_stage_bytes<kBT>();
+}
+
+template <int kBT>
+__global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const U4TileParams p) {
+  constexpr int kNJ = kBT / 8;  // n8 tiles (every token, per warpgroup)
+  constexpr int kStage = wg_stage_bytes<kBT>();
+  constexpr int kStages = wg_num_stages<kBT>();
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ int last_split;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int wgi = warp >> 2, wq = warp & 3;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kBT;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  const int steps = static_cast<int>(p.k / kGroup);
+  const int s_begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
+  const int s_end = min(steps, s_begin + p.steps_per_split);
+
+  // The weights as in u4_tile_kernel.
+  auto load_w = [&](int s, int st) {
+    uint8_t* base = smem + st * kStage;
+#pragma unroll
+    for (int j = 0; j < (kRows * kPieces + kThreads - 1) / kThreads; ++j) {
+      const int i = tid + kThreads * j;
+      if (i >= kRows * kPieces) break;
+      const int r = i / kPieces, pc = i - kPieces * r;
+      if (n0 + r >= p.n) continue;
+      const int64_t first = (n0 + r) * p.row_bytes + static_cast<int64_t>(kBlockBytes) * s;
+      const int64_t a = (first & ~int64_t{15}) + 16 * pc;
+      if (a < first + kBlockBytes) cp_async16(base + r * kWStride + 16 * pc, p.w + a, true);
+    }
+  };
+  // Piece i (0 .. 16 kBT - 1): token i / 16, elements 8 (i % 16) .. + 7,
+  // into its core-matrix row (zeros past m).
+  auto load_x = [&](int s, int st) {
+    uint8_t* xs = smem + st * kStage + kRows * kWStride;
+    const int c8 = tid & 15;
+#pragma unroll
+    for (int j = 0; j < kBT / 16; ++j) {
+      const int t = (tid >> 4) + 16 * j;
+      const bool valid = t0 + t < p.m;
+      const __nv_bfloat16* src =
+          valid ? p.x + (t0 + t) * p.k + static_cast<int64_t>(s) * kGroup + 8 * c8 : p.x;
+      cp_async16(xs + (t >> 3) * kWgSbo + 128 * c8 + 16 * (t & 7), src, valid);
+    }
+  };
+
+  // acc[4 j + i]: row 64 wgi + 16 wq + g + 8 (i / 2), token 8 j + 2 tq + i % 2.
+  float acc[kNJ * 4];
+#pragma unroll
+  for (int i = 0; i < kNJ * 4; ++i) acc[i] = 0.0f;
+
+  for (int i = 0; i < kStages - 1; ++i)
+    if (s_begin + i < s_end) load_w(s_begin + i, i);
+  pdl_wait();
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (s_begin + i < s_end) load_x(s_begin + i, i);
+    cp_async_commit();
+  }
+
+  const int row0 = 64 * wgi + 16 * wq + g;  // and row0 + 8
+  int row_shift[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    row_shift[h] = static_cast<int>(((n0 + row0 + 8 * h) * p.row_bytes) & 15);
+  const uint32_t sel = byte_pair_selector(static_cast<uint32_t>(tq));
+
+  for (int s = s_begin; s < s_end; ++s) {
+    const int it = s - s_begin;
+    cp_async_wait<kStages - 2>();
+    wg::fence_proxy_async();  // this thread's copies, visible to the tensor cores' reads
+    __syncthreads();          // step s is in; both warpgroups are done with stage (it - 1)
+    {
+      const int nx = s + kStages - 1;
+      if (nx < s_end) {
+        load_w(nx, (it + kStages - 1) % kStages);
+        load_x(nx, (it + kStages - 1) % kStages);
+      }
+      cp_async_commit();
+    }
+    const uint8_t* base = smem + (it % kStages) * kStage;
+    const uint8_t* xs = base + kRows * kWStride;
+    const uint8_t* rp[2];
+    RowScale sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rp[h] = base + (row0 + 8 * h) * kWStride + ((row_shift[h] + 8 * s) & 15);
+      sc[h] = row_scale(*reinterpret_cast<const float*>(rp[h]), rp[h][4]);
+    }
+    uint32_t a[2][4];
+#pragma unroll
+    for (int ks = 0; ks < kGroup / 16; ++ks) {
+      const int c = ks >> 1, kk = ks & 1;
+      // The chunk's four code words of both rows (8-byte aligned pairs).
+      uint32_t words[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint2 lo = *reinterpret_cast<const uint2*>(rp[h] + kCodesOffset + 16 * c);
+        const uint2 hi = *reinterpret_cast<const uint2*>(rp[h] + kCodesOffset + 16 * c + 8);
+        words[h][0] = lo.x;
+        words[h][1] = lo.y;
+        words[h][2] = hi.x;
+        words[h][3] = hi.y;
+      }
+      a_fragments_natural(words, sc, kk, sel, a[ks & 1]);
+      wg::fence();
+      wg::mma_rs_bf16<kBT>(acc, a[ks & 1], wg::descriptor(xs + 256 * ks, 128, kWgSbo));
+      wg::commit();
+      wg::wait<1>();  // wgmma ks - 1 is done: its A registers may be written again
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wg::fence_operand(a[(ks + 1) & 1][i]);
+    }
+    wg::wait<0>();  // this stage's reads are done before the next barrier
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int i = 0; i < kNJ * 4; ++i) wg::fence_operand(acc[i]);
+
+  auto each = [&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < kNJ; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f(j, i);
+  };
+  auto at = [&](int j, int i) { return ((warp * kNJ + j) * 4 + i) * 32 + lane; };
+  if (p.splits > 1) {
+    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    float* part = p.partials + tile * p.splits * (kRows * kBT);
+    float* mine = part + static_cast<int64_t>(blockIdx.z) * (kRows * kBT);
+    each([&](int j, int i) { __stcg(mine + at(j, i), acc[4 * j + i]); });
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_split = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+    __syncthreads();
+    if (!last_split) return;
+    __threadfence();
+    each([&](int j, int i) { acc[4 * j + i] = 0.0f; });
+    for (int sp = 0; sp < p.splits; ++sp) {
+      const float* src = part + static_cast<int64_t>(sp) * (kRows * kBT);
+      each([&](int j, int i) { acc[4 * j + i] += __ldcg(src + at(j, i)); });
+    }
+    if (tid == 0) p.counters[tile] = 0;
+  }
+  float bias[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = n0 + row0 + 8 * (i >> 1);
+    bias[i] = p.bias && row < p.n ? load_any(p.bias, p.bias_dt, row) : 0.0f;
+  }
+  auto valid = [&](int j, int i, int64_t* at_out) {
+    const int64_t row = n0 + row0 + 8 * (i >> 1);
+    const int64_t t = t0 + 8 * j + 2 * tq + (i & 1);
+    *at_out = t * p.n + row;
+    return row < p.n && t < p.m;
+  };
+  if (p.accumulate) {
+    each([&](int j, int i) {
+      int64_t o;
+      if (valid(j, i, &o)) acc[4 * j + i] += load_any(p.out, p.out_dt, o);
+    });
+  }
+  each([&](int j, int i) {
+    int64_t o;
+    if (valid(j, i, &o)) store_any(p.out, p.out_dt, o, acc[4 * j + i] + bias[i]);
+  });
+}
+
 // The token tile of m tokens: the smallest that holds them (padding tokens
 // cost mma work and split-k partial sums), 128 beyond.
 template <typename Fn>
@@ -263,8 +453,11 @@ Status u4_tile_init() {
   for (int64_t m : {16, 32, 64, 128}) {
     dispatch_tokens(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
-      const cudaError_t e = cudaFuncSetAttribute(
+      cudaError_t e = cudaFuncSetAttribute(
           u4_tile_kernel<kBT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kBT>());
+      if (first == cudaSuccess) first = e;
+      e = cudaFuncSetAttribute(u4_wgmma_kernel<kBT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               wg_smem_bytes<kBT>());
       if (first == cudaSuccess) first = e;
     });
   }
@@ -283,7 +476,7 @@ bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int
 Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                       int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                       bool accumulate, const void* bias, DType bias_dt,
-                      const QuantTileScratch& scratch) {
+                      const QuantTileScratch& scratch, bool wgmma) {
   if (m == 0 || n == 0) return Status::ok();
   if (!u4_tile_supported(x_dt, x, w_dt, w, k, out_dt))
     return unsupported("u4 tile: unsupported format, types or alignment");
@@ -316,7 +509,10 @@ Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, in
     p.counters = scratch.counters;
     const dim3 grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
                     static_cast<unsigned>(p.splits));
-    err = launch_pdl_weights(u4_tile_kernel<kBT>, grid, dim3(kThreads), smem_bytes<kBT>(), s, p);
+    err = wgmma ? launch_pdl_weights(u4_wgmma_kernel<kBT>, grid, dim3(kThreads),
+                                     wg_smem_bytes<kBT>(), s, p)
+                : launch_pdl_weights(u4_tile_kernel<kBT>, grid, dim3(kThreads), smem_bytes<kBT>(),
+                                     s, p);
   });
   if (err != cudaSuccess) return cuda_error(err, "u4_tile launch");
   return check_launch("u4_tile");

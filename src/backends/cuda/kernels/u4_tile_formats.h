@@ -3,7 +3,8 @@
 // = qs[j] >> 4; value d (q - z)) into bf16 mma fragments, in plain C++ for
 // host and device so that tests/kernels checks it on the CPU, where CI runs.
 //
-// Two ideas keep the decode to ~2.4 instructions a weight:
+// Two ideas keep the decode to ~2.4 instructions a weight (the mma.sync
+// kernel; the wgmma one keeps the natural k order, a_fragments_natural):
 //
 //  1. No nibble shuffling. A lane of quad position tq takes the 32-bit word
 //     tq of a row's 32-element chunk (elements 8 tq .. 8 tq + 7 of the chunk)
@@ -72,6 +73,17 @@ FERRITE_U4_HD uint32_t permute_bytes(uint32_t a, uint32_t b, uint32_t sel) {
 FERRITE_U4_HD void b_pairs(const uint32_t (&x)[4], int kk, uint32_t* b0, uint32_t* b1) {
   *b0 = permute_bytes(x[kk], x[kk + 2], 0x5410u);  // low halves: x[2 kk], x[2 kk + 4]
   *b1 = permute_bytes(x[kk], x[kk + 2], 0x7632u);  // high halves: x[2 kk + 1], x[2 kk + 5]
+}
+
+// The wgmma tile's decode (natural k order: its B operand is read by the
+// tensor cores from shared memory, in the activations' own order): the bf16
+// pair (128 + q[2 b], 128 + q[2 b + 1]) of byte b (0..3) of a code word w,
+// with w4 = w >> 4 (computed once a word) and sel = byte_pair_selector(b).
+FERRITE_U4_HD uint32_t byte_pair_selector(uint32_t b) { return b | (b << 4) | ((4 + b) << 8) | ((4 + b) << 12); }
+FERRITE_U4_HD uint32_t byte_pair(uint32_t w, uint32_t w4, uint32_t sel) {
+  // Byte b of w (low nibble q[2 b]) in byte 0, byte b of w4 (low nibble
+  // q[2 b + 1]) in byte 2; the mask keeps the two nibbles.
+  return (permute_bytes(w, w4, sel) & 0x000F000Fu) | kMagic;
 }
 
 // A row's step constants, each a bf16 number in both halves of a word.
@@ -160,6 +172,20 @@ FERRITE_U4_HD void a_fragments(const uint32_t (&w)[2], const RowScale (&s)[2], u
       a[kk][2 + h] = pair_values(p[2 * kk + 1], s[h]);
     }
   }
+}
+
+// The natural-order A fragment registers of rows (g, g + 8) for mma half kk
+// of a chunk (words[h][0..3]: row h's code words of the chunk), lane quad
+// position tq: a[0] / a[1] (k 16 kk + 2 tq, + 1) of rows g / g + 8 from byte
+// tq of word 2 kk, a[2] / a[3] (k 16 kk + 8 + 2 tq, + 1) from byte tq of
+// word 2 kk + 1.
+FERRITE_U4_HD void a_fragments_natural(const uint32_t (&words)[2][4], const RowScale (&s)[2], int kk,
+                                       uint32_t sel, uint32_t (&a)[4]) {
+  for (int h = 0; h < 2; ++h)
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t w = words[h][2 * kk + half];
+      a[2 * half + h] = pair_values(byte_pair(w, w >> 4, sel), s[h]);
+    }
 }
 
 }  // namespace ferrite::cuda::u4tile
