@@ -21,7 +21,9 @@
 #     bash bench/cuda/mma_probe.sh   (the cuda_alt conformance runs the wgmma form)
 #   then AB='qwen3-8b:gptq-int4:FERRITE_CUDA_U4_TILE_TOKENS=64,32,0' BATCHES='16 32 64' STAGE=ab \
 #     bash bench/cuda/mma_probe.sh
-#   (AB's quantization "-" runs the bf16 model: AB='qwen3-8b:-:FERRITE_CUDA_U4_TILE_TOKENS=0').
+#   (AB's quantization "-" runs the bf16 model: AB='qwen3-8b:-:FERRITE_CUDA_U4_TILE_TOKENS=0');
+#   a tile's ncu: STAGE=ncu NCU_KERNEL=u4_ NCU_ATTENTION=0 FORMATS=u4_g128 PATHS=u4,u4wg \
+#     SHAPES=24576x4096 TOKENS=128 NCU_KERNELS=2 bash bench/cuda/mma_probe.sh
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -54,18 +56,22 @@ elif [ "$STAGE" = ncu ]; then
   NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
   [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
   ninja -C "$BUILD" ferrite quant_gemm_bench >> "$OUT/build.log" 2>&1 || echo "build failed" | tee -a "$T"
-  SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis"
-  timeout 200 "$NCU" $SECTIONS --kernel-name regex:quant_gemv -c ${NCU_KERNELS:-8} \
+  SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
+  # NCU_KERNEL: the kernel-name regex (default the decode GEMVs; "u4_" the 4-bit tiles with
+  # PATHS=u4,u4wg and 16+ TOKENS); NCU_ATTENTION=0 skips the decode attention below.
+  timeout 200 "$NCU" $SECTIONS --kernel-name "regex:${NCU_KERNEL:-quant_gemv}" -c ${NCU_KERNELS:-8} \
     "$BUILD/bench/cuda/quant_gemm_bench" --iters 1 --warmup 0 --formats ${FORMATS:-f8_e4m3_b128,u4_g128} \
     --paths ${PATHS:-gemv,mma} --shapes ${SHAPES:-24576x4096} --tokens ${TOKENS:-1} > "$OUT/ncu_gemv.txt" 2>&1
   echo "ncu gemv rc=$?" | tee -a "$T"
-  grep -E "^  [a-z_]+.*quant_gemv|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Theoretical Occ|Block Limit" "$OUT/ncu_gemv.txt" | head -120 | tee -a "$T"
-  FERRITE_NCU_DECODE_STEP=10 timeout 200 "$NCU" --profile-from-start off $SECTIONS \
-    --kernel-name regex:attention -c 2 "$BUILD/ferrite" bench --model "$ROOT/configs/${NCU_MODEL:-qwen3-8b}" \
-    --dummy-weights --device cuda --batch 1 --prompt-len 16 --decode-prompt-len 128 --gen-len 16 \
-    --max-num-seqs 8 --kv-cache-gib 4 --max-model-len 8192 > "$OUT/ncu_attention.txt" 2>&1
-  echo "ncu attention rc=$?" | tee -a "$T"
-  grep -E "^  [a-z_]+.*attention|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size" "$OUT/ncu_attention.txt" | head -40 | tee -a "$T"
+  grep -E "^  [a-z_0-9]+.*(${NCU_KERNEL:-quant_gemv})|Duration|Pipe|Compute \(SM\)|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Theoretical Occ|Block Limit" "$OUT/ncu_gemv.txt" | head -120 | tee -a "$T"
+  if [ "${NCU_ATTENTION:-1}" = 1 ]; then
+    FERRITE_NCU_DECODE_STEP=10 timeout 200 "$NCU" --profile-from-start off $SECTIONS \
+      --kernel-name regex:attention -c 2 "$BUILD/ferrite" bench --model "$ROOT/configs/${NCU_MODEL:-qwen3-8b}" \
+      --dummy-weights --device cuda --batch 1 --prompt-len 16 --decode-prompt-len 128 --gen-len 16 \
+      --max-num-seqs 8 --kv-cache-gib 4 --max-model-len 8192 > "$OUT/ncu_attention.txt" 2>&1
+    echo "ncu attention rc=$?" | tee -a "$T"
+    grep -E "^  [a-z_]+.*attention|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Grid Size" "$OUT/ncu_attention.txt" | head -40 | tee -a "$T"
+  fi
 elif [ "$STAGE" = prefill ]; then
   # Prefill tokens/s over prompt lengths (LENS, default "256 512 1024 4096") for each setting of
   # PREFILL="model:quantization:VAR=v1,v2 ..." (default: the FP8 cuBLASLt path's crossover), then,
