@@ -24,6 +24,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
+#include "product_buffers.h"
 #include "tensor/dtype.h"
 
 namespace ferrite {
@@ -119,25 +120,12 @@ void run_case(const LtCase& c, std::mt19937& rng) {
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
   st.dequant_slice_mib = c.slice_mib;
   st.fp8_lt_tokens = 65;  // beyond the bf16 tile's 64
-  void *wdv = nullptr, *xd = nullptr, *od = nullptr, *bd = nullptr;
-  const int64_t ob = dtype_bytes(c.out, 1);
-  ASSERT_EQ(cudaMalloc(&wdv, wq.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&xd, xh.size() * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&od, m * n * ob), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&bd, n * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(wdv, wq.data(), wq.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(xd, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(bd, bias.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  if (c.out == DType::kF32) {
-    ASSERT_EQ(cudaMemcpy(od, init.data(), m * n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  } else {
-    std::vector<uint16_t> ih(init.size());
-    for (size_t i = 0; i < ih.size(); ++i) ih[i] = f32_to_bf16(init[i]);
-    ASSERT_EQ(cudaMemcpy(od, ih.data(), ih.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  }
+  testing::ProductBuffers b;
+  b.upload(wq, xh, init, bias, m, n, c.out);
+  if (::testing::Test::HasFatalFailure()) return;
   const int64_t before = st.fp8_lt_products;
-  Status s = cuda::gemm(st, xd, DType::kBF16, m, k, wdv, DType::kF8B128, n, od, c.out,
-                        c.accumulate_bias, c.accumulate_bias ? bd : nullptr, DType::kF32);
+  Status s = cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, DType::kF8B128, n, b.out, c.out,
+                        c.accumulate_bias, c.accumulate_bias ? b.bias : nullptr, DType::kF32);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
   const bool taken = st.fp8_lt_products == before + 1;
@@ -146,19 +134,14 @@ void run_case(const LtCase& c, std::mt19937& rng) {
               taken ? "FP8 cuBLASLt" : "not taken: ", taken ? "" : st.fp8_lt_why.c_str());
   ASSERT_TRUE(taken || !c.must_take) << "the FP8 cuBLASLt path was not taken: " << st.fp8_lt_why;
   // The scale mode the product took.
-  auto it = st.fp8_blk.find({wdv, n});
+  auto it = st.fp8_blk.find({b.w, n});
   ASSERT_NE(it, st.fp8_blk.end());
   EXPECT_EQ(it->second, c.uniform);
   // Rows past the last 16-multiple take the smaller paths (16-bit activations).
   const int64_t m16 = taken ? m / 16 * 16 : 0;
-  std::vector<float> got(static_cast<size_t>(m * n));
-  if (c.out == DType::kF32) {
-    ASSERT_EQ(cudaMemcpy(got.data(), od, m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  } else {
-    std::vector<uint16_t> gh(got.size());
-    ASSERT_EQ(cudaMemcpy(gh.data(), od, gh.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (size_t i = 0; i < gh.size(); ++i) got[i] = bf16_to_f32(gh[i]);
-  }
+  std::vector<float> got;
+  b.read_out(&got);
+  if (::testing::Test::HasFatalFailure()) return;
   double worst = 0.0;
   int64_t bad = 0;
   for (int64_t i = 0; i < m * n; ++i) {
@@ -182,10 +165,6 @@ void run_case(const LtCase& c, std::mt19937& rng) {
                     << " (tolerance " << tol << ")";
   }
   EXPECT_EQ(bad, 0) << "largest error / tolerance " << worst;
-  cudaFree(wdv);
-  cudaFree(xd);
-  cudaFree(od);
-  cudaFree(bd);
   cuda::gemm_shutdown(st);
   cudaStreamDestroy(st.stream);
 }
@@ -207,7 +186,7 @@ TEST(CudaFp8LtTest, MatchesHostReferenceOfTheQuantizedActivations) {
   };
   for (const LtCase& c : cases) {
     run_case(c, rng);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 

@@ -20,6 +20,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
+#include "product_buffers.h"
 #include "tensor/dtype.h"
 
 namespace ferrite {
@@ -81,42 +82,24 @@ void run_case(const U4Case& c, bool wgmma, std::mt19937& rng) {
   st.u4_tile_tokens = int64_t{1} << 20;  // gemm_init sizes the split-k scratch for it
   st.u4_tile_wgmma = wgmma;
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
-  void *wdv = nullptr, *xd = nullptr, *od = nullptr, *bd = nullptr;
-  const int64_t ob = dtype_bytes(c.out, 1);
-  ASSERT_EQ(cudaMalloc(&wdv, wq.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&xd, xh.size() * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&od, m * n * ob), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&bd, n * 4), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(wdv, wq.data(), wq.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(xd, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(bd, bias.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  if (c.out == DType::kF32) {
-    ASSERT_EQ(cudaMemcpy(od, init.data(), m * n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  } else {
-    std::vector<uint16_t> ih(init.size());
-    for (size_t i = 0; i < ih.size(); ++i) ih[i] = f32_to_bf16(init[i]);
-    ASSERT_EQ(cudaMemcpy(od, ih.data(), ih.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  }
+  testing::ProductBuffers b;
+  b.upload(wq, xh, init, bias, m, n, c.out);
+  if (::testing::Test::HasFatalFailure()) return;
   // Twice: the second launch finds the split-k counters reset by the first.
   for (int rep = 0; rep < 2; ++rep) {
     if (rep == 1) {
       if (c.accumulate_bias) break;  // the first call changed its input
-      ASSERT_EQ(cudaMemset(od, 0xFF, m * n * ob), cudaSuccess);
+      ASSERT_EQ(cudaMemset(b.out, 0xFF, m * n * dtype_bytes(c.out, 1)), cudaSuccess);
     }
     const int64_t before = st.u4_tile_products;
-    Status s = cuda::gemm(st, xd, DType::kBF16, m, k, wdv, DType::kU4G128, n, od, c.out,
-                          c.accumulate_bias, c.accumulate_bias ? bd : nullptr, DType::kF32);
+    Status s = cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, DType::kU4G128, n, b.out, c.out,
+                          c.accumulate_bias, c.accumulate_bias ? b.bias : nullptr, DType::kF32);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
     ASSERT_EQ(st.u4_tile_products, before + 1) << "the 4-bit tile was not taken";
-    std::vector<float> got(static_cast<size_t>(m * n));
-    if (c.out == DType::kF32) {
-      ASSERT_EQ(cudaMemcpy(got.data(), od, m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    } else {
-      std::vector<uint16_t> gh(got.size());
-      ASSERT_EQ(cudaMemcpy(gh.data(), od, gh.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      for (size_t i = 0; i < gh.size(); ++i) got[i] = bf16_to_f32(gh[i]);
-    }
+    std::vector<float> got;
+    b.read_out(&got);
+    if (::testing::Test::HasFatalFailure()) return;
     double worst = 0.0;
     int64_t bad = 0;
     for (int64_t i = 0; i < m * n; ++i) {
@@ -138,7 +121,6 @@ void run_case(const U4Case& c, bool wgmma, std::mt19937& rng) {
     }
     EXPECT_EQ(bad, 0) << "largest error / tolerance " << worst;
   }
-  for (void* p : {wdv, xd, od, bd}) cudaFree(p);
   cuda::gemm_shutdown(st);
   cudaStreamDestroy(st.stream);
 }
@@ -164,7 +146,7 @@ TEST(CudaU4TileTest, MatchesHostProductOfTheBf16Weights) {
   std::mt19937 rng(29);
   for (const U4Case& c : cases()) {
     run_case(c, false, rng);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
@@ -175,7 +157,7 @@ TEST(CudaU4TileTest, WgmmaMatchesHostProductOfTheBf16Weights) {
   std::mt19937 rng(31);
   for (const U4Case& c : cases()) {
     run_case(c, true, rng);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 

@@ -9,6 +9,7 @@
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/quant_tile_formats.h"
+#include "backends/cuda/kernels/weight_tile.cuh"
 
 namespace ferrite::cuda {
 namespace {
@@ -56,20 +57,6 @@ constexpr int smem_bytes() {
   constexpr int sums = 4 * kRows * kBT;  // the half-steps' sums, after the pipeline
   return kScaleBytes + (pipe > sums ? pipe : sums);
 }
-
-struct TileParams {
-  const uint8_t* w;
-  int64_t row_bytes, n, k, m;
-  const __nv_bfloat16* x;
-  void* out;
-  int out_dt;
-  bool accumulate;
-  const void* bias;
-  int bias_dt;
-  int splits, steps_per_split;
-  float* partials;
-  int32_t* counters;
-};
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -137,25 +124,10 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
   // acc[mt][j][i] of this lane: row 32 rg + 16 mt + g + 8 (i / 2), token 8 j
   // + 2 tq + i % 2. each(f) calls f(mt, j, i) for every one (unrolled).
   float acc[2][kNJ][4];
-  auto each = [&](auto&& f) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) f(mt, j, i);
-  };
+  auto each = [&](auto&& f) { each_fragment<2, kNJ>(f); };
   each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
 
-  // The weights of the first stages are read before the previous kernel is
-  // waited for (they are never written); one commit group a stage after that.
-  for (int i = 0; i < kStages - 1; ++i)
-    if (s_begin + i < s_end) load_w(s_begin + i, i);
-  pdl_wait();
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (s_begin + i < s_end) load_x(s_begin + i, i);
-    cp_async_commit();
-  }
+  tile_prologue<kStages>(s_begin, s_end, load_w, load_x);
 
   // Where a row's bytes start within a piece: ((n0 + r) row_bytes + off0) % 16.
   // The Scales of a step: thread t does row t / 2, chunks 4 (t % 2) .. + 3.
@@ -243,60 +215,21 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
   __syncthreads();
   if (kh == 0) each([&](int mt, int j, int i) { acc[mt][j][i] += sums[at(mt, j, i)]; });
 
+  // acc[mt][j][i]'s place in a tile's sums, row and token.
+  auto each_acc = [&](auto&& f) {
+    each([&](int mt, int j, int i) {
+      f(acc[mt][j][i], at(mt, j, i), n0 + 32 * rg + 16 * mt + g + 8 * (i >> 1),
+        t0 + 8 * j + 2 * tq + (i & 1));
+    });
+  };
   if (p.splits > 1) {
-    // Every split stores its sums; the last to arrive adds all of them in
-    // split order (the same result whichever block arrives last).
     const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    float* part = p.partials + tile * p.splits * (kRows * kBT);
-    if (kh == 0) {
-      float* mine = part + static_cast<int64_t>(blockIdx.z) * (kRows * kBT);
-      each([&](int mt, int j, int i) { __stcg(mine + at(mt, j, i), acc[mt][j][i]); });
-    }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last_split = atomicAdd(p.counters + tile, 1) == p.splits - 1;
-    __syncthreads();
-    if (!last_split) return;
-    __threadfence();
-    if (kh == 0) {
-      // A split's sums at a time, every load of it in flight together (a
-      // loop over the splits inside each sum waited out one L2 round trip
-      // per load: tens of microseconds a launch).
-      each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
-      for (int sp = 0; sp < p.splits; ++sp) {
-        const float* src = part + static_cast<int64_t>(sp) * (kRows * kBT);
-        each([&](int mt, int j, int i) { acc[mt][j][i] += __ldcg(src + at(mt, j, i)); });
-      }
-    }
-    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+    if (!split_k_meet(p.partials, p.counters, p.splits, tile, int64_t{kRows} * kBT, kh == 0,
+                      &last_split, each_acc))
+      return;
   }
   if (kh == 1) return;
-  // The epilogue: bias, and with `accumulate` the old outputs, all loaded
-  // before any store (a load after each store waited out a round trip each).
-  float bias[2][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t row = n0 + 32 * rg + 16 * mt + g + 8 * (i >> 1);
-      bias[mt][i] = p.bias && row < p.n ? load_any(p.bias, p.bias_dt, row) : 0.0f;
-    }
-  auto valid = [&](int mt, int j, int i, int64_t* at_out) {
-    const int64_t row = n0 + 32 * rg + 16 * mt + g + 8 * (i >> 1);
-    const int64_t t = t0 + 8 * j + 2 * tq + (i & 1);
-    *at_out = t * p.n + row;
-    return row < p.n && t < p.m;
-  };
-  if (p.accumulate) {
-    each([&](int mt, int j, int i) {
-      int64_t o;
-      if (valid(mt, j, i, &o)) acc[mt][j][i] += load_any(p.out, p.out_dt, o);
-    });
-  }
-  each([&](int mt, int j, int i) {
-    int64_t o;
-    if (valid(mt, j, i, &o)) store_any(p.out, p.out_dt, o, acc[mt][j][i] + bias[mt][i]);
-  });
+  store_tile(p.out, p.out_dt, p.accumulate, p.bias, p.bias_dt, p.n, p.m, each_acc);
 }
 
 // The token tile of m tokens: the smallest that holds them (padding tokens
@@ -390,28 +323,9 @@ Status launch_quant_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt,
     constexpr int F = decltype(fc)::value;
     dispatch_tokens(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
-      const int64_t token_tiles = (m + kBT - 1) / kBT;
-      const int splits =
-          quant_tile_splits(row_tiles * token_tiles, steps, num_sms, int64_t{kRows} * kBT, scratch);
-      const int per = (steps + splits - 1) / splits;
-      TileParams p{};
-      p.w = static_cast<const uint8_t*>(w);
-      p.row_bytes = dtype_bytes(w_dt, k);
-      p.n = n;
-      p.k = k;
-      p.m = m;
-      p.x = static_cast<const __nv_bfloat16*>(x);
-      p.out = out;
-      p.out_dt = dt_code(out_dt);
-      p.accumulate = accumulate;
-      p.bias = bias;
-      p.bias_dt = dt_code(bias_dt);
-      p.splits = (steps + per - 1) / per;
-      p.steps_per_split = per;
-      p.partials = scratch.partials;
-      p.counters = scratch.counters;
-      const dim3 grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
-                      static_cast<unsigned>(p.splits));
+      dim3 grid;
+      const TileParams p = tile_launch<kRows, kBT>(x, m, k, w, w_dt, n, out, out_dt, accumulate,
+                                                   bias, bias_dt, steps, num_sms, scratch, &grid);
       err = launch_pdl_weights(quant_tile_kernel<F, kBT>, grid, dim3(kThreads),
                                smem_bytes<F, kBT>(), s, p);
     });

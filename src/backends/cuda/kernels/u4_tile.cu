@@ -6,6 +6,7 @@
 
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/weight_tile.cuh"
 #include "backends/cuda/kernels/u4_tile_formats.h"
 #include "backends/cuda/kernels/wgmma.cuh"
 
@@ -47,24 +48,45 @@ constexpr int smem_bytes() {
   return num_stages<kBT>() * stage_bytes<kBT>();
 }
 
-struct U4TileParams {
-  const uint8_t* w;
-  int64_t row_bytes, n, k, m;
-  const __nv_bfloat16* x;
-  void* out;
-  int out_dt;
-  bool accumulate;
-  const void* bias;
-  int bias_dt;
-  int splits, steps_per_split;
-  float* partials;
-  int32_t* counters;
-};
+// Step s's blocks of rows [n0, + 128) into `base` (kWStride apart): piece i
+// (0 .. 639) is row i / 5, piece i % 5, copied when it holds a byte of the
+// row's block (never past the tensor's last piece). Rows past n are left as
+// they are: their sums are never stored.
+__device__ __forceinline__ void load_u4_rows(const TileParams& p, int64_t n0, int s,
+                                             uint8_t* base) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < (kRows * kPieces + kThreads - 1) / kThreads; ++j) {
+    const int i = tid + kThreads * j;
+    if (i >= kRows * kPieces) break;
+    const int r = i / kPieces, pc = i - kPieces * r;
+    if (n0 + r >= p.n) continue;
+    const int64_t first = (n0 + r) * p.row_bytes + static_cast<int64_t>(kBlockBytes) * s;
+    const int64_t a = (first & ~int64_t{15}) + 16 * pc;
+    if (a < first + kBlockBytes) cp_async16(base + r * kWStride + 16 * pc, p.w + a, true);
+  }
+}
+// Step s's activations of tokens [t0, + kBT) (zeros past m): piece i (0 ..
+// 16 kBT - 1) is token t = i / 16, elements 8 c .. + 7 (c = i % 16) of the
+// step, copied to xs + at(t, c).
+template <int kBT, typename At>
+__device__ __forceinline__ void load_x_pieces(const TileParams& p, int64_t t0, int s,
+                                              uint8_t* xs, At&& at) {
+  const int tid = threadIdx.x, c = tid & 15;
+#pragma unroll
+  for (int j = 0; j < kBT / 16; ++j) {
+    const int t = (tid >> 4) + 16 * j;
+    const bool valid = t0 + t < p.m;
+    const __nv_bfloat16* src =
+        valid ? p.x + (t0 + t) * p.k + static_cast<int64_t>(s) * kGroup + 8 * c : p.x;
+    cp_async16(xs + at(t, c), src, valid);
+  }
+}
 
 // Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the k
 // steps of split blockIdx.z.
 template <int kBT>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel(const U4TileParams p) {
+__global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel(const TileParams p) {
   constexpr int kHalf = kBT / 2;   // tokens a warp
   constexpr int kNJ = kHalf / 8;   // its n8 tiles
   constexpr int kStage = stage_bytes<kBT>();
@@ -79,60 +101,19 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel
   const int s_begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
   const int s_end = min(steps, s_begin + p.steps_per_split);
 
-  // Step s's blocks of the 128 rows into stage st: piece i (0 .. 639) of the
-  // stage is row i / 5, piece i % 5, copied when it holds a byte of the
-  // row's block (never past the tensor's last piece). Rows past n are left
-  // as they are: their sums are never stored.
-  auto load_w = [&](int s, int st) {
-    uint8_t* base = smem + st * kStage;
-#pragma unroll
-    for (int j = 0; j < (kRows * kPieces + kThreads - 1) / kThreads; ++j) {
-      const int i = tid + kThreads * j;
-      if (i >= kRows * kPieces) break;
-      const int r = i / kPieces, pc = i - kPieces * r;
-      if (n0 + r >= p.n) continue;
-      const int64_t first = (n0 + r) * p.row_bytes + static_cast<int64_t>(kBlockBytes) * s;
-      const int64_t a = (first & ~int64_t{15}) + 16 * pc;
-      if (a < first + kBlockBytes) cp_async16(base + r * kWStride + 16 * pc, p.w + a, true);
-    }
-  };
-  // Step s's activations of the block's tokens (zeros past m): piece i
-  // (0 .. 16 kBT - 1) is token i / 16, elements 8 (i % 16) .. + 7.
+  auto load_w = [&](int s, int st) { load_u4_rows(p, n0, s, smem + st * kStage); };
   auto load_x = [&](int s, int st) {
-    uint8_t* xs = smem + st * kStage + kRows * kWStride;
-    const int pc = tid & 15;
-#pragma unroll
-    for (int j = 0; j < kBT / 16; ++j) {
-      const int t = (tid >> 4) + 16 * j;
-      const bool valid = t0 + t < p.m;
-      const __nv_bfloat16* src =
-          valid ? p.x + (t0 + t) * p.k + static_cast<int64_t>(s) * kGroup + 8 * pc : p.x;
-      cp_async16(xs + t * kXStride + 16 * pc, src, valid);
-    }
+    load_x_pieces<kBT>(p, t0, s, smem + st * kStage + kRows * kWStride,
+                       [](int t, int c) { return t * kXStride + 16 * c; });
   };
 
   // acc[mt][j][i]: row 32 rw + 16 mt + g + 8 (i / 2), token kHalf tw + 8 j
   // + 2 tq + i % 2.
   float acc[2][kNJ][4];
-  auto each = [&](auto&& f) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) f(mt, j, i);
-  };
+  auto each = [&](auto&& f) { each_fragment<2, kNJ>(f); };
   each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
 
-  // The weights of the first stages are read before the previous kernel is
-  // waited for (they are never written); one commit group a stage after that.
-  for (int i = 0; i < kStages - 1; ++i)
-    if (s_begin + i < s_end) load_w(s_begin + i, i);
-  pdl_wait();
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (s_begin + i < s_end) load_x(s_begin + i, i);
-    cp_async_commit();
-  }
+  tile_prologue<kStages>(s_begin, s_end, load_w, load_x);
 
   // This lane's rows q = 2 mt + h: 32 rw + 16 mt + g + 8 h; where each
   // row's bytes start within a piece (0 or 8) at step 0.
@@ -193,54 +174,20 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel
   }
   cp_async_wait<0>();
 
-  // An accumulator's place in a tile's partial sums (lanes fastest).
-  auto at = [&](int mt, int j, int i) { return (((warp * 2 + mt) * kNJ + j) * 4 + i) * 32 + lane; };
-  if (p.splits > 1) {
-    // Every split stores its sums; the last to arrive adds all of them in
-    // split order (the same result whichever block arrives last).
-    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    float* part = p.partials + tile * p.splits * (kRows * kBT);
-    float* mine = part + static_cast<int64_t>(blockIdx.z) * (kRows * kBT);
-    each([&](int mt, int j, int i) { __stcg(mine + at(mt, j, i), acc[mt][j][i]); });
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last_split = atomicAdd(p.counters + tile, 1) == p.splits - 1;
-    __syncthreads();
-    if (!last_split) return;
-    __threadfence();
-    each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
-    for (int sp = 0; sp < p.splits; ++sp) {
-      const float* src = part + static_cast<int64_t>(sp) * (kRows * kBT);
-      each([&](int mt, int j, int i) { acc[mt][j][i] += __ldcg(src + at(mt, j, i)); });
-    }
-    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
-  }
-  // The epilogue: bias, and with `accumulate` the old outputs, all loaded
-  // before any store.
-  float bias[2][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t row = n0 + 32 * rw + 16 * mt + g + 8 * (i >> 1);
-      bias[mt][i] = p.bias && row < p.n ? load_any(p.bias, p.bias_dt, row) : 0.0f;
-    }
-  auto valid = [&](int mt, int j, int i, int64_t* at_out) {
-    const int64_t row = n0 + 32 * rw + 16 * mt + g + 8 * (i >> 1);
-    const int64_t t = t0 + kHalf * tw + 8 * j + 2 * tq + (i & 1);
-    *at_out = t * p.n + row;
-    return row < p.n && t < p.m;
-  };
-  if (p.accumulate) {
+  // acc[mt][j][i]'s place in a tile's sums (lanes fastest), row and token.
+  auto each_acc = [&](auto&& f) {
     each([&](int mt, int j, int i) {
-      int64_t o;
-      if (valid(mt, j, i, &o)) acc[mt][j][i] += load_any(p.out, p.out_dt, o);
+      f(acc[mt][j][i], (((warp * 2 + mt) * kNJ + j) * 4 + i) * 32 + lane,
+        n0 + 32 * rw + 16 * mt + g + 8 * (i >> 1), t0 + kHalf * tw + 8 * j + 2 * tq + (i & 1));
     });
+  };
+  if (p.splits > 1) {
+    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    if (!split_k_meet(p.partials, p.counters, p.splits, tile, int64_t{kRows} * kBT, true,
+                      &last_split, each_acc))
+      return;
   }
-  each([&](int mt, int j, int i) {
-    int64_t o;
-    if (valid(mt, j, i, &o)) store_any(p.out, p.out_dt, o, acc[mt][j][i] + bias[mt][i]);
-  });
+  store_tile(p.out, p.out_dt, p.accumulate, p.bias, p.bias_dt, p.n, p.m, each_acc);
 }
 
 // The wgmma form (Tuning::cuda_u4_tile_wgmma): the same block tile, k steps
@@ -269,7 +216,7 @@ constexpr int wg_smem_bytes() {
 }
 
 template <int kBT>
-__global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const U4TileParams p) {
+__global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams p) {
   constexpr int kNJ = kBT / 8;  // n8 tiles (every token, per warpgroup)
   constexpr int kStage = wg_stage_bytes<kBT>();
   constexpr int kStages = wg_num_stages<kBT>();
@@ -283,33 +230,11 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const U4TileParam
   const int s_begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
   const int s_end = min(steps, s_begin + p.steps_per_split);
 
-  // The weights as in u4_tile_kernel.
-  auto load_w = [&](int s, int st) {
-    uint8_t* base = smem + st * kStage;
-#pragma unroll
-    for (int j = 0; j < (kRows * kPieces + kThreads - 1) / kThreads; ++j) {
-      const int i = tid + kThreads * j;
-      if (i >= kRows * kPieces) break;
-      const int r = i / kPieces, pc = i - kPieces * r;
-      if (n0 + r >= p.n) continue;
-      const int64_t first = (n0 + r) * p.row_bytes + static_cast<int64_t>(kBlockBytes) * s;
-      const int64_t a = (first & ~int64_t{15}) + 16 * pc;
-      if (a < first + kBlockBytes) cp_async16(base + r * kWStride + 16 * pc, p.w + a, true);
-    }
-  };
-  // Piece i (0 .. 16 kBT - 1): token i / 16, elements 8 (i % 16) .. + 7,
-  // into its core-matrix row (zeros past m).
+  auto load_w = [&](int s, int st) { load_u4_rows(p, n0, s, smem + st * kStage); };
+  // Each 8-element piece into its core-matrix row.
   auto load_x = [&](int s, int st) {
-    uint8_t* xs = smem + st * kStage + kRows * kWStride;
-    const int c8 = tid & 15;
-#pragma unroll
-    for (int j = 0; j < kBT / 16; ++j) {
-      const int t = (tid >> 4) + 16 * j;
-      const bool valid = t0 + t < p.m;
-      const __nv_bfloat16* src =
-          valid ? p.x + (t0 + t) * p.k + static_cast<int64_t>(s) * kGroup + 8 * c8 : p.x;
-      cp_async16(xs + (t >> 3) * kWgSbo + 128 * c8 + 16 * (t & 7), src, valid);
-    }
+    load_x_pieces<kBT>(p, t0, s, smem + st * kStage + kRows * kWStride,
+                       [](int t, int c) { return (t >> 3) * kWgSbo + 128 * c + 16 * (t & 7); });
   };
 
   // acc[4 j + i]: row 64 wgi + 16 wq + g + 8 (i / 2), token 8 j + 2 tq + i % 2.
@@ -317,13 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const U4TileParam
 #pragma unroll
   for (int i = 0; i < kNJ * 4; ++i) acc[i] = 0.0f;
 
-  for (int i = 0; i < kStages - 1; ++i)
-    if (s_begin + i < s_end) load_w(s_begin + i, i);
-  pdl_wait();
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (s_begin + i < s_end) load_x(s_begin + i, i);
-    cp_async_commit();
-  }
+  tile_prologue<kStages>(s_begin, s_end, load_w, load_x);
 
   const int row0 = 64 * wgi + 16 * wq + g;  // and row0 + 8
   int row_shift[2];
@@ -383,53 +302,20 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const U4TileParam
 #pragma unroll
   for (int i = 0; i < kNJ * 4; ++i) wg::fence_operand(acc[i]);
 
-  auto each = [&](auto&& f) {
-#pragma unroll
-    for (int j = 0; j < kNJ; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) f(j, i);
+  // acc[4 j + i]'s place in a tile's sums (lanes fastest), row and token.
+  auto each_acc = [&](auto&& f) {
+    each_fragment<1, kNJ>([&](int, int j, int i) {
+      f(acc[4 * j + i], ((warp * kNJ + j) * 4 + i) * 32 + lane, n0 + row0 + 8 * (i >> 1),
+        t0 + 8 * j + 2 * tq + (i & 1));
+    });
   };
-  auto at = [&](int j, int i) { return ((warp * kNJ + j) * 4 + i) * 32 + lane; };
   if (p.splits > 1) {
     const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    float* part = p.partials + tile * p.splits * (kRows * kBT);
-    float* mine = part + static_cast<int64_t>(blockIdx.z) * (kRows * kBT);
-    each([&](int j, int i) { __stcg(mine + at(j, i), acc[4 * j + i]); });
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last_split = atomicAdd(p.counters + tile, 1) == p.splits - 1;
-    __syncthreads();
-    if (!last_split) return;
-    __threadfence();
-    each([&](int j, int i) { acc[4 * j + i] = 0.0f; });
-    for (int sp = 0; sp < p.splits; ++sp) {
-      const float* src = part + static_cast<int64_t>(sp) * (kRows * kBT);
-      each([&](int j, int i) { acc[4 * j + i] += __ldcg(src + at(j, i)); });
-    }
-    if (tid == 0) p.counters[tile] = 0;
+    if (!split_k_meet(p.partials, p.counters, p.splits, tile, int64_t{kRows} * kBT, true,
+                      &last_split, each_acc))
+      return;
   }
-  float bias[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t row = n0 + row0 + 8 * (i >> 1);
-    bias[i] = p.bias && row < p.n ? load_any(p.bias, p.bias_dt, row) : 0.0f;
-  }
-  auto valid = [&](int j, int i, int64_t* at_out) {
-    const int64_t row = n0 + row0 + 8 * (i >> 1);
-    const int64_t t = t0 + 8 * j + 2 * tq + (i & 1);
-    *at_out = t * p.n + row;
-    return row < p.n && t < p.m;
-  };
-  if (p.accumulate) {
-    each([&](int j, int i) {
-      int64_t o;
-      if (valid(j, i, &o)) acc[4 * j + i] += load_any(p.out, p.out_dt, o);
-    });
-  }
-  each([&](int j, int i) {
-    int64_t o;
-    if (valid(j, i, &o)) store_any(p.out, p.out_dt, o, acc[4 * j + i] + bias[i]);
-  });
+  store_tile(p.out, p.out_dt, p.accumulate, p.bias, p.bias_dt, p.n, p.m, each_acc);
 }
 
 // The token tile of m tokens: the smallest that holds them (padding tokens
@@ -487,28 +373,9 @@ Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, in
   cudaError_t err = cudaSuccess;
   dispatch_tokens(m, [&](auto bt) {
     constexpr int kBT = decltype(bt)::value;
-    const int64_t token_tiles = (m + kBT - 1) / kBT;
-    const int splits =
-        quant_tile_splits(row_tiles * token_tiles, steps, num_sms, int64_t{kRows} * kBT, scratch);
-    const int per = (steps + splits - 1) / splits;
-    U4TileParams p{};
-    p.w = static_cast<const uint8_t*>(w);
-    p.row_bytes = dtype_bytes(w_dt, k);
-    p.n = n;
-    p.k = k;
-    p.m = m;
-    p.x = static_cast<const __nv_bfloat16*>(x);
-    p.out = out;
-    p.out_dt = dt_code(out_dt);
-    p.accumulate = accumulate;
-    p.bias = bias;
-    p.bias_dt = dt_code(bias_dt);
-    p.splits = (steps + per - 1) / per;
-    p.steps_per_split = per;
-    p.partials = scratch.partials;
-    p.counters = scratch.counters;
-    const dim3 grid(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
-                    static_cast<unsigned>(p.splits));
+    dim3 grid;
+    const TileParams p = tile_launch<kRows, kBT>(x, m, k, w, w_dt, n, out, out_dt, accumulate,
+                                                 bias, bias_dt, steps, num_sms, scratch, &grid);
     err = wgmma ? launch_pdl_weights(u4_wgmma_kernel<kBT>, grid, dim3(kThreads),
                                      wg_smem_bytes<kBT>(), s, p)
                 : launch_pdl_weights(u4_tile_kernel<kBT>, grid, dim3(kThreads), smem_bytes<kBT>(),
