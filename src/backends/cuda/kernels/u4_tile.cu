@@ -297,6 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
       for (int i = 0; i < 4; ++i) wg::fence_operand(a[(ks + 1) & 1][i]);
     }
     wg::wait<0>();  // this stage's reads are done before the next barrier
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wg::fence_operand(a[1][i]);  // the last wgmma's A set
   }
   cp_async_wait<0>();
 #pragma unroll
