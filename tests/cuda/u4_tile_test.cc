@@ -49,9 +49,9 @@ std::vector<uint8_t> u4_weight(int64_t n, int64_t k, std::mt19937& rng) {
 }
 
 void run_case(const U4Case& c, bool wgmma, std::mt19937& rng) {
-  SCOPED_TRACE(std::string(wgmma ? "wgmma " : "mma.sync ") + "m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
-               std::to_string(c.k) + " out " + std::string(dtype_name(c.out)) +
-               (c.accumulate_bias ? " acc+bias" : ""));
+  SCOPED_TRACE(std::string(wgmma ? "wgmma " : "mma.sync ") + "m " + std::to_string(c.m) + " n " +
+               std::to_string(c.n) + " k " + std::to_string(c.k) + " out " +
+               std::string(dtype_name(c.out)) + (c.accumulate_bias ? " acc+bias" : ""));
   const int64_t m = c.m, n = c.n, k = c.k;
   const std::vector<uint8_t> wq = u4_weight(n, k, rng);
   std::vector<float> wd(static_cast<size_t>(n * k));
@@ -127,11 +127,11 @@ void run_case(const U4Case& c, bool wgmma, std::mt19937& rng) {
 
 const std::vector<U4Case>& cases() {
   static const std::vector<U4Case> all = {
-      {9, 128, 128, DType::kF32, false},     // one k step, an odd number of blocks a row
-      {16, 256, 384, DType::kBF16, false},   // rows 8 bytes off a piece every other row
-      {32, 200, 1024, DType::kF32, true},    // rows past a 128-row tile
-      {33, 384, 2048, DType::kBF16, true},   // the 64-token tile
-      {64, 512, 4096, DType::kF32, false},   // split k
+      {9, 128, 128, DType::kF32, false},    // one k step, an odd number of blocks a row
+      {16, 256, 384, DType::kBF16, false},  // rows 8 bytes off a piece every other row
+      {32, 200, 1024, DType::kF32, true},   // rows past a 128-row tile
+      {33, 384, 2048, DType::kBF16, true},  // the 64-token tile
+      {64, 512, 4096, DType::kF32, false},  // split k
       {100, 1024, 1024, DType::kBF16, false},
       {128, 4096, 512, DType::kF32, false},  // enough tiles: no split
       {130, 640, 1536, DType::kF32, true},   // 128 + 2 tokens

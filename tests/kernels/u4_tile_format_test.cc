@@ -8,8 +8,6 @@
 //    the mma layouts of mma.cuh, give the product of the bf16 weights and
 //    activations: the k order of A and B agree; the same for the wgmma
 //    tile's natural-order fragments.
-#include "backends/cuda/kernels/u4_tile_formats.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cuda/kernels/u4_tile_formats.h"
 #include "mma_emulation.h"
 #include "tensor/dtype.h"
 
@@ -77,7 +76,8 @@ TEST(U4TileFormat, ValuesAreTheBf16OfTheDequantizedWeights) {
             if (f16_scales) {
               ASSERT_EQ(got[h], want[h]) << "block " << b << " word " << w << " pair " << sidx;
             } else {
-              const float ulp = std::ldexp(1.0f, std::ilogb(want[h] == 0.0f ? 1e-30f : want[h]) - 7);
+              const float ulp =
+                  std::ldexp(1.0f, std::ilogb(want[h] == 0.0f ? 1e-30f : want[h]) - 7);
               ASSERT_LE(std::fabs(got[h] - want[h]), ulp) << "block " << b;
               off_by_one += got[h] != want[h];
             }
@@ -126,8 +126,7 @@ TEST(U4TileFormat, OneWarpChunkIsTheProductOfTheBf16Values) {
       }
       double out[32][4] = {};
       for (int kk = 0; kk < 2; ++kk)
-        testing::emulate_mma_m16n8k16(a[kk], b[kk], out,
-                                      [](uint16_t h) { return bf16_to_f32(h); });
+        testing::emulate_mma_m16n8k16(a[kk], b[kk], out, [](uint16_t h) { return bf16_to_f32(h); });
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, tq = lane & 3;
         for (int i = 0; i < 4; ++i) {
@@ -183,12 +182,39 @@ TEST(U4TileFormat, NaturalOrderFragmentsGiveTheProductOfTheBf16Values) {
             for (int e = 32 * c + 16 * kk; e < 32 * c + 16 * kk + 16; ++e)
               want += double(ref_value(rows[r].data(), e)) * bf16_to_f32(x[t * k + e]);
             // f16 scales: the values are exact; f32 scales: within a bf16 unit.
-            const double tol = trial % 2 == 0 ? 1e-9 * (1.0 + std::fabs(want)) : 0.05 * (1.0 + std::fabs(want));
+            const double tol =
+                trial % 2 == 0 ? 1e-9 * (1.0 + std::fabs(want)) : 0.05 * (1.0 + std::fabs(want));
             EXPECT_NEAR(out[lane][i], want, tol) << "chunk " << c << " half " << kk << " row " << r;
           }
         }
       }
   }
+}
+
+// The wgmma tile's activations in shared memory are where the tensor cores
+// read B: for every k16 sub-step, token n and k, PTX's canonical K-major
+// unswizzled layout at the descriptor's start, LBO and SBO holds x[n][16 ks
+// + k] as load_x puts it (wgmma_x_offset), and no two elements share bytes.
+TEST(U4TileFormat, WgmmaActivationLayoutIsTheCanonicalKMajorOne) {
+  constexpr int kTokens = 128;
+  std::vector<int> owner(static_cast<size_t>(kTokens * 2 * kGroup), -1);
+  for (int t = 0; t < kTokens; ++t)
+    for (int e = 0; e < kGroup; ++e) {
+      const int at = wgmma_x_offset(t, e / 8) + 2 * (e % 8);
+      ASSERT_LT(at + 1, static_cast<int>(owner.size()));
+      ASSERT_EQ(owner[at], -1) << "token " << t << " element " << e;
+      owner[at] = t * kGroup + e;
+    }
+  for (int ks = 0; ks < kGroup / 16; ++ks)
+    for (int n = 0; n < kTokens; ++n)
+      for (int k = 0; k < 16; ++k) {
+        // ((8, m), (T, 2k)) : ((1T, SBO), (1, LBO)) in bytes, T = 16 bytes.
+        const int canonical = wgmma_ks_offset(ks) + 16 * (n % 8) +
+                              static_cast<int>(kWgmmaSbo) * (n / 8) + 2 * (k % 8) +
+                              static_cast<int>(kWgmmaLbo) * (k / 8);
+        EXPECT_EQ(owner[canonical], n * kGroup + 16 * ks + k)
+            << "ks " << ks << " n " << n << " k " << k;
+      }
 }
 
 }  // namespace

@@ -1,13 +1,12 @@
-#include "backends/cuda/kernels/u4_tile.cuh"
-
 #include <cuda_bf16.h>
 
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/mma.cuh"
-#include "backends/cuda/kernels/weight_tile.cuh"
+#include "backends/cuda/kernels/u4_tile.cuh"
 #include "backends/cuda/kernels/u4_tile_formats.h"
+#include "backends/cuda/kernels/weight_tile.cuh"
 #include "backends/cuda/kernels/wgmma.cuh"
 
 namespace ferrite::cuda {
@@ -70,8 +69,8 @@ __device__ __forceinline__ void load_u4_rows(const TileParams& p, int64_t n0, in
 // 16 kBT - 1) is token t = i / 16, elements 8 c .. + 7 (c = i % 16) of the
 // step, copied to xs + at(t, c).
 template <int kBT, typename At>
-__device__ __forceinline__ void load_x_pieces(const TileParams& p, int64_t t0, int s,
-                                              uint8_t* xs, At&& at) {
+__device__ __forceinline__ void load_x_pieces(const TileParams& p, int64_t t0, int s, uint8_t* xs,
+                                              At&& at) {
   const int tid = threadIdx.x, c = tid & 15;
 #pragma unroll
   for (int j = 0; j < kBT / 16; ++j) {
@@ -86,9 +85,10 @@ __device__ __forceinline__ void load_x_pieces(const TileParams& p, int64_t t0, i
 // Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the k
 // steps of split blockIdx.z.
 template <int kBT>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel(const TileParams p) {
-  constexpr int kHalf = kBT / 2;   // tokens a warp
-  constexpr int kNJ = kHalf / 8;   // its n8 tiles
+__global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
+    u4_tile_kernel(const TileParams p) {
+  constexpr int kHalf = kBT / 2;  // tokens a warp
+  constexpr int kNJ = kHalf / 8;  // its n8 tiles
   constexpr int kStage = stage_bytes<kBT>();
   constexpr int kStages = num_stages<kBT>();
   extern __shared__ __align__(16) uint8_t smem[];
@@ -199,7 +199,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>()) u4_tile_kernel
 // .. + 7 of the step at (t / 8) 2048 + 128 c + 16 (t % 8) (LBO 128 between a
 // k16's two core matrices, SBO 2048 between 8-token groups). The decode of
 // a k16 overlaps the previous wgmma (two A register sets, wait_group 1).
-constexpr int kWgSbo = 16 * 128;  // bytes between 8-token groups of a step
 
 template <int kBT>
 constexpr int wg_stage_bytes() {
@@ -233,8 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
   auto load_w = [&](int s, int st) { load_u4_rows(p, n0, s, smem + st * kStage); };
   // Each 8-element piece into its core-matrix row.
   auto load_x = [&](int s, int st) {
-    load_x_pieces<kBT>(p, t0, s, smem + st * kStage + kRows * kWStride,
-                       [](int t, int c) { return (t >> 3) * kWgSbo + 128 * c + 16 * (t & 7); });
+    load_x_pieces<kBT>(p, t0, s, smem + st * kStage + kRows * kWStride, wgmma_x_offset);
   };
 
   // acc[4 j + i]: row 64 wgi + 16 wq + g + 8 (i / 2), token 8 j + 2 tq + i % 2.
@@ -290,7 +288,8 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
       }
       a_fragments_natural(words, sc, kk, sel, a[ks & 1]);
       wg::fence();
-      wg::mma_rs_bf16<kBT>(acc, a[ks & 1], wg::descriptor(xs + 256 * ks, 128, kWgSbo));
+      wg::mma_rs_bf16<kBT>(acc, a[ks & 1],
+                           wg::descriptor(xs + wgmma_ks_offset(ks), kWgmmaLbo, kWgmmaSbo));
       wg::commit();
       wg::wait<1>();  // wgmma ks - 1 is done: its A registers may be written again
 #pragma unroll
@@ -361,8 +360,8 @@ bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int
   return reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
-Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
-                      int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
+Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m, int64_t k,
+                      const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                       bool accumulate, const void* bias, DType bias_dt,
                       const QuantTileScratch& scratch, bool wgmma) {
   if (m == 0 || n == 0) return Status::ok();
@@ -376,8 +375,8 @@ Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, in
   dispatch_tokens(m, [&](auto bt) {
     constexpr int kBT = decltype(bt)::value;
     dim3 grid;
-    const TileParams p = tile_launch<kRows, kBT>(x, m, k, w, w_dt, n, out, out_dt, accumulate,
-                                                 bias, bias_dt, steps, num_sms, scratch, &grid);
+    const TileParams p = tile_launch<kRows, kBT>(x, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
+                                                 bias_dt, steps, num_sms, scratch, &grid);
     err = wgmma ? launch_pdl_weights(u4_wgmma_kernel<kBT>, grid, dim3(kThreads),
                                      wg_smem_bytes<kBT>(), s, p)
                 : launch_pdl_weights(u4_tile_kernel<kBT>, grid, dim3(kThreads), smem_bytes<kBT>(),

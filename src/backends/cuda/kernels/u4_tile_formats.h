@@ -43,9 +43,9 @@
 
 namespace ferrite::cuda::u4tile {
 
-inline constexpr int kGroup = 128;       // elements a u4_g128 block (a k step of the tile)
-inline constexpr int kBlockBytes = 72;   // its bytes
-inline constexpr int kCodesOffset = 8;   // where its codes start
+inline constexpr int kGroup = 128;               // elements a u4_g128 block (a k step of the tile)
+inline constexpr int kBlockBytes = 72;           // its bytes
+inline constexpr int kCodesOffset = 8;           // where its codes start
 inline constexpr uint32_t kMagic = 0x43004300u;  // bf16x2 (128, 128)
 
 // The bf16x2 pairs (128 + q[s], 128 + q[s + 4]), s = 0..3, of a code word
@@ -66,7 +66,8 @@ FERRITE_U4_HD uint32_t permute_bytes(uint32_t a, uint32_t b, uint32_t sel) {
 #else
   const uint64_t v = (static_cast<uint64_t>(b) << 32) | a;
   uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    r |= static_cast<uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
   return r;
 #endif
 }
@@ -79,12 +80,26 @@ FERRITE_U4_HD void b_pairs(const uint32_t (&x)[4], int kk, uint32_t* b0, uint32_
 // tensor cores from shared memory, in the activations' own order): the bf16
 // pair (128 + q[2 b], 128 + q[2 b + 1]) of byte b (0..3) of a code word w,
 // with w4 = w >> 4 (computed once a word) and sel = byte_pair_selector(b).
-FERRITE_U4_HD uint32_t byte_pair_selector(uint32_t b) { return b | (b << 4) | ((4 + b) << 8) | ((4 + b) << 12); }
+FERRITE_U4_HD uint32_t byte_pair_selector(uint32_t b) {
+  return b | (b << 4) | ((4 + b) << 8) | ((4 + b) << 12);
+}
 FERRITE_U4_HD uint32_t byte_pair(uint32_t w, uint32_t w4, uint32_t sel) {
   // Byte b of w (low nibble q[2 b]) in byte 0, byte b of w4 (low nibble
   // q[2 b + 1]) in byte 2; the mask keeps the two nibbles.
   return (permute_bytes(w, w4, sel) & 0x000F000Fu) | kMagic;
 }
+
+// Where the wgmma tile puts a step's activations in shared memory: K-major
+// core matrices without swizzle (PTX ISA, wgmma's canonical layout
+// ((8, m), (T, 2k)) : ((1T, SBO), (1, LBO)), T = 8 bf16 = 16 bytes): token t,
+// elements 8 c .. + 7 of the step (c = 0..15) at byte wgmma_x_offset(t, c);
+// the k16 sub-step ks starts at byte 256 ks, LBO (between its two 8-element
+// column groups) 128, SBO (between 8-token groups) 2048.
+inline constexpr uint32_t kWgmmaLbo = 128, kWgmmaSbo = 16 * 128;
+FERRITE_U4_HD int wgmma_x_offset(int t, int c) {
+  return (t >> 3) * static_cast<int>(kWgmmaSbo) + static_cast<int>(kWgmmaLbo) * c + 16 * (t & 7);
+}
+FERRITE_U4_HD int wgmma_ks_offset(int ks) { return 2 * static_cast<int>(kWgmmaLbo) * ks; }
 
 // A row's step constants, each a bf16 number in both halves of a word.
 struct RowScale {
@@ -115,7 +130,7 @@ inline float bf16_value(uint16_t h) {
 inline uint16_t bf16_round(double v) {
   if (v == 0.0) return std::signbit(v) ? 0x8000 : 0;
   int e = 0;
-  std::frexp(v, &e);                         // |v| in [2^(e-1), 2^e)
+  std::frexp(v, &e);                          // |v| in [2^(e-1), 2^e)
   const double ulp = std::ldexp(1.0, e - 8);  // 8 significant bits
   const double r = std::nearbyint(v / ulp) * ulp;
   const float f = static_cast<float>(r);  // exact: 8 bits
@@ -163,7 +178,8 @@ FERRITE_U4_HD uint32_t pair_values(uint32_t p, const RowScale& s) {
 // The A fragment registers of row pair (g, g + 8) for mma half kk of a chunk,
 // from the two rows' code words and scales: a[0] / a[1] slots (2 tq, 2 tq +
 // 1) of rows g / g + 8, a[2] / a[3] slots (2 tq + 8, 2 tq + 9).
-FERRITE_U4_HD void a_fragments(const uint32_t (&w)[2], const RowScale (&s)[2], uint32_t (&a)[2][4]) {
+FERRITE_U4_HD void a_fragments(const uint32_t (&w)[2], const RowScale (&s)[2],
+                               uint32_t (&a)[2][4]) {
   for (int h = 0; h < 2; ++h) {
     uint32_t p[4];
     code_pairs(w[h], p);
@@ -179,8 +195,8 @@ FERRITE_U4_HD void a_fragments(const uint32_t (&w)[2], const RowScale (&s)[2], u
 // position tq: a[0] / a[1] (k 16 kk + 2 tq, + 1) of rows g / g + 8 from byte
 // tq of word 2 kk, a[2] / a[3] (k 16 kk + 8 + 2 tq, + 1) from byte tq of
 // word 2 kk + 1.
-FERRITE_U4_HD void a_fragments_natural(const uint32_t (&words)[2][4], const RowScale (&s)[2], int kk,
-                                       uint32_t sel, uint32_t (&a)[4]) {
+FERRITE_U4_HD void a_fragments_natural(const uint32_t (&words)[2][4], const RowScale (&s)[2],
+                                       int kk, uint32_t sel, uint32_t (&a)[4]) {
   for (int h = 0; h < 2; ++h)
     for (int half = 0; half < 2; ++half) {
       const uint32_t w = words[h][2 * kk + half];
