@@ -222,14 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
         t0 + 8 * j + 2 * tq + (i & 1));
     });
   };
-  if (p.splits > 1) {
-    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    if (!split_k_meet(p.partials, p.counters, p.splits, tile, int64_t{kRows} * kBT, kh == 0,
-                      &last_split, each_acc))
-      return;
-  }
-  if (kh == 1) return;
-  store_tile(p.out, p.out_dt, p.accumulate, p.bias, p.bias_dt, p.n, p.m, each_acc);
+  finish_tile(p, int64_t{kRows} * kBT, kh == 0, &last_split, each_acc);
 }
 
 // The token tile of m tokens: the smallest that holds them (padding tokens

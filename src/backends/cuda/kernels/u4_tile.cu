@@ -181,13 +181,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
         n0 + 32 * rw + 16 * mt + g + 8 * (i >> 1), t0 + kHalf * tw + 8 * j + 2 * tq + (i & 1));
     });
   };
-  if (p.splits > 1) {
-    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    if (!split_k_meet(p.partials, p.counters, p.splits, tile, int64_t{kRows} * kBT, true,
-                      &last_split, each_acc))
-      return;
-  }
-  store_tile(p.out, p.out_dt, p.accumulate, p.bias, p.bias_dt, p.n, p.m, each_acc);
+  finish_tile(p, int64_t{kRows} * kBT, true, &last_split, each_acc);
 }
 
 // The wgmma form (Tuning::cuda_u4_tile_wgmma): the same block tile, k steps
@@ -310,13 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
         t0 + 8 * j + 2 * tq + (i & 1));
     });
   };
-  if (p.splits > 1) {
-    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    if (!split_k_meet(p.partials, p.counters, p.splits, tile, int64_t{kRows} * kBT, true,
-                      &last_split, each_acc))
-      return;
-  }
-  store_tile(p.out, p.out_dt, p.accumulate, p.bias, p.bias_dt, p.n, p.m, each_acc);
+  finish_tile(p, int64_t{kRows} * kBT, true, &last_split, each_acc);
 }
 
 // The token tile of m tokens: the smallest that holds them (padding tokens

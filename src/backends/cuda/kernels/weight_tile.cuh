@@ -152,4 +152,17 @@ __device__ __forceinline__ void store_tile(void* out, int out_dt, bool accumulat
   });
 }
 
+// A tile's end: with split k, the meeting (only the last block goes on),
+// then the outputs of the threads that hold the tile's sums.
+template <typename Each>
+__device__ __forceinline__ void finish_tile(const TileParams& p, int64_t tile_floats, bool holds,
+                                            int* last_flag, Each&& each) {
+  if (p.splits > 1) {
+    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    if (!split_k_meet(p.partials, p.counters, p.splits, tile, tile_floats, holds, last_flag, each))
+      return;
+  }
+  if (holds) store_tile(p.out, p.out_dt, p.accumulate, p.bias, p.bias_dt, p.n, p.m, each);
+}
+
 }  // namespace ferrite::cuda
