@@ -61,9 +61,7 @@ TEST(U4TileFormat, ValuesAreTheBf16OfTheDequantizedWeights) {
     int64_t off_by_one = 0;
     for (int b = 0; b < 64; ++b) {
       const uint8_t* blk = row.data() + b * kBlockBytes;
-      float d;
-      std::memcpy(&d, blk, 4);
-      const RowScale s = row_scale(d, blk[4]);
+      const RowScale s = block_scale(blk);
       for (int w = 0; w < kGroup / 8; ++w) {  // code word w: elements 8 w .. 8 w + 7
         uint32_t p[4];
         code_pairs(word_at(blk + kCodesOffset + 4 * w), p);
@@ -110,9 +108,7 @@ TEST(U4TileFormat, OneWarpChunkIsTheProductOfTheBf16Values) {
         RowScale s[2];
         for (int h = 0; h < 2; ++h) {
           const uint8_t* blk = rows[g + 8 * h].data();
-          float d;
-          std::memcpy(&d, blk, 4);
-          s[h] = row_scale(d, blk[4]);
+          s[h] = block_scale(blk);
           w[h] = word_at(blk + kCodesOffset + 16 * c + 4 * tq);
         }
         uint32_t frag[2][4];
@@ -162,9 +158,7 @@ TEST(U4TileFormat, NaturalOrderFragmentsGiveTheProductOfTheBf16Values) {
           RowScale s[2];
           for (int h = 0; h < 2; ++h) {
             const uint8_t* blk = rows[g + 8 * h].data();
-            float d;
-            std::memcpy(&d, blk, 4);
-            s[h] = row_scale(d, blk[4]);
+            s[h] = block_scale(blk);
             for (int j = 0; j < 4; ++j) words[h][j] = word_at(blk + kCodesOffset + 16 * c + 4 * j);
           }
           a_fragments_natural(words, s, kk, byte_pair_selector(tq), a[lane]);

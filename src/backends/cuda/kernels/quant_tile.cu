@@ -78,9 +78,8 @@ __global__ void __launch_bounds__(kThreads, 1) quant_tile_kernel(const TileParam
   const int rg = warp & 3, kh = warp >> 2;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kBT;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
-  const int steps = static_cast<int>((p.k + kStepElems - 1) / kStepElems);
-  const int s_begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
-  const int s_end = min(steps, s_begin + p.steps_per_split);
+  int s_begin, s_end;
+  split_steps(p, &s_begin, &s_end);
 
   // Step s's blocks of the 128 rows into stage st (cp.async; rows past n
   // are left as they are: their sums are never stored). Warp w copies rows

@@ -97,9 +97,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
   const int rw = warp & 3, tw = warp >> 2;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kBT;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
-  const int steps = static_cast<int>(p.k / kGroup);
-  const int s_begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
-  const int s_end = min(steps, s_begin + p.steps_per_split);
+  int s_begin, s_end;
+  split_steps(p, &s_begin, &s_end);
 
   auto load_w = [&](int s, int st) { load_u4_rows(p, n0, s, smem + st * kStage); };
   auto load_x = [&](int s, int st) {
@@ -143,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
     for (int q = 0; q < 4; ++q) {
       // 72 s = 8 s (mod 16): odd steps start 8 bytes further into a piece.
       rp[q] = base + (32 * rw + 8 * q + g) * kWStride + ((row_shift[q] + 8 * s) & 15);
-      sc[q] = row_scale(*reinterpret_cast<const float*>(rp[q]), rp[q][4]);
+      sc[q] = block_scale(rp[q]);
     }
 #pragma unroll
     for (int c = 0; c < kGroup / 32; ++c) {
@@ -219,9 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
   const int wgi = warp >> 2, wq = warp & 3;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kBT;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
-  const int steps = static_cast<int>(p.k / kGroup);
-  const int s_begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
-  const int s_end = min(steps, s_begin + p.steps_per_split);
+  int s_begin, s_end;
+  split_steps(p, &s_begin, &s_end);
 
   auto load_w = [&](int s, int st) { load_u4_rows(p, n0, s, smem + st * kStage); };
   // Each 8-element piece into its core-matrix row.
@@ -263,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       rp[h] = base + (row0 + 8 * h) * kWStride + ((row_shift[h] + 8 * s) & 15);
-      sc[h] = row_scale(*reinterpret_cast<const float*>(rp[h]), rp[h][4]);
+      sc[h] = block_scale(rp[h]);
     }
     uint32_t a[2][4];
 #pragma unroll

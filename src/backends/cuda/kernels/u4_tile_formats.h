@@ -157,6 +157,17 @@ FERRITE_U4_HD RowScale row_scale(float d, uint32_t z) {
   return s;
 }
 
+// The step constants of the u4_g128 block at blk (4-byte aligned).
+FERRITE_U4_HD RowScale block_scale(const uint8_t* blk) {
+  float d;
+#ifdef __CUDA_ARCH__
+  d = *reinterpret_cast<const float*>(blk);
+#else
+  std::memcpy(&d, blk, 4);
+#endif
+  return row_scale(d, blk[4]);
+}
+
 // The bf16x2 values of a code pair p (code_pairs) under the row's scale.
 FERRITE_U4_HD uint32_t pair_values(uint32_t p, const RowScale& s) {
 #ifdef __CUDA_ARCH__

@@ -27,11 +27,13 @@
 namespace ferrite::cuda {
 
 // out [m, n] (= or +=) x [m, k] (bf16) . W^T (+ bias): W's rows row_bytes
-// apart; grid (token tiles, row tiles, splits), each split steps_per_split
-// k steps; the split-k scratch (partials, counters: QuantTileScratch).
+// apart; grid (token tiles, row tiles, splits), k in `steps` steps, each
+// split steps_per_split of them; the split-k scratch (partials, counters:
+// QuantTileScratch).
 struct TileParams {
   const uint8_t* w;
   int64_t row_bytes, n, k, m;
+  int steps;
   const __nv_bfloat16* x;
   void* out;
   int out_dt;
@@ -65,6 +67,7 @@ TileParams tile_launch(const void* x, int64_t m, int64_t k, const void* w, DType
   p.accumulate = accumulate;
   p.bias = bias;
   p.bias_dt = dt_code(bias_dt);
+  p.steps = steps;
   p.splits = (steps + per - 1) / per;
   p.steps_per_split = per;
   p.partials = scratch.partials;
@@ -72,6 +75,12 @@ TileParams tile_launch(const void* x, int64_t m, int64_t k, const void* w, DType
   *grid = dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles),
                static_cast<unsigned>(p.splits));
   return p;
+}
+
+// The k steps [*begin, *end) of this block's split (blockIdx.z).
+__device__ __forceinline__ void split_steps(const TileParams& p, int* begin, int* end) {
+  *begin = static_cast<int>(blockIdx.z) * p.steps_per_split;
+  *end = min(p.steps, *begin + p.steps_per_split);
 }
 
 // f(a, b, i) for a < kA, b < kB, i < 4, unrolled: a thread's accumulators
