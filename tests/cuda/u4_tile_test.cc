@@ -1,9 +1,10 @@
 // Products of 9 to hundreds of tokens on u4_g128 weights through the
 // Marlin-class 4-bit tile (kernels/u4_tile.cuh, Tuning::cuda_u4_tile_tokens),
 // against an f64 host product of the same bf16 activations and the weights
-// dequantized and rounded to bf16 (what the tile's values are, bitwise for
-// the f16 scales used here): only the f32 summation order differs. Cases:
-// each token tile (16, 32, 64, 128), token counts past a tile, rows past a
+// dequantized in f32 (mma.sync: the tile multiplies q - z exactly and
+// scales in f32) or dequantized and rounded to bf16 (wgmma: its values,
+// bitwise for the f16 scales used here): only the f32 summation differs.
+// Cases: each token tile (16, 32, 64, 128), token counts past a tile, rows past a
 // 128-row tile, k of an odd number of 128-blocks (rows 8 bytes off a
 // 16-byte piece), split k, bf16 / f32 outputs, accumulate + bias. Skipped
 // without a GPU.
@@ -56,7 +57,8 @@ void run_case(const U4Case& c, bool wgmma, std::mt19937& rng) {
   const std::vector<uint8_t> wq = u4_weight(n, k, rng);
   std::vector<float> wd(static_cast<size_t>(n * k));
   dequantize_row(DType::kU4G128, wq.data(), wd.data(), n * k);
-  for (float& v : wd) v = bf16_to_f32(f32_to_bf16(v));
+  if (wgmma)
+    for (float& v : wd) v = bf16_to_f32(f32_to_bf16(v));
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<uint16_t> xh(static_cast<size_t>(m * k));
   for (uint16_t& v : xh) v = f32_to_bf16(nd(rng));

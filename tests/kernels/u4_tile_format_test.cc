@@ -1,13 +1,15 @@
 // The 4-bit tile's decode (backends/cuda/kernels/u4_tile_formats.h), checked
 // on the CPU where CI runs (the kernel itself runs in cuda_test and the
 // conformance suite on the GPU):
-//  - every code's value is bf16(d (q - z)) bitwise for f16 scales (GPTQ /
-//    AWQ) and within a bf16 rounding for any f32 scale;
-//  - one warp's 16 rows x 8 tokens x 32-element chunk, emulated with the
-//    kernel's fragments (code words a lane, byte-permuted activations) and
-//    the mma layouts of mma.cuh, give the product of the bf16 weights and
-//    activations: the k order of A and B agree; the same for the wgmma
-//    tile's natural-order fragments.
+//  - the mma.sync tile's code values are q - z exactly, and d times them is
+//    the dequantized weight (f32, bitwise);
+//  - one warp's 16 rows x 8 tokens x 128-element step, emulated with the
+//    mma.sync tile's fragments (a code word a lane, the activations as they
+//    lie) and the mma layouts of mma.cuh, then scaled by d, gives the
+//    product of the f32 dequantized weights: the k order of A and B agree;
+//  - the wgmma tile's values are bf16(d (q - z)) bitwise for f16 scales
+//    (GPTQ / AWQ), within a bf16 rounding for any f32 scale, and its
+//    natural-order fragments give the product of those bf16 weights.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,30 +56,115 @@ float ref_value(const uint8_t* blk, int e) {  // bf16 of dequantize_row's value
   return bf16_to_f32(f32_to_bf16(v[e]));
 }
 
-TEST(U4TileFormat, ValuesAreTheBf16OfTheDequantizedWeights) {
+float dequantized(const uint8_t* blk, int e) {
+  float v[kGroup];
+  dequantize_row(DType::kU4G128, blk, v, kGroup);
+  return v[e];
+}
+
+TEST(U4TileFormat, CodeValuesTimesTheScaleAreTheDequantizedWeights) {
   std::mt19937 rng(11);
+  for (bool f16_scales : {true, false}) {
+    const std::vector<uint8_t> row = random_row(kGroup * 64, f16_scales, rng);
+    for (int b = 0; b < 64; ++b) {
+      const uint8_t* blk = row.data() + b * kBlockBytes;
+      float d;
+      std::memcpy(&d, blk, 4);
+      for (int w = 0; w < kGroup / 8; ++w) {  // code word w: elements 8 w .. 8 w + 7
+        uint32_t v[4];
+        code_values(word_at(blk + kCodesOffset + 4 * w), zero_pairs(blk[4]), v);
+        for (int p = 0; p < 4; ++p)
+          for (int h = 0; h < 2; ++h) {
+            const int e = 8 * w + 2 * p + h;
+            const float q = bf16_to_f32(static_cast<uint16_t>(v[p] >> (16 * h)));
+            const int code = (blk[kCodesOffset + e / 2] >> (4 * (e % 2))) & 15;
+            ASSERT_EQ(q, static_cast<float>(code - blk[4])) << "block " << b << " element " << e;
+            ASSERT_EQ(d * q, dequantized(blk, e)) << "block " << b << " element " << e;
+          }
+      }
+    }
+  }
+}
+
+TEST(U4TileFormat, OneWarpStepIsTheProductOfTheDequantizedWeights) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  constexpr int kRows = 16, kTokens = 8, k = kGroup;
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<std::vector<uint8_t>> rows;
+    for (int r = 0; r < kRows; ++r) rows.push_back(random_row(k, trial % 2 == 0, rng));
+    std::vector<uint16_t> x(static_cast<size_t>(kTokens * k));
+    for (uint16_t& v : x) v = f32_to_bf16(nd(rng));
+    double part[32][4] = {};  // the step's sums of (q - z) x
+    for (int c = 0; c < kGroup / 32; ++c) {
+      // Lane (g, tq): rows g and g + 8, code word tq of chunk c; token g,
+      // activations 8 tq .. 8 tq + 7 of the chunk.
+      uint32_t a[2][32][4], b[2][32][2];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, tq = lane & 3;
+        uint32_t v[2][4];
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* blk = rows[g + 8 * h].data();
+          code_values(word_at(blk + kCodesOffset + 16 * c + 4 * tq), zero_pairs(blk[4]), v[h]);
+        }
+        uint32_t x4[4];
+        std::memcpy(x4, x.data() + g * k + 32 * c + 8 * tq, 16);
+        for (int kk = 0; kk < 2; ++kk) {
+          const uint32_t frag[4] = {v[0][2 * kk], v[1][2 * kk], v[0][2 * kk + 1],
+                                    v[1][2 * kk + 1]};
+          for (int i = 0; i < 4; ++i) a[kk][lane][i] = frag[i];
+          b[kk][lane][0] = x4[2 * kk];
+          b[kk][lane][1] = x4[2 * kk + 1];
+        }
+      }
+      for (int kk = 0; kk < 2; ++kk)
+        testing::emulate_mma_m16n8k16(a[kk], b[kk], part,
+                                      [](uint16_t h) { return bf16_to_f32(h); });
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane >> 2, tq = lane & 3;
+      for (int i = 0; i < 4; ++i) {
+        const int r = g + 8 * (i >> 1), t = 2 * tq + (i & 1);
+        float d;
+        std::memcpy(&d, rows[r].data(), 4);
+        double want = 0.0, size = 0.0;
+        for (int e = 0; e < k; ++e) {
+          const double term = double(dequantized(rows[r].data(), e)) * bf16_to_f32(x[t * k + e]);
+          want += term;
+          size += std::fabs(term);
+        }
+        // f16 scales: d (q - z) is exact in f32; other f32 scales: the
+        // dequantized weights are rounded to f32 (2^-24 of each).
+        const double tol = (trial % 2 == 0 ? 1e-12 : 0x1p-23) * size + 1e-12;
+        EXPECT_NEAR(d * part[lane][i], want, tol) << "row " << r << " token " << t;
+      }
+    }
+  }
+}
+
+// The wgmma tile's values: the bf16 of the dequantized weights, bitwise for
+// f16 scales.
+TEST(U4TileFormat, WgmmaValuesAreTheBf16OfTheDequantizedWeights) {
+  std::mt19937 rng(13);
   for (bool f16_scales : {true, false}) {
     const std::vector<uint8_t> row = random_row(kGroup * 64, f16_scales, rng);
     int64_t off_by_one = 0;
     for (int b = 0; b < 64; ++b) {
       const uint8_t* blk = row.data() + b * kBlockBytes;
       const RowScale s = block_scale(blk);
-      for (int w = 0; w < kGroup / 8; ++w) {  // code word w: elements 8 w .. 8 w + 7
-        uint32_t p[4];
-        code_pairs(word_at(blk + kCodesOffset + 4 * w), p);
-        for (int sidx = 0; sidx < 4; ++sidx) {
-          const uint32_t v = pair_values(p[sidx], s);
-          const float got[2] = {bf16_to_f32(static_cast<uint16_t>(v & 0xFFFF)),
-                                bf16_to_f32(static_cast<uint16_t>(v >> 16))};
-          const float want[2] = {ref_value(blk, 8 * w + sidx), ref_value(blk, 8 * w + sidx + 4)};
+      for (int w = 0; w < kGroup / 8; ++w) {
+        const uint32_t word = word_at(blk + kCodesOffset + 4 * w);
+        for (uint32_t p = 0; p < 4; ++p) {
+          const uint32_t v = pair_values(byte_pair(word, word >> 4, byte_pair_selector(p)), s);
           for (int h = 0; h < 2; ++h) {
+            const float got = bf16_to_f32(static_cast<uint16_t>(v >> (16 * h)));
+            const float want = ref_value(blk, 8 * w + 2 * static_cast<int>(p) + h);
             if (f16_scales) {
-              ASSERT_EQ(got[h], want[h]) << "block " << b << " word " << w << " pair " << sidx;
+              ASSERT_EQ(got, want) << "block " << b << " word " << w << " pair " << p;
             } else {
-              const float ulp =
-                  std::ldexp(1.0f, std::ilogb(want[h] == 0.0f ? 1e-30f : want[h]) - 7);
-              ASSERT_LE(std::fabs(got[h] - want[h]), ulp) << "block " << b;
-              off_by_one += got[h] != want[h];
+              const float ulp = std::ldexp(1.0f, std::ilogb(want == 0.0f ? 1e-30f : want) - 7);
+              ASSERT_LE(std::fabs(got - want), ulp) << "block " << b;
+              off_by_one += got != want;
             }
           }
         }
@@ -85,55 +172,6 @@ TEST(U4TileFormat, ValuesAreTheBf16OfTheDequantizedWeights) {
     }
     if (!f16_scales) {
       EXPECT_LT(off_by_one, 64 * kGroup / 20);  // rare: double roundings only
-    }
-  }
-}
-
-TEST(U4TileFormat, OneWarpChunkIsTheProductOfTheBf16Values) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  constexpr int kRows = 16, kTokens = 8, k = kGroup;
-  for (int trial = 0; trial < 4; ++trial) {
-    std::vector<std::vector<uint8_t>> rows;
-    for (int r = 0; r < kRows; ++r) rows.push_back(random_row(k, true, rng));
-    std::vector<uint16_t> x(static_cast<size_t>(kTokens * k));
-    for (uint16_t& v : x) v = f32_to_bf16(nd(rng));
-    for (int c = 0; c < kGroup / 32; ++c) {
-      // Lane (g, tq): rows g and g + 8, code word tq of chunk c; token g,
-      // activations 8 tq .. 8 tq + 7 of the chunk.
-      uint32_t a[2][32][4], b[2][32][2];
-      for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane >> 2, tq = lane & 3;
-        uint32_t w[2];
-        RowScale s[2];
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* blk = rows[g + 8 * h].data();
-          s[h] = block_scale(blk);
-          w[h] = word_at(blk + kCodesOffset + 16 * c + 4 * tq);
-        }
-        uint32_t frag[2][4];
-        a_fragments(w, s, frag);
-        uint32_t x4[4];
-        std::memcpy(x4, x.data() + g * k + 32 * c + 8 * tq, 16);
-        for (int kk = 0; kk < 2; ++kk) {
-          for (int i = 0; i < 4; ++i) a[kk][lane][i] = frag[kk][i];
-          b_pairs(x4, kk, &b[kk][lane][0], &b[kk][lane][1]);
-        }
-      }
-      double out[32][4] = {};
-      for (int kk = 0; kk < 2; ++kk)
-        testing::emulate_mma_m16n8k16(a[kk], b[kk], out, [](uint16_t h) { return bf16_to_f32(h); });
-      for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane >> 2, tq = lane & 3;
-        for (int i = 0; i < 4; ++i) {
-          const int r = g + 8 * (i >> 1), t = 2 * tq + (i & 1);
-          double want = 0.0;
-          for (int e = 32 * c; e < 32 * c + 32; ++e)
-            want += double(ref_value(rows[r].data(), e)) * bf16_to_f32(x[t * k + e]);
-          EXPECT_NEAR(out[lane][i], want, 1e-9 * (1.0 + std::fabs(want)))
-              << "chunk " << c << " row " << r << " token " << t;
-        }
-      }
     }
   }
 }

@@ -15,7 +15,7 @@ namespace {
 using namespace u4tile;
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
-constexpr int kRows = 128;  // weight rows a block: warp w % 4 takes 32 (w % 4) .. + 31
+constexpr int kRows = 128;  // weight rows a block
 // A row's step in shared memory: the five 16-byte pieces that cover its
 // 72-byte block (which starts 0 or 8 bytes into a piece). 80 bytes apart,
 // the 8 rows g of a fragment load start in 8 different 16-byte bank groups.
@@ -26,12 +26,26 @@ constexpr int kWStride = 16 * kPieces;
 constexpr int kXStride = 2 * kGroup + 64;
 constexpr int kSmemBudget = 227 * 1024;
 
-// Blocks an SM: two for the smaller token tiles (decode batches: more warps
-// to hide the weight stream's latency; registers and stages are sized for
-// it), one of 128 tokens (its 64 accumulators a lane take ~250 registers).
+// The mma.sync tile's warps over its 128 rows x kBT tokens: kMT 16-row mma
+// tiles a warp; 8 / (8 / kMT) warps share a row range and split the tokens.
+// Up to 32 tokens each warp owns 16 rows and every token: each weight is
+// decoded once. At 64 tokens two warps share 32 rows: the decode is done
+// twice, but each activation fragment feeds two mma instead of one (one
+// 16-byte shared-memory load a mma would bound the tile below the tensor
+// cores' rate).
+template <int kBT>
+struct WarpLayout {
+  static constexpr int kMT = kBT >= 64 ? 2 : 1;
+  static constexpr int kRowWarps = kRows / (16 * kMT);
+  static constexpr int kTokenWarps = kWarps / kRowWarps;
+  static constexpr int kNJ = kBT / kTokenWarps / 8;  // n8 tiles a warp
+};
+
+// Blocks an SM: three of 16 / 32 tokens (more warps to hide the weight
+// stream's latency), two of 64.
 template <int kBT>
 constexpr int blocks_per_sm() {
-  return kBT >= 128 ? 1 : 2;
+  return kBT >= 64 ? 2 : 3;
 }
 template <int kBT>
 constexpr int stage_bytes() {
@@ -47,24 +61,46 @@ constexpr int smem_bytes() {
   return num_stages<kBT>() * stage_bytes<kBT>();
 }
 
-// Step s's blocks of rows [n0, + 128) into `base` (kWStride apart): piece i
-// (0 .. 639) is row i / 5, piece i % 5, copied when it holds a byte of the
-// row's block (never past the tensor's last piece). Rows past n are left as
-// they are: their sums are never stored.
-__device__ __forceinline__ void load_u4_rows(const TileParams& p, int64_t n0, int s,
-                                             uint8_t* base) {
-  const int tid = threadIdx.x;
+// The 16-byte pieces of a block's row blocks that one thread copies each
+// step: piece i = tid + 256 j (i < 640) is row i / 5, piece i % 5 of the
+// row's block (72 bytes from 0 or 8 bytes into its first piece: always five
+// pieces). Where the pieces come from is worked out once, in one word a
+// piece (registers are what the tile runs short of): its offset from the
+// tile's first row, the row's start rounded down to 16 bytes (a tile's 128
+// rows span less than 2^31 bytes: k < 2^22), plus 16 x the piece, with
+// flags in the low bits: kSkip (not a row of the tensor), kShift (the row's
+// first byte is 8 bytes into a piece; a row's blocks are 72 bytes apart, so
+// step s starts 8 s bytes, mod 16, further in).
+struct RowPieces {
+  static constexpr int kPerThread = (kRows * kPieces + kThreads - 1) / kThreads;
+  static constexpr int kSkip = 1, kShift = 8;
+  const uint8_t* tile;
+  int code[kPerThread];
+
+  __device__ __forceinline__ RowPieces(const TileParams& p, int64_t n0)
+      : tile(p.w + n0 * p.row_bytes) {  // 16-byte aligned: n0 % 128 == 0, row_bytes % 8 == 0
 #pragma unroll
-  for (int j = 0; j < (kRows * kPieces + kThreads - 1) / kThreads; ++j) {
-    const int i = tid + kThreads * j;
-    if (i >= kRows * kPieces) break;
-    const int r = i / kPieces, pc = i - kPieces * r;
-    if (n0 + r >= p.n) continue;
-    const int64_t first = (n0 + r) * p.row_bytes + static_cast<int64_t>(kBlockBytes) * s;
-    const int64_t a = (first & ~int64_t{15}) + 16 * pc;
-    if (a < first + kBlockBytes) cp_async16(base + r * kWStride + 16 * pc, p.w + a, true);
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + kThreads * j;
+      const int r = i / kPieces, piece = i - kPieces * r;
+      const int off = static_cast<int>(r * p.row_bytes);
+      code[j] = i < kRows * kPieces && n0 + r < p.n ? (off & ~15) + 16 * piece + (off & kShift)
+                                                     : kSkip;
+    }
   }
-}
+  // Step s's pieces into `base` (row r at r * kWStride). Rows past n are
+  // left as they are: their sums are never stored.
+  __device__ __forceinline__ void load(int s, uint8_t* base) const {
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int c = code[j];
+      if (c & kSkip) continue;
+      const int i = static_cast<int>(threadIdx.x) + kThreads * j;
+      cp_async16(base + 16 * i, tile + (c & ~15) + (((c & kShift) + kBlockBytes * s) & ~15), true);
+    }
+  }
+};
+
 // Step s's activations of tokens [t0, + kBT) (zeros past m): piece i (0 ..
 // 16 kBT - 1) is token t = i / 16, elements 8 c .. + 7 (c = i % 16) of the
 // step, copied to xs + at(t, c).
@@ -83,44 +119,47 @@ __device__ __forceinline__ void load_x_pieces(const TileParams& p, int64_t t0, i
 }
 
 // Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the k
-// steps of split blockIdx.z.
+// steps of split blockIdx.z. Per step each warp multiplies its rows' q - z
+// (u4_tile_formats.h code_values) by the activations into f32 step sums,
+// then adds d times them to its accumulators.
 template <int kBT>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
     u4_tile_kernel(const TileParams p) {
-  constexpr int kHalf = kBT / 2;  // tokens a warp
-  constexpr int kNJ = kHalf / 8;  // its n8 tiles
+  using L = WarpLayout<kBT>;
+  constexpr int kMT = L::kMT, kNJ = L::kNJ;
   constexpr int kStage = stage_bytes<kBT>();
   constexpr int kStages = num_stages<kBT>();
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int last_split;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const int rw = warp & 3, tw = warp >> 2;
+  const int rw = warp % L::kRowWarps, tw = warp / L::kRowWarps;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kBT;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
   int s_begin, s_end;
   split_steps(p, &s_begin, &s_end);
 
-  auto load_w = [&](int s, int st) { load_u4_rows(p, n0, s, smem + st * kStage); };
+  const RowPieces pieces(p, n0);
+  auto load_w = [&](int s, int st) { pieces.load(s, smem + st * kStage); };
   auto load_x = [&](int s, int st) {
     load_x_pieces<kBT>(p, t0, s, smem + st * kStage + kRows * kWStride,
                        [](int t, int c) { return t * kXStride + 16 * c; });
   };
 
-  // acc[mt][j][i]: row 32 rw + 16 mt + g + 8 (i / 2), token kHalf tw + 8 j
-  // + 2 tq + i % 2.
-  float acc[2][kNJ][4];
-  auto each = [&](auto&& f) { each_fragment<2, kNJ>(f); };
+  // acc[mt][j][i]: row 16 kMT rw + 16 mt + g + 8 (i / 2), token 8 kNJ tw +
+  // 8 j + 2 tq + i % 2.
+  float acc[kMT][kNJ][4];
+  auto each = [&](auto&& f) { each_fragment<kMT, kNJ>(f); };
   each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
 
   tile_prologue<kStages>(s_begin, s_end, load_w, load_x);
 
-  // This lane's rows q = 2 mt + h: 32 rw + 16 mt + g + 8 h; where each
-  // row's bytes start within a piece (0 or 8) at step 0.
-  int row_shift[4];
+  // This lane's rows q = 2 mt + h: 16 kMT rw + 8 q + g; where each row's
+  // bytes start within a piece (0 or 8) at step 0.
+  int row_shift[2 * kMT];
 #pragma unroll
-  for (int q = 0; q < 4; ++q)
-    row_shift[q] = static_cast<int>(((n0 + 32 * rw + 8 * q + g) * p.row_bytes) & 15);
-  const int x_lane = (kHalf * tw + g) * kXStride + 16 * tq;
+  for (int q = 0; q < 2 * kMT; ++q)
+    row_shift[q] = static_cast<int>(((n0 + 16 * kMT * rw + 8 * q + g) * p.row_bytes) & 15);
+  const int x_lane = (8 * kNJ * tw + g) * kXStride + 16 * tq;
 
   for (int s = s_begin; s < s_end; ++s) {
     const int it = s - s_begin;
@@ -136,48 +175,63 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
     }
     const uint8_t* base = smem + (it % kStages) * kStage;
     const uint8_t* xs = base + kRows * kWStride + x_lane;
-    const uint8_t* rp[4];
-    RowScale sc[4];
+    const uint8_t* rp[2 * kMT];
+    uint32_t zz[2 * kMT];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
+    for (int q = 0; q < 2 * kMT; ++q) {
       // 72 s = 8 s (mod 16): odd steps start 8 bytes further into a piece.
-      rp[q] = base + (32 * rw + 8 * q + g) * kWStride + ((row_shift[q] + 8 * s) & 15);
-      sc[q] = block_scale(rp[q]);
+      rp[q] = base + (16 * kMT * rw + 8 * q + g) * kWStride + ((row_shift[q] + 8 * s) & 15);
+      zz[q] = zero_pairs(rp[q][4]);
     }
-#pragma unroll
+    // part[mt][j][i]: this step's sums of (q - z) x, as acc.
+    float part[kMT][kNJ][4];
+    each([&](int mt, int j, int i) { part[mt][j][i] = 0.0f; });
+#pragma unroll 1
     for (int c = 0; c < kGroup / 32; ++c) {
-      // a[mt][kk]: rows 32 rw + 16 mt + g (+ 8), mma half kk of chunk c.
-      uint32_t a[2][2][4];
+      // a[mt][kk]: rows 16 kMT rw + 16 mt + g (+ 8), mma half kk of chunk c.
+      uint32_t a[kMT][2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const uint32_t w[2] = {
-            *reinterpret_cast<const uint32_t*>(rp[2 * mt] + kCodesOffset + 16 * c + 4 * tq),
-            *reinterpret_cast<const uint32_t*>(rp[2 * mt + 1] + kCodesOffset + 16 * c + 4 * tq)};
-        const RowScale s2[2] = {sc[2 * mt], sc[2 * mt + 1]};
-        a_fragments(w, s2, a[mt]);
+      for (int mt = 0; mt < kMT; ++mt) {
+        uint32_t v[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          code_values(*reinterpret_cast<const uint32_t*>(rp[2 * mt + h] + kCodesOffset + 16 * c +
+                                                         4 * tq),
+                      zz[2 * mt + h], v[h]);
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          a[mt][kk][0] = v[0][2 * kk];
+          a[mt][kk][1] = v[1][2 * kk];
+          a[mt][kk][2] = v[0][2 * kk + 1];
+          a[mt][kk][3] = v[1][2 * kk + 1];
+        }
       }
 #pragma unroll
       for (int j = 0; j < kNJ; ++j) {
-        // Token kHalf tw + 8 j + g, elements 8 tq .. 8 tq + 7 of the chunk.
+        // Token 8 kNJ tw + 8 j + g, elements 8 tq .. 8 tq + 7 of the chunk.
         const uint4 xv = *reinterpret_cast<const uint4*>(xs + 8 * j * kXStride + 64 * c);
-        const uint32_t x4[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
-          uint32_t b0, b1;
-          b_pairs(x4, kk, &b0, &b1);
+          const uint32_t b0 = kk ? xv.z : xv.x, b1 = kk ? xv.w : xv.y;
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) mma16816<__nv_bfloat16>(acc[mt][j], a[mt][kk], b0, b1);
+          for (int mt = 0; mt < kMT; ++mt) mma16816<__nv_bfloat16>(part[mt][j], a[mt][kk], b0, b1);
         }
       }
     }
+    float d[2 * kMT];
+#pragma unroll
+    for (int q = 0; q < 2 * kMT; ++q) d[q] = *reinterpret_cast<const float*>(rp[q]);
+    each([&](int mt, int j, int i) {
+      acc[mt][j][i] = fmaf(d[2 * mt + (i >> 1)], part[mt][j][i], acc[mt][j][i]);
+    });
   }
   cp_async_wait<0>();
 
   // acc[mt][j][i]'s place in a tile's sums (lanes fastest), row and token.
   auto each_acc = [&](auto&& f) {
     each([&](int mt, int j, int i) {
-      f(acc[mt][j][i], (((warp * 2 + mt) * kNJ + j) * 4 + i) * 32 + lane,
-        n0 + 32 * rw + 16 * mt + g + 8 * (i >> 1), t0 + kHalf * tw + 8 * j + 2 * tq + (i & 1));
+      f(acc[mt][j][i], (((warp * kMT + mt) * kNJ + j) * 4 + i) * 32 + lane,
+        n0 + 16 * kMT * rw + 16 * mt + g + 8 * (i >> 1), t0 + 8 * kNJ * tw + 8 * j + 2 * tq + (i & 1));
     });
   };
   finish_tile(p, int64_t{kRows} * kBT, true, &last_split, each_acc);
@@ -221,7 +275,8 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
   int s_begin, s_end;
   split_steps(p, &s_begin, &s_end);
 
-  auto load_w = [&](int s, int st) { load_u4_rows(p, n0, s, smem + st * kStage); };
+  const RowPieces pieces(p, n0);
+  auto load_w = [&](int s, int st) { pieces.load(s, smem + st * kStage); };
   // Each 8-element piece into its core-matrix row.
   auto load_x = [&](int s, int st) {
     load_x_pieces<kBT>(p, t0, s, smem + st * kStage + kRows * kWStride, wgmma_x_offset);
@@ -306,17 +361,19 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
 }
 
 // The token tile of m tokens: the smallest that holds them (padding tokens
-// cost mma work and split-k partial sums), 128 beyond.
-template <typename Fn>
+// cost mma work and split-k partial sums), kMax beyond (the mma.sync tile's
+// largest is 64 tokens: more tokens take more token tiles, whose blocks read
+// the same rows next to each other, from L2).
+template <int kMax, typename Fn>
 void dispatch_tokens(int64_t m, Fn&& fn) {
   if (m <= 16)
     fn(std::integral_constant<int, 16>{});
   else if (m <= 32)
     fn(std::integral_constant<int, 32>{});
-  else if (m <= 64)
+  else if (m <= 64 || kMax == 64)
     fn(std::integral_constant<int, 64>{});
   else
-    fn(std::integral_constant<int, 128>{});
+    fn(std::integral_constant<int, kMax>{});
 }
 
 }  // namespace
@@ -324,13 +381,16 @@ void dispatch_tokens(int64_t m, Fn&& fn) {
 Status u4_tile_init() {
   cudaError_t first = cudaSuccess;
   for (int64_t m : {16, 32, 64, 128}) {
-    dispatch_tokens(m, [&](auto bt) {
+    dispatch_tokens<64>(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
-      cudaError_t e = cudaFuncSetAttribute(
+      const cudaError_t e = cudaFuncSetAttribute(
           u4_tile_kernel<kBT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kBT>());
       if (first == cudaSuccess) first = e;
-      e = cudaFuncSetAttribute(u4_wgmma_kernel<kBT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               wg_smem_bytes<kBT>());
+    });
+    dispatch_tokens<128>(m, [&](auto bt) {
+      constexpr int kBT = decltype(bt)::value;
+      const cudaError_t e = cudaFuncSetAttribute(
+          u4_wgmma_kernel<kBT>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_smem_bytes<kBT>());
       if (first == cudaSuccess) first = e;
     });
   }
@@ -358,16 +418,23 @@ Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, in
   const int64_t row_tiles = (n + kRows - 1) / kRows;
   if (row_tiles > 65535) return unsupported("u4 tile: too many weight rows");
   cudaError_t err = cudaSuccess;
-  dispatch_tokens(m, [&](auto bt) {
+  auto launch = [&](auto bt, auto kernel, int smem) {
     constexpr int kBT = decltype(bt)::value;
     dim3 grid;
     const TileParams p = tile_launch<kRows, kBT>(x, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                                                  bias_dt, steps, num_sms, scratch, &grid);
-    err = wgmma ? launch_pdl_weights(u4_wgmma_kernel<kBT>, grid, dim3(kThreads),
-                                     wg_smem_bytes<kBT>(), s, p)
-                : launch_pdl_weights(u4_tile_kernel<kBT>, grid, dim3(kThreads), smem_bytes<kBT>(),
-                                     s, p);
-  });
+    err = launch_pdl_weights(kernel, grid, dim3(kThreads), smem, s, p);
+  };
+  if (wgmma)
+    dispatch_tokens<128>(m, [&](auto bt) {
+      constexpr int kBT = decltype(bt)::value;
+      launch(bt, u4_wgmma_kernel<kBT>, wg_smem_bytes<kBT>());
+    });
+  else
+    dispatch_tokens<64>(m, [&](auto bt) {
+      constexpr int kBT = decltype(bt)::value;
+      launch(bt, u4_tile_kernel<kBT>, smem_bytes<kBT>());
+    });
   if (err != cudaSuccess) return cuda_error(err, "u4_tile launch");
   return check_launch("u4_tile");
 }

@@ -1,30 +1,32 @@
-// The Marlin-class 4-bit GEMM: products of tens to hundreds of tokens on
-// u4_g128 weights (GPTQ / AWQ / compressed-tensors W4A16 checkpoints, as the
-// loader repacks them: tensor/dtype.h) with bf16 activations, on the bf16
-// tensor cores, the codes decoded in registers:
+// The Marlin-class 4-bit GEMM: products of tens of tokens on u4_g128 weights
+// (GPTQ / AWQ / compressed-tensors W4A16 checkpoints, as the loader repacks
+// them: tensor/dtype.h) with bf16 activations, on the bf16 tensor cores,
+// the codes decoded in registers:
 //
-//   out[t, r] (= or +=) sum_e x[t, e] bf16(d (q[r, e] - z)) (+ bias[r])
+//   out[t, r] (= or +=) sum_steps d[r, s] sum_{e in s} (q[r, e] - z[r, s]) x[t, e]
+//                       (+ bias[r])
 //
-// with f32 accumulation; the weight values are exactly those of dequantizing
-// the rows to bf16 for cuBLASLt where the checkpoint's scales are f16 or
-// bf16 numbers (u4_tile_formats.h), so this path and the dequantizing one
-// agree up to the order of the f32 sums.
+// The integers q - z are exact in bf16 and their products with x exact in
+// f32; each 128-element step's f32 sums are scaled by the block's f32 d in
+// f32. So the result is the product of the f32 dequantized weights up to
+// the order of f32 sums: closer to it than the dequantize-to-bf16 path
+// (which rounds every weight to bf16 first).
 //
-// A block of 8 warps takes 128 weight rows x 16, 32, 64 or 128 tokens; warps 0-3
-// and 4-7 take the two token halves, warp w % 4 rows 32 (w % 4) .. + 31. Per
-// k step of 128 elements (one u4_g128 block a row) the rows' blocks and the
-// tokens' activations go to shared memory (cp.async, 3-4 stages); each lane
-// reads one code word a row and chunk and turns it into A fragments with ~2.4
-// instructions a weight (u4_tile_formats.h: mask-and-magic pairs, bf16x2
-// subtract / multiply / fused multiply-add), the activations into B
-// fragments by byte permutes. Where the output tiles are too few to fill the
-// GPU, k is split over blocks whose partial sums meet in the bf16 tile's
-// scratch (kernels/quant_tile.cuh), added in split order (deterministic).
+// A block of 8 warps takes 128 weight rows x 16, 32 or 64 tokens (more
+// tokens: more token tiles); up to 32 tokens each warp owns 16 rows and
+// every token, at 64 two warps share 32 rows (u4_tile.cu WarpLayout). Per
+// k step (one u4_g128 block a row) the rows' blocks and the tokens'
+// activations go to shared memory (cp.async, 3-4 stages); each lane reads
+// one code word a row and chunk and turns it into A fragments with ~1.6
+// instructions a weight (u4_tile_formats.h code_values); the activations
+// are B fragments as they lie. Where the output tiles are too few to fill
+// the GPU, k is split over blocks whose partial sums meet in the bf16
+// tile's scratch (kernels/quant_tile.cuh), added in split order
+// (deterministic).
 //
-// The bf16 tile (quant_tile.cuh) serves every block format with a generic
-// per-group scale table; this kernel serves u4_g128 only, reads each weight
-// once per 128 tokens instead of 64, and has no per-step scale pass or
-// second barrier (Tuning::cuda_u4_tile_tokens; gemm.cc).
+// Its wgmma form (Tuning::cuda_u4_tile_wgmma, off) takes up to 128 tokens
+// a tile and keeps the older arithmetic: weights decoded to bf16(d (q - z))
+// (bitwise those of the dequantizing path for f16 / bf16 scales).
 #pragma once
 
 #include <cuda_runtime.h>

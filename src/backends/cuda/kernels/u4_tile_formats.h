@@ -3,31 +3,29 @@
 // = qs[j] >> 4; value d (q - z)) into bf16 mma fragments, in plain C++ for
 // host and device so that tests/kernels checks it on the CPU, where CI runs.
 //
-// Two ideas keep the decode to ~2.4 instructions a weight (the mma.sync
-// kernel; the wgmma one keeps the natural k order, a_fragments_natural):
+// The mma.sync tile multiplies the integers q - z, not the weights: a lane
+// of quad position tq takes code word tq of a row's 32-element chunk
+// (elements 8 tq .. 8 tq + 7) and turns its byte b into the bf16 pair
+// (128 + q[2 b], 128 + q[2 b + 1]) with one byte permute and one mask-and-
+// magic operation (byte_pair), then subtracts 128 + z (one bf16x2
+// subtract, exact: code_values). The pairs are in the natural k order, so
+// the lane's activations x[8 tq .. 8 tq + 7] (one 16-byte load) are its B
+// fragments as they lie. A k step's sums of (q - z) x are exact bf16
+// products added in f32; the kernel scales them by the block's f32 d once a
+// step, in f32. ~1.6 instructions a weight, and the result is closer to
+// the f32 dequantized weights than any bf16 rounding of them.
 //
-//  1. No nibble shuffling. A lane of quad position tq takes the 32-bit word
-//     tq of a row's 32-element chunk (elements 8 tq .. 8 tq + 7 of the chunk)
-//     and masks it four ways, (w >> 4 s) & 0x000F000F | 0x43004300 (s = 0..3):
-//     bf16 pairs (128 + q[s], 128 + q[s + 4]), exact. The pairs are not
-//     consecutive k, and need not be: a dot product's order of k is free as
-//     long as the activations (the B fragments) take the same order. mma
-//     k16 half kk (0, 1) of the chunk puts the pair s = 2 kk in A slots (2 tq,
-//     2 tq + 1) and s = 2 kk + 1 in slots (2 tq + 8, 2 tq + 9); the lane's
-//     activations x[8 tq .. 8 tq + 7] (one 16-byte load) give the same pairs
-//     by two byte permutes each (b_pairs).
+// The wgmma tile (a_fragments_natural) keeps the older arithmetic: exact
+// values in bf16. With p = 128 + q and zz = 128 + z (both integers below
+// 256, exact), p - zz = q - z exactly; the scale is split d = d_hi + d_lo
+// (d_hi = bf16(d), d_lo = bf16(d - d_hi)) and
 //
-//  2. Exact values in bf16 arithmetic. With p = 128 + q and zz = 128 + z
-//     (both integers below 256, exact), p - zz = q - z exactly; the scale is
-//     split d = d_hi + d_lo (d_hi = bf16(d), d_lo = bf16(d - d_hi)) and
+//    value = fma(q - z, d_hi, bf16(q - z) * d_lo))      (bf16x2 ops)
 //
-//        value = fma(q - z, d_hi, bf16(q - z) * d_lo))      (bf16x2 ops)
-//
-//     rounds once. For scales that are f16 or bf16 numbers (GPTQ and AWQ
-//     store f16) d_lo holds the rest of d exactly and (q - z) d_lo is exact,
-//     so the value is bf16(d (q - z)) bitwise: what dequantizing the rows to
-//     bf16 for cuBLASLt gives (gemm.cc). Other f32 scales are within a bf16
-//     rounding of it.
+// rounds once. For scales that are f16 or bf16 numbers (GPTQ and AWQ store
+// f16) d_lo holds the rest of d exactly and (q - z) d_lo is exact, so the
+// value is bf16(d (q - z)) bitwise: what dequantizing the rows to bf16 for
+// cuBLASLt gives (gemm.cc). Other f32 scales are within a bf16 rounding of it.
 #pragma once
 
 #include <cstdint>
@@ -48,18 +46,8 @@ inline constexpr int kBlockBytes = 72;           // its bytes
 inline constexpr int kCodesOffset = 8;           // where its codes start
 inline constexpr uint32_t kMagic = 0x43004300u;  // bf16x2 (128, 128)
 
-// The bf16x2 pairs (128 + q[s], 128 + q[s + 4]), s = 0..3, of a code word
-// holding elements q[0..7] (bytes low to high, low nibble first).
-FERRITE_U4_HD void code_pairs(uint32_t w, uint32_t (&p)[4]) {
-  p[0] = (w & 0x000F000Fu) | kMagic;
-  p[1] = ((w >> 4) & 0x000F000Fu) | kMagic;
-  p[2] = ((w >> 8) & 0x000F000Fu) | kMagic;
-  p[3] = ((w >> 12) & 0x000F000Fu) | kMagic;
-}
-
-// The B fragments of mma half kk of a chunk from the lane's activations
-// x[8 tq .. 8 tq + 7] as four words (x0 x1), (x2 x3), (x4 x5), (x6 x7):
-// b0 = (x[2 kk], x[2 kk + 4]), b1 = (x[2 kk + 1], x[2 kk + 5]).
+// __byte_perm on the host too: byte i of the result is byte sel[4 i .. 4 i
+// + 2] of the eight bytes (a, b).
 FERRITE_U4_HD uint32_t permute_bytes(uint32_t a, uint32_t b, uint32_t sel) {
 #ifdef __CUDA_ARCH__
   return __byte_perm(a, b, sel);
@@ -71,15 +59,10 @@ FERRITE_U4_HD uint32_t permute_bytes(uint32_t a, uint32_t b, uint32_t sel) {
   return r;
 #endif
 }
-FERRITE_U4_HD void b_pairs(const uint32_t (&x)[4], int kk, uint32_t* b0, uint32_t* b1) {
-  *b0 = permute_bytes(x[kk], x[kk + 2], 0x5410u);  // low halves: x[2 kk], x[2 kk + 4]
-  *b1 = permute_bytes(x[kk], x[kk + 2], 0x7632u);  // high halves: x[2 kk + 1], x[2 kk + 5]
-}
 
-// The wgmma tile's decode (natural k order: its B operand is read by the
-// tensor cores from shared memory, in the activations' own order): the bf16
-// pair (128 + q[2 b], 128 + q[2 b + 1]) of byte b (0..3) of a code word w,
-// with w4 = w >> 4 (computed once a word) and sel = byte_pair_selector(b).
+// The natural-order decode (both tiles): the bf16 pair (128 + q[2 b], 128 + q[2 b + 1]) of
+// byte b (0..3) of a code word w, with w4 = w >> 4 (computed once a word) and
+// sel = byte_pair_selector(b).
 FERRITE_U4_HD uint32_t byte_pair_selector(uint32_t b) {
   return b | (b << 4) | ((4 + b) << 8) | ((4 + b) << 12);
 }
@@ -100,6 +83,9 @@ FERRITE_U4_HD int wgmma_x_offset(int t, int c) {
   return (t >> 3) * static_cast<int>(kWgmmaSbo) + static_cast<int>(kWgmmaLbo) * c + 16 * (t & 7);
 }
 FERRITE_U4_HD int wgmma_ks_offset(int ks) { return 2 * static_cast<int>(kWgmmaLbo) * ks; }
+
+// 128 + z in both bf16 halves of a word (z <= 127: exact).
+FERRITE_U4_HD uint32_t zero_pairs(uint32_t z) { return (0x4300u | z) * 0x10001u; }
 
 // A row's step constants, each a bf16 number in both halves of a word.
 struct RowScale {
@@ -142,7 +128,7 @@ inline uint16_t bf16_round(double v) {
 
 FERRITE_U4_HD RowScale row_scale(float d, uint32_t z) {
   RowScale s;
-  s.zz = (0x4300u | z) * 0x10001u;  // 128 + z (z <= 16)
+  s.zz = zero_pairs(z);
 #ifdef __CUDA_ARCH__
   const __nv_bfloat16 hi = __float2bfloat16_rn(d);
   const __nv_bfloat16 lo = __float2bfloat16_rn(d - __bfloat162float(hi));
@@ -186,19 +172,30 @@ FERRITE_U4_HD uint32_t pair_values(uint32_t p, const RowScale& s) {
 #endif
 }
 
-// The A fragment registers of row pair (g, g + 8) for mma half kk of a chunk,
-// from the two rows' code words and scales: a[0] / a[1] slots (2 tq, 2 tq +
-// 1) of rows g / g + 8, a[2] / a[3] slots (2 tq + 8, 2 tq + 9).
-FERRITE_U4_HD void a_fragments(const uint32_t (&w)[2], const RowScale (&s)[2],
-                               uint32_t (&a)[2][4]) {
+// bf16x2 p - zz, both halves integers below 256: exact.
+FERRITE_U4_HD uint32_t sub_pairs(uint32_t p, uint32_t zz) {
+#ifdef __CUDA_ARCH__
+  return as_u32(__hsub2(as_bf162(p), as_bf162(zz)));
+#else
+  uint32_t out = 0;
   for (int h = 0; h < 2; ++h) {
-    uint32_t p[4];
-    code_pairs(w[h], p);
-    for (int kk = 0; kk < 2; ++kk) {
-      a[kk][h] = pair_values(p[2 * kk], s[h]);
-      a[kk][2 + h] = pair_values(p[2 * kk + 1], s[h]);
-    }
+    const float v = bf16_value(static_cast<uint16_t>(p >> (16 * h))) -
+                    bf16_value(static_cast<uint16_t>(zz >> (16 * h)));
+    out |= static_cast<uint32_t>(bf16_round(v)) << (16 * h);
   }
+  return out;
+#endif
+}
+
+// The mma.sync tile's decode: the bf16 pairs (q[2 b] - z, q[2 b + 1] - z),
+// b = 0..3, of code word w (elements 8 tq .. 8 tq + 7 of a chunk), zz the
+// row's zero point as RowScale::zz. Lane (g, tq)'s A fragment of mma half
+// kk, rows g / g + 8 with values v / v8: {v[2 kk], v8[2 kk], v[2 kk + 1],
+// v8[2 kk + 1]}; its B fragment, activation words x[0..3] (elements 8 tq ..
+// 8 tq + 7 of the chunk): b0 = x[2 kk], b1 = x[2 kk + 1].
+FERRITE_U4_HD void code_values(uint32_t w, uint32_t zz, uint32_t (&v)[4]) {
+  const uint32_t w4 = w >> 4;
+  for (uint32_t b = 0; b < 4; ++b) v[b] = sub_pairs(byte_pair(w, w4, byte_pair_selector(b)), zz);
 }
 
 // The natural-order A fragment registers of rows (g, g + 8) for mma half kk
