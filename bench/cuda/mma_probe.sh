@@ -13,17 +13,16 @@
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
-# The first calls of the session after 20 (not yet run on a GPU: 262721f, the 4-bit tile's
-# 16-token tile, and the tile's wgmma form, FERRITE_CUDA_U4_TILE_WGMMA; the tile is off:
-# FERRITE_CUDA_U4_TILE_TOKENS, docs/perf-log.md session 20):
-#   TESTS='CudaU4Tile*:U4*' PROBE=0 FORMATS=u4_g128 PATHS=u4,u4wg,lt,bf16 \
-#     SHAPES=1024x4096,6144x4096,24576x4096,4096x12288 TOKENS=16,64,128,512 STAGE=test \
-#     bash bench/cuda/mma_probe.sh   (the cuda_alt conformance runs the wgmma form)
-#   then AB='qwen3-8b:gptq-int4:FERRITE_CUDA_U4_TILE_TOKENS=64,32,0' BATCHES='16 32 64' STAGE=ab \
+# The first calls of the session after 21 (not yet run on a GPU: the default stage depth
+# choice, two k steps a stage for the 4-bit tile's 16-token tiles, u4_tile.cu
+# default_stage_steps; the forced forms ran: docs/perf-log.md session 21):
+#   TESTS='CudaU4Tile*:*HfQuant*' PROBE=0 FORMATS=u4_g128 PATHS=u4,u4s1,u4s2,lt \
+#     SHAPES=6144x4096,24576x4096,4096x12288 TOKENS=16,32,64 STAGE=test bash bench/cuda/mma_probe.sh
+#   then AB='qwen3-8b:gptq-int4:FERRITE_CUDA_U4_TILE_TOKENS=64,0' BATCHES='16 32 64' STAGE=ab \
 #     bash bench/cuda/mma_probe.sh
 #   (AB's quantization "-" runs the bf16 model: AB='qwen3-8b:-:FERRITE_CUDA_U4_TILE_TOKENS=0');
-#   a tile's ncu: STAGE=ncu NCU_KERNEL=u4_ NCU_ATTENTION=0 FORMATS=u4_g128 PATHS=u4,u4wg \
-#     SHAPES=24576x4096 TOKENS=128 NCU_KERNELS=2 bash bench/cuda/mma_probe.sh
+#   a tile's ncu: STAGE=ncu NCU_KERNEL=u4_ NCU_ATTENTION=0 FORMATS=u4_g128 PATHS=u4 \
+#     SHAPES=24576x4096 TOKENS=16,64 NCU_KERNELS=2 bash bench/cuda/mma_probe.sh
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"

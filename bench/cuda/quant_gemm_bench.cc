@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "NxK weight shapes (n outputs x k inputs)")
       ->capture_default_str();
   app.add_option("--paths", paths,
-                 "tile, lt (dequantize + cuBLASLt), u4 / u4wg (the 4-bit tile on mma.sync / wgmma, "
+                 "tile, lt (dequantize + cuBLASLt), u4 / u4wg (the 4-bit tile on mma.sync / wgmma; u4s1 / u4s2: mma.sync with one / two k steps a stage), "
                  "u4_g128), bf16 (the bf16 "
                  "product of the dequantized weights); gemv, mma, mma8 (up to 8 tokens: the fused "
                  "GEMV on CUDA cores / tensor cores / tensor cores with e4m3 activations)")
@@ -140,8 +140,10 @@ int main(int argc, char** argv) {
         std::vector<float> first;
         for (const std::string& path : split(paths)) {
           st.quant_tile_tokens = path == "tile" ? tile_tokens : 0;
-          st.u4_tile_tokens = path == "u4" || path == "u4wg" ? tile_tokens : 0;
+          const bool u4 = path == "u4" || path == "u4wg" || path == "u4s1" || path == "u4s2";
+          st.u4_tile_tokens = u4 ? tile_tokens : 0;
           st.u4_tile_wgmma = path == "u4wg";
+          st.u4_tile_stage_steps = path == "u4s1" ? 1 : (path == "u4s2" ? 2 : 0);
           st.quant_mma_fp8 = st.quant_mma_u4 = path == "mma" || path == "mma8" ? 1 : 0;
           st.quant_mma_fp8_act = path == "mma8";
           auto call = [&](int i) {

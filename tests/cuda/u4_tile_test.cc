@@ -49,8 +49,9 @@ std::vector<uint8_t> u4_weight(int64_t n, int64_t k, std::mt19937& rng) {
   return w;
 }
 
-void run_case(const U4Case& c, bool wgmma, std::mt19937& rng) {
-  SCOPED_TRACE(std::string(wgmma ? "wgmma " : "mma.sync ") + "m " + std::to_string(c.m) + " n " +
+void run_case(const U4Case& c, bool wgmma, std::mt19937& rng, int stage_steps = 0) {
+  SCOPED_TRACE(std::string(wgmma ? "wgmma " : "mma.sync ") + std::to_string(stage_steps) +
+               " steps a stage, m " + std::to_string(c.m) + " n " +
                std::to_string(c.n) + " k " + std::to_string(c.k) + " out " +
                std::string(dtype_name(c.out)) + (c.accumulate_bias ? " acc+bias" : ""));
   const int64_t m = c.m, n = c.n, k = c.k;
@@ -83,6 +84,7 @@ void run_case(const U4Case& c, bool wgmma, std::mt19937& rng) {
   ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
   st.u4_tile_tokens = int64_t{1} << 20;  // gemm_init sizes the split-k scratch for it
   st.u4_tile_wgmma = wgmma;
+  st.u4_tile_stage_steps = stage_steps;
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
   testing::ProductBuffers b;
   b.upload(wq, xh, init, bias, m, n, c.out);
@@ -142,7 +144,7 @@ const std::vector<U4Case>& cases() {
   return all;
 }
 
-TEST(CudaU4TileTest, MatchesHostProductOfTheBf16Weights) {
+TEST(CudaU4TileTest, MatchesHostProductOfTheF32Weights) {
   std::string why;
   if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
   std::mt19937 rng(29);
@@ -150,6 +152,21 @@ TEST(CudaU4TileTest, MatchesHostProductOfTheBf16Weights) {
     run_case(c, false, rng);
     if (::testing::Test::HasFatalFailure()) return;
   }
+}
+
+// One and two k steps a pipeline stage forced for every token tile
+// (BackendState::u4_tile_stage_steps; the default takes two for 16-token
+// tiles only): odd step counts a split leave a stage of one step; the last
+// row's stage must not read past the tensor.
+TEST(CudaU4TileTest, EachStageDepthMatchesHostProductOfTheF32Weights) {
+  std::string why;
+  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(37);
+  for (int steps : {1, 2})
+    for (const U4Case& c : cases()) {
+      run_case(c, false, rng, steps);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
 }
 
 // The warpgroup-MMA form (Tuning::cuda_u4_tile_wgmma): the same cases.

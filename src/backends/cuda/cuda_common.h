@@ -79,6 +79,10 @@ struct BackendState {
   // split-k scratch is tile_partials / tile_counters).
   int64_t u4_tile_tokens = 0;
   bool u4_tile_wgmma = false;  // Tuning::cuda_u4_tile_wgmma: its warpgroup-MMA form
+  // k steps a pipeline stage of its mma.sync form: 0 the kernel's choice
+  // (u4_tile.cu default_stage_steps), 1 or 2 forced by quant_gemm_bench
+  // (--paths u4s1 / u4s2) and cuda_test to measure and test both.
+  int u4_tile_stage_steps = 0;
   int64_t u4_tile_products = 0;  // products that took it (tests)
   float* tile_partials = nullptr;
   int64_t tile_partial_floats = 0;

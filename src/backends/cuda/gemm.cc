@@ -346,7 +346,8 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
       st.tile_partials && u4_tile_supported(x_dt, x, w_dt, w, k, out_dt)) {
     ++st.u4_tile_products;
     return launch_u4_tile(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
-                          accumulate, bias, bias_dt, scratch, st.u4_tile_wgmma);
+                          accumulate, bias, bias_dt, scratch, st.u4_tile_wgmma,
+                          st.u4_tile_stage_steps);
   }
   if (m <= 8) {
     // A decode product the fused kernels cannot stage (8 tokens of a

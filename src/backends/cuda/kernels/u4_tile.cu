@@ -16,15 +16,28 @@ using namespace u4tile;
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kRows = 128;  // weight rows a block
-// A row's step in shared memory: the five 16-byte pieces that cover its
-// 72-byte block (which starts 0 or 8 bytes into a piece). 80 bytes apart,
-// the 8 rows g of a fragment load start in 8 different 16-byte bank groups.
-constexpr int kPieces = 5;
-constexpr int kWStride = 16 * kPieces;
-// A token's step: 256 bytes + 64, so that the two tokens of a 16-byte load
-// phase (lanes 8i .. 8i + 7: tokens g, g + 1 x quads) fill all 32 banks.
-constexpr int kXStride = 2 * kGroup + 64;
 constexpr int kSmemBudget = 227 * 1024;
+
+// A pipeline stage holds kSteps k steps (1 or 2). Two steps a stage read
+// 144 contiguous bytes a row instead of 72 (half as many DRAM page openings
+// for the same bytes) in fewer, larger stages: on the H200 7-12 % faster
+// for 16-token tiles (24576 x 4096: 36.3 against 39.0 us; three blocks an
+// SM still fit, two stages each), slower for 32 / 64 (their larger stages
+// cost blocks an SM: 57.3 against 48.8 us at 32). default_stage_steps
+// picks; BackendState::u4_tile_stage_steps overrides (benchmarks, tests).
+template <int kSteps>
+struct StageGeometry {
+  // The 16-byte pieces that cover a row's kSteps blocks (72 kSteps bytes
+  // from 0 or 8 bytes into the first piece).
+  static constexpr int kPieces = kSteps == 1 ? 5 : 10;
+  // A row's stride in shared memory: 5 or 11 pieces, an odd number, so the
+  // 8 rows g of a fragment load start in 8 different 16-byte bank groups.
+  static constexpr int kWStride = kSteps == 1 ? 80 : 176;
+  // A token's stride: its kSteps x 256 bytes + 64, so that the two tokens
+  // of a 16-byte load phase (lanes 8i .. 8i + 7: tokens g, g + 1 x quads)
+  // fill all 32 banks.
+  static constexpr int kXStride = kSteps * 2 * kGroup + 64;
+};
 
 // The mma.sync tile's warps over its 128 rows x kBT tokens: kMT 16-row mma
 // tiles a warp; 8 / (8 / kMT) warps share a row range and split the tokens.
@@ -47,88 +60,104 @@ template <int kBT>
 constexpr int blocks_per_sm() {
   return kBT >= 64 ? 2 : 3;
 }
-template <int kBT>
+template <int kBT, int kSteps>
 constexpr int stage_bytes() {
-  return kRows * kWStride + kBT * kXStride;
+  using G = StageGeometry<kSteps>;
+  return kRows * G::kWStride + kBT * G::kXStride;
 }
-template <int kBT>
+template <int kBT, int kSteps>
 constexpr int num_stages() {
-  constexpr int s = kSmemBudget / blocks_per_sm<kBT>() / stage_bytes<kBT>();
+  constexpr int s = kSmemBudget / blocks_per_sm<kBT>() / stage_bytes<kBT, kSteps>();
   return s < 2 ? 2 : (s > 4 ? 4 : s);
 }
-template <int kBT>
+template <int kBT, int kSteps>
 constexpr int smem_bytes() {
-  return num_stages<kBT>() * stage_bytes<kBT>();
+  return num_stages<kBT, kSteps>() * stage_bytes<kBT, kSteps>();
 }
 
-// The 16-byte pieces of a block's row blocks that one thread copies each
-// step: piece i = tid + 256 j (i < 640) is row i / 5, piece i % 5 of the
-// row's block (72 bytes from 0 or 8 bytes into its first piece: always five
-// pieces). Where the pieces come from is worked out once, in one word a
-// piece (registers are what the tile runs short of): its offset from the
-// tile's first row, the row's start rounded down to 16 bytes (a tile's 128
-// rows span less than 2^31 bytes: k < 2^22), plus 16 x the piece, with
-// flags in the low bits: kSkip (not a row of the tensor), kShift (the row's
-// first byte is 8 bytes into a piece; a row's blocks are 72 bytes apart, so
-// step s starts 8 s bytes, mod 16, further in).
+// The 16-byte pieces of a block's rows that one thread copies each stage:
+// piece i = tid + 256 j (i < 128 kPieces) is row i / kPieces, piece i %
+// kPieces of the row's stage (its kSteps blocks, 72 bytes apart, from 0 or
+// 8 bytes into the first piece). Where the pieces come from and go is
+// worked out once (registers are what the tile runs short of), two words a
+// piece:
+//  - code: the piece's offset from the tile's first row at stage 0, the
+//    row's start rounded down to 16 bytes (a tile's 128 rows span less than
+//    2^31 bytes: k < 2^22) plus 16 x the piece, with flags in the low bits:
+//    kSkip (not a row of the tensor), kShift (the row's first byte is 8
+//    bytes into a piece; step s starts 8 s bytes, mod 16, further in);
+//  - place: its shared-memory offset, plus the piece number << 16 (a
+//    piece past the row's last block is not copied: the last row's would
+//    read past the tensor).
+template <int kSteps>
 struct RowPieces {
-  static constexpr int kPerThread = (kRows * kPieces + kThreads - 1) / kThreads;
+  using G = StageGeometry<kSteps>;
+  static constexpr int kPerThread = (kRows * G::kPieces + kThreads - 1) / kThreads;
   static constexpr int kSkip = 1, kShift = 8;
   const uint8_t* tile;
-  int code[kPerThread];
+  int code[kPerThread], place[kPerThread];
 
   __device__ __forceinline__ RowPieces(const TileParams& p, int64_t n0)
       : tile(p.w + n0 * p.row_bytes) {  // 16-byte aligned: n0 % 128 == 0, row_bytes % 8 == 0
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int i = static_cast<int>(threadIdx.x) + kThreads * j;
-      const int r = i / kPieces, piece = i - kPieces * r;
+      const int r = i / G::kPieces, piece = i - G::kPieces * r;
       const int off = static_cast<int>(r * p.row_bytes);
-      code[j] = i < kRows * kPieces && n0 + r < p.n ? (off & ~15) + 16 * piece + (off & kShift)
-                                                     : kSkip;
+      code[j] = i < kRows * G::kPieces && n0 + r < p.n
+                    ? (off & ~15) + 16 * piece + (off & kShift)
+                    : kSkip;
+      place[j] = r * G::kWStride + 16 * piece + (piece << 16);
     }
   }
-  // Step s's pieces into `base` (row r at r * kWStride). Rows past n are
-  // left as they are: their sums are never stored.
-  __device__ __forceinline__ void load(int s, uint8_t* base) const {
+  // The pieces of the stage that starts at step s into `base`. Rows past n
+  // are left as they are: their sums are never stored.
+  __device__ __forceinline__ void load(const TileParams& p, int s, uint8_t* base) const {
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int c = code[j];
       if (c & kSkip) continue;
-      const int i = static_cast<int>(threadIdx.x) + kThreads * j;
-      cp_async16(base + 16 * i, tile + (c & ~15) + (((c & kShift) + kBlockBytes * s) & ~15), true);
+      const int shift = c & kShift;
+      const int at = (shift + kBlockBytes * s) & ~15;
+      // The piece's bytes from the row's start: at + 16 piece - shift.
+      if (at + 16 * (place[j] >> 16) - shift >= p.row_bytes) continue;
+      cp_async16(base + (place[j] & 0xFFFF), tile + (c & ~15) + at, true);
     }
   }
 };
 
-// Step s's activations of tokens [t0, + kBT) (zeros past m): piece i (0 ..
-// 16 kBT - 1) is token t = i / 16, elements 8 c .. + 7 (c = i % 16) of the
-// step, copied to xs + at(t, c).
-template <int kBT, typename At>
+// The activations of tokens [t0, + kBT) for the kSteps steps from s (zeros
+// past m and past k): piece i (0 .. 16 kSteps kBT - 1) is token t = i / (16
+// kSteps), elements 8 c .. + 7 (c = i % (16 kSteps)) from step s's first,
+// copied to xs + at(t, c).
+template <int kBT, int kSteps, typename At>
 __device__ __forceinline__ void load_x_pieces(const TileParams& p, int64_t t0, int s, uint8_t* xs,
                                               At&& at) {
-  const int tid = threadIdx.x, c = tid & 15;
+  constexpr int kPerToken = 16 * kSteps, kTokensAPass = kThreads / kPerToken;
+  const int tid = threadIdx.x, c = tid % kPerToken;
+  const int64_t e = static_cast<int64_t>(s) * kGroup + 8 * c;
 #pragma unroll
-  for (int j = 0; j < kBT / 16; ++j) {
-    const int t = (tid >> 4) + 16 * j;
-    const bool valid = t0 + t < p.m;
-    const __nv_bfloat16* src =
-        valid ? p.x + (t0 + t) * p.k + static_cast<int64_t>(s) * kGroup + 8 * c : p.x;
+  for (int j = 0; j < kBT / kTokensAPass; ++j) {
+    const int t = tid / kPerToken + kTokensAPass * j;
+    const bool valid = t0 + t < p.m && e < p.k;
+    const __nv_bfloat16* src = valid ? p.x + (t0 + t) * p.k + e : p.x;
     cp_async16(xs + at(t, c), src, valid);
   }
 }
 
 // Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the k
-// steps of split blockIdx.z. Per step each warp multiplies its rows' q - z
-// (u4_tile_formats.h code_values) by the activations into f32 step sums,
-// then adds d times them to its accumulators.
-template <int kBT>
+// steps of split blockIdx.z, kSteps a pipeline stage. Per step each warp
+// multiplies its rows' q - z (u4_tile_formats.h code_values) by the
+// activations into f32 step sums, then adds d times them to its
+// accumulators.
+template <int kBT, int kSteps>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
     u4_tile_kernel(const TileParams p) {
   using L = WarpLayout<kBT>;
+  using G = StageGeometry<kSteps>;
   constexpr int kMT = L::kMT, kNJ = L::kNJ;
-  constexpr int kStage = stage_bytes<kBT>();
-  constexpr int kStages = num_stages<kBT>();
+  constexpr int kStage = stage_bytes<kBT, kSteps>();
+  constexpr int kStages = num_stages<kBT, kSteps>();
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int last_split;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
@@ -137,12 +166,15 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
   int s_begin, s_end;
   split_steps(p, &s_begin, &s_end);
+  const int stages = (s_end - s_begin + kSteps - 1) / kSteps;  // pipeline stages (u)
 
-  const RowPieces pieces(p, n0);
-  auto load_w = [&](int s, int st) { pieces.load(s, smem + st * kStage); };
-  auto load_x = [&](int s, int st) {
-    load_x_pieces<kBT>(p, t0, s, smem + st * kStage + kRows * kWStride,
-                       [](int t, int c) { return t * kXStride + 16 * c; });
+  const RowPieces<kSteps> pieces(p, n0);
+  auto load_w = [&](int u, int st) {
+    pieces.load(p, s_begin + kSteps * u, smem + st * kStage);
+  };
+  auto load_x = [&](int u, int st) {
+    load_x_pieces<kBT, kSteps>(p, t0, s_begin + kSteps * u, smem + st * kStage + kRows * G::kWStride,
+                               [](int t, int c) { return t * G::kXStride + 16 * c; });
   };
 
   // acc[mt][j][i]: row 16 kMT rw + 16 mt + g + 8 (i / 2), token 8 kNJ tw +
@@ -151,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
   auto each = [&](auto&& f) { each_fragment<kMT, kNJ>(f); };
   each([&](int mt, int j, int i) { acc[mt][j][i] = 0.0f; });
 
-  tile_prologue<kStages>(s_begin, s_end, load_w, load_x);
+  tile_prologue<kStages>(0, stages, load_w, load_x);
 
   // This lane's rows q = 2 mt + h: 16 kMT rw + 8 q + g; where each row's
   // bytes start within a piece (0 or 8) at step 0.
@@ -159,71 +191,77 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
 #pragma unroll
   for (int q = 0; q < 2 * kMT; ++q)
     row_shift[q] = static_cast<int>(((n0 + 16 * kMT * rw + 8 * q + g) * p.row_bytes) & 15);
-  const int x_lane = (8 * kNJ * tw + g) * kXStride + 16 * tq;
+  const int x_lane = (8 * kNJ * tw + g) * G::kXStride + 16 * tq;
 
-  for (int s = s_begin; s < s_end; ++s) {
-    const int it = s - s_begin;
+  for (int u = 0; u < stages; ++u) {
     cp_async_wait<kStages - 2>();
-    __syncthreads();  // step s is in; every warp is done with stage (it - 1)
+    __syncthreads();  // stage u is in; every warp is done with stage u - 1
     {
-      const int nx = s + kStages - 1;
-      if (nx < s_end) {
-        load_w(nx, (it + kStages - 1) % kStages);
-        load_x(nx, (it + kStages - 1) % kStages);
+      const int nx = u + kStages - 1;
+      if (nx < stages) {
+        load_w(nx, nx % kStages);
+        load_x(nx, nx % kStages);
       }
       cp_async_commit();  // one group an iteration (maybe empty)
     }
-    const uint8_t* base = smem + (it % kStages) * kStage;
-    const uint8_t* xs = base + kRows * kWStride + x_lane;
-    const uint8_t* rp[2 * kMT];
-    uint32_t zz[2 * kMT];
+    const uint8_t* base = smem + (u % kStages) * kStage;
+    const int s0 = s_begin + kSteps * u;
 #pragma unroll
-    for (int q = 0; q < 2 * kMT; ++q) {
-      // 72 s = 8 s (mod 16): odd steps start 8 bytes further into a piece.
-      rp[q] = base + (16 * kMT * rw + 8 * q + g) * kWStride + ((row_shift[q] + 8 * s) & 15);
-      zz[q] = zero_pairs(rp[q][4]);
-    }
-    // part[mt][j][i]: this step's sums of (q - z) x, as acc.
-    float part[kMT][kNJ][4];
-    each([&](int mt, int j, int i) { part[mt][j][i] = 0.0f; });
+    for (int ss = 0; ss < kSteps; ++ss) {
+      if (s0 + ss >= s_end) break;
+      const uint8_t* xs = base + kRows * G::kWStride + x_lane + 2 * kGroup * ss;
+      const uint8_t* rp[2 * kMT];
+      uint32_t zz[2 * kMT];
+#pragma unroll
+      for (int q = 0; q < 2 * kMT; ++q) {
+        // 72 s = 8 s (mod 16): odd steps start 8 bytes further into a piece.
+        rp[q] = base + (16 * kMT * rw + 8 * q + g) * G::kWStride +
+                ((row_shift[q] + 8 * s0) & 15) + kBlockBytes * ss;
+        zz[q] = zero_pairs(rp[q][4]);
+      }
+      // part[mt][j][i]: this step's sums of (q - z) x, as acc.
+      float part[kMT][kNJ][4];
+      each([&](int mt, int j, int i) { part[mt][j][i] = 0.0f; });
 #pragma unroll 1
-    for (int c = 0; c < kGroup / 32; ++c) {
-      // a[mt][kk]: rows 16 kMT rw + 16 mt + g (+ 8), mma half kk of chunk c.
-      uint32_t a[kMT][2][4];
+      for (int c = 0; c < kGroup / 32; ++c) {
+        // a[mt][kk]: rows 16 kMT rw + 16 mt + g (+ 8), mma half kk of chunk c.
+        uint32_t a[kMT][2][4];
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        uint32_t v[2][4];
+        for (int mt = 0; mt < kMT; ++mt) {
+          uint32_t v[2][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          code_values(*reinterpret_cast<const uint32_t*>(rp[2 * mt + h] + kCodesOffset + 16 * c +
-                                                         4 * tq),
-                      zz[2 * mt + h], v[h]);
+          for (int h = 0; h < 2; ++h)
+            code_values(*reinterpret_cast<const uint32_t*>(rp[2 * mt + h] + kCodesOffset +
+                                                           16 * c + 4 * tq),
+                        zz[2 * mt + h], v[h]);
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          a[mt][kk][0] = v[0][2 * kk];
-          a[mt][kk][1] = v[1][2 * kk];
-          a[mt][kk][2] = v[0][2 * kk + 1];
-          a[mt][kk][3] = v[1][2 * kk + 1];
+          for (int kk = 0; kk < 2; ++kk) {
+            a[mt][kk][0] = v[0][2 * kk];
+            a[mt][kk][1] = v[1][2 * kk];
+            a[mt][kk][2] = v[0][2 * kk + 1];
+            a[mt][kk][3] = v[1][2 * kk + 1];
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kNJ; ++j) {
+          // Token 8 kNJ tw + 8 j + g, elements 8 tq .. 8 tq + 7 of the chunk.
+          const uint4 xv = *reinterpret_cast<const uint4*>(xs + 8 * j * G::kXStride + 64 * c);
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            const uint32_t b0 = kk ? xv.z : xv.x, b1 = kk ? xv.w : xv.y;
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+              mma16816<__nv_bfloat16>(part[mt][j], a[mt][kk], b0, b1);
+          }
         }
       }
+      float d[2 * kMT];
 #pragma unroll
-      for (int j = 0; j < kNJ; ++j) {
-        // Token 8 kNJ tw + 8 j + g, elements 8 tq .. 8 tq + 7 of the chunk.
-        const uint4 xv = *reinterpret_cast<const uint4*>(xs + 8 * j * kXStride + 64 * c);
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          const uint32_t b0 = kk ? xv.z : xv.x, b1 = kk ? xv.w : xv.y;
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) mma16816<__nv_bfloat16>(part[mt][j], a[mt][kk], b0, b1);
-        }
-      }
+      for (int q = 0; q < 2 * kMT; ++q) d[q] = *reinterpret_cast<const float*>(rp[q]);
+      each([&](int mt, int j, int i) {
+        acc[mt][j][i] = fmaf(d[2 * mt + (i >> 1)], part[mt][j][i], acc[mt][j][i]);
+      });
     }
-    float d[2 * kMT];
-#pragma unroll
-    for (int q = 0; q < 2 * kMT; ++q) d[q] = *reinterpret_cast<const float*>(rp[q]);
-    each([&](int mt, int j, int i) {
-      acc[mt][j][i] = fmaf(d[2 * mt + (i >> 1)], part[mt][j][i], acc[mt][j][i]);
-    });
   }
   cp_async_wait<0>();
 
@@ -249,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
 
 template <int kBT>
 constexpr int wg_stage_bytes() {
-  return kRows * kWStride + kBT * 2 * kGroup;
+  return kRows * StageGeometry<1>::kWStride + kBT * 2 * kGroup;
 }
 template <int kBT>
 constexpr int wg_num_stages() {
@@ -275,11 +313,12 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
   int s_begin, s_end;
   split_steps(p, &s_begin, &s_end);
 
-  const RowPieces pieces(p, n0);
-  auto load_w = [&](int s, int st) { pieces.load(s, smem + st * kStage); };
+  using G = StageGeometry<1>;
+  const RowPieces<1> pieces(p, n0);
+  auto load_w = [&](int s, int st) { pieces.load(p, s, smem + st * kStage); };
   // Each 8-element piece into its core-matrix row.
   auto load_x = [&](int s, int st) {
-    load_x_pieces<kBT>(p, t0, s, smem + st * kStage + kRows * kWStride, wgmma_x_offset);
+    load_x_pieces<kBT, 1>(p, t0, s, smem + st * kStage + kRows * G::kWStride, wgmma_x_offset);
   };
 
   // acc[4 j + i]: row 64 wgi + 16 wq + g + 8 (i / 2), token 8 j + 2 tq + i % 2.
@@ -310,12 +349,12 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
       cp_async_commit();
     }
     const uint8_t* base = smem + (it % kStages) * kStage;
-    const uint8_t* xs = base + kRows * kWStride;
+    const uint8_t* xs = base + kRows * G::kWStride;
     const uint8_t* rp[2];
     RowScale sc[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      rp[h] = base + (row0 + 8 * h) * kWStride + ((row_shift[h] + 8 * s) & 15);
+      rp[h] = base + (row0 + 8 * h) * G::kWStride + ((row_shift[h] + 8 * s) & 15);
       sc[h] = block_scale(rp[h]);
     }
     uint32_t a[2][4];
@@ -360,6 +399,11 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
   finish_tile(p, int64_t{kRows} * kBT, true, &last_split, each_acc);
 }
 
+template <int kBT>
+constexpr int default_stage_steps() {
+  return kBT == 16 ? 2 : 1;
+}
+
 // The token tile of m tokens: the smallest that holds them (padding tokens
 // cost mma work and split-k partial sums), kMax beyond (the mma.sync tile's
 // largest is 64 tokens: more tokens take more token tiles, whose blocks read
@@ -383,8 +427,12 @@ Status u4_tile_init() {
   for (int64_t m : {16, 32, 64, 128}) {
     dispatch_tokens<64>(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
-      const cudaError_t e = cudaFuncSetAttribute(
-          u4_tile_kernel<kBT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kBT>());
+      cudaError_t e = cudaFuncSetAttribute(u4_tile_kernel<kBT, 1>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           smem_bytes<kBT, 1>());
+      if (first == cudaSuccess) first = e;
+      e = cudaFuncSetAttribute(u4_tile_kernel<kBT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               smem_bytes<kBT, 2>());
       if (first == cudaSuccess) first = e;
     });
     dispatch_tokens<128>(m, [&](auto bt) {
@@ -409,7 +457,7 @@ bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int
 Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m, int64_t k,
                       const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                       bool accumulate, const void* bias, DType bias_dt,
-                      const QuantTileScratch& scratch, bool wgmma) {
+                      const QuantTileScratch& scratch, bool wgmma, int stage_steps) {
   if (m == 0 || n == 0) return Status::ok();
   if (!u4_tile_supported(x_dt, x, w_dt, w, k, out_dt))
     return unsupported("u4 tile: unsupported format, types or alignment");
@@ -433,7 +481,10 @@ Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, in
   else
     dispatch_tokens<64>(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
-      launch(bt, u4_tile_kernel<kBT>, smem_bytes<kBT>());
+      if ((stage_steps == 0 ? default_stage_steps<kBT>() : stage_steps) == 2)
+        launch(bt, u4_tile_kernel<kBT, 2>, smem_bytes<kBT, 2>());
+      else
+        launch(bt, u4_tile_kernel<kBT, 1>, smem_bytes<kBT, 1>());
     });
   if (err != cudaSuccess) return cuda_error(err, "u4_tile launch");
   return check_launch("u4_tile");

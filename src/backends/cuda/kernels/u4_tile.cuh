@@ -55,10 +55,13 @@ bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int
 
 // out [m, n] (row-major) (= or +=) x [m, k] (row-major bf16) . W^T (+ bias
 // [n]); W [n, k] u4_g128 blocks. The split-k scratch is the bf16 tile's.
-// wgmma: the warpgroup-MMA form (Tuning::cuda_u4_tile_wgmma; u4_tile.cu).
+// wgmma: the warpgroup-MMA form (Tuning::cuda_u4_tile_wgmma; u4_tile.cu);
+// stage_steps: k steps a pipeline stage of the mma.sync form (1 or 2; 0:
+// its default, 2 for 16-token tiles; BackendState::u4_tile_stage_steps).
 Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m, int64_t k,
                       const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                       bool accumulate, const void* bias, DType bias_dt,
-                      const QuantTileScratch& scratch, bool wgmma = false);
+                      const QuantTileScratch& scratch, bool wgmma = false,
+                      int stage_steps = 0);
 
 }  // namespace ferrite::cuda
