@@ -6,6 +6,9 @@
 #    ../shared/peer/get_llama_cpp.sh first), the real Qwen3 tokenizer and the peer's
 #    twin_weights.py (bench/gguf_vs_llama_h200.sh, bench/twin_moe_gguf.py), and with
 #    `--baseline REV` a source snapshot for scripts/gpu_run.sh's A/B (FERRITE_BASELINE=.gpu/baseline).
+# Before each device chain: bash scripts/gpu_prebuild.sh (the CUDA kernels compiled here, carried
+# as .gpu-prebuilt: `carry: [".gpu", ".deb", ".gpu-prebuilt"]`; gpu_env.sh links them when their
+# manifest matches the sources).
 # Then one device chain (the machine stays warm ~30 s between calls: have the next call ready):
 #   1. bash scripts/gpu_session.sh prepare     (peer build in the background; build + GPU tests)
 #   2. bash scripts/gpu_session.sh measure     (opt-in A/B, side by side with llama.cpp)

@@ -19,9 +19,25 @@ if [ -d "$ROOT/.deb" ] && ls "$ROOT"/.deb/*.deb > /dev/null 2>&1; then
   export LD_LIBRARY_PATH="$PFX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
   export LDFLAGS="-Wl,-rpath-link,$PFX/usr/lib/x86_64-linux-gnu -Wl,-rpath,$PFX/usr/lib/x86_64-linux-gnu"
 fi
+# With .gpu-prebuilt/ (scripts/gpu_prebuild.sh, carried) whose manifest matches this tree, the
+# kernels are linked from its objects instead of compiled (FERRITE_PREBUILT=0: never).
 gpu_configure() {
   local dir=$1
   shift
+  local pre=()
+  if [ "${FERRITE_PREBUILT:-1}" = 1 ] && [ -f "$ROOT/.gpu-prebuilt/manifest.sha256" ]; then
+    if (cd "$ROOT" && sha256sum --quiet -c .gpu-prebuilt/manifest.sha256 > /dev/null 2>&1); then
+      local objects=/tmp/ferrite-prebuilt
+      rm -rf "$objects" && mkdir -p "$objects"
+      if tar xzf "$ROOT/.gpu-prebuilt/kernels.tar.gz" -C "$objects"; then
+        pre=(-DFERRITE_CUDA_KERNEL_OBJECTS="$objects/objects")
+        echo "gpu_configure: prebuilt CUDA kernels from .gpu-prebuilt"
+      fi
+    else
+      echo "gpu_configure: .gpu-prebuilt does not match the sources (run scripts/gpu_prebuild.sh" \
+        "after kernel changes); compiling the kernels"
+    fi
+  fi
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRITE_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF "$@"
+    -DCMAKE_CUDA_ARCHITECTURES=90a -DFERRITE_BUILD_BENCH=OFF "${pre[@]}" "$@"
 }

@@ -13,6 +13,8 @@
 #   STAGE=ncu: ncu sections (speed of light, occupancy, warp states, scheduler) of the decode
 #     GEMVs at one token (FORMATS, SHAPES, PATHS) and of one replayed b1 step's attention
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
+# Run bash scripts/gpu_prebuild.sh first and carry [".deb", ".gpu-prebuilt"]: the kernels then
+# come prebuilt (scripts/gpu_env.sh; build.log says so).
 # The first calls of the session after 21 (not yet run on a GPU: the default stage depth
 # choice, two k steps a stage for the 4-bit tile's 16-token tiles, u4_tile.cu
 # default_stage_steps; the forced forms ran: docs/perf-log.md session 21):
