@@ -23,7 +23,7 @@
 #   then AB='qwen3-8b:gptq-int4:FERRITE_CUDA_U4_TILE_TOKENS=64,0' BATCHES='16 32 64' STAGE=ab \
 #     bash bench/cuda/mma_probe.sh
 #   (AB's quantization "-" runs the bf16 model: AB='qwen3-8b:-:FERRITE_CUDA_U4_TILE_TOKENS=0');
-#   a tile's ncu: STAGE=ncu NCU_KERNEL=u4_ NCU_ATTENTION=0 FORMATS=u4_g128 PATHS=u4 \
+#   a tile's ncu: STAGE=ncu NCU_KERNEL=u4_ NCU_ATTENTION=0 NCU_DETAILS=1 FORMATS=u4_g128 PATHS=u4 \
 #     SHAPES=24576x4096 TOKENS=16,64 NCU_KERNELS=2 bash bench/cuda/mma_probe.sh
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
@@ -58,6 +58,9 @@ elif [ "$STAGE" = ncu ]; then
   [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
   ninja -C "$BUILD" ferrite quant_gemm_bench >> "$OUT/build.log" 2>&1 || echo "build failed" | tee -a "$T"
   SECTIONS="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
+  # NCU_DETAILS=1: the sections' detail tables too (the warp stall reasons, the instruction mix,
+  # the memory tables: ncu --print-details all), into ncu_gemv.txt.
+  [ "${NCU_DETAILS:-0}" = 1 ] && SECTIONS="$SECTIONS --section InstructionStats --print-details all"
   # NCU_KERNEL: the kernel-name regex (default the decode GEMVs; "u4_" the 4-bit tiles with
   # PATHS=u4,u4wg and 16+ TOKENS); NCU_ATTENTION=0 skips the decode attention below.
   timeout 200 "$NCU" $SECTIONS --kernel-name "regex:${NCU_KERNEL:-quant_gemv}" -c ${NCU_KERNELS:-8} \
