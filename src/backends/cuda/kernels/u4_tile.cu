@@ -450,7 +450,8 @@ int64_t u4_tile_partial_floats(int num_sms) { return int64_t{4} * num_sms * kRow
 bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int64_t k,
                        DType out_dt) {
   if (w_dt != DType::kU4G128 || x_dt != DType::kBF16 || !small_ok(out_dt)) return false;
-  if (k <= 0 || k % kGroup != 0) return false;
+  // k < 2^22: a 128-row tile's byte offsets fit an int (RowPieces).
+  if (k <= 0 || k % kGroup != 0 || k >= (int64_t{1} << 22)) return false;
   return reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 

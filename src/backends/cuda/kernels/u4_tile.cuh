@@ -48,8 +48,8 @@ Status u4_tile_init();
 int64_t u4_tile_partial_floats(int num_sms);
 
 // True when launch_u4_tile runs this product: u4_g128 weights (16-byte
-// aligned), x bf16 with 16-byte aligned rows, k a multiple of 128, out f32 /
-// bf16 / f16.
+// aligned), x bf16 with 16-byte aligned rows, k a multiple of 128 below
+// 2^22, out f32 / bf16 / f16.
 bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int64_t k,
                        DType out_dt);
 
