@@ -26,8 +26,9 @@ std::vector<Backend> available_backends() {
 #ifdef FERRITE_HAVE_CUDA
   if (cuda_device_present()) {
     // "cuda" with the default tuning but for the MoE knob below (products
-    // of 9 .. 64 tokens on block weights through the bf16 tile, the 70-token
-    // cases through dequantize + cuBLASLt); "cuda_alt": the block-weight
+    // of 9 .. 64 tokens on block weights through the bf16 tile, on u4_g128
+    // through the 4-bit tile, the 70-token cases through dequantize +
+    // cuBLASLt); "cuda_alt": the block-weight
     // providers again, with products of up to 256 tokens on the bf16 tile
     // (Tuning::cuda_quant_tile_tokens: the 70-token cases in two tiles of 64
     // and a partial one; u4_g128 weights on the Marlin-class 4-bit tile,
