@@ -30,6 +30,8 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels/u4_tile.cuh"
+#include "backends/cuda/kernels/u4_tile_formats.h"
 #include "tensor/dtype.h"
 
 namespace {
@@ -68,10 +70,11 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "NxK weight shapes (n outputs x k inputs)")
       ->capture_default_str();
   app.add_option("--paths", paths,
-                 "tile, lt (dequantize + cuBLASLt), u4 / u4wg (the 4-bit tile on mma.sync / wgmma; u4s1 / u4s2: mma.sync with one / two k steps a stage), "
-                 "u4_g128), bf16 (the bf16 "
-                 "product of the dequantized weights); gemv, mma, mma8 (up to 8 tokens: the fused "
-                 "GEMV on CUDA cores / tensor cores / tensor cores with e4m3 activations)")
+                 "tile, lt (dequantize + cuBLASLt), u4 / u4wg (the 4-bit tile on mma.sync / "
+                 "wgmma, u4_g128; u4s1 / u4s2: mma.sync with one / two k steps a stage; u4t: "
+                 "the weights in the tile's own 128-row layout, U4Layout::kTiles), bf16 (the "
+                 "bf16 product of the dequantized weights); gemv, mma, mma8 (up to 8 tokens: the "
+                 "fused GEMV on CUDA cores / tensor cores / tensor cores with e4m3 activations)")
       ->capture_default_str();
   app.add_option("--iters", iters, "timed calls per case")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
@@ -114,6 +117,20 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaMalloc(&w, stride * copies));
       for (int c = 0; c < copies; ++c)
         CHECK_CUDA(cudaMemcpy(w + c * stride, wq.data(), bytes, cudaMemcpyHostToDevice));
+      // The u4t path's weights: the same blocks in the tiled layout.
+      uint8_t* wt = nullptr;
+      int64_t stride_t = 0;
+      int copies_t = 0;
+      if (paths.find("u4t") != std::string::npos && *dt == DType::kU4G128) {
+        std::vector<uint8_t> tiles(static_cast<size_t>(cuda::u4tile::tiled_bytes(n, k)));
+        cuda::u4tile::tile_u4_rows(wq.data(), tiles.data(), n, k);
+        stride_t = (static_cast<int64_t>(tiles.size()) + 255) / 256 * 256;
+        copies_t = static_cast<int>(std::max<int64_t>(2, (int64_t{512} << 20) / stride_t + 1));
+        CHECK_CUDA(cudaMalloc(&wt, stride_t * copies_t));
+        for (int c = 0; c < copies_t; ++c)
+          CHECK_CUDA(cudaMemcpy(wt + c * stride_t, tiles.data(), tiles.size(),
+                                cudaMemcpyHostToDevice));
+      }
       // The bf16 path's weights: the same values rounded to bf16, as many
       // copies as keep them out of L2.
       uint16_t* w16 = nullptr;
@@ -139,6 +156,7 @@ int main(int argc, char** argv) {
         CHECK_CUDA(cudaMemcpy(xd, xh.data(), m * k * 2, cudaMemcpyHostToDevice));
         std::vector<float> first;
         for (const std::string& path : split(paths)) {
+          if (path == "u4t" && !wt) continue;  // u4_g128 only
           st.quant_tile_tokens = path == "tile" ? tile_tokens : 0;
           const bool u4 = path == "u4" || path == "u4wg" || path == "u4s1" || path == "u4s2";
           st.u4_tile_tokens = u4 ? tile_tokens : 0;
@@ -148,7 +166,14 @@ int main(int argc, char** argv) {
           st.quant_mma_fp8_act = path == "mma8";
           auto call = [&](int i) {
             Status s =
-                path == "bf16"
+                path == "u4t"
+                    ? cuda::launch_u4_tile(
+                          st.stream, st.num_sms, xd, DType::kBF16, m, k, wt + (i % copies_t) * stride_t,
+                          DType::kU4G128, n, od, DType::kF32, false, nullptr, DType::kF32,
+                          cuda::QuantTileScratch{st.tile_partials, st.tile_partial_floats,
+                                                 st.tile_counters, st.tile_counter_count},
+                          false, 1, cuda::U4Layout::kTiles)
+                : path == "bf16"
                     ? cuda::gemm(st, xd, DType::kBF16, m, k,
                                  reinterpret_cast<char*>(w16) + (i % copies16) * stride16,
                                  DType::kBF16, n, od, DType::kF32, false)
@@ -195,6 +220,7 @@ int main(int argc, char** argv) {
       }
       cudaFree(w);
       if (w16) cudaFree(w16);
+      if (wt) cudaFree(wt);
     }
   }
   cuda::gemm_shutdown(st);

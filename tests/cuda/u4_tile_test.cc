@@ -21,6 +21,8 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels/u4_tile.cuh"
+#include "backends/cuda/kernels/u4_tile_formats.h"
 #include "product_buffers.h"
 #include "tensor/dtype.h"
 
@@ -49,8 +51,12 @@ std::vector<uint8_t> u4_weight(int64_t n, int64_t k, std::mt19937& rng) {
   return w;
 }
 
-void run_case(const U4Case& c, bool wgmma, std::mt19937& rng, int stage_steps = 0) {
-  SCOPED_TRACE(std::string(wgmma ? "wgmma " : "mma.sync ") + std::to_string(stage_steps) +
+// tiled: the weights repacked into U4Layout::kTiles and the tile launched
+// directly (gemm() takes row-major u4_g128 only).
+void run_case(const U4Case& c, bool wgmma, std::mt19937& rng, int stage_steps = 0,
+              bool tiled = false) {
+  SCOPED_TRACE(std::string(wgmma ? "wgmma " : "mma.sync ") + (tiled ? "tiled, " : "") +
+               std::to_string(stage_steps) +
                " steps a stage, m " + std::to_string(c.m) + " n " +
                std::to_string(c.n) + " k " + std::to_string(c.k) + " out " +
                std::string(dtype_name(c.out)) + (c.accumulate_bias ? " acc+bias" : ""));
@@ -86,8 +92,13 @@ void run_case(const U4Case& c, bool wgmma, std::mt19937& rng, int stage_steps = 
   st.u4_tile_wgmma = wgmma;
   st.u4_tile_stage_steps = stage_steps;
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
+  std::vector<uint8_t> tiles;
+  if (tiled) {
+    tiles.resize(static_cast<size_t>(cuda::u4tile::tiled_bytes(n, k)));
+    cuda::u4tile::tile_u4_rows(wq.data(), tiles.data(), n, k);
+  }
   testing::ProductBuffers b;
-  b.upload(wq, xh, init, bias, m, n, c.out);
+  b.upload(tiled ? tiles : wq, xh, init, bias, m, n, c.out);
   if (::testing::Test::HasFatalFailure()) return;
   // Twice: the second launch finds the split-k counters reset by the first.
   for (int rep = 0; rep < 2; ++rep) {
@@ -96,11 +107,23 @@ void run_case(const U4Case& c, bool wgmma, std::mt19937& rng, int stage_steps = 
       ASSERT_EQ(cudaMemset(b.out, 0xFF, m * n * dtype_bytes(c.out, 1)), cudaSuccess);
     }
     const int64_t before = st.u4_tile_products;
-    Status s = cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, DType::kU4G128, n, b.out, c.out,
-                          c.accumulate_bias, c.accumulate_bias ? b.bias : nullptr, DType::kF32);
+    const void* bias_p = c.accumulate_bias ? b.bias : nullptr;
+    Status s =
+        tiled ? cuda::launch_u4_tile(st.stream, st.num_sms, b.x, DType::kBF16, m, k, b.w,
+                                     DType::kU4G128, n, b.out, c.out, c.accumulate_bias, bias_p,
+                                     DType::kF32,
+                                     cuda::QuantTileScratch{st.tile_partials,
+                                                            st.tile_partial_floats,
+                                                            st.tile_counters,
+                                                            st.tile_counter_count},
+                                     false, 1, cuda::U4Layout::kTiles)
+              : cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, DType::kU4G128, n, b.out, c.out,
+                           c.accumulate_bias, bias_p, DType::kF32);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
-    ASSERT_EQ(st.u4_tile_products, before + 1) << "the 4-bit tile was not taken";
+    if (!tiled) {
+      ASSERT_EQ(st.u4_tile_products, before + 1) << "the 4-bit tile was not taken";
+    }
     std::vector<float> got;
     b.read_out(&got);
     if (::testing::Test::HasFatalFailure()) return;
@@ -167,6 +190,18 @@ TEST(CudaU4TileTest, EachStageDepthMatchesHostProductOfTheF32Weights) {
       run_case(c, false, rng, steps);
       if (::testing::Test::HasFatalFailure()) return;
     }
+}
+
+// The tiled weight layout (U4Layout::kTiles, u4_tile_formats.h
+// tile_u4_rows): the same cases.
+TEST(CudaU4TileTest, TiledLayoutMatchesHostProductOfTheF32Weights) {
+  std::string why;
+  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(41);
+  for (const U4Case& c : cases()) {
+    run_case(c, false, rng, 1, true);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 // The warpgroup-MMA form (Tuning::cuda_u4_tile_wgmma): the same cases.

@@ -223,6 +223,42 @@ TEST(U4TileFormat, NaturalOrderFragmentsGiveTheProductOfTheBf16Values) {
   }
 }
 
+// The tiled layout (U4Layout::kTiles): every block of the rows lands at
+// tiled_block_offset, each tile's k step is one 9,216-byte run, the rows
+// past n are zero blocks and nothing else is written.
+TEST(U4TileFormat, TiledLayoutHoldsEveryBlockOnceInItsStepRun) {
+  std::mt19937 rng(17);
+  for (int64_t n : {1, 128, 200, 300}) {
+    const int64_t k = 3 * kGroup, steps = k / kGroup;
+    std::vector<uint8_t> rows;
+    for (int64_t r = 0; r < n; ++r) {
+      const std::vector<uint8_t> row = random_row(k, true, rng);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    const int64_t bytes = tiled_bytes(n, k);
+    ASSERT_EQ(bytes, (n + 127) / 128 * steps * 128 * kBlockBytes);
+    std::vector<uint8_t> tiles(static_cast<size_t>(bytes), 0xAB);
+    tile_u4_rows(rows.data(), tiles.data(), n, k);
+    std::vector<int> owner(static_cast<size_t>(bytes / kBlockBytes), -1);
+    for (int64_t r = 0; r < (n + 127) / 128 * 128; ++r)
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t at = tiled_block_offset(r, s, steps);
+        ASSERT_EQ(at % kBlockBytes, 0);
+        // The step's run: tile r / 128, step s, rows in order.
+        ASSERT_EQ(at / kTileStepBytes, r / 128 * steps + s);
+        ASSERT_EQ(owner[static_cast<size_t>(at / kBlockBytes)], -1) << "row " << r << " step " << s;
+        owner[static_cast<size_t>(at / kBlockBytes)] = static_cast<int>(r * steps + s);
+        const uint8_t* got = tiles.data() + at;
+        if (r < n) {
+          ASSERT_EQ(std::memcmp(got, rows.data() + (r * steps + s) * kBlockBytes, kBlockBytes), 0)
+              << "n " << n << " row " << r << " step " << s;
+        } else {
+          for (int b = 0; b < kBlockBytes; ++b) ASSERT_EQ(got[b], 0) << "padding row " << r;
+        }
+      }
+  }
+}
+
 // The wgmma tile's activations in shared memory are where the tensor cores
 // read B: for every k16 sub-step, token n and k, PTX's canonical K-major
 // unswizzled layout at the descriptor's start, LBO and SBO holds x[n][16 ks

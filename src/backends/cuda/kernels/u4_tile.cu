@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 
 #include <type_traits>
+#include <utility>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/mma.cuh"
@@ -86,16 +87,18 @@ constexpr int smem_bytes() {
 //    2^31 bytes: k < 2^22) plus 16 x the piece, with flags in the low bits:
 //    kSkip (not a row of the tensor), kShift (the row's first byte is 8
 //    bytes into a piece; step s starts 8 s bytes, mod 16, further in);
-//  - place: its shared-memory offset, plus the piece number << 16 (a
-//    piece past the row's last block is not copied: the last row's would
-//    read past the tensor).
+//  - place (two steps a stage only): its shared-memory offset, plus the
+//    piece number << 16 (a piece past the row's last block is not copied:
+//    the last row's would read past the tensor). With one step a stage
+//    piece i goes to 16 i (rows 5 pieces apart) and every piece of a step
+//    holds a byte of its block.
 template <int kSteps>
 struct RowPieces {
   using G = StageGeometry<kSteps>;
   static constexpr int kPerThread = (kRows * G::kPieces + kThreads - 1) / kThreads;
   static constexpr int kSkip = 1, kShift = 8;
   const uint8_t* tile;
-  int code[kPerThread], place[kPerThread];
+  int code[kPerThread], place[kSteps == 1 ? 1 : kPerThread];
 
   __device__ __forceinline__ RowPieces(const TileParams& p, int64_t n0)
       : tile(p.w + n0 * p.row_bytes) {  // 16-byte aligned: n0 % 128 == 0, row_bytes % 8 == 0
@@ -107,7 +110,7 @@ struct RowPieces {
       code[j] = i < kRows * G::kPieces && n0 + r < p.n
                     ? (off & ~15) + 16 * piece + (off & kShift)
                     : kSkip;
-      place[j] = r * G::kWStride + 16 * piece + (piece << 16);
+      if constexpr (kSteps > 1) place[j] = r * G::kWStride + 16 * piece + (piece << 16);
     }
   }
   // The pieces of the stage that starts at step s into `base`. Rows past n
@@ -119,9 +122,53 @@ struct RowPieces {
       if (c & kSkip) continue;
       const int shift = c & kShift;
       const int at = (shift + kBlockBytes * s) & ~15;
-      // The piece's bytes from the row's start: at + 16 piece - shift.
-      if (at + 16 * (place[j] >> 16) - shift >= p.row_bytes) continue;
-      cp_async16(base + (place[j] & 0xFFFF), tile + (c & ~15) + at, true);
+      if constexpr (kSteps == 1) {
+        cp_async16(base + 16 * (static_cast<int>(threadIdx.x) + kThreads * j), tile + (c & ~15) + at,
+                   true);
+      } else {
+        // The piece's bytes from the row's start: at + 16 piece - shift.
+        if (at + 16 * (place[j] >> 16) - shift >= p.row_bytes) continue;
+        cp_async16(base + (place[j] & 0xFFFF), tile + (c & ~15) + at, true);
+      }
+    }
+  }
+};
+
+// The same pieces (one step a stage) worked out at every copy, holding no
+// registers across the k loop: the wgmma form's 128-token tile has none to
+// spare (RowPieces' words spill there), and its instruction budget a step
+// is not what bounds it.
+struct RowPiecesOnTheFly {
+  int64_t n0;
+  __device__ __forceinline__ RowPiecesOnTheFly(const TileParams&, int64_t n0_) : n0(n0_) {}
+  __device__ __forceinline__ void load(const TileParams& p, int s, uint8_t* base) const {
+    constexpr int kPieces = StageGeometry<1>::kPieces;
+#pragma unroll
+    for (int j = 0; j < (kRows * kPieces + kThreads - 1) / kThreads; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + kThreads * j;
+      const int r = i / kPieces, piece = i - kPieces * r;
+      if (i >= kRows * kPieces || n0 + r >= p.n) continue;
+      const int64_t first = (n0 + r) * p.row_bytes + static_cast<int64_t>(kBlockBytes) * s;
+      cp_async16(base + 16 * i, p.w + (first & ~int64_t{15}) + 16 * piece, true);
+    }
+  }
+};
+
+// The same for the tiled layout (U4Layout::kTiles): a tile's k step is one
+// contiguous run of 128 blocks, copied as it lies (row r's block at 72 r).
+struct TilePieces {
+  static constexpr int kPieces = static_cast<int>(kTileStepBytes / 16);  // 576
+  static constexpr int kPerThread = (kPieces + kThreads - 1) / kThreads;
+  const uint8_t* tile;  // the row tile's step 0
+
+  __device__ __forceinline__ TilePieces(const TileParams& p, int64_t n0)
+      : tile(p.w + (n0 / kTileRows) * p.steps * kTileStepBytes) {}
+  __device__ __forceinline__ void load(const TileParams&, int s, uint8_t* base) const {
+    const uint8_t* src = tile + static_cast<int64_t>(s) * kTileStepBytes;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + kThreads * j;
+      if (kPieces % kThreads == 0 || i < kPieces) cp_async16(base + 16 * i, src + 16 * i, true);
     }
   }
 };
@@ -146,15 +193,19 @@ __device__ __forceinline__ void load_x_pieces(const TileParams& p, int64_t t0, i
 }
 
 // Tokens [kBT blockIdx.x, + kBT) x rows [128 blockIdx.y, + 128) over the k
-// steps of split blockIdx.z, kSteps a pipeline stage. Per step each warp
-// multiplies its rows' q - z (u4_tile_formats.h code_values) by the
-// activations into f32 step sums, then adds d times them to its
-// accumulators.
-template <int kBT, int kSteps>
+// steps of split blockIdx.z, kSteps a pipeline stage, the weights row-major
+// or tiled (kTiled: one step a stage, rows 72 bytes apart in shared memory).
+// Per step each warp multiplies its rows' q - z (u4_tile_formats.h
+// code_values) by the activations into f32 step sums, then adds d times
+// them to its accumulators.
+template <int kBT, int kSteps, bool kTiled>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
     u4_tile_kernel(const TileParams p) {
+  static_assert(!kTiled || kSteps == 1, "the tiled layout: one k step a stage");
   using L = WarpLayout<kBT>;
   using G = StageGeometry<kSteps>;
+  using Pieces = std::conditional_t<kTiled, TilePieces, RowPieces<kSteps>>;
+  constexpr int kRowStride = kTiled ? kBlockBytes : G::kWStride;
   constexpr int kMT = L::kMT, kNJ = L::kNJ;
   constexpr int kStage = stage_bytes<kBT, kSteps>();
   constexpr int kStages = num_stages<kBT, kSteps>();
@@ -168,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
   split_steps(p, &s_begin, &s_end);
   const int stages = (s_end - s_begin + kSteps - 1) / kSteps;  // pipeline stages (u)
 
-  const RowPieces<kSteps> pieces(p, n0);
+  const Pieces pieces(p, n0);
   auto load_w = [&](int u, int st) {
     pieces.load(p, s_begin + kSteps * u, smem + st * kStage);
   };
@@ -187,10 +238,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
 
   // This lane's rows q = 2 mt + h: 16 kMT rw + 8 q + g; where each row's
   // bytes start within a piece (0 or 8) at step 0.
+  // (Tiled: 0, each block 72 r bytes into its step's run.)
   int row_shift[2 * kMT];
 #pragma unroll
   for (int q = 0; q < 2 * kMT; ++q)
-    row_shift[q] = static_cast<int>(((n0 + 16 * kMT * rw + 8 * q + g) * p.row_bytes) & 15);
+    row_shift[q] =
+        kTiled ? 0 : static_cast<int>(((n0 + 16 * kMT * rw + 8 * q + g) * p.row_bytes) & 15);
   const int x_lane = (8 * kNJ * tw + g) * G::kXStride + 16 * tq;
 
   for (int u = 0; u < stages; ++u) {
@@ -215,8 +268,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
 #pragma unroll
       for (int q = 0; q < 2 * kMT; ++q) {
         // 72 s = 8 s (mod 16): odd steps start 8 bytes further into a piece.
-        rp[q] = base + (16 * kMT * rw + 8 * q + g) * G::kWStride +
-                ((row_shift[q] + 8 * s0) & 15) + kBlockBytes * ss;
+        rp[q] = base + (16 * kMT * rw + 8 * q + g) * kRowStride +
+                (kTiled ? 0 : ((row_shift[q] + 8 * s0) & 15)) + kBlockBytes * ss;
         zz[q] = zero_pairs(rp[q][4]);
       }
       // part[mt][j][i]: this step's sums of (q - z) x, as acc.
@@ -314,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
   split_steps(p, &s_begin, &s_end);
 
   using G = StageGeometry<1>;
-  const RowPieces<1> pieces(p, n0);
+  const RowPiecesOnTheFly pieces(p, n0);
   auto load_w = [&](int s, int st) { pieces.load(p, s, smem + st * kStage); };
   // Each 8-element piece into its core-matrix row.
   auto load_x = [&](int s, int st) {
@@ -427,13 +480,13 @@ Status u4_tile_init() {
   for (int64_t m : {16, 32, 64, 128}) {
     dispatch_tokens<64>(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
-      cudaError_t e = cudaFuncSetAttribute(u4_tile_kernel<kBT, 1>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           smem_bytes<kBT, 1>());
-      if (first == cudaSuccess) first = e;
-      e = cudaFuncSetAttribute(u4_tile_kernel<kBT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               smem_bytes<kBT, 2>());
-      if (first == cudaSuccess) first = e;
+      for (auto [kernel, smem] : {std::pair{u4_tile_kernel<kBT, 1, false>, smem_bytes<kBT, 1>()},
+                                  std::pair{u4_tile_kernel<kBT, 2, false>, smem_bytes<kBT, 2>()},
+                                  std::pair{u4_tile_kernel<kBT, 1, true>, smem_bytes<kBT, 1>()}}) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (first == cudaSuccess) first = e;
+      }
     });
     dispatch_tokens<128>(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
@@ -458,7 +511,8 @@ bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int
 Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m, int64_t k,
                       const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                       bool accumulate, const void* bias, DType bias_dt,
-                      const QuantTileScratch& scratch, bool wgmma, int stage_steps) {
+                      const QuantTileScratch& scratch, bool wgmma, int stage_steps,
+                      U4Layout layout) {
   if (m == 0 || n == 0) return Status::ok();
   if (!u4_tile_supported(x_dt, x, w_dt, w, k, out_dt))
     return unsupported("u4 tile: unsupported format, types or alignment");
@@ -474,19 +528,27 @@ Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, in
                                                  bias_dt, steps, num_sms, scratch, &grid);
     err = launch_pdl_weights(kernel, grid, dim3(kThreads), smem, s, p);
   };
-  if (wgmma)
+  if (layout == U4Layout::kTiles) {
+    if (wgmma || stage_steps == 2)
+      return unsupported("u4 tile: tiled weights take the mma.sync form, one k step a stage");
+    dispatch_tokens<64>(m, [&](auto bt) {
+      constexpr int kBT = decltype(bt)::value;
+      launch(bt, u4_tile_kernel<kBT, 1, true>, smem_bytes<kBT, 1>());
+    });
+  } else if (wgmma) {
     dispatch_tokens<128>(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
       launch(bt, u4_wgmma_kernel<kBT>, wg_smem_bytes<kBT>());
     });
-  else
+  } else {
     dispatch_tokens<64>(m, [&](auto bt) {
       constexpr int kBT = decltype(bt)::value;
       if ((stage_steps == 0 ? default_stage_steps<kBT>() : stage_steps) == 2)
-        launch(bt, u4_tile_kernel<kBT, 2>, smem_bytes<kBT, 2>());
+        launch(bt, u4_tile_kernel<kBT, 2, false>, smem_bytes<kBT, 2>());
       else
-        launch(bt, u4_tile_kernel<kBT, 1>, smem_bytes<kBT, 1>());
+        launch(bt, u4_tile_kernel<kBT, 1, false>, smem_bytes<kBT, 1>());
     });
+  }
   if (err != cudaSuccess) return cuda_error(err, "u4_tile launch");
   return check_launch("u4_tile");
 }

@@ -39,6 +39,12 @@
 
 namespace ferrite::cuda {
 
+// Where the weights' blocks lie: kRows, u4_g128 as stored (row-major, the
+// loader's); kTiles, 128-row tiles step by step (u4_tile_formats.h
+// tile_u4_rows: each k step of a tile one contiguous run; the mma.sync form
+// only, one k step a stage; benchmarks and tests, not yet the loader's).
+enum class U4Layout { kRows, kTiles };
+
 // Lets the kernels use the shared memory they need (once per process,
 // before the first launch, outside any graph capture).
 Status u4_tile_init();
@@ -57,11 +63,12 @@ bool u4_tile_supported(DType x_dt, const void* x, DType w_dt, const void* w, int
 // [n]); W [n, k] u4_g128 blocks. The split-k scratch is the bf16 tile's.
 // wgmma: the warpgroup-MMA form (Tuning::cuda_u4_tile_wgmma; u4_tile.cu);
 // stage_steps: k steps a pipeline stage of the mma.sync form (1 or 2; 0:
-// its default, 2 for 16-token tiles; BackendState::u4_tile_stage_steps).
+// its default, 2 for 16-token tiles; BackendState::u4_tile_stage_steps);
+// layout: where W's blocks lie (kTiles: 128-row tiles, tiled_bytes(n, k)).
 Status launch_u4_tile(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m, int64_t k,
                       const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                       bool accumulate, const void* bias, DType bias_dt,
                       const QuantTileScratch& scratch, bool wgmma = false,
-                      int stage_steps = 0);
+                      int stage_steps = 0, U4Layout layout = U4Layout::kRows);
 
 }  // namespace ferrite::cuda

@@ -72,6 +72,31 @@ FERRITE_U4_HD uint32_t byte_pair(uint32_t w, uint32_t w4, uint32_t sel) {
   return (permute_bytes(w, w4, sel) & 0x000F000Fu) | kMagic;
 }
 
+// The 4-bit tile's own weight layout (U4Layout::kTiles, u4_tile.cuh; not
+// yet produced by the loader): the u4_g128 blocks of each 128 rows, k step
+// by k step. Block (r, s) lies at ((r / 128) steps + s) 9216 + (r % 128) 72,
+// rows past n (up to a multiple of 128) are zero blocks. A tile's k step is
+// then one contiguous 9,216-byte run instead of 128 runs of 72 bytes, 72
+// steps apart (the row-major layout: each DRAM page opened for ~80 bytes).
+inline constexpr int kTileRows = 128;
+inline constexpr int64_t kTileStepBytes = int64_t{kTileRows} * kBlockBytes;
+FERRITE_U4_HD int64_t tiled_block_offset(int64_t r, int64_t s, int64_t steps) {
+  return ((r / kTileRows) * steps + s) * kTileStepBytes + (r % kTileRows) * kBlockBytes;
+}
+inline int64_t tiled_bytes(int64_t n, int64_t k) {
+  return (n + kTileRows - 1) / kTileRows * (k / kGroup) * kTileStepBytes;
+}
+// Row-major u4_g128 rows [n, k] (k a multiple of 128) into the tiled
+// layout (tiled_bytes(n, k) bytes).
+inline void tile_u4_rows(const uint8_t* rows, uint8_t* tiles, int64_t n, int64_t k) {
+  const int64_t steps = k / kGroup;
+  std::memset(tiles, 0, static_cast<size_t>(tiled_bytes(n, k)));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t s = 0; s < steps; ++s)
+      std::memcpy(tiles + tiled_block_offset(r, s, steps), rows + (r * steps + s) * kBlockBytes,
+                  kBlockBytes);
+}
+
 // Where the wgmma tile puts a step's activations in shared memory: K-major
 // core matrices without swizzle (PTX ISA, wgmma's canonical layout
 // ((8, m), (T, 2k)) : ((1T, SBO), (1, LBO)), T = 8 bf16 = 16 bytes): token t,
