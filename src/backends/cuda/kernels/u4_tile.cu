@@ -41,7 +41,7 @@ struct StageGeometry {
 };
 
 // The mma.sync tile's warps over its 128 rows x kBT tokens: kMT 16-row mma
-// tiles a warp; 8 / (8 / kMT) warps share a row range and split the tokens.
+// tiles a warp; kTokenWarps warps share a row range and split the tokens.
 // Up to 32 tokens each warp owns 16 rows and every token: each weight is
 // decoded once. At 64 tokens two warps share 32 rows: the decode is done
 // twice, but each activation fragment feeds two mma instead of one (one
