@@ -29,9 +29,11 @@ gpu_configure() {
     if (cd "$ROOT" && sha256sum --quiet -c .gpu-prebuilt/manifest.sha256 > /dev/null 2>&1); then
       local objects=/tmp/ferrite-prebuilt
       rm -rf "$objects" && mkdir -p "$objects"
-      if tar xzf "$ROOT/.gpu-prebuilt/kernels.tar.gz" -C "$objects"; then
+      if tar xJf "$ROOT/.gpu-prebuilt/kernels.tar.xz" -C "$objects"; then
         pre=(-DFERRITE_CUDA_KERNEL_OBJECTS="$objects/objects")
         echo "gpu_configure: prebuilt CUDA kernels from .gpu-prebuilt"
+      else
+        echo "gpu_configure: could not unpack .gpu-prebuilt/kernels.tar.xz; compiling the kernels"
       fi
     else
       echo "gpu_configure: .gpu-prebuilt does not match the sources (run scripts/gpu_prebuild.sh" \
