@@ -4,12 +4,13 @@
 #   bash scripts/gpu_prebuild.sh        (then carry [".deb", ".gpu-prebuilt"] on device calls)
 # It compiles the kernels in build-prebuilt/ (Release, sm_90a SASS only and no -lineinfo: such
 # objects compress ~20x, and a device call's whole tree, tracked files included, must stay under
-# 64 MiB; the same nvcc 13.0 as the GPU machine; the first run compiles all 17 kernels, ~10
-# minutes here, later runs what changed), packs them into .gpu-prebuilt/kernels.tar.xz and
-# writes .gpu-prebuilt/manifest.sha256: the sha256 of every file of this tree they were compiled
-# from (ninja's dependency record) and of the CUDA CMake file. gpu_configure (scripts/gpu_env.sh)
-# links them instead of compiling the kernels only when every hash matches the tree it builds;
-# otherwise it says so and compiles them. Run it after every kernel change.
+# 64 MiB; the same nvcc 13.0 as the GPU machine; the first run compiles all 17 kernels, ~4
+# minutes here, later runs what changed), packs them into .gpu-prebuilt/kernels.tar.xz (~3 MB)
+# and writes .gpu-prebuilt/manifest.sha256: the sha256 of every file of this tree they were
+# compiled from (ninja's dependency record) and of the CMake files that set their flags.
+# gpu_configure (scripts/gpu_env.sh) links them instead of compiling the kernels only when every
+# hash matches the tree it builds; otherwise it says so and compiles them. Run it before every
+# device chain (a few seconds when nothing changed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -29,6 +30,7 @@ out=.gpu-prebuilt
 rm -rf "$out" && mkdir -p "$out/objects"
 for o in "${objs[@]}"; do cp "$BUILD/$o" "$out/objects/"; done
 {
+  echo CMakeLists.txt
   echo src/backends/cuda/CMakeLists.txt
   ninja -C "$BUILD" -t deps "${objs[@]}" | sed -n "s|^    $ROOT/||p"
 } | sort -u | xargs sha256sum > "$out/manifest.sha256"
