@@ -170,8 +170,7 @@ int main(int argc, char** argv) {
                     ? cuda::launch_u4_tile(
                           st.stream, st.num_sms, xd, DType::kBF16, m, k, wt + (i % copies_t) * stride_t,
                           DType::kU4G128, n, od, DType::kF32, false, nullptr, DType::kF32,
-                          cuda::QuantTileScratch{st.tile_partials, st.tile_partial_floats,
-                                                 st.tile_counters, st.tile_counter_count},
+                          cuda::quant_tile_scratch(st),
                           false, 1, cuda::U4Layout::kTiles)
                 : path == "bf16"
                     ? cuda::gemm(st, xd, DType::kBF16, m, k,

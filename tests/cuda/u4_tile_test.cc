@@ -112,10 +112,7 @@ void run_case(const U4Case& c, bool wgmma, std::mt19937& rng, int stage_steps = 
         tiled ? cuda::launch_u4_tile(st.stream, st.num_sms, b.x, DType::kBF16, m, k, b.w,
                                      DType::kU4G128, n, b.out, c.out, c.accumulate_bias, bias_p,
                                      DType::kF32,
-                                     cuda::QuantTileScratch{st.tile_partials,
-                                                            st.tile_partial_floats,
-                                                            st.tile_counters,
-                                                            st.tile_counter_count},
+                                     cuda::quant_tile_scratch(st),
                                      false, 1, cuda::U4Layout::kTiles)
               : cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, DType::kU4G128, n, b.out, c.out,
                            c.accumulate_bias, bias_p, DType::kF32);
@@ -167,14 +164,19 @@ const std::vector<U4Case>& cases() {
   return all;
 }
 
+// Every case of cases() in one form of the tile, from one seed.
+void run_cases(uint32_t seed, bool wgmma, int stage_steps = 0, bool tiled = false) {
+  std::mt19937 rng(seed);
+  for (const U4Case& c : cases()) {
+    run_case(c, wgmma, rng, stage_steps, tiled);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST(CudaU4TileTest, MatchesHostProductOfTheF32Weights) {
   std::string why;
   if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
-  std::mt19937 rng(29);
-  for (const U4Case& c : cases()) {
-    run_case(c, false, rng);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  run_cases(29, false);
 }
 
 // One and two k steps a pipeline stage forced for every token tile
@@ -184,12 +186,10 @@ TEST(CudaU4TileTest, MatchesHostProductOfTheF32Weights) {
 TEST(CudaU4TileTest, EachStageDepthMatchesHostProductOfTheF32Weights) {
   std::string why;
   if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
-  std::mt19937 rng(37);
-  for (int steps : {1, 2})
-    for (const U4Case& c : cases()) {
-      run_case(c, false, rng, steps);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
+  for (int steps : {1, 2}) {
+    run_cases(37 + steps, false, steps);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 // The tiled weight layout (U4Layout::kTiles, u4_tile_formats.h
@@ -197,22 +197,14 @@ TEST(CudaU4TileTest, EachStageDepthMatchesHostProductOfTheF32Weights) {
 TEST(CudaU4TileTest, TiledLayoutMatchesHostProductOfTheF32Weights) {
   std::string why;
   if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
-  std::mt19937 rng(41);
-  for (const U4Case& c : cases()) {
-    run_case(c, false, rng, 1, true);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  run_cases(41, false, 1, true);
 }
 
 // The warpgroup-MMA form (Tuning::cuda_u4_tile_wgmma): the same cases.
 TEST(CudaU4TileTest, WgmmaMatchesHostProductOfTheBf16Weights) {
   std::string why;
   if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
-  std::mt19937 rng(31);
-  for (const U4Case& c : cases()) {
-    run_case(c, true, rng);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  run_cases(31, true);
 }
 
 }  // namespace

@@ -56,6 +56,21 @@ float ref_value(const uint8_t* blk, int e) {  // bf16 of dequantize_row's value
   return bf16_to_f32(f32_to_bf16(v[e]));
 }
 
+// One warp's inputs for one k step: 16 rows of one u4_g128 block (f16 or
+// f32 scales) and 8 tokens' bf16 activations.
+struct WarpStep {
+  std::vector<std::vector<uint8_t>> rows;
+  std::vector<uint16_t> x;  // [8][128]
+};
+WarpStep random_warp_step(bool f16_scales, std::mt19937& rng) {
+  WarpStep w;
+  for (int r = 0; r < 16; ++r) w.rows.push_back(random_row(kGroup, f16_scales, rng));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  w.x.resize(8 * kGroup);
+  for (uint16_t& v : w.x) v = f32_to_bf16(nd(rng));
+  return w;
+}
+
 float dequantized(const uint8_t* blk, int e) {
   float v[kGroup];
   dequantize_row(DType::kU4G128, blk, v, kGroup);
@@ -88,13 +103,11 @@ TEST(U4TileFormat, CodeValuesTimesTheScaleAreTheDequantizedWeights) {
 
 TEST(U4TileFormat, OneWarpStepIsTheProductOfTheDequantizedWeights) {
   std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  constexpr int kRows = 16, kTokens = 8, k = kGroup;
+  constexpr int k = kGroup;
   for (int trial = 0; trial < 4; ++trial) {
-    std::vector<std::vector<uint8_t>> rows;
-    for (int r = 0; r < kRows; ++r) rows.push_back(random_row(k, trial % 2 == 0, rng));
-    std::vector<uint16_t> x(static_cast<size_t>(kTokens * k));
-    for (uint16_t& v : x) v = f32_to_bf16(nd(rng));
+    const WarpStep step = random_warp_step(trial % 2 == 0, rng);
+    const std::vector<std::vector<uint8_t>>& rows = step.rows;
+    const std::vector<uint16_t>& x = step.x;
     double part[32][4] = {};  // the step's sums of (q - z) x
     for (int c = 0; c < kGroup / 32; ++c) {
       // Lane (g, tq): rows g and g + 8, code word tq of chunk c; token g,
@@ -180,13 +193,11 @@ TEST(U4TileFormat, WgmmaValuesAreTheBf16OfTheDequantizedWeights) {
 // one warp's 16 rows x 8 tokens per mma half of every chunk.
 TEST(U4TileFormat, NaturalOrderFragmentsGiveTheProductOfTheBf16Values) {
   std::mt19937 rng(9);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  constexpr int kRows = 16, kTokens = 8, k = kGroup;
+  constexpr int k = kGroup;
   for (int trial = 0; trial < 4; ++trial) {
-    std::vector<std::vector<uint8_t>> rows;
-    for (int r = 0; r < kRows; ++r) rows.push_back(random_row(k, trial % 2 == 0, rng));
-    std::vector<uint16_t> x(static_cast<size_t>(kTokens * k));
-    for (uint16_t& v : x) v = f32_to_bf16(nd(rng));
+    const WarpStep step = random_warp_step(trial % 2 == 0, rng);
+    const std::vector<std::vector<uint8_t>>& rows = step.rows;
+    const std::vector<uint16_t>& x = step.x;
     for (int c = 0; c < kGroup / 32; ++c)
       for (int kk = 0; kk < 2; ++kk) {
         uint32_t a[32][4], b[32][2];

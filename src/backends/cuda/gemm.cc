@@ -340,8 +340,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     return st.tile_partials && m <= st.quant_tile_tokens &&
            quant_tile_supported(x_dt, x, w_dt, w, k, out_dt);
   };
-  const QuantTileScratch scratch{st.tile_partials, st.tile_partial_floats, st.tile_counters,
-                                 st.tile_counter_count};
+  const QuantTileScratch scratch = quant_tile_scratch(st);
   if (w_dt == DType::kU4G128 && m > kQuantGemvMaxTokens && m <= st.u4_tile_tokens &&
       st.tile_partials && u4_tile_supported(x_dt, x, w_dt, w, k, out_dt)) {
     ++st.u4_tile_products;
@@ -514,6 +513,10 @@ void gemm_shutdown(BackendState& st) {
   if (st.lt_handle) cublasLtDestroy(static_cast<cublasLtHandle_t>(st.lt_handle));
   st.lt_workspace = nullptr;
   st.lt_handle = nullptr;
+}
+
+QuantTileScratch quant_tile_scratch(const BackendState& st) {
+  return {st.tile_partials, st.tile_partial_floats, st.tile_counters, st.tile_counter_count};
 }
 
 Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, const void* w,

@@ -8,7 +8,8 @@
 
 namespace ferrite::cuda {
 
-struct QuantGemvArgs;  // kernels/quant_gemv.cuh
+struct QuantGemvArgs;     // kernels/quant_gemv.cuh
+struct QuantTileScratch;  // kernels/quant_tile.cuh
 
 // The longest input row (k) the fixed 8-bit activation scratch of the
 // decode GEMV holds (q8_x / q8_d); longer rows take the paths without it.
@@ -17,6 +18,11 @@ constexpr int64_t kQuantScratchMaxK = 65536;
 Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, const void* w,
             DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate,
             const void* bias = nullptr, DType bias_dt = DType::kF32);
+
+// The weight tiles' split-k scratch (quant_tile.cuh, u4_tile.cuh) in st:
+// for gemm() and the kernel-level benchmarks and tests that launch a tile
+// directly.
+QuantTileScratch quant_tile_scratch(const BackendState& st);
 
 // Makes st.q8_x / st.q8_d hold 8-bit blocks of at least `elems` activations
 // (grown on eager steps only): false when they do not and cannot now.
