@@ -175,9 +175,12 @@ std::string PlanReport::to_string() const {
 namespace {
 
 // Opens the model and splits its program for the options' ranks (before any
-// weight is allocated).
-Result<ModelSource> open_source(const RunnerOptions& options) {
-  FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_model(options.load));
+// weight is allocated). Act-order 4-bit checkpoints stay in 4 bits when the
+// backend's providers take an input permutation.
+Result<ModelSource> open_source(const RunnerOptions& options, const Registry& registry) {
+  LoadOptions load = options.load;
+  load.act_order_permutation = registry.accepts_input_permutation();
+  FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_model(load));
   if (options.tensor_parallel != 1) {
     if (src.gguf && !options.load.dummy_weights)
       return unsupported(fmt::format(
@@ -185,6 +188,12 @@ Result<ModelSource> open_source(const RunnerOptions& options) {
           "(safetensors folders and --dummy-weights do)",
           options.tensor_parallel));
     FERRITE_ASSIGN_OR_RETURN(src.program, split_program(src.program, options.tensor_parallel));
+    for (const WeightDecl& w : src.program.weights)
+      if (w.perm_rows > 0 && w.shard.split())
+        return unsupported(fmt::format(
+            "--tensor-parallel-size {}: tensor parallelism does not split act-order 4-bit "
+            "weights yet ('{}' has a permuted g_idx); run it on one rank",
+            options.tensor_parallel, w.name));
   }
   return src;
 }
@@ -197,9 +206,9 @@ ModelRunner::~ModelRunner() {
 }
 
 Result<PlanReport> ModelRunner::plan_only(const RunnerOptions& options) {
-  FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_source(options));
   FERRITE_ASSIGN_OR_RETURN(std::shared_ptr<const Registry> registry,
                            make_registry(options.device, options.providers));
+  FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_source(options, *registry));
   auto program = std::make_shared<const ModelProgram>(std::move(src.program));
   FERRITE_ASSIGN_OR_RETURN(PlanReport report,
                            make_report(src.config, std::move(program), *registry, options));
@@ -216,7 +225,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
                              static_cast<int>(options.tuning.cpu_quant_isa));
   FERRITE_ASSIGN_OR_RETURN(r->device_, make_device(options.device));
   FERRITE_ASSIGN_OR_RETURN(r->registry_, make_registry(options.device, options.providers));
-  FERRITE_ASSIGN_OR_RETURN(r->source_, open_source(options));
+  FERRITE_ASSIGN_OR_RETURN(r->source_, open_source(options, *r->registry_));
   // The plan is resolved before any weight is allocated.
   // The runner's program lives in source_; the report does not own it.
   std::shared_ptr<const ModelProgram> program(std::shared_ptr<const ModelProgram>(),

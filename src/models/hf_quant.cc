@@ -322,10 +322,10 @@ class Scanner {
 
   // The group of each input column (g_idx; absent: column / group). In group
   // order the module repacks into u4_g128 blocks; a permuted (act-order,
-  // desc_act) g_idx is recorded on the module, and open() then expands the
-  // checkpoint's 4-bit modules to 16 bits (u4_g128 blocks need each 128
-  // columns in one group). False (a problem recorded) for a g_idx that is not
-  // an i32 [in] of groups in range.
+  // desc_act) g_idx is recorded on the module, and open() then sorts its
+  // columns or expands the checkpoint's 4-bit modules to 16 bits (u4_g128
+  // blocks need each 128 columns in one group). False (a problem recorded)
+  // for a g_idx that is not an i32 [in] of groups in range.
   bool g_idx_ok(const std::string& m, const SafetensorsTensor* g_idx, int64_t in, int64_t group,
                 HfQuantWeights::Module* mod) {
     if (!g_idx) return true;
@@ -451,9 +451,30 @@ Result<HfQuantScheme> parse_hf_quant_config(const JsonConfig& q) {
   return unsupported_variant(q, "quant_method '" + method + "'");
 }
 
+namespace {
+
+// The input columns of an act-order module sorted by group, stably (the
+// order the 4-bit providers multiply them in), or empty when some group is
+// not whole 128-column blocks (a u4_g128 block holds one group).
+std::vector<int32_t> group_sorted_columns(const SafetensorsTensor& g_idx, int64_t in,
+                                          int64_t groups) {
+  std::vector<int64_t> start(static_cast<size_t>(groups) + 1, 0);
+  for (int64_t i = 0; i < in; ++i) ++start[i32_at(g_idx, i) + 1];
+  for (int64_t g = 0; g < groups; ++g) {
+    if (start[g + 1] % kQKHf != 0) return {};
+    start[g + 1] += start[g];
+  }
+  std::vector<int32_t> perm(static_cast<size_t>(in));
+  for (int64_t i = 0; i < in; ++i) perm[start[i32_at(g_idx, i)]++] = static_cast<int32_t>(i);
+  return perm;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme& scheme,
                                                              const SafetensorsCheckpoint& ckpt,
-                                                             std::optional<DType> expand_dtype) {
+                                                             std::optional<DType> expand_dtype,
+                                                             bool permute_act_order) {
   Scanner scan(scheme, ckpt);
   scan.scan();
   if (!scan.problems.empty()) {
@@ -470,12 +491,31 @@ Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme
   auto w = std::make_shared<HfQuantWeights>();
   w->scheme_ = scheme;
   w->modules_ = std::move(scan.modules);
-  // Act-order: one permuted g_idx expands every 4-bit module of the
-  // checkpoint (stacked MoE experts need one dtype) to expand_dtype, else
+  // Act-order: each permuted module keeps its 4 bits with its columns sorted
+  // by group when the backend takes an input permutation and every group is
+  // whole blocks. Otherwise one permuted g_idx expands every 4-bit module of
+  // the checkpoint (stacked MoE experts need one dtype) to expand_dtype, else
   // the 16-bit type of its scales (f32 scales: bf16), dequantized at load as
   // the tools do.
   int act_order = 0;
   for (const auto& [name, m] : w->modules_) act_order += m.g_idx != nullptr;
+  std::string unsorted;  // a module whose groups are not whole blocks
+  if (act_order > 0 && permute_act_order) {
+    for (auto& [name, m] : w->modules_) {
+      if (!m.g_idx) continue;
+      const int64_t in = m.virt.shape[1];
+      m.perm = group_sorted_columns(*m.g_idx, in, ceil_div(in, m.group));
+      if (m.perm.empty() && unsorted.empty()) unsorted = name;
+    }
+    if (unsorted.empty()) {
+      w->scheme_.description += fmt::format(
+          ", act-order ({} module{} with a permuted g_idx): 4-bit, input columns sorted by group "
+          "at load",
+          act_order, act_order == 1 ? "" : "s");
+      return w;
+    }
+    for (auto& [name, m] : w->modules_) m.perm.clear();
+  }
   if (act_order > 0) {
     for (auto& [name, m] : w->modules_) {
       if (m.virt.dtype != DType::kU4G128) continue;
@@ -486,8 +526,11 @@ Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme
     }
     w->scheme_.description += fmt::format(
         ", act-order ({} module{} with a permuted g_idx): 4-bit modules expanded to 16 bits at "
-        "load",
-        act_order, act_order == 1 ? "" : "s");
+        "load{}",
+        act_order, act_order == 1 ? "" : "s",
+        unsorted.empty() ? std::string()
+                         : fmt::format(" ('{}' has a group that is not whole 128-column blocks)",
+                                       unsorted));
   }
   return w;
 }
@@ -495,6 +538,11 @@ Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme
 const SafetensorsTensor* HfQuantWeights::find(const std::string& name) const {
   auto it = modules_.find(name);
   return it == modules_.end() ? nullptr : &it->second.virt;
+}
+
+const std::vector<int32_t>* HfQuantWeights::input_perm(const std::string& name) const {
+  auto it = modules_.find(name);
+  return it == modules_.end() || it->second.perm.empty() ? nullptr : &it->second.perm;
 }
 
 namespace {
@@ -604,13 +652,17 @@ void HfQuantWeights::repack_rows(const SafetensorsTensor& t, int64_t row_begin, 
       }
       continue;
     }
-    // u4_g128.
+    // u4_g128; an act-order module's stored column c is input column perm[c]
+    // (each 128 of them one group).
+    const int32_t* perm = m.perm.empty() ? nullptr : m.perm.data();
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = row + b * 72;
       std::memset(blk, 0, 72);
-      const Int4Group e = int4_group(scheme_, m, out, in, o, (b * kQKHf) / m.group);
+      const int64_t c0 = b * kQKHf;
+      const Int4Group e = int4_group(scheme_, m, out, in, o,
+                                     perm ? i32_at(*m.g_idx, perm[c0]) : c0 / m.group);
       for (int j = 0; j < kQKHf; ++j) {
-        const int q = int4_code(scheme_, m, out, in, o, b * kQKHf + j);
+        const int q = int4_code(scheme_, m, out, in, o, perm ? perm[c0 + j] : c0 + j);
         blk[8 + j / 2] |= static_cast<uint8_t>((j & 1) ? q << 4 : q);
       }
       std::memcpy(blk, &e.d, 4);

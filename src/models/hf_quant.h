@@ -12,11 +12,15 @@
 // loader's slicing (per-expert stacking, row splits) works on its rows as on
 // any tensor, and materializing a row repacks it from the checkpoint's
 // tensors (4 or 8 bits per weight plus a scale per 128 elements). The one
-// expansion to 16 bits: GPTQ / compressed-tensors act-order checkpoints
-// (desc_act, a permuted g_idx), whose groups are scattered over the columns
-// while a u4_g128 block needs its 128 columns in one group; their 4-bit
-// modules are dequantized at load into the scales' 16-bit type (until the
-// 4-bit providers take an input permutation). Modules the checkpoint stores unquantized (LM head,
+// act-order checkpoints (GPTQ desc_act, compressed-tensors actorder: a
+// permuted g_idx) have their groups scattered over the columns while a
+// u4_g128 block needs its 128 columns in one group: for a backend whose
+// providers take an input permutation (Registry::accepts_input_permutation)
+// each such module stores its columns sorted by group, with the permutation
+// beside it (input_perm(), bound as TensorView::input_perm); elsewhere (and
+// for a g_idx whose groups are not whole 128-column blocks) every 4-bit
+// module is dequantized at load into a 16-bit type, the one expansion to 16
+// bits. Modules the checkpoint stores unquantized (LM head,
 // embeddings, norms, routers, the ignore / modules_to_not_convert lists)
 // are ordinary tensors and stay as stored.
 //
@@ -30,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "formats/json_config.h"
@@ -61,12 +66,14 @@ Result<HfQuantScheme> parse_hf_quant_config(const JsonConfig& quantization_confi
 class HfQuantWeights {
  public:
   // Finds and checks every quantized module (one error lists the problems).
-  // expand_dtype: the 16-bit type act-order modules expand to (the
-  // checkpoint's torch_dtype when it is f16 / bf16, so that they match the
-  // activations); nullopt: the scales' type.
+  // permute_act_order: keep act-order modules in 4 bits, their columns
+  // sorted by group (input_perm()); when false, or when some permuted g_idx
+  // has a group that is not whole 128-column blocks, every 4-bit module
+  // expands to expand_dtype (the checkpoint's torch_dtype when it is f16 /
+  // bf16, so that they match the activations; nullopt: the scales' type).
   static Result<std::shared_ptr<HfQuantWeights>> open(
       const HfQuantScheme& scheme, const SafetensorsCheckpoint& ckpt,
-      std::optional<DType> expand_dtype = std::nullopt);
+      std::optional<DType> expand_dtype = std::nullopt, bool permute_act_order = false);
 
   const HfQuantScheme& scheme() const { return scheme_; }
   // The virtual tensor `<module>.weight` (data == nullptr), or nullptr.
@@ -75,6 +82,10 @@ class HfQuantWeights {
   // into dst (rows x dtype_bytes(t.dtype, in) bytes).
   void repack_rows(const SafetensorsTensor& t, int64_t row_begin, int64_t rows,
                    uint8_t* dst) const;
+  // The input permutation of virtual tensor `name` (a 4-bit act-order module
+  // kept in 4 bits): stored column c is input column (*perm)[c]. Null for a
+  // module in natural column order and for any other name.
+  const std::vector<int32_t>* input_perm(const std::string& name) const;
   size_t module_count() const { return modules_.size(); }
 
   struct Module {
@@ -85,9 +96,11 @@ class HfQuantWeights {
     int64_t scale_rows = 1, scale_cols = 1;   // fp8: the scale grid's block (rows, cols)
     int64_t group = 128;                      // int4: elements per group
     // int4 act-order (desc_act): the g_idx of a module whose columns are
-    // not in group order; the checkpoint's 4-bit modules then load expanded
-    // to 16 bits (virt.dtype f16 / bf16), see open().
+    // not in group order; see open().
     const SafetensorsTensor* g_idx = nullptr;
+    // Kept in 4 bits: the input columns sorted by group (stable), so that
+    // each 128 stored columns are one group. Empty: natural order.
+    std::vector<int32_t> perm;
   };
 
  private:

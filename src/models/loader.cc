@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -178,6 +179,53 @@ void check_sources(const TensorLookup& ckpt, WeightDecl* w,
   w->sources = {std::move(alt)};
 }
 
+// Act-order 4-bit weights (HfQuantWeights::input_perm): the rows of one
+// input permutation in the bound weight, the gcd of its slices' row counts
+// (each slice is rows of one module; a stacked MoE weight's slices are its
+// experts' matrices, so one permutation per expert matrix); 0 when no
+// source has a permutation.
+int64_t act_order_perm_rows(const TensorLookup& ckpt, const WeightDecl& w) {
+  if (!ckpt.quant) return 0;
+  if (w.sources.empty()) {
+    const SafetensorsTensor* t = ckpt.find(w.name);
+    return t && ckpt.quant->input_perm(w.name) ? tensor_rows(*t) : 0;
+  }
+  bool permuted = false;
+  int64_t run = 0;
+  for (const WeightSlice& s : w.sources.at(0)) {
+    permuted = permuted || ckpt.quant->input_perm(s.tensor) != nullptr;
+    run = std::gcd(run, s.rows);
+  }
+  return permuted ? run : 0;
+}
+
+// The permutation table of an act-order weight (TensorView::input_perm):
+// one permutation per run of w.perm_rows rows, each slice's module's (the
+// identity for a module in natural order), bound on `device`.
+Status bind_input_perm(const TensorLookup& ckpt, const WeightDecl& w, Device& device,
+                       TensorView* view, WeightStore* store) {
+  const int64_t in = w.shape[w.shape.rank() - 1];
+  std::vector<int32_t> table;
+  for (const WeightSlice& s : w.sources.at(0)) {
+    const std::vector<int32_t>* perm = ckpt.quant->input_perm(s.tensor);
+    for (int64_t r = 0; r < s.rows; r += w.perm_rows) {
+      if (perm) {
+        table.insert(table.end(), perm->begin(), perm->end());
+      } else {
+        for (int64_t c = 0; c < in; ++c) table.push_back(static_cast<int32_t>(c));
+      }
+    }
+  }
+  FERRITE_CHECK(static_cast<int64_t>(table.size()) == w.shape.numel() / w.perm_rows) << w.name;
+  const int64_t bytes = static_cast<int64_t>(table.size() * sizeof(int32_t));
+  FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
+  FERRITE_RETURN_IF_ERROR(device.copy_to_device(buf.data(), table.data(), bytes));
+  view->input_perm = static_cast<const int32_t*>(buf.data());
+  view->perm_rows = w.perm_rows;
+  store->own(std::move(buf));
+  return Status::ok();
+}
+
 // Binds one materialized weight: a zero-copy view when its one slice is a
 // whole tensor, else the slices' rows copied into owned memory.
 Status materialize_one(const TensorLookup& ckpt, const WeightDecl& w, Device& device,
@@ -209,8 +257,10 @@ Status materialize_one(const TensorLookup& ckpt, const WeightDecl& w, Device& de
   FERRITE_CHECK(off == bytes) << w.name;
   if (!device.host_accessible())
     FERRITE_RETURN_IF_ERROR(device.copy_to_device(buf.data(), host.data(), bytes));
-  store->add(w.name, TensorView{buf.data(), w.dtype, w.shape});
+  TensorView view{buf.data(), w.dtype, w.shape};
   store->own(std::move(buf));
+  if (w.perm_rows > 0) FERRITE_RETURN_IF_ERROR(bind_input_perm(ckpt, w, device, &view, store));
+  store->add(w.name, view);
   return Status::ok();
 }
 
@@ -222,6 +272,8 @@ Status materialize_one(const TensorLookup& ckpt, const WeightDecl& w, Device& de
 // (1/W of the weight).
 Status materialize_shard(const TensorLookup& ckpt, const WeightDecl& w, int rank, int world,
                          Device& device, WeightStore* store) {
+  // open_source refuses these before any weight is allocated.
+  FERRITE_CHECK(w.perm_rows == 0) << w.name << ": a split act-order weight";
   struct Piece {
     const SafetensorsTensor* t;
     int64_t begin, elems;  // of the tensor's elements
@@ -352,7 +404,8 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   src.checkpoint = std::make_shared<SafetensorsCheckpoint>(std::move(checkpoint));
   if (quant) {
     FERRITE_ASSIGN_OR_RETURN(src.hf_quant,
-                             HfQuantWeights::open(*quant, *src.checkpoint, src.config.torch_dtype));
+                             HfQuantWeights::open(*quant, *src.checkpoint, src.config.torch_dtype,
+                                                  options.act_order_permutation));
   }
   const TensorLookup tensors{*src.checkpoint, src.hf_quant.get()};
   std::vector<std::string> problems;
@@ -374,6 +427,8 @@ Result<ModelSource> open_model(const LoadOptions& options) {
     }
     w.dtype = t->dtype;
   }
+  if (src.hf_quant)
+    for (WeightDecl& w : src.program.weights) w.perm_rows = act_order_perm_rows(tensors, w);
   if (!problems.empty()) {
     std::string msg =
         fmt::format("{} does not match {}/config.json ({} problem{}):", src.checkpoint->path(),

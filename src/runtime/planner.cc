@@ -118,6 +118,10 @@ NodeSignature make_signature(const ModelProgram& program, const ProgramNode& nod
           errors->push_back(fmt::format("node {}: undeclared weight '{}'", node.name, ref.name));
         } else {
           dt = w->dtype;
+          if (w->perm_rows > 0) {
+            sig.binding_permuted.resize(specs.size());
+            sig.binding_permuted[i] = true;
+          }
           // A weight in a block format (GGUF q8_0, q4_k, ...) has rows of
           // whole blocks: its last dimension is a multiple of the block.
           const int64_t block = dtype_block_elems(w->dtype);

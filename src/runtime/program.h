@@ -58,6 +58,10 @@ struct WeightDecl {
   std::vector<std::vector<WeightSlice>> sources;
   // Tensor-parallel programs: `shape` is the rank's; the cut is here.
   WeightShard shard;
+  // Act-order 4-bit weights (set by the loader from the checkpoint): one
+  // input permutation per run of this many rows (TensorView::input_perm);
+  // 0: columns in their natural order.
+  int64_t perm_rows = 0;
 };
 
 enum class ValueRows { kTokens, kSequences };

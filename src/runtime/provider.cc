@@ -13,6 +13,7 @@ uint64_t ProviderDescriptor::fingerprint() const {
   for (DType t : activation_dtypes) h = hash_combine(h, static_cast<uint64_t>(t));
   for (DType t : weight_dtypes) h = hash_combine(h, static_cast<uint64_t>(t) + 1000);
   if (partial_out) h = hash_combine(h, 0x7061727469616cull);
+  if (input_permutation) h = hash_combine(h, 0x7065726d757465ull);
   return h;
 }
 
@@ -32,6 +33,9 @@ Status Provider::supports(const NodeSignature& node) const {
     if (specs[i].role == "partial_out" && node.binding_dtypes[i] && !d.partial_out)
       return unsupported(d.name + ": no partial_out (tensor-parallel) output");
     if (specs[i].kind != BindingKind::kWeight || !node.binding_dtypes[i]) continue;
+    if (i < node.binding_permuted.size() && node.binding_permuted[i] && !d.input_permutation)
+      return unsupported(d.name + ": no act-order (input-permuted) 4-bit weights for '" +
+                         specs[i].role + "'");
     if (!has(d.weight_dtypes, *node.binding_dtypes[i]))
       return unsupported(d.name + ": no " + std::string(dtype_name(*node.binding_dtypes[i])) +
                          " weights for '" + specs[i].role + "'");

@@ -54,6 +54,10 @@ struct ProviderDescriptor {
   // tensor-parallel output, runtime/tensor_parallel.h) when it is bound: the
   // default supports() refuses such a node for a provider without it.
   bool partial_out = false;
+  // Multiplies act-order 4-bit weights (TensorView::input_perm): each
+  // product reads its activations through the weight's input permutation.
+  // The default supports() refuses a node with such a weight otherwise.
+  bool input_permutation = false;
   std::string summary;                   // one line for `ferrite info`
   uint64_t fingerprint() const;
 };
@@ -66,6 +70,9 @@ struct NodeSignature {
   Attributes attrs;
   DType activation_dtype = DType::kF32;
   std::vector<std::optional<DType>> binding_dtypes;  // schema binding order
+  // Per binding (schema order; may be shorter): a weight whose columns are
+  // stored permuted (act-order 4-bit, TensorView::input_perm).
+  std::vector<bool> binding_permuted;
 
   // The contract's typed parameters (ContractSchema::with_params), parsed
   // from `attrs` once by resolve_params(): the planner calls it when it makes

@@ -45,6 +45,15 @@ class Registry {
   // Providers of a contract, highest priority first.
   std::vector<const Provider*> providers_for(const std::string& contract_id) const;
   const std::vector<std::unique_ptr<Provider>>& providers() const { return providers_; }
+  // Whether this backend multiplies act-order 4-bit weights through their
+  // input permutation (some provider declares input_permutation): the loader
+  // then keeps GPTQ desc_act checkpoints in 4 bits, else expands them to 16
+  // (models/hf_quant.h). A node whose providers cannot is refused by the plan.
+  bool accepts_input_permutation() const {
+    for (const auto& p : providers_)
+      if (p->descriptor().input_permutation) return true;
+    return false;
+  }
   CapabilityCatalog catalog() const;
 
  private:

@@ -56,6 +56,16 @@ struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kF32;
   Shape shape;
+  // Act-order 4-bit weights only (GPTQ desc_act, models/hf_quant.h): the
+  // stored columns are the input columns reordered so that each 128 of them
+  // form one quantization group, and stored column c of row r multiplies
+  // x[input_perm[(r / perm_rows) * in + c]] (in: the last dimension). The
+  // table holds one permutation per run of `perm_rows` rows (a module's rows;
+  // stacked MoE experts have one per expert matrix). Null for every other
+  // tensor; only providers whose descriptor declares `input_permutation` are
+  // planned with such a weight (runtime/provider.h).
+  const int32_t* input_perm = nullptr;
+  int64_t perm_rows = 0;
 
   int64_t numel() const { return shape.numel(); }
   int64_t nbytes() const { return dtype_bytes(dtype, numel()); }

@@ -31,6 +31,10 @@ struct HostTensor {
   // the provider under test (converted from f32); false for ids, masks,
   // weights and f32-always tensors such as logits.
   bool follows_activation = false;
+  // An act-order weight (TensorView::input_perm): one permutation of the
+  // last dimension per run of perm_rows rows; empty: natural order.
+  std::vector<int32_t> input_perm;
+  int64_t perm_rows = 0;
   bool present() const { return !bytes.empty(); }
 };
 
@@ -103,6 +107,14 @@ HostTensor random_tensor(CaseRng& rng, DType dtype, Shape shape, float lo, float
                          bool follows_activation);
 HostTensor u32_tensor(const std::vector<uint32_t>& values);
 HostTensor zeros(DType dtype, Shape shape, bool follows_activation);
+// `w` (a weight of rows of `in` = its last dimension) as an act-order weight:
+// random permutations, one per run of perm_rows rows, stored column c of a
+// row being its input column perm[c]. The values stay those of `w`: the
+// natural-order weight it stands for is natural_order(result).
+HostTensor with_random_input_perm(CaseRng& rng, HostTensor w, int64_t perm_rows);
+// An act-order weight as the f32 natural-order weight it multiplies by:
+// element (r, perm_r[c]) is stored element (r, c).
+HostTensor natural_order(const HostTensor& w);
 // Adds a sequence slice (and its block table) to the case's batch.
 void add_sequence(Case& c, int32_t token_count, int32_t position_start,
                   std::vector<int32_t> block_table = {}, int32_t state_slot = -1);

@@ -75,6 +75,8 @@ std::vector<double> block_activation_bounds(const Case& c, const std::vector<Hos
   const HostTensor& x = in[0];
   const HostTensor& w = in[1];
   if (!dtype_is_quantized(w.dtype)) return {};
+  // An act-order weight's blocks are over the gathered inputs.
+  const int32_t* perm = w.input_perm.empty() ? nullptr : w.input_perm.data();
   const int64_t rows_w = w.shape[0], k = w.shape[1], be = dtype_block_elems(w.dtype);
   std::vector<float> wv(rows_w * k);
   dequantize_row(w.dtype, w.bytes.data(), wv.data(), rows_w * k);
@@ -87,16 +89,20 @@ std::vector<double> block_activation_bounds(const Case& c, const std::vector<Hos
   const double u = std::ldexp(1.0, -24), nb = double(k / be);
   const double gamma = (nb + 5) * u / (1 - (nb + 5) * u);
   std::vector<double> bound;
+  std::vector<double> xg(k), amax(k / be);
   for (int64_t r : xrows) {
-    std::vector<double> amax(k / be, 0.0);
-    for (int64_t i = 0; i < k; ++i)
-      amax[i / be] = std::max(amax[i / be], std::fabs(double(to_f32(x, r * k + i))));
     for (int64_t o = 0; o < rows_w; ++o) {
+      const int32_t* p = perm ? perm + (o / w.perm_rows) * k : nullptr;
+      std::fill(amax.begin(), amax.end(), 0.0);
+      for (int64_t i = 0; i < k; ++i) {
+        xg[i] = std::fabs(double(to_f32(x, r * k + (p ? p[i] : i))));
+        amax[i / be] = std::max(amax[i / be], xg[i]);
+      }
       double q = 0, f = 0;
       for (int64_t i = 0; i < k; ++i) {
         const double aw = std::fabs(double(wv[o * k + i]));
         q += amax[i / be] / 254 * aw;
-        f += 2 * aw * (std::fabs(double(to_f32(x, r * k + i))) + amax[i / be] / 254);
+        f += 2 * aw * (xg[i] + amax[i / be] / 254);
       }
       bound.push_back(q * (1 + std::ldexp(1.0, -15)) + gamma * f);
     }
@@ -214,11 +220,15 @@ TEST_P(ConformanceTest, MatchesCpuReference) {
       const std::string what =
           fmt::format("{} on {} case '{}' ({} activations)", provider->descriptor().name,
                       backend->name, c.name, dtype_name(act));
-      // The reference sees the same values in f32.
-      std::vector<HostTensor> ref_in;
-      for (const HostTensor& t : mine)
+      // The reference sees the same values in f32, and act-order weights as
+      // the natural-order f32 weights they stand for (so a permuted product
+      // is checked against an ordinary one).
+      std::vector<HostTensor> ref_in, ref_natural;
+      for (const HostTensor& t : mine) {
         ref_in.push_back(t.follows_activation ? convert(t, DType::kF32) : t);
-      auto want = run_provider(c, ref_in, DType::kF32, *reference, *cpu);
+        ref_natural.push_back(natural_order(ref_in.back()));
+      }
+      auto want = run_provider(c, ref_natural, DType::kF32, *reference, *cpu);
       ASSERT_TRUE(want.is_ok()) << what << ": reference failed: " << want.status().to_string();
       auto got = run_provider(c, mine, act, *provider, *backend);
       ASSERT_TRUE(got.is_ok()) << what << ": " << got.status().to_string();

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <optional>
 
 #include "tests/conformance/conformance.h"
@@ -63,6 +65,33 @@ HostTensor zeros(DType dtype, Shape shape, bool follows_activation) {
   return t;
 }
 
+HostTensor with_random_input_perm(CaseRng& rng, HostTensor w, int64_t perm_rows) {
+  const int64_t in = w.shape[w.shape.rank() - 1], rows = w.shape.numel() / in;
+  w.perm_rows = perm_rows;
+  w.input_perm.clear();
+  for (int64_t r = 0; r < rows; r += perm_rows) {
+    std::vector<int32_t> p(static_cast<size_t>(in));
+    std::iota(p.begin(), p.end(), 0);
+    std::shuffle(p.begin(), p.end(), rng.engine());
+    w.input_perm.insert(w.input_perm.end(), p.begin(), p.end());
+  }
+  return w;
+}
+
+HostTensor natural_order(const HostTensor& w) {
+  if (w.input_perm.empty()) return w;
+  const int64_t in = w.shape[w.shape.rank() - 1], rows = w.shape.numel() / in;
+  std::vector<float> stored(static_cast<size_t>(rows * in));
+  dequantize_row(w.dtype, w.bytes.data(), stored.data(), rows * in);
+  HostTensor out = zeros(DType::kF32, w.shape, false);
+  float* dst = reinterpret_cast<float*>(out.bytes.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* perm = w.input_perm.data() + (r / w.perm_rows) * in;
+    for (int64_t c = 0; c < in; ++c) dst[r * in + perm[c]] = stored[r * in + c];
+  }
+  return out;
+}
+
 void add_sequence(Case& c, int32_t token_count, int32_t position_start,
                   std::vector<int32_t> block_table, int32_t state_slot) {
   auto table = std::make_shared<std::vector<int32_t>>(std::move(block_table));
@@ -93,8 +122,10 @@ NodeSignature signature_for(const Case& c, const std::vector<HostTensor>& bindin
   sig.attrs = c.attrs;
   sig.resolve_params();
   sig.activation_dtype = has_activation_bindings(c) ? act : DType::kF32;
-  for (const HostTensor& t : bindings)
+  for (const HostTensor& t : bindings) {
     sig.binding_dtypes.push_back(t.present() ? std::optional<DType>(t.dtype) : std::nullopt);
+    sig.binding_permuted.push_back(t.present() && !t.input_perm.empty());
+  }
   return sig;
 }
 
@@ -120,6 +151,14 @@ Result<std::vector<HostTensor>> run_provider(const Case& c, std::vector<HostTens
       FERRITE_RETURN_IF_ERROR(dev.copy_to_device(buf.data(), t.bytes.data(), t.bytes.size()));
       v = TensorView{buf.data(), t.dtype, t.shape};
       buffers.push_back(std::move(buf));
+      if (!t.input_perm.empty()) {
+        const int64_t bytes = static_cast<int64_t>(t.input_perm.size() * sizeof(int32_t));
+        FERRITE_ASSIGN_OR_RETURN(auto perm, DeviceBuffer::allocate(dev, bytes));
+        FERRITE_RETURN_IF_ERROR(dev.copy_to_device(perm.data(), t.input_perm.data(), bytes));
+        v.input_perm = static_cast<const int32_t*>(perm.data());
+        v.perm_rows = t.perm_rows;
+        buffers.push_back(std::move(perm));
+      }
     }
     views.push_back(v);
   }

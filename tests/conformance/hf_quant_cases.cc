@@ -174,6 +174,27 @@ std::vector<Case> hf_quant_cases() {
         }
       }
     }
+    // Act-order (GPTQ desc_act kept in 4 bits): every u4_g128 matrix of the
+    // product contracts again, its columns stored in a random order per
+    // module (per expert matrix of the stacked MoE weights: one permutation
+    // per run of shape[-2] rows). The reference runs on the natural-order
+    // f32 weights they stand for (conformance_test.cc), so each provider's
+    // permuted product is checked against an ordinary one.
+    const size_t plain = out.size();
+    for (size_t i = 0; i < plain; ++i) {
+      const std::string& id = out[i].contract->id();
+      if (id == "token_embedding" || id == "last_token_dense_linear") continue;
+      Case c = out[i];
+      bool any = false;
+      for (HostTensor& t : c.bindings) {
+        if (!t.present() || t.dtype != DType::kU4G128 || t.shape.rank() < 2) continue;
+        const int64_t module_rows = t.shape[t.shape.rank() - 2];
+        t = with_random_input_perm(rng, std::move(t), module_rows);
+        any = true;
+      }
+      c.name += "_actorder";
+      if (any) out.push_back(std::move(c));
+    }
     return out;
   }();
   return cases;

@@ -90,8 +90,8 @@ class HfQuantTest : public testing::TestWithParam<QuantCase> {
 // The quantized modules stay in their 4 / 8-bit blocks in memory, everything
 // the checkpoint keeps unquantized (embeddings, LM head, norms, routers,
 // ignore lists) in its stored bf16.
-// Act-order checkpoints (a permuted g_idx) are the exception: their 4-bit
-// modules load expanded to the checkpoint's 16-bit dtype (models/hf_quant.h).
+// Act-order checkpoints (a permuted g_idx) too, on the CPU: their modules
+// carry their input permutation (models/hf_quant.h).
 TEST_P(HfQuantTest, WeightsStayQuantized) {
   int quantized = 0;
   if (!dtype_is_quantized(GetParam().format)) {
@@ -104,6 +104,7 @@ TEST_P(HfQuantTest, WeightsStayQuantized) {
     return;
   }
   int64_t q_bytes = 0, d_bytes = 0;
+  int permuted = 0;
   for (const auto& [name, view] : quant_->bound().weights().views()) {
     const TensorView* d = deq_->bound().weights().find(name);
     ASSERT_NE(d, nullptr) << name;
@@ -112,6 +113,11 @@ TEST_P(HfQuantTest, WeightsStayQuantized) {
     d_bytes += d->nbytes();
     if (view.dtype == GetParam().format) {
       ++quantized;
+      // A module of one group (o_proj of 128 inputs) has no permutation.
+      if (view.input_perm) {
+        ++permuted;
+        EXPECT_EQ(view.perm_rows, view.shape[0]) << name;
+      }
       EXPECT_TRUE(name.find("embed") == std::string::npos && name.find("lm_head") == std::string::npos)
           << name;
     } else {
@@ -119,6 +125,10 @@ TEST_P(HfQuantTest, WeightsStayQuantized) {
     }
   }
   EXPECT_GT(quantized, 3);
+  if (GetParam().model.find("-act") != std::string::npos)
+    EXPECT_GE(permuted, 3);
+  else
+    EXPECT_EQ(permuted, 0);
   EXPECT_LT(q_bytes, d_bytes * (GetParam().format == DType::kU4G128 ? 0.5 : 0.8));
 }
 
@@ -180,8 +190,8 @@ std::vector<QuantCase> all_cases() {
       {"llama-ct-w4a16", DType::kU4G128},      {"llama-gptq-int4-pc", DType::kU4G128},
       {"qwen3_moe-gptq-int4", DType::kU4G128}, {"qwen3_5-fp8", DType::kF8B128},
       {"qwen3_5_moe-gptq-int4", DType::kU4G128}, {"qwen3_next-fp8", DType::kF8B128},
-      {"qwen3-gptq-int4-act", DType::kBF16},  // act-order: expanded to its dtype
-      {"llama-ct-w4a16-act", DType::kBF16},
+      {"qwen3-gptq-int4-act", DType::kU4G128},  // act-order: columns sorted by group
+      {"llama-ct-w4a16-act", DType::kU4G128},
   };
   // The fast set on every model; the (slow, scalar) reference set on one
   // model per checkpoint layout (conformance compares the two sets on the
@@ -290,6 +300,71 @@ TEST(HfQuantErrors, GroupIndexOutOfRangeIsNamed) {
   const std::string err = open_error(dir.string());
   EXPECT_NE(err.find("column 0 is in group 1000"), std::string::npos) << err;
   EXPECT_NE(err.find("model.layers.0.mlp.up_proj.g_idx"), std::string::npos) << err;
+}
+
+// Act-order kept in 4 bits only where the backend takes an input permutation
+// (LoadOptions::act_order_permutation, from Registry::accepts_input_permutation)
+// and every group of every permuted module is whole 128-column blocks; else
+// the 4-bit modules expand to 16 bits, as before the permutation existed.
+TEST(HfQuantActOrder, PermutedWhereItCanExpandedElsewhere) {
+  auto weight = [](const ModelSource& src, const std::string& name) -> const WeightDecl* {
+    for (const WeightDecl& w : src.program.weights)
+      if (w.name == name) return &w;
+    return nullptr;
+  };
+  const std::string up = "model.layers.0.mlp.up_proj.weight";
+  for (bool permute : {true, false}) {
+    LoadOptions o;
+    o.model_dir = kDir + "qwen3-gptq-int4-act";
+    o.act_order_permutation = permute;
+    auto src = open_model(o);
+    ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+    const WeightDecl* w = weight(*src, up);
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->dtype, permute ? DType::kU4G128 : DType::kBF16);
+    EXPECT_EQ(w->perm_rows, permute ? w->shape[0] : 0);
+    const std::string& d = src->hf_quant->scheme().description;
+    EXPECT_NE(d.find(permute ? "input columns sorted by group" : "expanded to 16 bits"),
+              std::string::npos)
+        << d;
+  }
+  // Column 0 of one module moved into group 1: groups of 127 and 129 columns.
+  namespace fs = std::filesystem;
+  auto ckpt = SafetensorsCheckpoint::open(kDir + "qwen3-gptq-int4-act");
+  ASSERT_TRUE(ckpt.is_ok());
+  std::vector<SafetensorsWriteTensor> tensors;
+  std::vector<std::vector<uint8_t>> keep;
+  for (const std::string& name : ckpt->names()) {
+    const SafetensorsTensor* t = ckpt->find(name);
+    keep.emplace_back(t->data, t->data + t->nbytes);
+    if (name == "model.layers.0.mlp.gate_proj.g_idx") {
+      std::vector<int32_t> g(t->shape.numel());
+      std::memcpy(g.data(), keep.back().data(), keep.back().size());
+      for (int32_t& v : g)
+        if (v == 0) {
+          v = 1;
+          break;
+        }
+      std::memcpy(keep.back().data(), g.data(), keep.back().size());
+    }
+    tensors.push_back({name, t->dtype, t->shape, keep.back()});
+  }
+  const fs::path dir = fs::temp_directory_path() / "ferrite_hf_quant_ragged_groups";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), tensors).is_ok());
+  fs::copy_file(kDir + "qwen3-gptq-int4-act/config.json", dir / "config.json");
+  LoadOptions o;
+  o.model_dir = dir.string();
+  o.act_order_permutation = true;
+  auto src = open_model(o);
+  ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+  EXPECT_EQ(weight(*src, up)->dtype, DType::kBF16);
+  EXPECT_EQ(weight(*src, up)->perm_rows, 0);
+  const std::string& d = src->hf_quant->scheme().description;
+  EXPECT_NE(d.find("'model.layers.0.mlp.gate_proj.weight' has a group that is not whole"),
+            std::string::npos)
+      << d;
 }
 
 // The CUDA providers list the repacked formats (kernels/quant_gemm.cuh:

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/vec.h"
+#include "backends/cpu/weight_product.h"
 #include "tensor/tensor.h"
 
 namespace ferrite::cpu {
@@ -27,7 +28,7 @@ inline void normed_projections(const float* x, int64_t tokens, int64_t k, const 
                                std::initializer_list<Projection> projections, ThreadPool* pool) {
   rms_norm(x, tokens, k, norm.data, norm.dtype, eps, zero_centred, n, pool);
   for (const Projection& pr : projections)
-    matmul(n, tokens, k, pr.w.data, pr.w.dtype, pr.rows, pr.out, pool);
+    weight_product(n, tokens, k, pr.w, pr.rows, pr.out, /*accumulate=*/false, pool);
 }
 
 // The block's output product into the residual (hidden += y W^T), or into
@@ -36,9 +37,9 @@ inline void normed_projections(const float* x, int64_t tokens, int64_t k, const 
 inline void output_projection(const float* y, int64_t tokens, int64_t k, const TensorView& w,
                               int64_t rows, float* hidden, float* partial, ThreadPool* pool) {
   if (partial)
-    matmul(y, tokens, k, w.data, w.dtype, rows, partial, pool);
+    weight_product(y, tokens, k, w, rows, partial, /*accumulate=*/false, pool);
   else
-    matmul_accumulate(y, tokens, k, w.data, w.dtype, rows, hidden, pool);
+    weight_product(y, tokens, k, w, rows, hidden, /*accumulate=*/true, pool);
 }
 
 }  // namespace ferrite::cpu

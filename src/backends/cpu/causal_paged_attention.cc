@@ -131,8 +131,8 @@ class CausalPagedAttentionReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      with_block_formats(cpu_descriptor("cpu.reference.causal_paged_attention", causal_paged_attention::contract(),
-                     kReferencePriority, "scalar, paged KV", /*paged_kv=*/true));
+      with_input_permutation(with_block_formats(cpu_descriptor("cpu.reference.causal_paged_attention", causal_paged_attention::contract(),
+                     kReferencePriority, "scalar, paged KV", /*paged_kv=*/true)));
 };
 
 class CausalPagedAttentionFast final : public Provider {
@@ -419,9 +419,9 @@ class CausalPagedAttentionFast final : public Provider {
   }
 
   ProviderDescriptor desc_ =
-      with_block_formats(cpu_descriptor("cpu.fast.causal_paged_attention", causal_paged_attention::contract(), kFastPriority,
+      with_input_permutation(with_block_formats(cpu_descriptor("cpu.fast.causal_paged_attention", causal_paged_attention::contract(), kFastPriority,
                      "GEMM projections, per-head SIMD attention, paged KV",
-                     /*paged_kv=*/true));
+                     /*paged_kv=*/true)));
 };
 
 }  // namespace

@@ -36,6 +36,13 @@ inline ProviderDescriptor with_block_formats(ProviderDescriptor d) {
   return d;
 }
 
+// For providers whose products read act-order weights through their input
+// permutation (weight_product.h, reference_math.h's matvec).
+inline ProviderDescriptor with_input_permutation(ProviderDescriptor d) {
+  d.input_permutation = true;
+  return d;
+}
+
 inline ProviderDescriptor cpu_descriptor(std::string name, const ContractSchema& contract,
                                          int priority, std::string summary,
                                          bool paged_kv = false) {

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/cpu_providers.h"
 #include "backends/cpu/kernels/matmul.h"
+#include "backends/cpu/weight_product.h"
 #include "backends/cpu/reference_math.h"
 
 namespace ferrite::cpu {
@@ -25,7 +26,7 @@ class DenseLinearReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      with_block_formats(cpu_descriptor("cpu.reference.dense_linear", dense_linear::contract(), kReferencePriority, "scalar"));
+      with_input_permutation(with_block_formats(cpu_descriptor("cpu.reference.dense_linear", dense_linear::contract(), kReferencePriority, "scalar")));
 };
 
 class DenseLinearFast final : public Provider {
@@ -39,7 +40,8 @@ class DenseLinearFast final : public Provider {
     const int64_t tokens = inv.batch->num_tokens();
     const TensorView& w = inv.bindings[kWeight];
     float* y = inv.bindings[kOut].as<float>();
-    matmul(inv.bindings[kX].as<float>(), tokens, in, w.data, w.dtype, out, y, inv.ctx->pool);
+    weight_product(inv.bindings[kX].as<float>(), tokens, in, w, out, y, /*accumulate=*/false,
+                   inv.ctx->pool);
     const TensorView& bias = inv.bindings[kBias];
     if (bias.data)
       for (int64_t t = 0; t < tokens; ++t)
@@ -48,8 +50,8 @@ class DenseLinearFast final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = with_block_formats(cpu_descriptor("cpu.fast.dense_linear", dense_linear::contract(), kFastPriority,
-                                            "SIMD GEMV/GEMM on stored weights"));
+  ProviderDescriptor desc_ = with_input_permutation(with_block_formats(cpu_descriptor("cpu.fast.dense_linear", dense_linear::contract(), kFastPriority,
+                                            "SIMD GEMV/GEMM on stored weights")));
 };
 
 }  // namespace

@@ -43,7 +43,7 @@ class DenseSwigluReference final : public Provider {
 
  private:
   ProviderDescriptor desc_ =
-      with_block_formats(cpu_descriptor("cpu.reference.dense_swiglu", dense_swiglu::contract(), kReferencePriority, "scalar"));
+      with_input_permutation(with_block_formats(cpu_descriptor("cpu.reference.dense_swiglu", dense_swiglu::contract(), kReferencePriority, "scalar")));
 };
 
 class DenseSwigluFast final : public Provider {
@@ -87,8 +87,8 @@ class DenseSwigluFast final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = with_block_formats(cpu_descriptor("cpu.fast.dense_swiglu", dense_swiglu::contract(), kFastPriority,
-                                            "SIMD GEMM, fused residual"));
+  ProviderDescriptor desc_ = with_input_permutation(with_block_formats(cpu_descriptor("cpu.fast.dense_swiglu", dense_swiglu::contract(), kFastPriority,
+                                            "SIMD GEMM, fused residual")));
 };
 
 }  // namespace

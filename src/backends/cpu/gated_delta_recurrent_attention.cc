@@ -124,9 +124,9 @@ class GatedDeltaReference final : public Provider {
   }
 
  private:
-  ProviderDescriptor desc_ = with_block_formats(cpu_descriptor("cpu.reference.gated_delta_recurrent_attention",
+  ProviderDescriptor desc_ = with_input_permutation(with_block_formats(cpu_descriptor("cpu.reference.gated_delta_recurrent_attention",
                                             gated_delta_recurrent_attention::contract(), kReferencePriority,
-                                            "scalar, recurrent form"));
+                                            "scalar, recurrent form")));
 };
 
 // Spans of at least this many tokens use the chunked form.
@@ -417,9 +417,9 @@ class GatedDeltaFast final : public Provider {
     }
   }
 
-  ProviderDescriptor desc_ = with_block_formats(cpu_descriptor(
+  ProviderDescriptor desc_ = with_input_permutation(with_block_formats(cpu_descriptor(
       "cpu.fast.gated_delta_recurrent_attention", gated_delta_recurrent_attention::contract(), kFastPriority,
-      "GEMM projections, chunked delta rule for prefill, recurrent for decode"));
+      "GEMM projections, chunked delta rule for prefill, recurrent for decode")));
 };
 
 }  // namespace

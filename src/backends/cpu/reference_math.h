@@ -21,12 +21,16 @@ inline void rms_norm(const float* x, const TensorView& w, int64_t n, double eps,
   }
 }
 
-// y[o] = sum_i W[o, i] x[i] (+ bias[o]) for o < out.
+// y[o] = sum_i W[o, i] x[i] (+ bias[o]) for o < out. An act-order weight
+// (TensorView::input_perm) stores row o's columns permuted: its stored
+// column i multiplies x[perm_o[i]].
 inline void matvec(const float* x, const TensorView& w, int64_t in, int64_t out, float* y,
                    const TensorView* bias = nullptr) {
   for (int64_t o = 0; o < out; ++o) {
+    const int32_t* perm = w.input_perm ? w.input_perm + (o / w.perm_rows) * in : nullptr;
     double acc = 0;
-    for (int64_t i = 0; i < in; ++i) acc += static_cast<double>(weight_at(w, o * in + i)) * x[i];
+    for (int64_t i = 0; i < in; ++i)
+      acc += static_cast<double>(weight_at(w, o * in + i)) * x[perm ? perm[i] : i];
     if (bias && bias->data) acc += weight_at(*bias, o);
     y[o] = static_cast<float>(acc);
   }

@@ -26,6 +26,7 @@
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/vec.h"
 #include "backends/cpu/reference_math.h"
+#include "backends/cpu/weight_product.h"
 #include "runtime/workspace.h"
 #include "contracts/routed_shared_swiglu_moe.h"
 
@@ -33,11 +34,6 @@ namespace ferrite::cpu {
 namespace {
 
 using routed_swiglu_moe::Params;
-
-// A view of `shape` starting `offset` elements into w.
-TensorView sub_view(const TensorView& w, int64_t offset, Shape shape) {
-  return TensorView{static_cast<char*>(w.data) + dtype_bytes(w.dtype, offset), w.dtype, shape};
-}
 
 // The top-k experts of probabilities p (ties: lower id first), returned in
 // increasing id order with their (optionally renormalised) weights.
@@ -60,10 +56,10 @@ class RoutedMoeReference final : public Provider {
  public:
   explicit RoutedMoeReference(bool shared)
       : shared_(shared),
-        desc_(with_block_formats(cpu_descriptor(
+        desc_(with_input_permutation(with_block_formats(cpu_descriptor(
             shared ? "cpu.reference.routed_shared_swiglu_moe" : "cpu.reference.routed_swiglu_moe",
             shared ? routed_shared_swiglu_moe::contract() : routed_swiglu_moe::contract(), kReferencePriority,
-            "scalar, token by token"))) {}
+            "scalar, token by token")))) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
   Status encode(const Invocation& inv) const override {
@@ -98,9 +94,9 @@ class RoutedMoeReference final : public Provider {
       std::fill(out.begin(), out.end(), 0.0);
       for (int64_t i = 0; i < K; ++i) {
         const int64_t e = ids[i];
-        TensorView gate = sub_view(b[kGateUp], e * 2 * I * H, {I, H});
-        TensorView up = sub_view(b[kGateUp], (e * 2 + 1) * I * H, {I, H});
-        TensorView down = sub_view(b[kDown], e * H * I, {H, I});
+        TensorView gate = weight_rows_view(b[kGateUp], e * 2 * I * H, {I, H});
+        TensorView up = weight_rows_view(b[kGateUp], (e * 2 + 1) * I * H, {I, H});
+        TensorView down = weight_rows_view(b[kDown], e * H * I, {H, I});
         ref::matvec(n.data(), gate, H, I, g.data());
         ref::matvec(n.data(), up, H, I, u.data());
         for (int64_t j = 0; j < I; ++j) g[j] = ref::silu(g[j]) * u[j];
@@ -136,10 +132,10 @@ class RoutedMoeFast final : public Provider {
  public:
   explicit RoutedMoeFast(bool shared)
       : shared_(shared),
-        desc_(with_block_formats(cpu_descriptor(
+        desc_(with_input_permutation(with_block_formats(cpu_descriptor(
             shared ? "cpu.fast.routed_shared_swiglu_moe" : "cpu.fast.routed_swiglu_moe",
             shared ? routed_shared_swiglu_moe::contract() : routed_swiglu_moe::contract(), kFastPriority,
-            "router GEMM, tokens grouped by expert, SIMD GEMMs"))) {}
+            "router GEMM, tokens grouped by expert, SIMD GEMMs")))) {}
   const ProviderDescriptor& descriptor() const override { return desc_; }
 
   // Work items of the expert products: (expert, output row block).
@@ -286,14 +282,11 @@ class RoutedMoeFast final : public Provider {
       else
         body(0, items.size);
     };
-    const size_t gu_expert = dtype_bytes(b[kGateUp].dtype, 2 * I * H);
-    const size_t down_expert = dtype_bytes(b[kDown].dtype, H * I);
     // Gate/up of every active expert: rows [0, 2I) of its [2, I, H] block.
     run_items(make_items(2 * I), [&](const Item& it) {
       const int64_t r0 = offset[it.expert], rows = offset[it.expert + 1] - r0;
-      const char* w = static_cast<const char*>(b[kGateUp].data) + it.expert * gu_expert;
-      matmul_rows(xs + r0 * H, H, rows, H, w, b[kGateUp].dtype, it.r0, it.r1,
-                  gu + r0 * 2 * I + it.r0, 2 * I, false, nullptr);
+      weight_product_rows(xs + r0 * H, H, rows, H, b[kGateUp], it.expert * 2 * I, it.r0, it.r1,
+                          gu + r0 * 2 * I + it.r0, 2 * I, false, nullptr);
     });
     auto act = [&](int64_t a, int64_t z) {
       for (int64_t r = a; r < z; ++r)
@@ -305,21 +298,18 @@ class RoutedMoeFast final : public Provider {
       act(0, TK);
     run_items(make_items(H), [&](const Item& it) {
       const int64_t r0 = offset[it.expert], rows = offset[it.expert + 1] - r0;
-      const char* w = static_cast<const char*>(b[kDown].data) + it.expert * down_expert;
-      matmul_rows(gu + r0 * 2 * I, 2 * I, rows, I, w, b[kDown].dtype, it.r0, it.r1,
-                  ys + r0 * H + it.r0, H, false, nullptr);
+      weight_product_rows(gu + r0 * 2 * I, 2 * I, rows, I, b[kDown], it.expert * H, it.r0, it.r1,
+                          ys + r0 * H + it.r0, H, false, nullptr);
     });
 
     if (shared_) {
       using namespace routed_shared_swiglu_moe;
-      matmul(n, T, H, b[kSharedExpertGate].data, b[kSharedExpertGate].dtype, 1, sgate, pool);
-      matmul_rows(n, H, T, H, b[kSharedGate].data, b[kSharedGate].dtype, 0, Is, sgu, 2 * Is, false,
-                  pool);
-      matmul_rows(n, H, T, H, b[kSharedUp].data, b[kSharedUp].dtype, 0, Is, sgu + Is, 2 * Is, false,
-                  pool);
+      weight_product(n, T, H, b[kSharedExpertGate], 1, sgate, false, pool);
+      weight_product_rows(n, H, T, H, b[kSharedGate], 0, 0, Is, sgu, 2 * Is, false, pool);
+      weight_product_rows(n, H, T, H, b[kSharedUp], 0, 0, Is, sgu + Is, 2 * Is, false, pool);
       for (int64_t t = 0; t < T; ++t)
         silu_mul(sgu + t * 2 * Is, sgu + t * 2 * Is + Is, Is, sgu + t * 2 * Is);
-      matmul_rows(sgu, 2 * Is, T, Is, b[kSharedDown].data, b[kSharedDown].dtype, 0, H, out, H,
+      weight_product_rows(sgu, 2 * Is, T, Is, b[kSharedDown], 0, 0, H, out, H,
                   false, pool);
     }
     // Combine per token: experts in increasing id, then the shared expert,
