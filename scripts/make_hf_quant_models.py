@@ -531,6 +531,13 @@ MODELS = [
      {"group": 128, "sym": False, "desc_act": True, "act_order": True, "H": 256, "I": 384}),
     ("llama-ct-w4a16-act", "llama", ["full_attention"], "ct-int4",
      {"group": 128, "sym": False, "act_order": True, "H": 256, "I": 384}),
+    # Act-order MoE: every expert matrix (and the shared expert, the gated
+    # delta projections) in its own column order; experts of 256 so that the
+    # down projections have 2 groups too (the shared expert's has 1: no
+    # permutation, bound beside permuted ones).
+    ("qwen3_5_moe-gptq-int4-act", "qwen3_5_moe", ["linear_attention", "full_attention"], "gptq",
+     {"group": 128, "sym": False, "desc_act": True, "act_order": True, "experts": 2, "H": 256,
+      "IM": 256}),
 ]
 
 
@@ -577,14 +584,15 @@ def quant_config(fmt, opts, skipped):
 
 
 def make(out_dir, index, spec):
-    global H, I
+    global H, I, IM, IS
     name, family, layers, fmt, opts = spec
-    dims = (H, I)
-    H, I = opts.get("H", H), opts.get("I", I)  # this model's widths (module constants)
+    dims = (H, I, IM, IS)
+    # this model's widths (module constants)
+    H, I, IM, IS = (opts.get("H", H), opts.get("I", I), opts.get("IM", IM), opts.get("IS", IS))
     try:
         make_one(out_dir, index, name, family, layers, fmt, opts)
     finally:
-        H, I = dims
+        H, I, IM, IS = dims
 
 
 def make_one(out_dir, index, name, family, layers, fmt, opts):

@@ -116,7 +116,7 @@ TEST_P(HfQuantTest, WeightsStayQuantized) {
       // A module of one group (o_proj of 128 inputs) has no permutation.
       if (view.input_perm) {
         ++permuted;
-        EXPECT_EQ(view.perm_rows, view.shape[0]) << name;
+        EXPECT_EQ(view.perm_rows, view.shape[view.shape.rank() - 2]) << name;  // one per matrix
       }
       EXPECT_TRUE(name.find("embed") == std::string::npos && name.find("lm_head") == std::string::npos)
           << name;
@@ -174,6 +174,12 @@ TEST_P(HfQuantTest, CachedDecodeAndGreedyTokensMatch) {
 // Ferrite on the quantized checkpoint: prefill and cached-decode logits at
 // the family goldens' 2e-3, greedy tokens equal.
 TEST_P(HfQuantTest, MatchesTransformersGoldens) {
+  // Written after the GPU machine's last session: its goldens are made by the
+  // next one (the oracle checks above hold it meanwhile).
+  const std::set<std::string> goldens_pending = {"qwen3_5_moe-gptq-int4-act"};
+  if (goldens_pending.count(GetParam().model))
+    GTEST_SKIP() << GetParam().model << ": transformers goldens not made yet "
+                 << "(scripts/make_hf_quant_goldens.py on the GPU machine)";
   golden::Goldens g;
   ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(kDir + GetParam().model, &g));
   golden::check_prefill_logits(*quant_, g, 2e-3);
@@ -192,13 +198,15 @@ std::vector<QuantCase> all_cases() {
       {"qwen3_5_moe-gptq-int4", DType::kU4G128}, {"qwen3_next-fp8", DType::kF8B128},
       {"qwen3-gptq-int4-act", DType::kU4G128},  // act-order: columns sorted by group
       {"llama-ct-w4a16-act", DType::kU4G128},
+      {"qwen3_5_moe-gptq-int4-act", DType::kU4G128},  // per-expert permutations
   };
   // The fast set on every model; the (slow, scalar) reference set on one
   // model per checkpoint layout (conformance compares the two sets on the
   // formats anyway).
   const std::set<std::string> reference = {"qwen3-fp8", "qwen3-gptq-int4", "qwen3-awq-int4",
                                            "llama-ct-fp8", "llama-ct-w4a16",
-                                           "qwen3_moe-gptq-int4", "qwen3-gptq-int4-act"};
+                                           "qwen3_moe-gptq-int4", "qwen3-gptq-int4-act",
+                                           "qwen3_5_moe-gptq-int4-act"};
   std::vector<QuantCase> cases;
   for (const auto& [m, f] : models) {
     cases.push_back({m, f, "fast"});
