@@ -19,8 +19,9 @@
 # choice, two k steps a stage for the 4-bit tile's 16-token tiles, u4_tile.cu
 # default_stage_steps, the forced forms ran; the tiled layout U4Layout::kTiles; the wgmma
 # form's on-the-fly row copies: docs/perf-log.md session 21):
-#   TESTS='CudaU4Tile*:*HfQuant*' PROBE=0 FORMATS=u4_g128 PATHS=u4,u4s1,u4s2,u4t,lt \
-#     SHAPES=6144x4096,24576x4096,4096x12288 TOKENS=16,32,64 STAGE=test bash bench/cuda/mma_probe.sh
+#   HFQ_GOLDENS=qwen3_5_moe-gptq-int4-act TESTS='CudaU4Tile*:*HfQuant*' PROBE=0 FORMATS=u4_g128 \
+#     PATHS=u4,u4s1,u4s2,u4t,lt SHAPES=6144x4096,24576x4096,4096x12288 TOKENS=16,32,64 \
+#     STAGE=test bash bench/cuda/mma_probe.sh
 #   (u4t: the weights in the tile's own 128-row layout, U4Layout::kTiles, not yet run: does a
 #   contiguous 9,216-byte run a tile step bring 16 tokens near the GEMV's 3+ TB/s?)
 #   then AB='qwen3-8b:gptq-int4:FERRITE_CUDA_U4_TILE_TOKENS=64,0' BATCHES='16 32 64' STAGE=ab \
@@ -40,6 +41,17 @@ T="$OUT/mma_probe_$STAGE.txt"
 : > "$T"
 if [ "$STAGE" = test ]; then
   T0=$(date +%s)
+  # HFQ_GOLDENS="name ...": transformers goldens of those tests/models/hf_quant checkpoints
+  # (scripts/make_hf_quant_goldens.py, on the CPU beside the build) into $OUT/hfq/<name>/;
+  # copy them into tests/models/hf_quant/<name>/ and drop the name from hf_quant_test's
+  # goldens_pending.
+  if [ -n "${HFQ_GOLDENS:-}" ]; then
+    HFQ_DIRS=""
+    for m in $HFQ_GOLDENS; do HFQ_DIRS="$HFQ_DIRS $ROOT/tests/models/hf_quant/$m"; done
+    timeout 400 python3 "$ROOT/scripts/make_hf_quant_goldens.py" --device cpu --out "$OUT/hfq" \
+      $HFQ_DIRS > "$OUT/hfq_goldens.log" 2>&1 &
+    HFQ_PID=$!
+  fi
   [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
   ninja -C "$BUILD" cuda_test conformance_test ferrite quant_gemm_bench fp8_lt_probe >> "$OUT/build.log" 2>&1
   echo "build rc=$? in $(( $(date +%s) - T0 )) s" | tee -a "$T"
@@ -56,6 +68,11 @@ if [ "$STAGE" = test ]; then
     --tokens ${TOKENS:-1,2,4,8} 2>&1 | tee -a "$T"
   # cuBLASLt's block-scaled FP8: which scale layouts are exact, speed against bf16.
   [ "${PROBE:-1}" = 1 ] && timeout 60 "$BUILD/bench/cuda/fp8_lt_probe" 2>&1 | tee -a "$T"
+  if [ -n "${HFQ_PID:-}" ]; then
+    wait "$HFQ_PID"
+    echo "hf_quant goldens rc=$?: $(ls "$OUT/hfq" 2>/dev/null | tr '\n' ' ')" | tee -a "$T"
+    tail -3 "$OUT/hfq_goldens.log" | tee -a "$T"
+  fi
 elif [ "$STAGE" = ncu ]; then
   NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
   [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
