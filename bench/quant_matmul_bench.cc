@@ -5,14 +5,22 @@
 //
 // Counters: bytes_per_second (block bytes), tok/s, bw_frac = block bytes/s
 // over the measured read bandwidth (the decode roofline of the format).
+//
+// actorder: the same projections in u4_g128 (GPTQ) through
+// cpu::weight_product, in natural column order and as act-order weights
+// (an input permutation per projection, backends/cpu/weight_product.h): the
+// cost of the activation gather.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/kernels/matmul.h"
 #include "backends/cpu/kernels/quant_dot.h"
+#include "backends/cpu/weight_product.h"
 #include "bench_util.h"
 
 namespace ferrite::bench {
@@ -95,6 +103,70 @@ BENCHMARK(BM_QuantQwen3_0_6B_Matmuls)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Name("prefill64");
+
+// Args: tokens, act-order (1: a random input permutation per projection).
+void BM_ActOrderQwen3_0_6B_Matmuls(benchmark::State& state) {
+  const DType dt = DType::kU4G128;
+  const int64_t tokens = state.range(0);
+  const bool act_order = state.range(1) != 0;
+  WeightArena& arena = WeightArena::get();
+  const double bw = read_bandwidth();
+  int64_t bytes = 0;
+  for (const Proj& p : kLayer) bytes += dtype_bytes(dt, p.out * p.in) * kLayers;
+  if (bytes > arena.bytes()) {
+    state.SkipWithError("arena smaller than the model");
+    return;
+  }
+  {
+    const int64_t chunk = 1 << 20;
+    std::vector<float> v = random_activations(chunk, 7);
+    std::vector<uint8_t> q(dtype_bytes(dt, chunk));
+    quantize_row(dt, v.data(), q.data(), chunk);
+    for (int64_t off = 0; off + static_cast<int64_t>(q.size()) <= bytes; off += q.size())
+      std::memcpy(reinterpret_cast<char*>(const_cast<uint16_t*>(arena.at(0))) + off, q.data(),
+                  q.size());
+  }
+  // One permutation per projection shape (the gather's cost does not depend
+  // on which one).
+  std::vector<std::vector<int32_t>> perms;
+  std::mt19937_64 rng(11);
+  for (const Proj& p : kLayer) {
+    perms.emplace_back(static_cast<size_t>(p.in));
+    std::iota(perms.back().begin(), perms.back().end(), 0);
+    std::shuffle(perms.back().begin(), perms.back().end(), rng);
+  }
+  std::vector<float> x = random_activations(tokens * 6144, 2);
+  std::vector<float> y(static_cast<size_t>(tokens * 6144));
+  ThreadPool* pool = &ThreadPool::global();
+  for (auto _ : state) {
+    char* w = reinterpret_cast<char*>(const_cast<uint16_t*>(arena.at(0)));
+    for (int l = 0; l < kLayers; ++l) {
+      for (size_t i = 0; i < std::size(kLayer); ++i) {
+        const Proj& p = kLayer[i];
+        TensorView view{w, dt, Shape{p.out, p.in}};
+        if (act_order) {
+          view.input_perm = perms[i].data();
+          view.perm_rows = p.out;
+        }
+        cpu::weight_product(x.data(), tokens, p.in, view, p.out, y.data(), false, pool);
+        w += dtype_bytes(dt, p.out * p.in);
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_frac"] = benchmark::Counter(static_cast<double>(bytes) / bw,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(act_order ? "u4_g128 act-order" : "u4_g128") +
+                 " threads=" + std::to_string(pool->size()));
+}
+BENCHMARK(BM_ActOrderQwen3_0_6B_Matmuls)
+    ->ArgsProduct({{1, 64}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Name("actorder");
 
 }  // namespace
 }  // namespace ferrite::bench
