@@ -32,6 +32,20 @@ DType format_arg(int64_t a) {
   return kFormats[a];
 }
 
+// The first `bytes` of the arena as valid blocks of dt (quantized random
+// values, tiled); false when the arena is smaller.
+bool fill_arena(WeightArena& arena, DType dt, int64_t bytes) {
+  if (bytes > arena.bytes()) return false;
+  const int64_t chunk = 1 << 20;
+  std::vector<float> v = random_activations(chunk, 7);
+  std::vector<uint8_t> q(dtype_bytes(dt, chunk));
+  quantize_row(dt, v.data(), q.data(), chunk);
+  for (int64_t off = 0; off + static_cast<int64_t>(q.size()) <= bytes; off += q.size())
+    std::memcpy(reinterpret_cast<char*>(const_cast<uint16_t*>(arena.at(0))) + off, q.data(),
+                q.size());
+  return true;
+}
+
 struct Proj {
   int64_t out, in;
 };
@@ -54,19 +68,9 @@ void BM_QuantQwen3_0_6B_Matmuls(benchmark::State& state) {
   }
   total += kHead.out * kHead.in;
   bytes += dtype_bytes(dt, kHead.out * kHead.in);
-  if (bytes > arena.bytes()) {
+  if (!fill_arena(arena, dt, bytes)) {
     state.SkipWithError("arena smaller than the model");
     return;
-  }
-  // Valid blocks: quantized random values, tiled over the arena.
-  {
-    const int64_t chunk = 1 << 20;
-    std::vector<float> v = random_activations(chunk, 7);
-    std::vector<uint8_t> q(dtype_bytes(dt, chunk));
-    quantize_row(dt, v.data(), q.data(), chunk);
-    for (int64_t off = 0; off + static_cast<int64_t>(q.size()) <= bytes; off += q.size())
-      std::memcpy(reinterpret_cast<char*>(const_cast<uint16_t*>(arena.at(0))) + off, q.data(),
-                  q.size());
   }
   std::vector<float> x = random_activations(tokens * 6144, 2);
   std::vector<float> y(static_cast<size_t>(tokens * kHead.out));
@@ -113,18 +117,9 @@ void BM_ActOrderQwen3_0_6B_Matmuls(benchmark::State& state) {
   const double bw = read_bandwidth();
   int64_t bytes = 0;
   for (const Proj& p : kLayer) bytes += dtype_bytes(dt, p.out * p.in) * kLayers;
-  if (bytes > arena.bytes()) {
+  if (!fill_arena(arena, dt, bytes)) {
     state.SkipWithError("arena smaller than the model");
     return;
-  }
-  {
-    const int64_t chunk = 1 << 20;
-    std::vector<float> v = random_activations(chunk, 7);
-    std::vector<uint8_t> q(dtype_bytes(dt, chunk));
-    quantize_row(dt, v.data(), q.data(), chunk);
-    for (int64_t off = 0; off + static_cast<int64_t>(q.size()) <= bytes; off += q.size())
-      std::memcpy(reinterpret_cast<char*>(const_cast<uint16_t*>(arena.at(0))) + off, q.data(),
-                  q.size());
   }
   // One permutation per projection shape (the gather's cost does not depend
   // on which one).
