@@ -23,8 +23,9 @@ namespace ferrite {
     "CPU worker threads of the process-wide pool, 0..1024 (0: one per hardware thread); "         \
     "`--threads` sets it too")                                                                    \
   X(bool, cpu_quant_dot, "FERRITE_CPU_QUANT_DOT", true,                                         \
-    "CPU: matmuls on GGUF block weights quantize the activations to 8-bit blocks and use "       \
-    "integer dot products (0: dequantized panels and exact f32 dots, the reference numerics)")  \
+    "CPU: matmuls on GGUF block weights and 4-bit GPTQ / AWQ ones (u4_g128) quantize the "      \
+    "activations to 8-bit blocks and use integer dot products (0: dequantized panels and "      \
+    "exact f32 dots, the reference numerics)")                                                   \
   X(int64_t, cpu_quant_isa, "FERRITE_CPU_QUANT_ISA", 0,                                           \
     "CPU: instruction set of the integer block dot products: 0 the best this CPU runs, 1 "       \
     "scalar, 2 AVX2, 3 AVX-512 VNNI, 4 AVX-512 VNNI + AMX-INT8 tiles for 16+ tokens (capped at "  \

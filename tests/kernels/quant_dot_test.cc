@@ -1,4 +1,4 @@
-// The integer matmul on GGUF block weights (quant_dot.h):
+// The integer matmul on GGUF block weights and u4_g128 (quant_dot.h):
 //  - every ISA this CPU runs gives bitwise the scalar definition;
 //  - results are bitwise independent of the thread count, of the tokens in
 //    the call (batch composition) and of the row subset;
@@ -23,7 +23,7 @@ namespace {
 using testing::random_f32;
 
 constexpr DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
-                                 DType::kQ6_K};
+                                 DType::kQ6_K, DType::kU4G128};
 
 struct QW {
   std::vector<uint8_t> bytes;
@@ -40,6 +40,12 @@ QW make_w(DType t, int64_t rows, int64_t in, uint32_t seed) {
   dequantize_row(t, w.bytes.data(), w.values.data(), rows * in);
   w.mag.resize(rows * in);
   for (int64_t i = 0; i < rows * in; ++i) w.mag[i] = std::fabs(w.values[i]);
+  if (t == DType::kU4G128) {  // the zero point's products are accumulated apart
+    for (int64_t b = 0; b < rows * in / 128; ++b) {
+      const auto* blk = reinterpret_cast<const quant::BlockU4G128*>(w.bytes.data()) + b;
+      for (int e = 0; e < 128; ++e) w.mag[128 * b + e] += 2 * std::fabs(blk->d * blk->z);
+    }
+  }
   if (t == DType::kQ4_K || t == DType::kQ5_K) {
     const int64_t bb = dtype_block_bytes(t);
     for (int64_t b = 0; b < rows * in / 256; ++b) {
@@ -80,6 +86,7 @@ std::vector<float> run(DType t, const QW& w, const std::vector<float>& x, int64_
 // that are no multiple of the kernels' 64-element vectors.
 std::vector<int64_t> lengths(DType t) {
   if (dtype_block_elems(t) == 32) return {32, 96, 160, 1056};
+  if (dtype_block_elems(t) == 128) return {128, 384, 1152};
   return {256, 768, 2816};
 }
 
@@ -110,7 +117,8 @@ TEST(QuantDot, BatchInvariantAndRowSubsets) {
   ThreadPool pool(2);
   const QuantIsa isa = quant_isa_detected();
   for (DType t : kQuantTypes) {
-    const int64_t in = dtype_block_elems(t) == 32 ? 1056 : 768, out = 37, tokens = 19;
+    const int64_t in = dtype_block_elems(t) == 32 ? 1056 : dtype_block_elems(t) == 128 ? 640 : 768;
+    const int64_t out = 37, tokens = 19;
     QW w = make_w(t, out, in, 21);
     std::vector<float> x = random_f32(tokens * in, 22);
     const std::vector<float> all = run(t, w, x, tokens, in, out, isa, &pool);

@@ -64,6 +64,11 @@ RunnerOptions options_for(const std::string& path, const std::string& providers)
   o.load.program.max_context = 512;
   o.cache.page_size = 16;
   o.cache.kv_memory_bytes = 16ll << 20;
+  // The exact path (dequantized weights, f32 dots), as the GGUF goldens: the
+  // chain below compares with the oracle at 1e-4. The fast default multiplies
+  // u4_g128 with 8-bit activation blocks (backends/cpu/kernels/quant_dot.h),
+  // its error bounded per product by quant_dot_test and the conformance suite.
+  o.tuning.cpu_quant_dot = false;
   return o;
 }
 

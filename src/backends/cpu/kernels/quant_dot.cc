@@ -66,6 +66,18 @@ void scalar_quantize(int f, const float* x, int64_t n, uint8_t* dst) {
   }
   auto* d = reinterpret_cast<float*>(dst + L.d);
   auto* bsum = reinterpret_cast<int16_t*>(dst + L.bsum);
+  if (f == kU4) {
+    for (int64_t b = 0; b < nb; ++b) {
+      d[b] = quantize_block(x + 128 * b, 128, tmp);
+      int s = 0;
+      for (int e = 0; e < 128; ++e) {
+        s += tmp[e];
+        q[128 * b + (e % 2) * 64 + e / 2] = tmp[e];
+      }
+      bsum[b] = static_cast<int16_t>(s);
+    }
+    return;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     d[b] = quantize_block(x + 256 * b, 256, tmp);
     for (int j = 0; j < 16; ++j) {
@@ -194,13 +206,47 @@ float scalar_row_k(int f, const uint8_t* row, const uint8_t* act, int64_t n) {
   return acc - accm;
 }
 
+// u4_g128: per 128-block b and lane l (0..15), the exact integer v_l = sum of
+// the nibble codes times activations of elements 8l .. 8l + 7, then
+// acc[l] = fma(v_l, dw_b * dx_b, acc[l]) and, for the zero point,
+// accz = fma(z_b * bsum_b, dw_b * dx_b, accz), in increasing b;
+// y = tree16(acc) - accz.
+float scalar_row_u4(const uint8_t* row, const uint8_t* act, int64_t n) {
+  const Layout L = layout(kU4, n);
+  const auto* q = reinterpret_cast<const int8_t*>(act + L.q);
+  const auto* d = reinterpret_cast<const float*>(act + L.d);
+  const auto* bsum = reinterpret_cast<const int16_t*>(act + L.bsum);
+  float acc[16] = {}, accz = 0.0f;
+  for (int64_t b = 0; b < n / 128; ++b) {
+    const uint8_t* blk = row + b * block_bytes(kU4);
+    float dw;
+    std::memcpy(&dw, blk, 4);
+    const int z = blk[4];
+    const uint8_t* qs = blk + 8;
+    const int8_t* xq = q + 128 * b;
+    const float s = dw * d[b];
+    for (int l = 0; l < 16; ++l) {
+      int32_t v = 0;
+      for (int e = 8 * l; e < 8 * l + 8; ++e) {
+        const int code = (e % 2 == 0) ? (qs[e / 2] & 15) : (qs[e / 2] >> 4);
+        v += code * xq[(e % 2) * 64 + e / 2];
+      }
+      acc[l] = std::fma(static_cast<float>(v), s, acc[l]);
+    }
+    accz = std::fma(static_cast<float>(z * bsum[b]), s, accz);
+  }
+  return tree16(acc) - accz;
+}
+
 void scalar_tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
                  int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate) {
   for (int64_t r = 0; r < nrows; ++r) {
     for (int64_t t = 0; t < ntok; ++t) {
       const uint8_t* row = w + r * row_bytes;
       const uint8_t* a = act + t * stride;
-      const float v = f <= kQ4_0 ? scalar_row32(f, row, a, n) : scalar_row_k(f, row, a, n);
+      const float v = f <= kQ4_0  ? scalar_row32(f, row, a, n)
+                      : f == kU4 ? scalar_row_u4(row, a, n)
+                                 : scalar_row_k(f, row, a, n);
       float* p = y + t * ldy + r;
       *p = accumulate ? *p + v : v;
     }
@@ -224,6 +270,7 @@ int fmt_of(DType t) {
     case DType::kQ4_K: return qdot::kQ4_K;
     case DType::kQ5_K: return qdot::kQ5_K;
     case DType::kQ6_K: return qdot::kQ6_K;
+    case DType::kU4G128: return qdot::kU4;
     default: FERRITE_CHECK(false) << "not a block format: " << dtype_name(t);
   }
   return -1;
@@ -269,7 +316,7 @@ bool amx_usable() {
 
 bool quant_dot_supports(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
-         t == DType::kQ6_K;
+         t == DType::kQ6_K || t == DType::kU4G128;
 }
 
 QuantIsa quant_isa_detected() {
@@ -332,6 +379,8 @@ void quantize_activation_row(DType w_dtype, const float* x, int64_t n, int8_t* q
       int64_t at;
       if (f <= qdot::kQ4_0) {
         at = qdot::pos32(f, b, e);
+      } else if (f == qdot::kU4) {
+        at = 128 * b + (e % 2) * 64 + e / 2;
       } else if (f == qdot::kQ6_K) {
         at = 256 * b + e;
       } else {

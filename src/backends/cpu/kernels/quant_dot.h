@@ -1,12 +1,14 @@
-// Integer matmul on GGUF block weights (q8_0, q4_0, q4_k, q5_k, q6_k): the
-// fast path of matmul_rows (matmul.h) for block weights.
+// Integer matmul on GGUF block weights (q8_0, q4_0, q4_k, q5_k, q6_k) and on
+// u4_g128 (GPTQ / AWQ / compressed-tensors 4-bit, tensor/dtype.h): the fast
+// path of matmul_rows (matmul.h) for block weights.
 //
 //   y[t][o] = sum_i xq[t][i] * W[o][i]
 //
 // Each activation row is quantized once per call to 8-bit blocks matching
-// the weight's block size (32 for q8_0 / q4_0, 256 for the k-quants; one f32
-// scale d = amax / 127 per block, q = round-to-nearest-even(x * 127 / amax),
-// plus the exact integer sums the weight offsets and k-quant mins need), and
+// the weight's block size (32 for q8_0 / q4_0, 128 for u4_g128, 256 for the
+// k-quants; one f32 scale d = amax / 127 per block, q =
+// round-to-nearest-even(x * 127 / amax), plus the exact integer sums the
+// weight offsets, k-quant mins and u4_g128 zero points need), and
 // the products are integer dot products on the blocks (AVX-512 VNNI
 // vpdpbusd, AVX2 vpmaddubsw, or scalar; chosen at run time by CPU feature
 // detection, whatever the compiler flags of the rest of the build).
@@ -25,6 +27,11 @@
 //    holds the exact integer sum of 4 elements (block 2p + (l / 4) % 2,
 //    elements 16 (l / 8) + 4 (l % 4) .. + 3), acc[l] = fma((float)v,
 //    dw * dx, acc[l]) in increasing p; y = the fixed lane tree of simd.h.
+//  - u4_g128: 16 f32 lanes; per 128-block b, lane l holds the exact integer
+//    sum of code * activation over elements 8l .. 8l + 7 (codes 0..15, the
+//    zero point apart): acc[l] = fma((float)v, dw_b * dx_b, acc[l]) and
+//    accz = fma((float)(z_b * bsum_b), dw_b * dx_b, accz) in increasing b;
+//    y = the lane tree of acc - accz.
 //
 // Error against the exact product on the dequantized weights (what the
 // tests check): |x - dx q| <= dx / 2 per element (dx = amax_b / 127), so
@@ -57,8 +64,8 @@ void set_quant_matmul_mode(bool integer, int isa);
 bool quant_matmul_integer();
 QuantIsa quant_matmul_isa();
 
-// The block formats of the integer path (q8_0, q4_0, q4_k, q5_k, q6_k);
-// other formats take the exact path.
+// The block formats of the integer path (q8_0, q4_0, q4_k, q5_k, q6_k,
+// u4_g128); other formats (f8_e4m3_b128) take the exact path.
 bool quant_dot_supports(DType w_dtype);
 
 // The integer matmul (arguments as matmul_rows; w_dtype a block format,

@@ -234,6 +234,44 @@ void row_q6k(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, 
 }
 
 // One weight row against nt (1..kMaxTok) activation rows.
+// u4_g128: per 128-block the nibbles (low: even elements, high: odd) meet
+// the activation halves; lanes 0-7 are the block's bytes 0..31, lanes 8-15
+// bytes 32..63 (elements 8l .. 8l + 7 in lane l, as the scalar definition).
+template <int nt>
+void row_u4(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, float* out) {
+  const Layout L = layout(kU4, n);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 lo[nt], hi[nt];
+  float accz[nt];
+  for (int t = 0; t < nt; ++t) {
+    lo[t] = hi[t] = _mm256_setzero_ps();
+    accz[t] = 0.0f;
+  }
+  for (int64_t b = 0; b < n / 128; ++b) {
+    const uint8_t* blk = row + b * 72;
+    float dw;
+    std::memcpy(&dw, blk, 4);
+    const int32_t z = blk[4];
+    const __m256i w0 = ld(blk + 8), w1 = ld(blk + 40);
+    const __m256i l0 = _mm256_and_si256(w0, m4), h0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
+    const __m256i l1 = _mm256_and_si256(w1, m4), h1 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; ++t) {
+      const uint8_t* a = act + t * stride;
+      const uint8_t* xq = a + L.q + 128 * b;
+      const __m256i v0 = _mm256_add_epi32(dot4(l0, ld(xq)), dot4(h0, ld(xq + 64)));
+      const __m256i v1 = _mm256_add_epi32(dot4(l1, ld(xq + 32)), dot4(h1, ld(xq + 96)));
+      const float s = dw * reinterpret_cast<const float*>(a + L.d)[b];
+      const int32_t bs = reinterpret_cast<const int16_t*>(a + L.bsum)[b];
+      const __m256 sv = _mm256_set1_ps(s);
+      lo[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), sv, lo[t]);
+      hi[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), sv, hi[t]);
+      accz[t] = fmaf_(static_cast<float>(z * bs), s, accz[t]);
+    }
+  }
+  for (int t = 0; t < nt; ++t) out[t] = tree16(lo[t], hi[t]) - accz[t];
+}
+
 template <int nt>
 void row_nt(int f, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t n, float* out) {
   switch (f) {
@@ -241,6 +279,7 @@ void row_nt(int f, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t
     case kQ4_0: row32<kQ4_0, nt>(row, a, stride, n, out); break;
     case kQ4_K: row_q45k<false, nt>(row, a, stride, n, out); break;
     case kQ5_K: row_q45k<true, nt>(row, a, stride, n, out); break;
+    case kU4: row_u4<nt>(row, a, stride, n, out); break;
     default: row_q6k<nt>(row, a, stride, n, out); break;
   }
 }

@@ -85,6 +85,35 @@ void quantize(int f, const float* x, int64_t n, uint8_t* dst) {
   }
   auto* d = reinterpret_cast<float*>(dst + L.d);
   auto* bsum = reinterpret_cast<int16_t*>(dst + L.bsum);
+  if (f == kU4) {
+    for (int64_t b = 0; b < n / 128; ++b) {
+      const float* xb = x + 128 * b;
+      const float amax = amax_of(xb, 128);
+      d[b] = amax / 127.0f;
+      const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      __m512i half[2];  // natural elements 0..63, 64..127
+      int32_t s = 0;
+      for (int h = 0; h < 2; ++h) {
+        __m128i a[4];
+        for (int j = 0; j < 4; ++j) {
+          a[j] = q16(xb + 64 * h + 16 * j, id);
+          s += _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(a[j]));
+        }
+        __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(a[0]), a[1], 1);
+        v = _mm512_inserti32x4(v, a[2], 2);
+        half[h] = _mm512_inserti32x4(v, a[3], 3);
+      }
+      bsum[b] = static_cast<int16_t>(s);
+      // Even elements: the low byte of each 16-bit word; odd: the high byte.
+      const __m256i e0 = _mm512_cvtepi16_epi8(half[0]), e1 = _mm512_cvtepi16_epi8(half[1]);
+      const __m256i o0 = _mm512_cvtepi16_epi8(_mm512_srai_epi16(half[0], 8));
+      const __m256i o1 = _mm512_cvtepi16_epi8(_mm512_srai_epi16(half[1], 8));
+      _mm512_storeu_si512(q + 128 * b, _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1));
+      _mm512_storeu_si512(q + 128 * b + 64,
+                          _mm512_inserti64x4(_mm512_castsi256_si512(o0), o1, 1));
+    }
+    return;
+  }
   for (int64_t b = 0; b < n / 256; ++b) {
     const float* xb = x + 256 * b;
     const float amax = amax_of(xb, 256);
@@ -400,6 +429,60 @@ void group_q8(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t s
   for (int g = 0; g < G; ++g) out[g] = o[g];
 }
 
+// u4_g128: R weight rows x T activation rows (R * T <= 8), out[r * T + t].
+// Per 128-block the nibbles unpack once per row (low: the even elements,
+// high: the odd ones, the activation layout's two halves) and meet each
+// token's activations in two vpdpbusd (nibbles unsigned, activations
+// signed); lane l holds elements 8l .. 8l + 7, as the scalar definition.
+template <int R, int T>
+void group_u4(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t stride, int64_t n,
+              float* out) {
+  const Layout L = layout(kU4, n);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R][T];
+  float accz[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      acc[r][t] = _mm512_setzero_ps();
+      accz[r][t] = 0.0f;
+    }
+  for (int64_t b = 0; b < n / 128; ++b) {
+    __m512i lo[R], hi[R];
+    float dw[R];
+    int32_t z[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * 72;
+      if constexpr (T == 1) {  // decode: the next group's block into L2 (72 bytes: 2 lines)
+        const char* nx = reinterpret_cast<const char*>(blk + R * row_bytes);
+        _mm_prefetch(nx, _MM_HINT_T1);
+        _mm_prefetch(nx + 64, _MM_HINT_T1);
+      }
+      std::memcpy(&dw[r], blk, 4);
+      z[r] = blk[4];
+      const __m512i v = ld(blk + 8);
+      lo[r] = _mm512_and_si512(v, m4);
+      hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* a = act + t * stride;
+      const __m512i xe = ld(a + L.q + 128 * b), xo = ld(a + L.q + 128 * b + 64);
+      const float dx = reinterpret_cast<const float*>(a + L.d)[b];
+      const int32_t bs = reinterpret_cast<const int16_t*>(a + L.bsum)[b];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512i v =
+            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], xe), hi[r], xo);
+        const float s = dw[r] * dx;
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(s), acc[r][t]);
+        accz[r][t] = fmaf_(static_cast<float>(z[r] * bs), s, accz[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) out[r * T + t] = tree16(acc[r][t]) - accz[r][t];
+}
+
 // One weight row against nt (1..kMaxTok) activation rows (q4_0).
 template <int nt>
 void row_nt(int, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t n, float* out) {
@@ -428,6 +511,15 @@ struct GroupsQ8 {
   static constexpr GroupFn toks[9] = {nullptr,          &group_q8<1, 1>, &group_q8<1, 2>,
                                       &group_q8<1, 3>, &group_q8<1, 4>, &group_q8<1, 5>,
                                       &group_q8<1, 6>, &group_q8<1, 7>, &group_q8<1, 8>};
+};
+
+struct GroupsU4 {
+  static constexpr GroupFn rows[9] = {nullptr,          &group_u4<1, 1>, &group_u4<2, 1>,
+                                      &group_u4<3, 1>, &group_u4<4, 1>, &group_u4<5, 1>,
+                                      &group_u4<6, 1>, &group_u4<7, 1>, &group_u4<8, 1>};
+  static constexpr GroupFn toks[9] = {nullptr,          &group_u4<1, 1>, &group_u4<1, 2>,
+                                      &group_u4<1, 3>, &group_u4<1, 4>, &group_u4<1, 5>,
+                                      &group_u4<1, 6>, &group_u4<1, 7>, &group_u4<1, 8>};
 };
 
 template <typename Gs>
@@ -468,6 +560,8 @@ void tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8
     case kQ6_K:
       return tile_groups<Groups<kQ6_K>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
                                         accumulate);
+    case kU4:
+      return tile_groups<GroupsU4>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
     default: break;
   }
   for (int64_t r = 0; r < nrows; ++r) {

@@ -12,12 +12,19 @@
 namespace ferrite::cpu::qdot {
 namespace {
 
-// Weight formats of the kernels.
-enum Fmt : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ5_K = 3, kQ6_K = 4 };
+// Weight formats of the kernels: the GGUF blocks, and u4_g128 (the 4-bit
+// GPTQ / AWQ / compressed-tensors blocks, tensor/dtype.h).
+enum Fmt : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ5_K = 3, kQ6_K = 4, kU4 = 5 };
 
-constexpr int64_t block_elems(int f) { return f <= kQ4_0 ? 32 : 256; }
+constexpr bool is_kquant(int f) { return f >= kQ4_K && f <= kQ6_K; }
+constexpr int64_t block_elems(int f) { return f <= kQ4_0 ? 32 : f == kU4 ? 128 : 256; }
 constexpr int64_t block_bytes(int f) {
-  return f == kQ8_0 ? 34 : f == kQ4_0 ? 18 : f == kQ4_K ? 144 : f == kQ5_K ? 176 : 210;
+  return f == kQ8_0 ? 34
+         : f == kQ4_0 ? 18
+         : f == kQ4_K ? 144
+         : f == kQ5_K ? 176
+         : f == kQ6_K ? 210
+                      : 72;
 }
 constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -34,6 +41,11 @@ constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 //    for the padding block).
 //  - k-quants: d[n / 256] (f32) and bsum[n / 16] (int16: sums of 16 natural
 //    elements).
+//  - u4_g128: int8 q, per 128-block its 64 even elements (0, 2, .., 126) then
+//    its 64 odd ones (the weight's byte j holds elements 2j and 2j + 1 in its
+//    low and high nibble, so the unpacked nibbles meet their activations in
+//    vpdpbusd's lanes); d[n / 128] (f32) and bsum[n / 128] (int16: the sum
+//    of the block's q, for the zero point).
 struct Layout {
   int64_t q = 0, dx = 0, d = 0, bsum = 0, stride = 0;
 };
@@ -43,6 +55,10 @@ inline Layout layout(int f, int64_t n) {
     const int64_t pairs = (n / 32 + 1) / 2;
     l.dx = round_up(pairs * 64, 64);
     l.stride = round_up(l.dx + pairs * 64, 64);
+  } else if (f == kU4) {
+    l.d = round_up(n, 64);
+    l.bsum = l.d + round_up(n / 128 * 4, 64);
+    l.stride = round_up(l.bsum + n / 128 * 2, 64);
   } else {
     l.d = round_up(n, 64);
     l.bsum = l.d + round_up(n / 256 * 4, 64);
@@ -117,7 +133,7 @@ constexpr int64_t kPanelRows = 16;
 constexpr int64_t kPanelTokens = 16;
 constexpr int64_t kPanelBlockBytes = 5760;
 constexpr int64_t kPanelBlock32Bytes = 640;
-static constexpr bool panel_supports(int f) { return f >= kQ4_K || f == kQ8_0; }
+static constexpr bool panel_supports(int f) { return is_kquant(f) || f == kQ8_0; }
 // The panel scratch for rows of n elements.
 static constexpr int64_t panel_scratch_bytes(int f, int64_t n) {
   return f == kQ8_0 ? n / 32 * kPanelBlock32Bytes : n / 256 * kPanelBlockBytes;
