@@ -36,6 +36,10 @@ QW make_w(DType t, int64_t rows, int64_t in, uint32_t seed) {
   QW w;
   w.bytes.resize(dtype_bytes(t, rows * in));
   quantize_row(t, v.data(), w.bytes.data(), rows * in);
+  if (t == DType::kU4G128) {  // every third block with the largest zero point, 16 (GPTQ v1's 0)
+    auto* blk = reinterpret_cast<quant::BlockU4G128*>(w.bytes.data());
+    for (int64_t b = 0; b < rows * in / 128; b += 3) blk[b].z = 16;
+  }
   w.values.resize(rows * in);
   dequantize_row(t, w.bytes.data(), w.values.data(), rows * in);
   w.mag.resize(rows * in);
