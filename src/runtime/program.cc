@@ -33,7 +33,11 @@ const StateDecl* ModelProgram::find_state(const std::string& name) const {
 
 int64_t ModelProgram::weight_bytes() const {
   int64_t n = 0;
-  for (const WeightDecl& w : weights) n += dtype_bytes(w.dtype, w.shape.numel());
+  for (const WeightDecl& w : weights) {
+    n += dtype_bytes(w.dtype, w.shape.numel());
+    // An act-order weight's permutation table: an int32 per input column per run.
+    if (w.perm_rows > 0) n += w.shape.numel() / w.perm_rows * static_cast<int64_t>(sizeof(int32_t));
+  }
   return n;
 }
 

@@ -124,6 +124,7 @@ struct ModelProgram {
   const WeightDecl* find_weight(const std::string& name) const;
   const ValueDecl* find_value(const std::string& name) const;
   const StateDecl* find_state(const std::string& name) const;
+  // Bytes of every weight as stored, act-order permutation tables included.
   int64_t weight_bytes() const;
 };
 
