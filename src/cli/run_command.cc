@@ -163,9 +163,17 @@ Result<std::string> reply(ServingModel& m, const RunFlags& f,
       if (u.finish == EngineFinish::kCancelled) std::fputs(" [stopped]", stdout);
       std::fputs("\n", stdout);
       std::fflush(stdout);
-      const auto end = std::chrono::steady_clock::now();
-      const double ttft = tokens ? std::chrono::duration<double>(first - t0).count() : 0;
-      const double decode = tokens > 1 ? std::chrono::duration<double>(end - first).count() : 0;
+      // The engine's own times of the first and last token: the stream hands
+      // tokens over in batches (a fast model's whole reply can arrive in one
+      // update), so the times they were read here say little.
+      const RequestTimes rt = (*stream)->times();
+      const bool engine_times = rt.first_token.time_since_epoch().count() != 0 &&
+                                rt.last_token.time_since_epoch().count() != 0;
+      const auto first_at = engine_times ? rt.first_token : first;
+      const auto last_at = engine_times ? rt.last_token : std::chrono::steady_clock::now();
+      const double ttft = tokens ? std::chrono::duration<double>(first_at - t0).count() : 0;
+      const double decode =
+          tokens > 1 ? std::chrono::duration<double>(last_at - first_at).count() : 0;
       std::string stats = fmt::format(
           "[{} tokens, {:.1f} tok/s; prompt {} tokens, first token in {:.2f} s{}]", tokens,
           decode > 0 ? (tokens - 1) / decode : 0.0, (*stream)->prompt_tokens(), ttft,
