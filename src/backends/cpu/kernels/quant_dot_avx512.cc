@@ -452,10 +452,8 @@ void group_u4(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t s
     int32_t z[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = w + r * row_bytes + b * 72;
-      // Decode: the block of the row two groups ahead into L2 (72 bytes: 2
-      // lines; one group ahead read 7.25 ms for the 0.6B projections, two 6.6).
-      if constexpr (T == 1) {
-        const char* nx = reinterpret_cast<const char*>(blk + 2 * R * row_bytes);
+      if constexpr (T == 1) {  // decode: the next group's block into L2 (72 bytes: 2 lines)
+        const char* nx = reinterpret_cast<const char*>(blk + R * row_bytes);
         _mm_prefetch(nx, _MM_HINT_T1);
         _mm_prefetch(nx + 64, _MM_HINT_T1);
       }
