@@ -46,6 +46,16 @@ bool fill_arena(WeightArena& arena, DType dt, int64_t bytes) {
   return true;
 }
 
+// Block bytes/s, tok/s and bw_frac (block bytes/s over the read bandwidth
+// bw) of `bytes` of weights read per iteration for `tokens` tokens.
+void set_rate_counters(benchmark::State& state, int64_t tokens, int64_t bytes, double bw) {
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_frac"] = benchmark::Counter(static_cast<double>(bytes) / bw,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
 struct Proj {
   int64_t out, in;
 };
@@ -86,11 +96,7 @@ void BM_QuantQwen3_0_6B_Matmuls(benchmark::State& state) {
     cpu::matmul(x.data(), tokens, kHead.in, w, dt, kHead.out, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(state.iterations() * bytes);
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens),
-                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["bw_frac"] = benchmark::Counter(static_cast<double>(bytes) / bw,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, tokens, bytes, bw);
   state.counters["GFLOP/s"] =
       benchmark::Counter(2e-9 * tokens * total, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(dtype_name(dt)) + " threads=" + std::to_string(pool->size()) +
@@ -149,11 +155,7 @@ void BM_ActOrderQwen3_0_6B_Matmuls(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(state.iterations() * bytes);
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens),
-                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["bw_frac"] = benchmark::Counter(static_cast<double>(bytes) / bw,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  set_rate_counters(state, tokens, bytes, bw);
   state.SetLabel(std::string(act_order ? "u4_g128 act-order" : "u4_g128") +
                  " threads=" + std::to_string(pool->size()));
 }

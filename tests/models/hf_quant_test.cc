@@ -17,6 +17,7 @@
 // tolerance used (observed: 0, the paths sum in one order).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -281,6 +282,36 @@ std::string open_error(const std::string& dir) {
   return src.is_ok() ? "" : src.status().to_string();
 }
 
+// A copy of tests/models/hf_quant/<model> whose tensor `g_idx_name` (an i32
+// g_idx) is edited by `edit`; the folder's path.
+std::string g_idx_edited_copy(const std::string& model, const std::string& g_idx_name,
+                              const std::string& tag,
+                              const std::function<void(std::vector<int32_t>&)>& edit) {
+  namespace fs = std::filesystem;
+  auto ckpt = SafetensorsCheckpoint::open(kDir + model);
+  EXPECT_TRUE(ckpt.is_ok());
+  if (!ckpt.is_ok()) return "";
+  std::vector<SafetensorsWriteTensor> tensors;
+  std::vector<std::vector<uint8_t>> keep;
+  for (const std::string& name : ckpt->names()) {
+    const SafetensorsTensor* t = ckpt->find(name);
+    keep.emplace_back(t->data, t->data + t->nbytes);
+    if (name == g_idx_name) {
+      std::vector<int32_t> g(t->shape.numel());
+      std::memcpy(g.data(), keep.back().data(), keep.back().size());
+      edit(g);
+      std::memcpy(keep.back().data(), g.data(), keep.back().size());
+    }
+    tensors.push_back({name, t->dtype, t->shape, keep.back()});
+  }
+  const fs::path dir = fs::temp_directory_path() / ("ferrite_hf_quant_" + tag);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  EXPECT_TRUE(write_safetensors((dir / "model.safetensors").string(), tensors).is_ok());
+  fs::copy_file(kDir + model + "/config.json", dir / "config.json");
+  return dir.string();
+}
+
 TEST(HfQuantErrors, UnsupportedVariantsAreNamed) {
   struct Bad {
     std::string model, tag, want;
@@ -323,28 +354,11 @@ TEST(HfQuantErrors, UnsupportedVariantsAreNamed) {
 // allocation. (A permuted one in range is act-order and loads: the
 // qwen3-gptq-int4-act case above.)
 TEST(HfQuantErrors, GroupIndexOutOfRangeIsNamed) {
-  namespace fs = std::filesystem;
-  const std::string model = "qwen3-gptq-int4";
-  auto ckpt = SafetensorsCheckpoint::open(kDir + model);
-  ASSERT_TRUE(ckpt.is_ok());
-  std::vector<SafetensorsWriteTensor> tensors;
-  std::vector<std::vector<uint8_t>> keep;
-  for (const std::string& name : ckpt->names()) {
-    const SafetensorsTensor* t = ckpt->find(name);
-    keep.emplace_back(t->data, t->data + t->nbytes);
-    if (name == "model.layers.0.mlp.up_proj.g_idx") {  // column 0 in a group past the last
-      ASSERT_GE(keep.back().size(), 4u);
-      const int32_t other = 1000;
-      std::memcpy(keep.back().data(), &other, 4);
-    }
-    tensors.push_back({name, t->dtype, t->shape, keep.back()});
-  }
-  const fs::path dir = fs::temp_directory_path() / "ferrite_hf_quant_actorder";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), tensors).is_ok());
-  fs::copy_file(kDir + model + "/config.json", dir / "config.json");
-  const std::string err = open_error(dir.string());
+  const std::string dir = g_idx_edited_copy(
+      "qwen3-gptq-int4", "model.layers.0.mlp.up_proj.g_idx", "actorder",
+      [](std::vector<int32_t>& g) { g.at(0) = 1000; });  // column 0 past the last group
+  ASSERT_FALSE(dir.empty());
+  const std::string err = open_error(dir);
   EXPECT_NE(err.find("column 0 is in group 1000"), std::string::npos) << err;
   EXPECT_NE(err.find("model.layers.0.mlp.up_proj.g_idx"), std::string::npos) << err;
 }
@@ -376,33 +390,14 @@ TEST(HfQuantActOrder, PermutedWhereItCanExpandedElsewhere) {
         << d;
   }
   // Column 0 of one module moved into group 1: groups of 127 and 129 columns.
-  namespace fs = std::filesystem;
-  auto ckpt = SafetensorsCheckpoint::open(kDir + "qwen3-gptq-int4-act");
-  ASSERT_TRUE(ckpt.is_ok());
-  std::vector<SafetensorsWriteTensor> tensors;
-  std::vector<std::vector<uint8_t>> keep;
-  for (const std::string& name : ckpt->names()) {
-    const SafetensorsTensor* t = ckpt->find(name);
-    keep.emplace_back(t->data, t->data + t->nbytes);
-    if (name == "model.layers.0.mlp.gate_proj.g_idx") {
-      std::vector<int32_t> g(t->shape.numel());
-      std::memcpy(g.data(), keep.back().data(), keep.back().size());
-      for (int32_t& v : g)
-        if (v == 0) {
-          v = 1;
-          break;
-        }
-      std::memcpy(keep.back().data(), g.data(), keep.back().size());
-    }
-    tensors.push_back({name, t->dtype, t->shape, keep.back()});
-  }
-  const fs::path dir = fs::temp_directory_path() / "ferrite_hf_quant_ragged_groups";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), tensors).is_ok());
-  fs::copy_file(kDir + "qwen3-gptq-int4-act/config.json", dir / "config.json");
+  const std::string dir =
+      g_idx_edited_copy("qwen3-gptq-int4-act", "model.layers.0.mlp.gate_proj.g_idx",
+                        "ragged_groups", [](std::vector<int32_t>& g) {
+                          *std::find(g.begin(), g.end(), 0) = 1;
+                        });
+  ASSERT_FALSE(dir.empty());
   LoadOptions o;
-  o.model_dir = dir.string();
+  o.model_dir = dir;
   o.act_order_permutation = true;
   auto src = open_model(o);
   ASSERT_TRUE(src.is_ok()) << src.status().to_string();

@@ -35,17 +35,6 @@ void weight_product_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in
   }
 }
 
-void weight_product(const float* x, int64_t tokens, int64_t in, const TensorView& w, int64_t rows,
-                    float* y, bool accumulate, ThreadPool* pool) {
-  if (w.input_perm) {
-    weight_product_rows(x, in, tokens, in, w, 0, 0, rows, y, rows, accumulate, pool);
-  } else if (accumulate) {
-    matmul_accumulate(x, tokens, in, w.data, w.dtype, rows, y, pool);
-  } else {
-    matmul(x, tokens, in, w.data, w.dtype, rows, y, pool);
-  }
-}
-
 TensorView weight_rows_view(const TensorView& w, int64_t offset, Shape shape) {
   TensorView v{static_cast<char*>(w.data) + dtype_bytes(w.dtype, offset), w.dtype, shape};
   if (w.input_perm) {

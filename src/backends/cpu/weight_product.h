@@ -25,11 +25,12 @@ void weight_product_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in
                          const TensorView& w, int64_t row0, int64_t o_begin, int64_t o_end,
                          float* y, int64_t ldy, bool accumulate, ThreadPool* pool);
 
-// The whole matrix: y[t * rows + o] (+)= W[o] . x[t] (x rows `in` apart).
-// Without a permutation: matmul / matmul_accumulate, as the blocks always
-// called them.
-void weight_product(const float* x, int64_t tokens, int64_t in, const TensorView& w, int64_t rows,
-                    float* y, bool accumulate, ThreadPool* pool);
+// The whole matrix: y[t * rows + o] (+)= W[o] . x[t] (x rows `in` apart);
+// without a permutation exactly matmul / matmul_accumulate (their own form).
+inline void weight_product(const float* x, int64_t tokens, int64_t in, const TensorView& w,
+                           int64_t rows, float* y, bool accumulate, ThreadPool* pool) {
+  weight_product_rows(x, in, tokens, in, w, 0, 0, rows, y, rows, accumulate, pool);
+}
 
 // Rows [row, row + shape[0]) of `w` (elements from `offset`, a multiple of
 // the row length) as their own view, its permutation table included: one
