@@ -369,7 +369,8 @@ std::vector<QuantFileCase> hf_quant_cases() {
   for (const char* m : {"qwen3-fp8", "qwen3-gptq-int4", "qwen3-awq-int4", "llama-ct-fp8",
                         "llama-ct-w4a16", "llama-gptq-int4-pc", "qwen3_moe-gptq-int4",
                         "qwen3_5-fp8", "qwen3_5_moe-gptq-int4", "qwen3_next-fp8",
-                        "qwen3-gptq-int4-act", "llama-ct-w4a16-act"}) {
+                        "qwen3-gptq-int4-act", "llama-ct-w4a16-act",
+                        "qwen3_5_moe-gptq-int4-act"}) {
     cases.push_back({m, DType::kF32, true});
     cases.push_back({m, DType::kF32, false});
     cases.push_back({m, DType::kBF16, false});

@@ -180,12 +180,6 @@ TEST_P(HfQuantTest, CachedDecodeAndGreedyTokensMatch) {
 // Ferrite on the quantized checkpoint: prefill and cached-decode logits at
 // the family goldens' 2e-3, greedy tokens equal.
 TEST_P(HfQuantTest, MatchesTransformersGoldens) {
-  // Written after the GPU machine's last session: its goldens are made by the
-  // next one (the oracle checks above hold it meanwhile).
-  const std::set<std::string> goldens_pending = {"qwen3_5_moe-gptq-int4-act"};
-  if (goldens_pending.count(GetParam().model))
-    GTEST_SKIP() << GetParam().model << ": transformers goldens not made yet "
-                 << "(scripts/make_hf_quant_goldens.py on the GPU machine)";
   golden::Goldens g;
   ASSERT_NO_FATAL_FAILURE(golden::Goldens::load(kDir + GetParam().model, &g));
   golden::check_prefill_logits(*quant_, g, 2e-3);
@@ -249,7 +243,8 @@ TEST_P(HfQuantIntegerDotsTest, MatchesTransformersGoldens) {
 INSTANTIATE_TEST_SUITE_P(Models, HfQuantIntegerDotsTest,
                          testing::Values("qwen3-gptq-int4", "qwen3-awq-int4", "llama-ct-w4a16",
                                          "qwen3_moe-gptq-int4", "qwen3_5_moe-gptq-int4",
-                                         "qwen3-gptq-int4-act", "llama-ct-w4a16-act"),
+                                         "qwen3-gptq-int4-act", "llama-ct-w4a16-act",
+                                         "qwen3_5_moe-gptq-int4-act"),
                          [](const testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            for (char& ch : s)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Where a decode step's GPU time goes, for a few models / weight formats, in one device call:
+#   STEPS="model:quant:batch ..." (quant "-" = bf16; a GGUF block format = --dummy-dtype, e.g.
+#     qwen3-8b:q4_k_m:1): ncu's per-kernel table of one replayed decode step (the 10th:
+#     FERRITE_NCU_DECODE_STEP; scripts/ncu_summary.py: kernels by name, summed time, DRAM bytes
+#     read, bandwidth), default "qwen3-8b:gptq-int4:1";
+#   SWEEP="model:quant:VAR=v1,v2 ..." with SWEEP_BATCHES (default "128") and SWEEP_PROMPT
+#     (default 512): ferrite bench's prefill and decode tokens/s for each setting.
+# Builds build-gpu (ferrite) when missing. Run bash scripts/gpu_prebuild.sh first and carry
+# [".deb", ".gpu-prebuilt"]. Output: $OUT/step_probe.txt (and its end on stdout).
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT="${OUT:-$ROOT/out}"
+mkdir -p "$OUT"
+. "$ROOT/scripts/gpu_env.sh"
+BUILD="${BUILD:-$ROOT/build-gpu}"
+T="$OUT/step_probe.txt"
+: > "$T"
+T0=$(date +%s)
+[ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
+ninja -C "$BUILD" ferrite >> "$OUT/build.log" 2>&1
+echo "build rc=$? in $(( $(date +%s) - T0 )) s" | tee -a "$T"
+weights() {  # quant -> ferrite bench's weight flags
+  case "$1" in
+    -) ;;
+    fp8 | gptq-int4 | awq-int4) echo "--quantization $1" ;;
+    *) echo "--dummy-dtype $1" ;;
+  esac
+}
+for spec in ${SWEEP:-}; do
+  IFS=: read -r model quant setting <<< "$spec"
+  var=${setting%%=*}
+  for v in $(echo "${setting#*=}" | tr , ' '); do
+    echo "== $model $quant $var=$v" | tee -a "$T"
+    env "$var=$v" timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench --device cuda --dummy-weights \
+      -r 1 --batch ${SWEEP_BATCHES:-128} --prompt-len "${SWEEP_PROMPT:-512}" --decode-prompt-len 128 \
+      --gen-len 16 --max-num-seqs 128 --kv-cache-gib 8 --max-model-len 8192 \
+      --model "$ROOT/configs/$model" $(weights "$quant") 2>&1 | grep -E "^(prefill|decode)|error" | tee -a "$T"
+  done
+done
+NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+for spec in ${STEPS-qwen3-8b:gptq-int4:1}; do
+  IFS=: read -r model quant batch <<< "$spec"
+  tag="$model-$quant-$batch"
+  echo "== ncu $model $quant batch $batch (one replayed decode step)" | tee -a "$T"
+  FERRITE_NCU_DECODE_STEP=10 timeout "${NCU_TIMEOUT:-200}" "$NCU" --profile-from-start off --csv \
+    --print-units base --log-file "$OUT/ncu-$tag.csv" --cache-control none --clock-control none \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
+    "$BUILD/ferrite" bench --model "$ROOT/configs/$model" --dummy-weights --device cuda \
+    --batch "$batch" --prompt-len 16 --decode-prompt-len 128 --gen-len 16 --max-num-seqs "$batch" \
+    --kv-cache-gib 4 --max-model-len 8192 $(weights "$quant") > "$OUT/ncu-$tag.out" 2>&1
+  echo "ncu rc=$?" | tee -a "$T"
+  python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu-$tag.csv" --launches "${LAUNCHES:-u4_|quant_gemv}" 2>&1 |
+    head -${SUMMARY_LINES:-120} | tee -a "$T"
+done
