@@ -548,7 +548,10 @@ TEST(CudaMoeMmaBlocksTest, BitwiseEqualToTheDequantizedExperts) {
 }
 
 // The bulk-copy decode GEMV (Tuning::cuda_quant_stream_tokens, default 8),
-// at one and two blocks an SM, against the register-streaming one (0), on
+// at one and two blocks an SM and with items of 2 and 4 warp iterations at
+// one token (Tuning::cuda_quant_stream_item_steps: at k = 2,048 a 4-step item
+// is longer than a u4_g128 / q8_0 row, the tail case), against the
+// register-streaming one (0), on
 // dummy weights of a Qwen3 shape
 // whose rows are 16-byte multiples in every block format (hidden and
 // intermediate 2,048, so q6_k rows qualify): a prefill of 3 sequences, a
@@ -577,9 +580,13 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
   for (const Format& fmt : formats) {
     SCOPED_TRACE(std::string(dtype_name(fmt.dt)) + (fmt.k_m_mix ? " (Q4_K_M mix)" : ""));
     // 0: bulk copies, one block an SM; 1: registers; 2: bulk copies, two
-    // blocks an SM (Tuning::cuda_quant_stream_blocks).
-    std::vector<float> logits[3][2];
-    for (int f = 0; f < 3; ++f) {
+    // blocks an SM (Tuning::cuda_quant_stream_blocks); 3, 4: items of 2, 4
+    // warp iterations.
+    constexpr int kForms = 5;
+    const char* const form_names[kForms] = {"bulk copies", "registers", "two blocks an SM",
+                                            "2-step items", "4-step items"};
+    std::vector<float> logits[kForms][2];
+    for (int f = 0; f < kForms; ++f) {
       RunnerOptions o = cuda_options(dir, DType::kBF16);
       o.load.dummy_weights = true;
       o.load.dummy_dtype = fmt.dt;
@@ -587,6 +594,7 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
       o.tuning.cuda_graphs = false;
       o.tuning.cuda_quant_stream_tokens = f == 1 ? 0 : 8;
       o.tuning.cuda_quant_stream_blocks = f == 2 ? 2 : 1;
+      o.tuning.cuda_quant_stream_item_steps = f == 3 ? 2 : (f == 4 ? 4 : 1);
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
@@ -615,13 +623,13 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
       ASSERT_FALSE(logits[0][step].empty());
       EXPECT_TRUE(std::all_of(logits[0][step].begin(), logits[0][step].end(),
                               [](float v) { return std::isfinite(v); }));
-      for (int f = 1; f < 3; ++f) {
+      for (int f = 1; f < kForms; ++f) {
         ASSERT_EQ(logits[0][step].size(), logits[f][step].size());
         EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[f][step].data(),
                               logits[0][step].size() * 4),
                   0)
             << (step == 0 ? "the 1-token" : "the 3-token") << " decode step differs ("
-            << (f == 1 ? "registers" : "two blocks an SM") << ")";
+            << form_names[f] << ")";
       }
     }
   }

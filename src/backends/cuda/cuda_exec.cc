@@ -66,6 +66,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.moe_mma_fp8 = options_.moe_mma_fp8;
     st_.moe_mma_u4 = options_.moe_mma_u4;
     st_.quant_stream_blocks = options_.quant_stream_blocks;
+    st_.quant_stream_item_steps = options_.quant_stream_item_steps;
     st_.moe_dequant = options_.moe_dequant;
     st_.moe_fused_tokens = options_.moe_fused_tokens;
     st_.decode_split_positions = options_.decode_split_positions;

@@ -64,6 +64,10 @@ struct QuantGemvArgs {
   // the shared memory, and the next kernel's blocks can start beside the
   // last ones.
   int stream_blocks = 1;
+  // Warp iterations an item of the bulk-copy kernel, 1, 2 or 4, at one
+  // token (Tuning::cuda_quant_stream_item_steps); the kernel takes the
+  // largest up to this that leaves a warp at least two ring slots.
+  int stream_item_steps = 1;
   // The tensor-core kernel (quant_gemv_mma.cu) where quant_gemv_mma_supported
   // holds: f8_e4m3_b128 / u4_g128 weights, bf16 / f16 x. Not bitwise equal to
   // the others: f16 activations under a per-token scale instead of 8-bit

@@ -48,22 +48,27 @@ using namespace gemv;
 constexpr int stream_warps(int m) { return m == 1 ? 24 : 16; }
 constexpr int kMaxSlots = 16;  // items in flight per warp, at most
 
-// Warp iterations (32 / kLanes blocks each) per copied item: the fewest
-// whose bytes are a multiple of 16 (a bulk copy's granule).
-template <typename Fmt>
+// Warp iterations (32 / kLanes blocks each) per copied item: kMul times
+// the fewest whose bytes are a multiple of 16 (a bulk copy's granule).
+// Every item costs its warp a fixed ~100 instructions besides the decode
+// (the barrier wait, lane 0's refill with its row addresses, the ring and
+// item bookkeeping), against ~70 a warp iteration of two rows' decode and
+// dot products: kMul > 1 (Tuning::cuda_quant_stream_item_steps, one token
+// only) spreads them over more weights, in fewer, larger ring slots.
+template <typename Fmt, int kMul = 1>
 constexpr int item_steps() {
   constexpr int per_iter = 32 / Fmt::kLanes;
   int s = 1;
   while ((per_iter * s * Fmt::kBytes) % 16 != 0) ++s;
-  return s;
+  return s * kMul;
 }
-template <typename Fmt>
+template <typename Fmt, int kMul = 1>
 constexpr int item_blocks() {
-  return 32 / Fmt::kLanes * item_steps<Fmt>();
+  return 32 / Fmt::kLanes * item_steps<Fmt, kMul>();
 }
-template <typename Fmt>
+template <typename Fmt, int kMul = 1>
 constexpr int item_bytes() {
-  return item_blocks<Fmt>() * Fmt::kBytes;
+  return item_blocks<Fmt, kMul>() * Fmt::kBytes;
 }
 
 // Shared memory: the staged activations, then the warps' barriers, then
@@ -75,7 +80,7 @@ __host__ __device__ inline size_t barrier_bytes(int warps, int slots) {
   return (static_cast<size_t>(warps) * slots * sizeof(uint64_t) + 15) / 16 * 16;
 }
 
-template <int F, typename TX, typename TO, int M>
+template <int F, typename TX, typename TO, int M, int kMul>
 __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
     quant_gemv_stream_kernel(const TX* __restrict__ x, int m, int64_t k, FusedParams p,
                              int slots, uint32_t staged) {
@@ -83,9 +88,9 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   constexpr bool kFloatX = GemvFmt<F>::kFloatX;
   constexpr bool kSums = staged_sums(F);
   constexpr int kPerIter = 32 / Fmt::kLanes;
-  constexpr int kSteps = item_steps<Fmt>();
-  constexpr int kItemBlocks = item_blocks<Fmt>();
-  constexpr int kItemBytes = item_bytes<Fmt>();  // per row
+  constexpr int kSteps = item_steps<Fmt, kMul>();
+  constexpr int kItemBlocks = item_blocks<Fmt, kMul>();
+  constexpr int kItemBytes = item_bytes<Fmt, kMul>();  // per row
   constexpr int kSlotBytes = kRows * kItemBytes;
   const int warps = static_cast<int>(blockDim.x >> 5);
   extern __shared__ __align__(128) unsigned char smem[];
@@ -181,18 +186,19 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   }
 }
 
-// Rows of item_bytes<Fmt> for format f (host side).
-int item_bytes_of(int f) {
+// Rows of item_bytes<Fmt, mul> for format f (host side).
+int item_bytes_of(int f, int mul = 1) {
   int out = 0;
   dispatch_fmt(kFmtDTypes[f], [&](auto fc) {
     constexpr int F = decltype(fc)::value;
-    out = item_bytes<typename GemvFmt<F>::Dot>();
+    using Fmt = typename GemvFmt<F>::Dot;
+    out = mul == 4 ? item_bytes<Fmt, 4>() : mul == 2 ? item_bytes<Fmt, 2>() : item_bytes<Fmt>();
   });
   return out;
 }
 
 struct StreamShape {
-  int blocks_per_sm, warps, grid, slots;
+  int blocks_per_sm, warps, grid, slots, mul;
   size_t smem;
 };
 
@@ -201,13 +207,14 @@ struct StreamShape {
 // staged activations in the block's share of the SM's shared memory, up to
 // kMaxSlots and the most items a warp has (less shared memory lets the next
 // kernel's blocks start beside this one's); slots 0: fewer than two fit.
-StreamShape stream_shape(const QuantGemvArgs& a) {
+StreamShape stream_shape(const QuantGemvArgs& a, int mul) {
   StreamShape sh{};
+  sh.mul = mul;
   const int f = qfmt(a.w_dt);
   sh.blocks_per_sm = a.stream_blocks >= 2 ? 2 : 1;
   sh.warps = stream_warps(a.m == 1 ? 1 : 8) / sh.blocks_per_sm;
   const size_t staged = staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1));
-  const int item = item_bytes_of(f);
+  const int item = item_bytes_of(f, mul);
   const size_t slot = static_cast<size_t>(kRows) * item + sizeof(uint64_t);  // + its barrier
   // Each block's share of the SM less 1 KiB the runtime reserves a block
   // and 1 KiB for the kernel's static shared memory (stage_x's reductions).
@@ -226,6 +233,18 @@ StreamShape stream_shape(const QuantGemvArgs& a) {
   sh.smem = staged + barrier_bytes(sh.warps, sh.slots) +
             static_cast<size_t>(sh.warps) * sh.slots * kRows * item;
   return sh;
+}
+
+// The shape with the largest item multiple up to QuantGemvArgs::
+// stream_item_steps (one token only) that leaves a warp two ring slots.
+StreamShape stream_shape(const QuantGemvArgs& a) {
+  const int want = a.m == 1 ? a.stream_item_steps : 1;
+  for (int mul : {4, 2}) {
+    if (mul > want) continue;
+    const StreamShape sh = stream_shape(a, mul);
+    if (sh.slots > 0) return sh;
+  }
+  return stream_shape(a, 1);
 }
 
 }  // namespace
@@ -255,13 +274,19 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
     using TX = decltype(tx);
     using TO = decltype(to);
     constexpr int M = decltype(mc)::value;
-    auto kern = quant_gemv_stream_kernel<F, TX, TO, M>;
-    static const bool opted = cudaFuncSetAttribute(
-        kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        max_dynamic_smem() - 2048) == cudaSuccess;
-    (void)opted;
-    (void)launch_pdl_weights(kern, sh.grid, sh.warps * 32, sh.smem, s,
-                             static_cast<const TX*>(a.x), mi, a.k, p, sh.slots, staged);
+    auto go = [&](auto kern) {
+      static const bool opted = cudaFuncSetAttribute(
+          kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          max_dynamic_smem() - 2048) == cudaSuccess;
+      (void)opted;
+      (void)launch_pdl_weights(kern, sh.grid, sh.warps * 32, sh.smem, s,
+                               static_cast<const TX*>(a.x), mi, a.k, p, sh.slots, staged);
+    };
+    if constexpr (M == 1) {
+      if (sh.mul == 4) return go(quant_gemv_stream_kernel<F, TX, TO, M, 4>);
+      if (sh.mul == 2) return go(quant_gemv_stream_kernel<F, TX, TO, M, 2>);
+    }
+    go(quant_gemv_stream_kernel<F, TX, TO, M, 1>);
   });
   if (!ok) return bad_dtype("quant gemv (stream)", a.w_dt);
   return check_launch("quant_gemv_stream");
