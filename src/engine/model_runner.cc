@@ -179,7 +179,7 @@ namespace {
 // backend's providers take an input permutation.
 Result<ModelSource> open_source(const RunnerOptions& options, const Registry& registry) {
   LoadOptions load = options.load;
-  load.act_order_permutation = registry.accepts_input_permutation();
+  load.act_order_contracts = registry.input_permutation_contracts();
   FERRITE_ASSIGN_OR_RETURN(ModelSource src, open_model(load));
   if (options.tensor_parallel != 1) {
     if (src.gguf && !options.load.dummy_weights)

@@ -471,10 +471,9 @@ std::vector<int32_t> group_sorted_columns(const SafetensorsTensor& g_idx, int64_
 
 }  // namespace
 
-Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme& scheme,
-                                                             const SafetensorsCheckpoint& ckpt,
-                                                             std::optional<DType> expand_dtype,
-                                                             bool permute_act_order) {
+Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(
+    const HfQuantScheme& scheme, const SafetensorsCheckpoint& ckpt,
+    std::optional<DType> expand_dtype, const std::function<bool(const std::string&)>& permutable) {
   Scanner scan(scheme, ckpt);
   scan.scan();
   if (!scan.problems.empty()) {
@@ -491,47 +490,55 @@ Result<std::shared_ptr<HfQuantWeights>> HfQuantWeights::open(const HfQuantScheme
   auto w = std::make_shared<HfQuantWeights>();
   w->scheme_ = scheme;
   w->modules_ = std::move(scan.modules);
-  // Act-order: each permuted module keeps its 4 bits with its columns sorted
-  // by group when the backend takes an input permutation and every group is
-  // whole blocks. Otherwise one permuted g_idx expands every 4-bit module of
-  // the checkpoint (stacked MoE experts need one dtype) to expand_dtype, else
-  // the 16-bit type of its scales (f32 scales: bf16), dequantized at load as
-  // the tools do.
+  // Act-order: each permuted module whose readers take an input permutation
+  // keeps its 4 bits with its columns sorted by group, when every permuted
+  // module's groups are whole blocks. The other 4-bit modules (all of them
+  // when some groups are not whole blocks) expand to expand_dtype, else the
+  // 16-bit type of their scales (f32 scales: bf16), dequantized at load as
+  // the tools do, when any of them is permuted: all of them, not only the
+  // permuted ones, because a stacked MoE weight needs one dtype (and a
+  // module's readers are one node's or several nodes of one contract).
   int act_order = 0;
   for (const auto& [name, m] : w->modules_) act_order += m.g_idx != nullptr;
+  if (act_order == 0) return w;
   std::string unsorted;  // a module whose groups are not whole blocks
-  if (act_order > 0 && permute_act_order) {
-    for (auto& [name, m] : w->modules_) {
-      if (!m.g_idx) continue;
-      const int64_t in = m.virt.shape[1];
-      m.perm = group_sorted_columns(*m.g_idx, in, ceil_div(in, m.group));
-      if (m.perm.empty() && unsorted.empty()) unsorted = name;
-    }
-    if (unsorted.empty()) {
-      w->scheme_.description += fmt::format(
-          ", act-order ({} module{} with a permuted g_idx): 4-bit, input columns sorted by group "
-          "at load",
-          act_order, act_order == 1 ? "" : "s");
-      return w;
-    }
-    for (auto& [name, m] : w->modules_) m.perm.clear();
+  auto keeps = [&](const std::string& name) { return permutable && permutable(name); };
+  for (auto& [name, m] : w->modules_) {
+    if (!m.g_idx || !keeps(name)) continue;
+    const int64_t in = m.virt.shape[1];
+    m.perm = group_sorted_columns(*m.g_idx, in, ceil_div(in, m.group));
+    if (m.perm.empty() && unsorted.empty()) unsorted = name;
   }
-  if (act_order > 0) {
+  int kept = 0, expanded = 0;
+  bool expand_others = false;  // an act-order module that does not keep its permutation
+  for (auto& [name, m] : w->modules_) {
+    if (!unsorted.empty()) m.perm.clear();
+    kept += !m.perm.empty();
+    expand_others = expand_others || (m.g_idx && m.perm.empty());
+  }
+  if (expand_others) {
     for (auto& [name, m] : w->modules_) {
-      if (m.virt.dtype != DType::kU4G128) continue;
+      if (m.virt.dtype != DType::kU4G128 || !m.perm.empty()) continue;
+      if (unsorted.empty() && keeps(name)) continue;  // a natural-order module of a taker
       m.virt.dtype = expand_dtype && (*expand_dtype == DType::kF16 || *expand_dtype == DType::kBF16)
                          ? *expand_dtype
                          : m.scales->dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
       m.virt.nbytes = dtype_bytes(m.virt.dtype, m.virt.shape.numel());
+      ++expanded;
     }
-    w->scheme_.description += fmt::format(
-        ", act-order ({} module{} with a permuted g_idx): 4-bit modules expanded to 16 bits at "
-        "load{}",
-        act_order, act_order == 1 ? "" : "s",
-        unsorted.empty() ? std::string()
-                         : fmt::format(" ('{}' has a group that is not whole 128-column blocks)",
-                                       unsorted));
   }
+  std::string what;
+  if (kept > 0)
+    what = fmt::format("{} kept in 4 bits, input columns sorted by group at load", kept);
+  if (expanded > 0)
+    what += fmt::format(
+        "{}{} 4-bit module{} expanded to 16 bits at load{}", what.empty() ? "" : "; ", expanded,
+        expanded == 1 ? "" : "s",
+        !unsorted.empty()
+            ? fmt::format(" ('{}' has a group that is not whole 128-column blocks)", unsorted)
+            : std::string(" (their providers take no input permutation)"));
+  w->scheme_.description += fmt::format(", act-order ({} module{} with a permuted g_idx): {}",
+                                        act_order, act_order == 1 ? "" : "s", what);
   return w;
 }
 

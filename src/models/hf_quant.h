@@ -14,13 +14,13 @@
 // tensors (4 or 8 bits per weight plus a scale per 128 elements). The one
 // act-order checkpoints (GPTQ desc_act, compressed-tensors actorder: a
 // permuted g_idx) have their groups scattered over the columns while a
-// u4_g128 block needs its 128 columns in one group: for a backend whose
-// providers take an input permutation (Registry::accepts_input_permutation)
-// each such module stores its columns sorted by group, with the permutation
-// beside it (input_perm(), bound as TensorView::input_perm); elsewhere (and
-// for a g_idx whose groups are not whole 128-column blocks) every 4-bit
-// module is dequantized at load into a 16-bit type, the one expansion to 16
-// bits. Modules the checkpoint stores unquantized (LM head,
+// u4_g128 block needs its 128 columns in one group: a module whose readers'
+// providers take an input permutation (Registry::input_permutation_contracts)
+// stores its columns sorted by group, with the permutation beside it
+// (input_perm(), bound as TensorView::input_perm); the other 4-bit modules
+// (all of them for a g_idx whose groups are not whole 128-column blocks) are
+// dequantized at load into a 16-bit type when any of them is permuted, the
+// one expansion to 16 bits. Modules the checkpoint stores unquantized (LM head,
 // embeddings, norms, routers, the ignore / modules_to_not_convert lists)
 // are ordinary tensors and stay as stored.
 //
@@ -30,6 +30,7 @@
 // (presence, dtypes, shapes, g_idx ranges).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -66,14 +67,18 @@ Result<HfQuantScheme> parse_hf_quant_config(const JsonConfig& quantization_confi
 class HfQuantWeights {
  public:
   // Finds and checks every quantized module (one error lists the problems).
-  // permute_act_order: keep act-order modules in 4 bits, their columns
-  // sorted by group (input_perm()); when false, or when some permuted g_idx
-  // has a group that is not whole 128-column blocks, every 4-bit module
-  // expands to expand_dtype (the checkpoint's torch_dtype when it is f16 /
-  // bf16, so that they match the activations; nullopt: the scales' type).
+  // permutable(virtual tensor name): whether the module may keep an input
+  // permutation (its readers take one; null: none may). Act-order modules
+  // that may keep 4 bits with their columns sorted by group (input_perm());
+  // when any other 4-bit module is act-order, those others expand to
+  // expand_dtype (the checkpoint's torch_dtype when it is f16 / bf16, so
+  // that they match the activations; nullopt: the scales' type), and when
+  // some permuted g_idx has a group that is not whole 128-column blocks,
+  // every 4-bit module expands.
   static Result<std::shared_ptr<HfQuantWeights>> open(
       const HfQuantScheme& scheme, const SafetensorsCheckpoint& ckpt,
-      std::optional<DType> expand_dtype = std::nullopt, bool permute_act_order = false);
+      std::optional<DType> expand_dtype = std::nullopt,
+      const std::function<bool(const std::string&)>& permutable = {});
 
   const HfQuantScheme& scheme() const { return scheme_; }
   // The virtual tensor `<module>.weight` (data == nullptr), or nullptr.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -180,35 +181,51 @@ void check_sources(const TensorLookup& ckpt, WeightDecl* w,
 }
 
 // Act-order 4-bit weights (HfQuantWeights::input_perm): the rows of one
-// input permutation in the bound weight, the gcd of its slices' row counts
-// (each slice is rows of one module; a stacked MoE weight's slices are its
-// experts' matrices, so one permutation per expert matrix); 0 when no
-// source has a permutation.
+// input permutation in the bound weight: all of them when every slice's
+// module has the same permutation (a dense weight: one module, or slices of
+// one, as Qwen3-Next's regrouped in_proj_qkvz), else the gcd of the slices'
+// row counts (each slice is rows of one module; a stacked MoE weight's
+// slices are its experts' matrices, so one permutation per expert matrix);
+// 0 when no source has a permutation.
 int64_t act_order_perm_rows(const TensorLookup& ckpt, const WeightDecl& w) {
   if (!ckpt.quant) return 0;
   if (w.sources.empty()) {
     const SafetensorsTensor* t = ckpt.find(w.name);
     return t && ckpt.quant->input_perm(w.name) ? tensor_rows(*t) : 0;
   }
-  bool permuted = false;
-  int64_t run = 0;
-  for (const WeightSlice& s : w.sources.at(0)) {
-    permuted = permuted || ckpt.quant->input_perm(s.tensor) != nullptr;
-    run = std::gcd(run, s.rows);
-  }
-  return permuted ? run : 0;
-}
-
-// The permutation table of an act-order weight (TensorView::input_perm):
-// one permutation per run of w.perm_rows rows, each slice's module's (the
-// identity for a module in natural order), bound on `device`.
-Status bind_input_perm(const TensorLookup& ckpt, const WeightDecl& w, Device& device,
-                       TensorView* view, WeightStore* store) {
-  const int64_t in = w.shape[w.shape.rank() - 1];
-  std::vector<int32_t> table;
+  bool permuted = false, uniform = true;
+  const std::vector<int32_t>* first = ckpt.quant->input_perm(w.sources.at(0).at(0).tensor);
+  int64_t run = 0, rows = 0;
   for (const WeightSlice& s : w.sources.at(0)) {
     const std::vector<int32_t>* perm = ckpt.quant->input_perm(s.tensor);
-    for (int64_t r = 0; r < s.rows; r += w.perm_rows) {
+    permuted = permuted || perm != nullptr;
+    uniform = uniform && (perm == first || (perm && first && *perm == *first));
+    run = std::gcd(run, s.rows);
+    rows += s.rows;
+  }
+  if (!permuted) return 0;
+  return uniform ? rows : run;
+}
+
+// The device copies of the permutation tables bound so far (one per distinct
+// table: the q, k and v projections of an act-order checkpoint share their
+// inputs' order, and so one table, which lets a fused decode launch stage
+// their common input once).
+using PermTables = std::map<std::vector<int32_t>, const int32_t*>;
+
+// The permutation table of an act-order weight (TensorView::input_perm):
+// one permutation per run of w.perm_rows rows, the module's of the slice the
+// run starts in (the identity for a module in natural order), bound on
+// `device`.
+Status bind_input_perm(const TensorLookup& ckpt, const WeightDecl& w, Device& device,
+                       TensorView* view, WeightStore* store, PermTables* tables) {
+  const int64_t in = w.shape[w.shape.rank() - 1];
+  std::vector<int32_t> table;
+  int64_t slice_end = 0, run = 0;
+  for (const WeightSlice& s : w.sources.at(0)) {
+    slice_end += s.rows;
+    for (; run * w.perm_rows < slice_end; ++run) {
+      const std::vector<int32_t>* perm = ckpt.quant->input_perm(s.tensor);
       if (perm) {
         table.insert(table.end(), perm->begin(), perm->end());
       } else {
@@ -217,11 +234,16 @@ Status bind_input_perm(const TensorLookup& ckpt, const WeightDecl& w, Device& de
     }
   }
   FERRITE_CHECK(static_cast<int64_t>(table.size()) == w.shape.numel() / w.perm_rows) << w.name;
+  view->perm_rows = w.perm_rows;
+  if (auto it = tables->find(table); it != tables->end()) {
+    view->input_perm = it->second;
+    return Status::ok();
+  }
   const int64_t bytes = static_cast<int64_t>(table.size() * sizeof(int32_t));
   FERRITE_ASSIGN_OR_RETURN(auto buf, DeviceBuffer::allocate(device, bytes));
   FERRITE_RETURN_IF_ERROR(device.copy_to_device(buf.data(), table.data(), bytes));
   view->input_perm = static_cast<const int32_t*>(buf.data());
-  view->perm_rows = w.perm_rows;
+  tables->emplace(std::move(table), view->input_perm);
   store->own(std::move(buf));
   return Status::ok();
 }
@@ -229,7 +251,7 @@ Status bind_input_perm(const TensorLookup& ckpt, const WeightDecl& w, Device& de
 // Binds one materialized weight: a zero-copy view when its one slice is a
 // whole tensor, else the slices' rows copied into owned memory.
 Status materialize_one(const TensorLookup& ckpt, const WeightDecl& w, Device& device,
-                       WeightStore* store) {
+                       WeightStore* store, PermTables* tables) {
   const std::vector<WeightSlice>& alt = w.sources.at(0);
   if (alt.size() == 1) {
     const SafetensorsTensor* t = ckpt.find(alt[0].tensor);
@@ -259,7 +281,8 @@ Status materialize_one(const TensorLookup& ckpt, const WeightDecl& w, Device& de
     FERRITE_RETURN_IF_ERROR(device.copy_to_device(buf.data(), host.data(), bytes));
   TensorView view{buf.data(), w.dtype, w.shape};
   store->own(std::move(buf));
-  if (w.perm_rows > 0) FERRITE_RETURN_IF_ERROR(bind_input_perm(ckpt, w, device, &view, store));
+  if (w.perm_rows > 0)
+    FERRITE_RETURN_IF_ERROR(bind_input_perm(ckpt, w, device, &view, store, tables));
   store->add(w.name, view);
   return Status::ok();
 }
@@ -368,6 +391,33 @@ Status check_weight_total(const ModelProgram& p, const std::string& model_dir) {
   return Status::ok();
 }
 
+// Whether each checkpoint tensor the program reads may keep an input
+// permutation (act-order 4-bit): every node that binds a weight reading it
+// has one of `contracts` (Registry::input_permutation_contracts).
+std::map<std::string, bool> permutable_tensors(const ModelProgram& program,
+                                               const std::set<std::string>& contracts) {
+  std::map<std::string, const WeightDecl*> decls;
+  for (const WeightDecl& w : program.weights) decls[w.name] = &w;
+  std::map<std::string, bool> out;
+  for (const ProgramNode& node : program.nodes) {
+    const bool takes = contracts.count(node.contract_id) > 0;
+    for (const BindingRef& b : node.bindings) {
+      if (b.source != BindingRef::Source::kWeight) continue;
+      auto it = decls.find(b.name);
+      if (it == decls.end()) continue;
+      const WeightDecl& w = *it->second;
+      auto mark = [&](const std::string& tensor) {
+        auto [at, fresh] = out.emplace(tensor, takes);
+        if (!fresh) at->second = at->second && takes;
+      };
+      if (w.sources.empty()) mark(w.name);
+      for (const std::vector<WeightSlice>& alt : w.sources)
+        for (const WeightSlice& s : alt) mark(s.tensor);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<ModelSource> open_model(const LoadOptions& options) {
@@ -403,9 +453,15 @@ Result<ModelSource> open_model(const LoadOptions& options) {
   FERRITE_ASSIGN_OR_RETURN(auto checkpoint, SafetensorsCheckpoint::open(options.model_dir));
   src.checkpoint = std::make_shared<SafetensorsCheckpoint>(std::move(checkpoint));
   if (quant) {
-    FERRITE_ASSIGN_OR_RETURN(src.hf_quant,
-                             HfQuantWeights::open(*quant, *src.checkpoint, src.config.torch_dtype,
-                                                  options.act_order_permutation));
+    const std::map<std::string, bool> permutable =
+        permutable_tensors(src.program, options.act_order_contracts);
+    FERRITE_ASSIGN_OR_RETURN(
+        src.hf_quant,
+        HfQuantWeights::open(*quant, *src.checkpoint, src.config.torch_dtype,
+                             [&](const std::string& tensor) {
+                               auto it = permutable.find(tensor);
+                               return it != permutable.end() && it->second;
+                             }));
   }
   const TensorLookup tensors{*src.checkpoint, src.hf_quant.get()};
   std::vector<std::string> problems;
@@ -462,6 +518,7 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
   if (!options.dummy_weights) {
     store->keep_alive(src.checkpoint);
     const TensorLookup tensors{*src.checkpoint, src.hf_quant.get()};
+    PermTables perm_tables;
     for (const WeightDecl& w : src.program.weights) {
       if (w.shard.split()) {
         FERRITE_RETURN_IF_ERROR(materialize_shard(tensors, w, rank, world, device, store.get()));
@@ -473,7 +530,8 @@ Result<std::unique_ptr<WeightStore>> materialize_weights(const ModelSource& src,
       if (!w.sources.empty() || t->data == nullptr) {  // slices, or a repacked quantized module
         WeightDecl whole = w;
         if (whole.sources.empty()) whole.sources = {{{w.name, 0, tensor_rows(*t)}}};
-        FERRITE_RETURN_IF_ERROR(materialize_one(tensors, whole, device, store.get()));
+        FERRITE_RETURN_IF_ERROR(
+            materialize_one(tensors, whole, device, store.get(), &perm_tables));
         progress(w);
         continue;
       }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "formats/safetensors.h"
@@ -24,11 +25,13 @@ struct LoadOptions {
   DType dummy_dtype = DType::kBF16;  // or a GGUF block format (models/dummy_formats.h)
   bool dummy_k_m_mix = false;        // with q4_k: llama.cpp's Q4_K_M mix (q6_k tensors)
   uint64_t seed = 0;
-  // Act-order 4-bit checkpoints (GPTQ desc_act: a permuted g_idx): true keeps
-  // them in 4 bits with an input permutation per module, for a backend whose
-  // providers take one (Registry::accepts_input_permutation); false expands
-  // their 4-bit modules to 16 bits at load (models/hf_quant.h).
-  bool act_order_permutation = false;
+  // Act-order 4-bit checkpoints (GPTQ desc_act: a permuted g_idx): the
+  // contracts whose providers multiply through an input permutation
+  // (Registry::input_permutation_contracts). A 4-bit module read only by
+  // nodes of these contracts stays in 4 bits with its permutation; the
+  // others expand to 16 bits at load when any of them is permuted
+  // (models/hf_quant.h). Empty: every act-order checkpoint expands.
+  std::set<std::string> act_order_contracts;
   ProgramOptions program;
   // Called by materialize_weights after each weight: (bytes done, total).
   std::function<void(int64_t, int64_t)> progress;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,14 +46,17 @@ class Registry {
   // Providers of a contract, highest priority first.
   std::vector<const Provider*> providers_for(const std::string& contract_id) const;
   const std::vector<std::unique_ptr<Provider>>& providers() const { return providers_; }
-  // Whether this backend multiplies act-order 4-bit weights through their
-  // input permutation (some provider declares input_permutation): the loader
-  // then keeps GPTQ desc_act checkpoints in 4 bits, else expands them to 16
-  // (models/hf_quant.h). A node whose providers cannot is refused by the plan.
-  bool accepts_input_permutation() const {
+  // The contracts whose weights this backend multiplies through an input
+  // permutation (act-order 4-bit: some provider of the contract declares
+  // input_permutation). The loader keeps GPTQ desc_act modules in 4 bits
+  // where every node that reads them has such a contract and expands the
+  // others to 16 bits (LoadOptions::act_order_contracts, models/hf_quant.h);
+  // a node whose providers cannot is refused by the plan.
+  std::set<std::string> input_permutation_contracts() const {
+    std::set<std::string> out;
     for (const auto& p : providers_)
-      if (p->descriptor().input_permutation) return true;
-    return false;
+      if (p->descriptor().input_permutation) out.insert(p->descriptor().contract_id);
+    return out;
   }
   CapabilityCatalog catalog() const;
 

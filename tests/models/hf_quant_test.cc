@@ -358,10 +358,11 @@ TEST(HfQuantErrors, GroupIndexOutOfRangeIsNamed) {
   EXPECT_NE(err.find("model.layers.0.mlp.up_proj.g_idx"), std::string::npos) << err;
 }
 
-// Act-order kept in 4 bits only where the backend takes an input permutation
-// (LoadOptions::act_order_permutation, from Registry::accepts_input_permutation)
-// and every group of every permuted module is whole 128-column blocks; else
-// the 4-bit modules expand to 16 bits, as before the permutation existed.
+// Act-order kept in 4 bits only where the nodes reading a module take an
+// input permutation (LoadOptions::act_order_contracts, from
+// Registry::input_permutation_contracts) and every group of every permuted
+// module is whole 128-column blocks; else the 4-bit modules expand to 16
+// bits, as before the permutation existed.
 TEST(HfQuantActOrder, PermutedWhereItCanExpandedElsewhere) {
   auto weight = [](const ModelSource& src, const std::string& name) -> const WeightDecl* {
     for (const WeightDecl& w : src.program.weights)
@@ -369,10 +370,13 @@ TEST(HfQuantActOrder, PermutedWhereItCanExpandedElsewhere) {
     return nullptr;
   };
   const std::string up = "model.layers.0.mlp.up_proj.weight";
+  const std::set<std::string> cpu = make_cpu_registry()->input_permutation_contracts();
+  EXPECT_TRUE(cpu.count("dense_swiglu") && cpu.count("causal_paged_attention") &&
+              cpu.count("routed_swiglu_moe"));
   for (bool permute : {true, false}) {
     LoadOptions o;
     o.model_dir = kDir + "qwen3-gptq-int4-act";
-    o.act_order_permutation = permute;
+    if (permute) o.act_order_contracts = cpu;
     auto src = open_model(o);
     ASSERT_TRUE(src.is_ok()) << src.status().to_string();
     const WeightDecl* w = weight(*src, up);
@@ -393,7 +397,7 @@ TEST(HfQuantActOrder, PermutedWhereItCanExpandedElsewhere) {
   ASSERT_FALSE(dir.empty());
   LoadOptions o;
   o.model_dir = dir;
-  o.act_order_permutation = true;
+  o.act_order_contracts = cpu;
   auto src = open_model(o);
   ASSERT_TRUE(src.is_ok()) << src.status().to_string();
   EXPECT_EQ(weight(*src, up)->dtype, DType::kBF16);
@@ -402,6 +406,37 @@ TEST(HfQuantActOrder, PermutedWhereItCanExpandedElsewhere) {
   EXPECT_NE(d.find("'model.layers.0.mlp.gate_proj.weight' has a group that is not whole"),
             std::string::npos)
       << d;
+}
+
+// Per contract: with only the attention's contract taking a permutation (as
+// a backend whose MoE provider cannot), the attention projections keep 4 bits
+// and their permutation, and every 4-bit module of the other nodes expands
+// (a stacked MoE weight needs one dtype), natural-order ones included.
+TEST(HfQuantActOrder, KeptPerContractOfTheReadingNodes) {
+  LoadOptions o;
+  o.model_dir = kDir + "qwen3_5_moe-gptq-int4-act";
+  o.act_order_contracts = {"causal_paged_attention"};
+  auto src = open_model(o);
+  ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+  int attention = 0, expanded = 0;
+  for (const WeightDecl& w : src->program.weights) {
+    const bool attn = w.name.find("self_attn.") != std::string::npos &&
+                      w.name.find("norm") == std::string::npos;
+    if (attn) {
+      ++attention;
+      EXPECT_EQ(w.dtype, DType::kU4G128) << w.name;
+    } else if (w.name.find("experts") != std::string::npos ||
+               w.name.find("linear_attn.in_proj_qkv") != std::string::npos) {
+      ++expanded;
+      EXPECT_TRUE(w.dtype == DType::kBF16 || w.dtype == DType::kF16) << w.name;
+      EXPECT_EQ(w.perm_rows, 0) << w.name;
+    }
+  }
+  EXPECT_GT(attention, 0);
+  EXPECT_GT(expanded, 0);
+  const std::string& d = src->hf_quant->scheme().description;
+  EXPECT_NE(d.find("kept in 4 bits"), std::string::npos) << d;
+  EXPECT_NE(d.find("(their providers take no input permutation)"), std::string::npos) << d;
 }
 
 // The CUDA providers list the repacked formats (kernels/quant_gemm.cuh:
