@@ -354,14 +354,22 @@ TEST_P(CudaHfQuantGoldenTest, LogitsAndGreedyTokens) {
     std::vector<GenerationRequest> reqs = golden::greedy_requests(golden_, &want);
     golden::expect_greedy(*runner_, reqs, want, 0, "batched");
   }
-  bool packed = false;
-  for (const auto& [name, view] : runner_->bound().weights().views())
+  bool packed = false, permuted = false, expanded_experts = false;
+  for (const auto& [name, view] : runner_->bound().weights().views()) {
     packed = packed || view.dtype == DType::kF8B128 || view.dtype == DType::kU4G128;
-  // Act-order checkpoints (a permuted g_idx) are expanded to 16 bits at load
-  // (docs/hf_quant.md); every other one keeps its blocks.
+    permuted = permuted || (view.input_perm && view.dtype == DType::kU4G128);
+    expanded_experts = expanded_experts || (name.find("experts") != std::string::npos &&
+                                            (view.dtype == DType::kBF16 || view.dtype == DType::kF16));
+  }
+  // Every checkpoint keeps its blocks. Act-order ones (a permuted g_idx)
+  // keep 4 bits and their permutation where the CUDA providers take one (the
+  // dense projections); the MoE experts' provider does not, so their modules
+  // expand to 16 bits at load (docs/hf_quant.md).
   const std::string& m = GetParam().stem;
   const bool act_order = m.size() > 4 && m.compare(m.size() - 4, 4, "-act") == 0;
-  EXPECT_EQ(packed, !act_order);
+  EXPECT_TRUE(packed);
+  EXPECT_EQ(permuted, act_order);
+  EXPECT_EQ(expanded_experts, act_order && m.find("moe") != std::string::npos);
 }
 
 std::vector<QuantFileCase> hf_quant_cases() {

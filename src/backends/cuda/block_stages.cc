@@ -20,27 +20,33 @@ struct ProjectionSet {
 // Decode on block weights (Tuning::cuda_quant_dot and cuda_quant_fused): one
 // fused launch (norm, 8-bit quantization, products) per run of projections
 // of one format, e.g. Q and K in q4_k, V in q6_k: two launches. False
-// (nothing launched) when a projection is not a block format or a run is not
-// one the kernel takes.
+// (nothing launched) when a projection is not a block format, a run is not
+// one the kernel takes, or a run's act-order weights do not share one
+// permutation.
 Result<bool> fused_block_projections(BackendState& st, const void* x, DType act, int64_t tokens,
                                      int64_t k, const TensorView& norm, float eps,
                                      bool zero_centred, const ProjectionSet& set, DType out_dt,
                                      bool swiglu) {
   QuantGemvSegment segs[4];
   DType formats[4];
+  const int32_t* perms[4];
   const int count = set.count;
   for (int i = 0; i < count; ++i) {
     const NormedProjection& p = *set.p[i];
     if (!quant_fused_enabled(st, p.w.dtype, tokens)) return false;
     formats[i] = p.w.dtype;
     segs[i] = {p.w.data, p.out, p.rows};
+    if (p.w.input_perm && p.w.perm_rows != p.rows) return false;  // gemm() says why
+    perms[i] = p.w.input_perm;
   }
-  if (swiglu && formats[0] != formats[1]) return false;
+  if (swiglu && (formats[0] != formats[1] || perms[0] != perms[1])) return false;
   QuantGemvArgs runs[4];
   int nruns = 0;
   for (int i = 0; i < count;) {
     int j = i + 1;
     while (j < count && formats[j] == formats[i]) ++j;
+    for (int r = i + 1; r < j; ++r)
+      if (perms[r] != perms[i]) return false;
     QuantGemvArgs& a = runs[nruns++];
     a.x = x;
     a.x_dt = act;
@@ -56,6 +62,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
     a.zero_centred = zero_centred;
     a.out_dt = out_dt;
     set_gemv_paths(st, a);
+    a.input_perm = perms[i];
     if (!quant_gemv_fused_supported(a)) return false;
     i = j;
   }
@@ -99,14 +106,16 @@ Result<ProjectionSet> all_of(std::initializer_list<NormedProjection> projections
 // with swiglu out_0 = silu(gate) * up: the path of shapes no fused kernel takes.
 Status gemm_projections(BackendState& st, const void* n, DType act, int64_t tokens, int64_t k,
                         std::initializer_list<NormedProjection> projections, DType out_dt,
-                        bool swiglu) {
+                        bool swiglu, void* perm_scratch) {
   // n is unchanged between the products: the FP8 path quantizes it once
   // (what an earlier call left in fp8_act is never taken: the same scratch
   // pointer held another layer's rows).
   st.fp8_act_same_x = false;
   st.fp8_act_x = nullptr;
   for (const NormedProjection& p : projections) {
-    const Status s = gemm(st, n, act, tokens, k, p.w.data, p.w.dtype, p.rows, p.out, out_dt, false);
+    FERRITE_ASSIGN_OR_RETURN(const InputPerm perm, input_perm_of(p.w, p.rows, perm_scratch));
+    const Status s = gemm(st, n, act, tokens, k, p.w.data, p.w.dtype, p.rows, p.out, out_dt, false,
+                          nullptr, DType::kF32, perm);
     st.fp8_act_same_x = s.is_ok();
     if (!s.is_ok()) return s;
   }
@@ -123,7 +132,7 @@ Status gemm_projections(BackendState& st, const void* n, DType act, int64_t toke
 Status normed_projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
                           const TensorView& norm, float eps, bool zero_centred, void* n_scratch,
                           std::initializer_list<NormedProjection> projections, DType out_dt,
-                          bool swiglu) {
+                          bool swiglu, void* perm_scratch) {
   FERRITE_ASSIGN_OR_RETURN(const ProjectionSet all,
                            all_of(projections, swiglu, "normed_projections"));
   FERRITE_ASSIGN_OR_RETURN(bool block_fused, fused_block_projections(st, x, act, tokens, k, norm,
@@ -155,19 +164,20 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
   }
   FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, x, n_scratch, act, norm.data, norm.dtype,
                                           tokens, k, eps, zero_centred));
-  return gemm_projections(st, n_scratch, act, tokens, k, projections, out_dt, swiglu);
+  return gemm_projections(st, n_scratch, act, tokens, k, projections, out_dt, swiglu,
+                          perm_scratch);
 }
 
 Status projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
                    std::initializer_list<NormedProjection> projections, DType out_dt,
-                   bool swiglu) {
+                   bool swiglu, void* perm_scratch) {
   FERRITE_ASSIGN_OR_RETURN(const ProjectionSet all, all_of(projections, swiglu, "projections"));
   const TensorView no_norm{};  // data null: the kernels skip the norm
   FERRITE_ASSIGN_OR_RETURN(bool block_fused,
                            fused_block_projections(st, x, act, tokens, k, no_norm, 0.0f, false,
                                                    all, out_dt, swiglu));
   if (block_fused) return Status::ok();
-  return gemm_projections(st, x, act, tokens, k, projections, out_dt, swiglu);
+  return gemm_projections(st, x, act, tokens, k, projections, out_dt, swiglu, perm_scratch);
 }
 
 }  // namespace ferrite::cuda

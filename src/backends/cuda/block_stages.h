@@ -30,10 +30,16 @@ struct NormedProjection {
 // format), and a call of both kinds (no swiglu) one launch of each;
 // everything else (prefill) writes n to `n_scratch` ([tokens, k] of act) and
 // runs gemm() per projection.
+//
+// Act-order weights (TensorView::input_perm): the fused launches gather x as
+// they stage it when the projections of a launch share one permutation (the
+// loader binds identical tables once); otherwise each product gathers n
+// into `perm_scratch` ([tokens, k] of act, the provider's workspace: needed
+// whenever a weight is permuted) first.
 Status normed_projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
                           const TensorView& norm, float eps, bool zero_centred, void* n_scratch,
                           std::initializer_list<NormedProjection> projections, DType out_dt,
-                          bool swiglu = false);
+                          bool swiglu = false, void* perm_scratch = nullptr);
 
 // The same for rows x that are already normalised (the MoE shared expert
 // reads the router's normalised rows): decode steps on block weights take
@@ -41,6 +47,6 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
 // everything else gemm() per projection (then silu(gate) * up).
 Status projections(BackendState& st, const void* x, DType act, int64_t tokens, int64_t k,
                    std::initializer_list<NormedProjection> projections, DType out_dt,
-                   bool swiglu = false);
+                   bool swiglu = false, void* perm_scratch = nullptr);
 
 }  // namespace ferrite::cuda

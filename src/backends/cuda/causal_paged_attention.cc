@@ -64,13 +64,14 @@ class CausalPagedAttention final : public Provider {
   }
 
   // The workspace pieces of a step of `t` tokens: the normalised rows,
-  // Q, K, V and the attention output (the decode splits' partial rows are
+  // Q, K, V, the attention output and, with act-order weights, the gather
+  // buffer of the permuted inputs (the decode splits' partial rows are
   // taken after them, as the step's split count needs).
   struct Pieces {
-    void *n, *q, *k, *v, *attn;
+    void *n, *q, *k, *v, *attn, *perm;
   };
   static Pieces layout(Workspace& ws, const causal_paged_attention::Params& p, DType act,
-                       int64_t t) {
+                       int64_t t, bool permuted) {
     const int64_t e = dtype_bytes(act, 1);
     const int64_t hd = i64(p.head_dim), nh = i64(p.num_heads), nkv = i64(p.num_kv_heads);
     Pieces s;
@@ -79,6 +80,7 @@ class CausalPagedAttention final : public Provider {
     s.k = ws.take_bytes(t * nkv * hd * e);
     s.v = ws.take_bytes(t * nkv * hd * e);
     s.attn = ws.take_bytes(t * nh * hd * e);
+    s.perm = permuted ? ws.take_bytes(t * std::max(i64(p.hidden_size), nh * hd) * e) : nullptr;
     return s;
   }
   // The split partials: [rows, heads, head_dim + 2] f32.
@@ -93,7 +95,7 @@ class CausalPagedAttention final : public Provider {
     // The most partial rows either decode kernel takes (tokens x splits).
     const int64_t partial_rows = std::min<int64_t>(t, kSplitBlocks) * kMaxSplits;
     return measure_workspace([&](Workspace& ws) {
-      layout(ws, p, node.activation_dtype, t);
+      layout(ws, p, node.activation_dtype, t, any_permuted(node));
       take_partials(ws, p, std::min<int64_t>(partial_rows, 2 * kSplitBlocks + t));
     });
   }
@@ -130,8 +132,9 @@ class CausalPagedAttention final : public Provider {
     rope_inv_freq(p, std::span<float>(a.inv_freq, static_cast<size_t>(p.rope_dim / 2)));
 
     Workspace ws(inv);
-    const Pieces sc = layout(ws, p, act, t);
+    const Pieces sc = layout(ws, p, act, t, any_permuted(*inv.signature));
     FERRITE_RETURN_IF_ERROR(ws.status("cuda.causal_paged_attention"));
+    FERRITE_ASSIGN_OR_RETURN(const InputPerm o_perm, input_perm_of(b[kOProj], H, sc.perm));
     void* q = sc.q;
     void* k = sc.k;
     void* v = sc.v;
@@ -140,7 +143,8 @@ class CausalPagedAttention final : public Provider {
     profile_mark(st.stream, "attention.qkv", st.capturing);
     FERRITE_RETURN_IF_ERROR(normed_projections(
         st, b[kHidden].data, act, t, H, b[kInputNorm], a.eps, p.zero_centred, sc.n,
-        {{b[kQProj], q_rows, q}, {b[kKProj], kv_rows, k}, {b[kVProj], kv_rows, v}}, act));
+        {{b[kQProj], q_rows, q}, {b[kKProj], kv_rows, k}, {b[kVProj], kv_rows, v}}, act,
+        /*swiglu=*/false, sc.perm));
     const DType norm_dt = b[kQNorm].data ? b[kQNorm].dtype : b[kInputNorm].dtype;
     const DType bias_dt = b[kQBias].data ? b[kQBias].dtype : norm_dt;
     if (st.meta.longest_run == 1 && attention_decode_fused_supported(a, act)) {
@@ -161,7 +165,7 @@ class CausalPagedAttention final : public Provider {
           st.split_counters, kSplitCounters, /*pdl=*/t <= 8, st.decode_reduce_scatter));
       profile_mark(st.stream, "attention.o_proj", st.capturing);
       return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
-                  act, true);
+                  act, true, nullptr, DType::kF32, o_perm);
     }
     profile_mark(st.stream, "attention.rope_kv", st.capturing);
     FERRITE_RETURN_IF_ERROR(launch_qk_rope_kv(
@@ -193,14 +197,14 @@ class CausalPagedAttention final : public Provider {
     }
     profile_mark(st.stream, "attention.o_proj", st.capturing);
     return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
-                act, true);
+                act, true, nullptr, DType::kF32, o_perm);
   }
 
  private:
-  ProviderDescriptor desc_ = with_block_formats(cuda_descriptor(
+  ProviderDescriptor desc_ = with_input_permutation(with_block_formats(cuda_descriptor(
       "cuda.causal_paged_attention", causal_paged_attention::contract(),
       "GEMM projections, fused norm/RoPE/KV write, flash prefill, split-KV decode",
-      /*paged_kv=*/true));
+      /*paged_kv=*/true)));
 };
 
 }  // namespace

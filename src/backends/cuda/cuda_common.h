@@ -164,6 +164,21 @@ inline ProviderDescriptor with_block_formats(ProviderDescriptor d) {
   return d;
 }
 
+// The descriptor of a provider whose products read act-order 4-bit weights
+// through their input permutation (gemm.h InputPerm; block_stages.h).
+inline ProviderDescriptor with_input_permutation(ProviderDescriptor d) {
+  d.input_permutation = true;
+  return d;
+}
+// Whether a weight of the node is act-order (NodeSignature::
+// binding_permuted): its provider then takes a gather buffer for the
+// permuted activations from its workspace.
+inline bool any_permuted(const NodeSignature& node) {
+  for (bool b : node.binding_permuted)
+    if (b) return true;
+  return false;
+}
+
 // Workspace pieces: runtime/workspace.h (the one bump allocator of every backend).
 
 }  // namespace ferrite::cuda

@@ -41,14 +41,15 @@ class GatedDelta final : public Provider {
   }
 
   // The workspace pieces of a step of `t` tokens: the normalised rows, the
-  // projections in f32 (qkv, z, b, a) and the gated-norm output.
+  // projections in f32 (qkv, z, b, a), the gated-norm output and, with
+  // act-order weights, the gather buffer of the permuted inputs.
   struct Pieces {
     void* n;
     float *x, *z, *bb, *aa;
-    void* y;
+    void *y, *perm;
   };
   static Pieces layout(Workspace& ws, const gated_delta_recurrent_attention::Params& p,
-                       DType act, int64_t t) {
+                       DType act, int64_t t, bool permuted) {
     const int64_t e = dtype_bytes(act, 1);
     const int64_t hv = i64(p.num_v_heads), vd = i64(p.value_dim());
     Pieces s;
@@ -58,13 +59,14 @@ class GatedDelta final : public Provider {
     s.bb = ws.take<float>(t * hv);
     s.aa = ws.take<float>(t * hv);
     s.y = ws.take_bytes(t * vd * e);
+    s.perm = permuted ? ws.take_bytes(t * std::max(i64(p.hidden_size), vd) * e) : nullptr;
     return s;
   }
 
   int64_t workspace_bytes(const NodeSignature& node, const StepLimits& limits) const override {
     return measure_workspace([&](Workspace& ws) {
       layout(ws, node.params<gated_delta_recurrent_attention::Params>(), node.activation_dtype,
-             limits.max_tokens);
+             limits.max_tokens, any_permuted(node));
     });
   }
 
@@ -84,8 +86,9 @@ class GatedDelta final : public Provider {
     BackendState& st = state(inv);
 
     Workspace ws(inv);
-    const Pieces sc = layout(ws, p, act, t);
+    const Pieces sc = layout(ws, p, act, t, any_permuted(*inv.signature));
     FERRITE_RETURN_IF_ERROR(ws.status("cuda.gated_delta_recurrent_attention"));
+    FERRITE_ASSIGN_OR_RETURN(const InputPerm out_perm, input_perm_of(b[kOutProj], H, sc.perm));
     float* x = sc.x;
     float* z = sc.z;
     float* bb = sc.bb;
@@ -98,7 +101,7 @@ class GatedDelta final : public Provider {
         sc.n,
         {{b[kInProjQkv], C, x}, {b[kInProjZ], VD, z}, {b[kInProjB], hv, bb},
          {b[kInProjA], hv, aa}},
-        DType::kF32));
+        DType::kF32, /*swiglu=*/false, sc.perm));
     profile_mark(st.stream, "delta.conv", st.capturing);
     FERRITE_RETURN_IF_ERROR(launch_causal_conv_silu(st.stream, st.meta, S, x, C,
                                                     b[kConvWeight].data, b[kConvWeight].dtype,
@@ -120,15 +123,15 @@ class GatedDelta final : public Provider {
         b[kDeltaState].as<float>(), y, act));
     profile_mark(st.stream, "delta.out_proj", st.capturing);
     return gemm(st, y, act, t, VD, b[kOutProj].data, b[kOutProj].dtype, H, b[kHidden].data, act,
-                true);
+                true, nullptr, DType::kF32, out_perm);
   }
 
  private:
-  ProviderDescriptor desc_ = with_block_formats(cuda_descriptor(
+  ProviderDescriptor desc_ = with_input_permutation(with_block_formats(cuda_descriptor(
       "cuda.gated_delta_recurrent_attention", gated_delta_recurrent_attention::contract(),
       "GEMM projections, conv + SiLU over the conv state, gated delta rule in f32 (block per "
       "sequence, value head and 32 state columns; chunked WY form for spans of >= 16 tokens, "
-      "recurrent otherwise), gated norm, out_proj into the residual"));
+      "recurrent otherwise), gated norm, out_proj into the residual")));
 };
 
 }  // namespace

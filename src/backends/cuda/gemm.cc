@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "backends/cuda/kernels/fp8_block_gemm.cuh"
+#include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 #include "backends/cuda/kernels/quant_gemm.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
@@ -520,10 +521,48 @@ QuantTileScratch quant_tile_scratch(const BackendState& st) {
   return {st.tile_partials, st.tile_partial_floats, st.tile_counters, st.tile_counter_count};
 }
 
+Result<InputPerm> input_perm_of(const TensorView& w, int64_t rows, void* scratch) {
+  if (!w.input_perm) return InputPerm{};
+  if (w.perm_rows != rows)
+    return unsupported(fmt::format(
+        "act-order weight of {} rows with a permutation per {} rows: the CUDA products take "
+        "one permutation per weight",
+        rows, w.perm_rows));
+  if (!scratch) return internal_error("act-order weight without a gather buffer");
+  return InputPerm{w.input_perm, scratch};
+}
+
 Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, const void* w,
             DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate, const void* bias,
-            DType bias_dt) {
+            DType bias_dt, InputPerm perm) {
   if (m == 0 || n == 0) return Status::ok();
+  if (perm.table) {
+    if (!dtype_is_quantized(w_dt)) return internal_error("an input permutation on a float weight");
+    // Decode: the fused GEMV gathers x as it stages it.
+    if (quant_fused_enabled(st, w_dt, m)) {
+      const QuantGemvSegment seg{w, out, n};
+      QuantGemvArgs a;
+      a.x = x;
+      a.x_dt = x_dt;
+      a.m = m;
+      a.k = k;
+      a.w_dt = w_dt;
+      a.segs = &seg;
+      a.count = 1;
+      a.out_dt = out_dt;
+      a.accumulate = accumulate;
+      a.bias = bias;
+      a.bias_dt = bias_dt;
+      set_gemv_paths(st, a);
+      a.input_perm = perm.table;
+      if (quant_gemv_fused_supported(a)) return launch_quant_gemv_fused(st.stream, a);
+    }
+    if (!perm.scratch || perm.scratch == x)
+      return internal_error("an act-order product without its gather buffer");
+    FERRITE_RETURN_IF_ERROR(
+        launch_gather_columns(st.stream, x, perm.table, perm.scratch, x_dt, m, k));
+    x = perm.scratch;
+  }
   if (dtype_is_quantized(w_dt))
     return quant_product(st, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias, bias_dt);
   const bool tensor_types = x_dt == w_dt && (x_dt == DType::kBF16 || x_dt == DType::kF16) &&

@@ -15,9 +15,23 @@ struct QuantTileScratch;  // kernels/quant_tile.cuh
 // decode GEMV holds (q8_x / q8_d); longer rows take the paths without it.
 constexpr int64_t kQuantScratchMaxK = 65536;
 
+// An act-order weight's input permutation (TensorView::input_perm): stored
+// column c of W multiplies x[:, table[c]]. Decode products gather x as their
+// fused kernel stages it; the others gather it into `scratch` ([m, k] of
+// x_dt, the provider's workspace) first, one launch. Null table: natural
+// order.
+struct InputPerm {
+  const int32_t* table = nullptr;
+  void* scratch = nullptr;
+};
+// The permutation of weight w for a product over its `rows` rows, into
+// `scratch`: its one permutation (a table per run of fewer rows, stacked
+// experts', is an error here; the loader binds one run for a dense weight).
+Result<InputPerm> input_perm_of(const TensorView& w, int64_t rows, void* scratch);
+
 Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, const void* w,
             DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate,
-            const void* bias = nullptr, DType bias_dt = DType::kF32);
+            const void* bias = nullptr, DType bias_dt = DType::kF32, InputPerm perm = {});
 
 // The weight tiles' split-k scratch (quant_tile.cuh, u4_tile.cuh) in st:
 // for gemm() and the kernel-level benchmarks and tests that launch a tile

@@ -113,6 +113,17 @@ __global__ void gather_rows_kernel(const T* src, const int32_t* rows, T* dst, in
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[s * width + i] = row[i];
 }
 
+// One block a row: the permutation is read once a row, coalesced, and the
+// gathered row (at most a few KiB) comes from L1 / L2.
+template <typename T>
+__global__ void gather_columns_kernel(const T* src, const int32_t* cols, T* dst, int64_t width) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t t = blockIdx.x;
+  const T* row = src + t * width;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[t * width + c] = row[cols[c]];
+}
+
 }  // namespace
 
 Status launch_embedding(cudaStream_t s, const uint32_t* ids, int64_t tokens, const void* table,
@@ -193,6 +204,18 @@ Status launch_gather_rows(cudaStream_t s, const void* src, const int32_t* rows, 
   });
   if (!ok) return bad_dtype("gather_rows", act);
   return check_launch("gather_rows");
+}
+
+Status launch_gather_columns(cudaStream_t s, const void* src, const int32_t* cols, void* dst,
+                             DType act, int64_t rows, int64_t width) {
+  if (rows == 0 || width == 0) return Status::ok();
+  bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    (void)launch_pdl(gather_columns_kernel<T>, rows, 256, 0, s, static_cast<const T*>(src), cols,
+                     static_cast<T*>(dst), width);
+  });
+  if (!ok) return bad_dtype("gather_columns", act);
+  return check_launch("gather_columns");
 }
 
 }  // namespace ferrite::cuda

@@ -1,4 +1,5 @@
-// Embedding gather, RMS norm, residual add, SiLU product, row gather.
+// Embedding gather, RMS norm, residual add, SiLU product, row and column
+// gathers.
 // Host-side launchers (defined in the .cu beside this header). Element types
 // are passed as DType and dispatched inside; every launcher records on
 // `stream` and returns the launch error. C++17 (the .cu files include it).
@@ -27,5 +28,10 @@ Status launch_silu_mul(cudaStream_t s, const void* gate, const void* up, void* o
 // dst[s] = src[rows[s]] (rows from device memory), width elements each.
 Status launch_gather_rows(cudaStream_t s, const void* src, const int32_t* rows, void* dst,
                           DType act, int64_t count, int64_t width);
+// dst[t, c] = src[t, cols[c]] for t < rows, c < width (cols from device
+// memory, each in 0 .. width - 1): the activations of an act-order weight in
+// its stored column order (TensorView::input_perm). dst must not alias src.
+Status launch_gather_columns(cudaStream_t s, const void* src, const int32_t* cols, void* dst,
+                             DType act, int64_t rows, int64_t width);
 
 }  // namespace ferrite::cuda

@@ -158,14 +158,16 @@ bool quant_gemv_simt_smem_ok(const QuantGemvArgs& a) {
 bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   if (!quant_gemv_fused_args_ok(a)) return false;
   // The tensor-core kernel plans its own shared memory (e4m3 activations
-  // stage in half the bytes of the CUDA-core kernels' rows).
+  // stage in half the bytes of the CUDA-core kernels' rows); it does not
+  // gather act-order activations.
+  if (a.input_perm) return quant_gemv_simt_smem_ok(a) && aligned(a.input_perm, 16);
   return quant_gemv_simt_smem_ok(a) || (a.mma && quant_gemv_mma_supported(a));
 }
 
 Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   if (!quant_gemv_fused_supported(a))
     return unsupported("quant gemv (fused): unsupported shape, format, types or alignment");
-  if (a.mma && quant_gemv_mma_supported(a)) return launch_quant_gemv_mma(s, a);
+  if (a.mma && !a.input_perm && quant_gemv_mma_supported(a)) return launch_quant_gemv_mma(s, a);
   if (a.stream && quant_gemv_stream_supported(a)) return launch_quant_gemv_stream(s, a);
   const FusedParams p = fused_params(a);
   if (p.total == 0) return Status::ok();

@@ -48,6 +48,11 @@ struct QuantGemvArgs {
   int count = 0;  // 1..4; 2 with swiglu (gate, up: equal rows)
   bool swiglu = false;
   const void* norm = nullptr;  // [k] of norm_dt (f32, bf16, f16), or null: x as it is
+  // Act-order weights (TensorView::input_perm, one permutation for every
+  // segment): stored column c multiplies x[:, input_perm[c]] (normalised
+  // with norm[input_perm[c]]); the CUDA-core kernels gather x so as they
+  // stage it (the tensor-core one does not take it). Null: natural order.
+  const int32_t* input_perm = nullptr;
   DType norm_dt = DType::kF32;
   float eps = 1e-6f;
   bool zero_centred = false;  // n = x * inv * (1 + norm)

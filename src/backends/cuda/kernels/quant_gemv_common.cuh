@@ -154,6 +154,7 @@ struct FusedParams {
   bool zero_centred, swiglu, accumulate;
   const void* bias;
   int bias_dt;
+  const int32_t* perm;  // QuantGemvArgs::input_perm, or null
 };
 
 // The kernels' parameters of a launch (host side).
@@ -176,6 +177,7 @@ inline FusedParams fused_params(const QuantGemvArgs& a) {
   p.accumulate = a.accumulate;
   p.bias = a.bias;
   p.bias_dt = dt_code(a.bias_dt);
+  p.perm = a.input_perm;
   return p;
 }
 
@@ -335,10 +337,25 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
     const int64_t t = ok ? g / per_row : 0;
     const int64_t c = ok ? (g - t * per_row) * 32 + (lane & 3) * 8 : 0;
     float v[8];
-    load8(x + t * k + c, v);
+    int32_t src[8];  // the input columns of stored columns c .. c + 7
+    if (p.perm) {
+      const int4 a = __ldg(reinterpret_cast<const int4*>(p.perm + c));
+      const int4 b = __ldg(reinterpret_cast<const int4*>(p.perm + c) + 1);
+      src[0] = a.x, src[1] = a.y, src[2] = a.z, src[3] = a.w;
+      src[4] = b.x, src[5] = b.y, src[6] = b.z, src[7] = b.w;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = to_f(x[t * k + src[j]]);
+    } else {
+      load8(x + t * k + c, v);
+    }
     if (nw) {
       float w8[8];
-      load8_any(nw, p.norm_dt, c, w8);
+      if (p.perm) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) w8[j] = load_any(nw, p.norm_dt, src[j]);
+      } else {
+        load8_any(nw, p.norm_dt, c, w8);
+      }
       const float s = inv[t];
 #pragma unroll
       for (int j = 0; j < 8; ++j)
