@@ -274,7 +274,11 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
     using TX = decltype(tx);
     using TO = decltype(to);
     constexpr int M = decltype(mc)::value;
-    auto go = [&](auto kern) {
+    // One instantiation per item multiple (the kernels' pointer types are
+    // equal, so the opt-in below must be keyed by kMul, not by the type).
+    auto go = [&](auto mul) {
+      constexpr int kMul = decltype(mul)::value;
+      auto kern = quant_gemv_stream_kernel<F, TX, TO, M, kMul>;
       static const bool opted = cudaFuncSetAttribute(
           kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
           max_dynamic_smem() - 2048) == cudaSuccess;
@@ -283,10 +287,10 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
                                static_cast<const TX*>(a.x), mi, a.k, p, sh.slots, staged);
     };
     if constexpr (M == 1) {
-      if (sh.mul == 4) return go(quant_gemv_stream_kernel<F, TX, TO, M, 4>);
-      if (sh.mul == 2) return go(quant_gemv_stream_kernel<F, TX, TO, M, 2>);
+      if (sh.mul == 4) return go(std::integral_constant<int, 4>{});
+      if (sh.mul == 2) return go(std::integral_constant<int, 2>{});
     }
-    go(quant_gemv_stream_kernel<F, TX, TO, M, 1>);
+    go(std::integral_constant<int, 1>{});
   });
   if (!ok) return bad_dtype("quant gemv (stream)", a.w_dt);
   return check_launch("quant_gemv_stream");
