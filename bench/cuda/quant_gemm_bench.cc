@@ -73,9 +73,10 @@ int main(int argc, char** argv) {
                  "tile, lt (dequantize + cuBLASLt), u4 / u4wg (the 4-bit tile on mma.sync / "
                  "wgmma, u4_g128; u4s1 / u4s2: mma.sync with one / two k steps a stage; u4t: "
                  "the weights in the tile's own 128-row layout, U4Layout::kTiles), bf16 (the "
-                 "bf16 product of the dequantized weights); gemv, gemv2, gemv4, mma, mma8 (up to 8 "
-                 "tokens: the fused GEMV on CUDA cores (gemv2 / gemv4: items of 2 / 4 warp "
-                 "iterations at one token, Tuning::cuda_quant_stream_item_steps) / tensor cores / "
+                 "bf16 product of the dequantized weights); gemv, gemv1, gemv2, gemv4, mma, mma8 (up "
+                 "to 8 tokens: the fused GEMV on CUDA cores (gemv1 / gemv2 / gemv4: items of 1 / "
+                 "2 / 4 warp iterations at one token, Tuning::cuda_quant_stream_item_steps; gemv: "
+                 "the default 4) / tensor cores / "
                  "tensor cores with e4m3 activations)")
       ->capture_default_str();
   app.add_option("--iters", iters, "timed calls per case")->capture_default_str();
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
           st.u4_tile_stage_steps = path == "u4s1" ? 1 : (path == "u4s2" ? 2 : 0);
           st.quant_mma_fp8 = st.quant_mma_u4 = path == "mma" || path == "mma8" ? 1 : 0;
           st.quant_mma_fp8_act = path == "mma8";
-          st.quant_stream_item_steps = path == "gemv2" ? 2 : (path == "gemv4" ? 4 : 1);
+          st.quant_stream_item_steps = path == "gemv2" ? 2 : (path == "gemv1" ? 1 : 4);
           auto call = [&](int i) {
             Status s =
                 path == "u4t"

@@ -72,7 +72,7 @@ struct QuantGemvArgs {
   // Warp iterations an item of the bulk-copy kernel, 1, 2 or 4, at one
   // token (Tuning::cuda_quant_stream_item_steps); the kernel takes the
   // largest up to this that leaves a warp at least two ring slots.
-  int stream_item_steps = 1;
+  int stream_item_steps = 4;
   // The tensor-core kernel (quant_gemv_mma.cu) where quant_gemv_mma_supported
   // holds: f8_e4m3_b128 / u4_g128 weights, bf16 / f16 x. Not bitwise equal to
   // the others: f16 activations under a per-token scale instead of 8-bit
