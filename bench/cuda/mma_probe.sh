@@ -15,20 +15,16 @@
 #     (NCU_MODEL, default qwen3-8b); builds what it runs when the build is missing.
 # Run bash scripts/gpu_prebuild.sh first and carry [".deb", ".gpu-prebuilt"]: the kernels then
 # come prebuilt (scripts/gpu_env.sh; build.log says so).
-# The first calls of the session after 21 (not yet run on a GPU: the default stage depth
-# choice, two k steps a stage for the 4-bit tile's 16-token tiles, u4_tile.cu
-# default_stage_steps, the forced forms ran; the tiled layout U4Layout::kTiles; the wgmma
-# form's on-the-fly row copies: docs/perf-log.md session 21):
+# Session 21's first calls (run in session 23; docs/perf-log.md session 23):
 #   HFQ_GOLDENS=qwen3_5_moe-gptq-int4-act TESTS='CudaU4Tile*:*HfQuant*' PROBE=0 FORMATS=u4_g128 \
 #     PATHS=u4,u4s1,u4s2,u4t,lt SHAPES=6144x4096,24576x4096,4096x12288 TOKENS=16,32,64 \
 #     STAGE=test bash bench/cuda/mma_probe.sh
-#   (u4t: the weights in the tile's own 128-row layout, U4Layout::kTiles, not yet run: does a
-#   contiguous 9,216-byte run a tile step bring 16 tokens near the GEMV's 3+ TB/s?)
-#   then AB='qwen3-8b:gptq-int4:FERRITE_CUDA_U4_TILE_TOKENS=64,0' BATCHES='16 32 64' STAGE=ab \
+#   AB='qwen3-8b:gptq-int4:FERRITE_CUDA_U4_TILE_TOKENS=64,0' BATCHES='16 32 64' STAGE=ab \
 #     bash bench/cuda/mma_probe.sh
 #   (AB's quantization "-" runs the bf16 model: AB='qwen3-8b:-:FERRITE_CUDA_U4_TILE_TOKENS=0');
 #   a tile's ncu: STAGE=ncu NCU_KERNEL=u4_ NCU_ATTENTION=0 NCU_DETAILS=1 FORMATS=u4_g128 PATHS=u4 \
 #     SHAPES=24576x4096 TOKENS=16,64 NCU_KERNELS=2 bash bench/cuda/mma_probe.sh
+# A decode step's per-kernel table and knob sweeps over GGUF formats: bench/cuda/step_probe.sh.
 # Output: $OUT/mma_probe_<stage>.txt (its end on stdout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
