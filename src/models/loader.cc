@@ -224,8 +224,8 @@ Status bind_input_perm(const TensorLookup& ckpt, const WeightDecl& w, Device& de
   int64_t slice_end = 0, run = 0;
   for (const WeightSlice& s : w.sources.at(0)) {
     slice_end += s.rows;
+    const std::vector<int32_t>* perm = ckpt.quant->input_perm(s.tensor);
     for (; run * w.perm_rows < slice_end; ++run) {
-      const std::vector<int32_t>* perm = ckpt.quant->input_perm(s.tensor);
       if (perm) {
         table.insert(table.end(), perm->begin(), perm->end());
       } else {

@@ -309,9 +309,11 @@ Result<bool> fp8_lt_product(BackendState& st, const void* x, DType x_dt, int64_t
 //    dequantization is one pass over the weight's blocks per call);
 //  - otherwise (f32 activations, a graph capture that would need a larger
 //    buffer): the tiles that dequantize into shared memory.
+// An act-order weight (perm): the fused GEMV gathers x as it stages it; the
+// other paths run on x gathered into perm.scratch first.
 Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k,
                      const void* w, DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate,
-                     const void* bias, DType bias_dt) {
+                     const void* bias, DType bias_dt, InputPerm perm = {}) {
   // Up to 8 tokens: the integer GEMV (fused with the activations'
   // quantization, else after a quantize launch); 9 to 64 tokens the bf16
   // tile, beyond dequantize + cuBLASLt (each the faster there, measured:
@@ -331,7 +333,15 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     a.bias = bias;
     a.bias_dt = bias_dt;
     set_gemv_paths(st, a);
+    a.input_perm = perm.table;
     if (quant_gemv_fused_supported(a)) return launch_quant_gemv_fused(st.stream, a);
+  }
+  if (perm.table) {
+    if (!perm.scratch || perm.scratch == x)
+      return internal_error("an act-order product without its gather buffer");
+    FERRITE_RETURN_IF_ERROR(
+        launch_gather_columns(st.stream, x, perm.table, perm.scratch, x_dt, m, k));
+    x = perm.scratch;
   }
   if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&
       quant_gemv_q8_supported(w_dt, w, k, out_dt))
@@ -536,35 +546,10 @@ Status gemm(BackendState& st, const void* x, DType x_dt, int64_t m, int64_t k, c
             DType w_dt, int64_t n, void* out, DType out_dt, bool accumulate, const void* bias,
             DType bias_dt, InputPerm perm) {
   if (m == 0 || n == 0) return Status::ok();
-  if (perm.table) {
-    if (!dtype_is_quantized(w_dt)) return internal_error("an input permutation on a float weight");
-    // Decode: the fused GEMV gathers x as it stages it.
-    if (quant_fused_enabled(st, w_dt, m)) {
-      const QuantGemvSegment seg{w, out, n};
-      QuantGemvArgs a;
-      a.x = x;
-      a.x_dt = x_dt;
-      a.m = m;
-      a.k = k;
-      a.w_dt = w_dt;
-      a.segs = &seg;
-      a.count = 1;
-      a.out_dt = out_dt;
-      a.accumulate = accumulate;
-      a.bias = bias;
-      a.bias_dt = bias_dt;
-      set_gemv_paths(st, a);
-      a.input_perm = perm.table;
-      if (quant_gemv_fused_supported(a)) return launch_quant_gemv_fused(st.stream, a);
-    }
-    if (!perm.scratch || perm.scratch == x)
-      return internal_error("an act-order product without its gather buffer");
-    FERRITE_RETURN_IF_ERROR(
-        launch_gather_columns(st.stream, x, perm.table, perm.scratch, x_dt, m, k));
-    x = perm.scratch;
-  }
   if (dtype_is_quantized(w_dt))
-    return quant_product(st, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias, bias_dt);
+    return quant_product(st, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias, bias_dt,
+                         perm);
+  if (perm.table) return internal_error("an input permutation on a float weight");
   const bool tensor_types = x_dt == w_dt && (x_dt == DType::kBF16 || x_dt == DType::kF16) &&
                             (out_dt == x_dt || out_dt == DType::kF32) && !bias;
   if (tensor_types && gemv_supported(m, k, x_dt, w_dt, out_dt))
