@@ -5,7 +5,11 @@
 #     FERRITE_NCU_DECODE_STEP; scripts/ncu_summary.py: kernels by name, summed time, DRAM bytes
 #     read, bandwidth), default "qwen3-8b:gptq-int4:1";
 #   SWEEP="model:quant:VAR=v1,v2 ..." with SWEEP_BATCHES (default "128") and SWEEP_PROMPT
-#     (default 512): ferrite bench's prefill and decode tokens/s for each setting.
+#     (default 512) and SWEEP_DECODE_PROMPT (the decode steps' context, default 128): ferrite
+#     bench's prefill and decode tokens/s for each setting;
+#   PROFILE="model:quant:batch ..." (before the ncu tables): FERRITE_PROFILE's GPU time per
+#     labelled phase of eager decode steps (graphs off: each phase's kernels run without the
+#     overlap of the previous phase's tail, as under ncu but without its replay overhead).
 # Builds build-gpu (ferrite) when missing. Run bash scripts/gpu_prebuild.sh first and carry
 # [".deb", ".gpu-prebuilt"]. Output: $OUT/step_probe.txt (and its end on stdout).
 set -uo pipefail
@@ -33,10 +37,19 @@ for spec in ${SWEEP:-}; do
   for v in $(echo "${setting#*=}" | tr , ' '); do
     echo "== $model $quant $var=$v" | tee -a "$T"
     env "$var=$v" timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench --device cuda --dummy-weights \
-      -r 1 --batch ${SWEEP_BATCHES:-128} --prompt-len "${SWEEP_PROMPT:-512}" --decode-prompt-len 128 \
+      -r 1 --batch ${SWEEP_BATCHES:-128} --prompt-len "${SWEEP_PROMPT:-512}" --decode-prompt-len "${SWEEP_DECODE_PROMPT:-128}" \
       --gen-len 16 --max-num-seqs 128 --kv-cache-gib 8 --max-model-len 8192 \
       --model "$ROOT/configs/$model" $(weights "$quant") 2>&1 | grep -E "^(prefill|decode)|error" | tee -a "$T"
   done
+done
+for spec in ${PROFILE:-}; do
+  IFS=: read -r model quant batch <<< "$spec"
+  echo "== profile $model $quant batch $batch (eager decode steps)" | tee -a "$T"
+  FERRITE_PROFILE=1 FERRITE_CUDA_GRAPHS=0 timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench \
+    --device cuda --dummy-weights -r 1 --batch "$batch" --prompt-len 16 --decode-prompt-len 128 \
+    --gen-len 64 --max-num-seqs "$batch" --kv-cache-gib 4 --max-model-len 8192 \
+    --model "$ROOT/configs/$model" $(weights "$quant") > "$OUT/profile-$model-$quant-$batch.txt" 2>&1
+  grep -vE "^(prefill|mixed)" "$OUT/profile-$model-$quant-$batch.txt" | head -40 | tee -a "$T"
 done
 NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
 for spec in ${STEPS-qwen3-8b:gptq-int4:1}; do

@@ -273,6 +273,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.moe_fused_tokens = options.tuning.cuda_moe_fused_tokens;
     co.decode_split_positions = options.tuning.cuda_decode_split_positions;
     co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
+    co.decode_cluster = options.tuning.cuda_decode_cluster;
     co.rope_token_warps = options.tuning.cuda_rope_token_warps;
     co.prefill_short_tiles = options.tuning.cuda_prefill_short_tiles;
     co.dequant_slice_mib = options.tuning.cuda_dequant_slice_mib;

@@ -116,6 +116,12 @@ namespace ferrite {
     "once for all heads; bitwise the same outputs (the CUDA conformance checks it). Measured "   \
     "neutral on the H200, Qwen3-8B FP8 b1 / b8 300.4 / 1,534 against 300.2 / 1,514 tokens/s, "  \
     "so off")                                                                                     \
+  X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \
+    "CUDA: decode steps of up to 8 tokens whose length bound is at most 512 positions take the "  \
+    "cluster decode attention (each KV head's splits of up to 64 positions one thread-block "     \
+    "cluster: cached K/V rows copied to shared memory before the wait, a thread a score, the "    \
+    "splits merged in distributed shared memory) instead of the fused kernel's rounds and "       \
+    "global merge (0: the fused kernel; results are equal up to the sums' order)")             \
   X(bool, cuda_rope_token_warps, "FERRITE_CUDA_ROPE_TOKEN_WARPS", false,                        \
     "CUDA: prompt steps' bias / q-k norm / RoPE / K-V write kernel takes a warp per token over "  \
     "all its heads (RoPE's cos / sin and the cache slot once a token, four heads' rows loaded "  \

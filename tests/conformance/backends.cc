@@ -37,7 +37,8 @@ std::vector<Backend> available_backends() {
     // decode GEMV streaming rows through registers (Tuning::
     // cuda_quant_stream_tokens 0; "cuda" bulk-copies them), and the fused
     // decode attention's reduce-scatter score sums (Tuning::
-    // cuda_decode_reduce_scatter) and the prompt steps' norm / RoPE / K-V
+    // cuda_decode_reduce_scatter; "cuda" takes the cluster kernel at short
+    // contexts, Tuning::cuda_decode_cluster) and the prompt steps' norm / RoPE / K-V
     // write a warp per token (Tuning::cuda_rope_token_warps) and the
     // head_dim-128 flash prefill on 32-key tiles (Tuning::
     // cuda_prefill_short_tiles; its attention provider is tested again).
@@ -59,6 +60,7 @@ std::vector<Backend> available_backends() {
         options.moe_fused_tokens = 0;
         options.quant_stream_tokens = 0;  // the register-streaming decode GEMV
         options.decode_reduce_scatter = true;
+        options.decode_cluster = false;  // short decode steps on the fused kernel
         options.rope_token_warps = true;
         options.prefill_short_tiles = true;
         cuda.block_weight_providers_only = true;

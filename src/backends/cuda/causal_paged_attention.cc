@@ -150,6 +150,20 @@ class CausalPagedAttention final : public Provider {
     if (st.meta.longest_run == 1 && attention_decode_fused_supported(a, act)) {
       // Decode step: norm / RoPE / K/V write and attention in one kernel.
       profile_mark(st.stream, "attention.core", st.capturing);
+      // Short contexts: the cluster kernel (Tuning::cuda_decode_cluster).
+      const int csplits = st.decode_cluster ? attention_decode_cluster_splits(
+                                                  a, act, t, st.meta.kv_len_bound)
+                                            : 0;
+      if (csplits > 0) {
+        FERRITE_RETURN_IF_ERROR(launch_attention_decode_cluster(
+            st.stream, a, st.meta, page_size, t, q, k, v, act,
+            p.qk_norm ? b[kQNorm].data : nullptr, p.qk_norm ? b[kKNorm].data : nullptr, norm_dt,
+            b[kQBias].data, b[kKBias].data, b[kVBias].data, bias_dt, b[kKCache].data,
+            b[kVCache].data, attn, csplits, /*pdl=*/true));
+        profile_mark(st.stream, "attention.o_proj", st.capturing);
+        return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,
+                    b[kHidden].data, act, true, nullptr, DType::kF32, o_perm);
+      }
       const int splits = fused_splits(t, nkv * fused_decode_parts(static_cast<int>(nh / nkv)),
                                       st.meta.kv_len_bound, st.num_sms,
                                       st.decode_split_positions);

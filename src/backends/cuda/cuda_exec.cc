@@ -71,6 +71,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.moe_fused_tokens = options_.moe_fused_tokens;
     st_.decode_split_positions = options_.decode_split_positions;
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
+    st_.decode_cluster = options_.decode_cluster;
     st_.rope_token_warps = options_.rope_token_warps;
     st_.prefill_short_tiles = options_.prefill_short_tiles;
     st_.dequant_slice_mib = options_.dequant_slice_mib;

@@ -38,4 +38,22 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      int splits, float* partials, int32_t* split_counters,
                                      int64_t num_counters, bool pdl, bool scatter = false);
 
+// The same contract for short contexts (attention_decode_cluster.cu): the
+// splits of each (token, KV head, part) are one thread-block cluster that
+// merges in distributed shared memory, every cached K/V row of a split
+// (up to 64 positions) copied into shared memory before the wait.
+// attention_decode_cluster_splits: the splits it takes for a step of
+// `tokens` tokens under the length bound kv_len_bound (StepMeta), 0 when it
+// does not apply (more than 8 tokens, a bound above 512 positions, or what
+// attention_decode_fused_supported rejects). No partials or counters.
+int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t tokens,
+                                    int64_t kv_len_bound);
+Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
+                                       const StepMeta& meta, int32_t page_size, int64_t tokens,
+                                       void* q, const void* k, const void* v, DType act,
+                                       const void* q_norm, const void* k_norm, DType norm_dt,
+                                       const void* q_bias, const void* k_bias,
+                                       const void* v_bias, DType bias_dt, void* k_cache,
+                                       void* v_cache, void* out, int splits, bool pdl);
+
 }  // namespace ferrite::cuda

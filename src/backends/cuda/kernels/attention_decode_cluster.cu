@@ -1,0 +1,421 @@
+// Fused decode attention for short contexts: the contract of
+// launch_attention_decode_fused (bias, q/k RMS norm and RoPE of the token's
+// q heads and new K/V, the K/V write into the paged cache, attention over
+// the cached positions), with each KV head's splits one thread-block
+// cluster that merges in distributed shared memory.
+//
+// Why: at batch 1 the fused kernel (attention_decode.cu) took 12-19 us a
+// layer on the H200 at 128 positions (ncu: 4 % of issue slots busy, ~2,500
+// dependent instructions a warp): a lane holds 4 dims of a K row, so each
+// score is a 5-level butterfly, every round reloads K/V after the wait,
+// and the splits merge through a global fence, an arrival ticket and a
+// last block re-reading the partials. Here
+//  - every cached K/V row of the block's positions (up to kPos) is copied
+//    into shared memory (cp.async) before the wait for the Q/K/V
+//    projection, so that after it only the token's own rows are read;
+//  - a thread computes a whole score (one position, one head: a
+//    head_dim-long dot product of a K row in shared memory, padded so a
+//    warp's rows fall in distinct banks, with q broadcast), with no
+//    shuffles; then one softmax per block (warp max / sum, two warps a
+//    head), and a thread per (head, dim pair) sums P x V over the
+//    positions;
+//  - the splits of a (token, KV head, part) are the blocks of one cluster
+//    (up to 8): each leaves its (max, sum, unnormalised output) in its
+//    shared memory, and after a cluster barrier every block merges a slice
+//    of the outputs from all of them, in split order (deterministic).
+// Taken when the step's length bound (StepMeta::kv_len_bound) is at most
+// 8 x kPos positions and the step has at most 8 tokens (decode batches);
+// longer contexts and larger batches keep the fused kernel, whose splits
+// scale to 64 and whose blocks loop over rounds.
+//
+// Numerics follow attention_decode.cu: f32 throughout, q and the new K/V
+// rounded to the activation dtype after RoPE, q scaled after rounding; the
+// sums run in another order (equal up to f32 rounding).
+#include <cooperative_groups.h>
+
+#include "backends/cuda/kernels/attention_decode.cuh"
+#include "backends/cuda/kernels/cuda_types.cuh"
+
+namespace ferrite::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPos = 64;         // positions a block (= a split) at most
+constexpr int kMaxCluster = 8;   // splits a (token, KV head, part): a portable cluster
+constexpr int kMaxHeads = 4;     // query heads a block (fused_decode_parts)
+
+struct Weights {
+  const void* q_norm;
+  const void* k_norm;
+  int norm_dt;
+  const void* q_bias;
+  const void* k_bias;
+  const void* v_bias;
+  int bias_dt;
+};
+
+// Shared memory of a block: K and V rows [2][kPos][HD + 8] (T; 16 bytes of
+// padding a row: row r starts 4 banks after row r - 1), then floats: q
+// [kMaxHeads][HD] (roped, rounded, scaled), P [kMaxHeads][kPos], the
+// warps' max and sum [2][kWarps], and the block's partial for the cluster:
+// max [kMaxHeads], sum [kMaxHeads], output [kMaxHeads][HD].
+template <int HD>
+constexpr int row_elems() {
+  return HD + 8;
+}
+template <typename T, int HD>
+constexpr size_t kv_bytes() {
+  return sizeof(T) * 2 * kPos * row_elems<HD>();
+}
+template <typename T, int HD>
+constexpr size_t smem_bytes() {
+  return kv_bytes<T, HD>() +
+         sizeof(float) * (kMaxHeads * HD + kMaxHeads * kPos + 2 * kWarps + 2 * kMaxHeads +
+                          kMaxHeads * HD);
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads)
+    attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
+                                    const T* k, const T* v, Weights wts, T* k_cache,
+                                    T* v_cache, T* out) {
+  constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
+  constexpr int RS = row_elems<HD>();  // shared row stride (elements)
+  constexpr int CH = HD * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* kv_s = reinterpret_cast<T*>(smem_raw);  // [2][kPos][RS]: K rows, then V rows
+  float* q_s = reinterpret_cast<float*>(smem_raw + kv_bytes<T, HD>());  // [kMaxHeads][HD]
+  float* p_s = q_s + kMaxHeads * HD;       // [kMaxHeads][kPos]
+  float* red_m = p_s + kMaxHeads * kPos;   // [kWarps]
+  float* red_l = red_m + kWarps;           // [kWarps]
+  float* part_m = red_l + kWarps;          // [kMaxHeads]
+  float* part_l = part_m + kMaxHeads;      // [kMaxHeads]
+  float* part_o = part_l + kMaxHeads;      // [kMaxHeads][HD]
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int64_t t = blockIdx.x;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int parts = gridDim.y / a.num_kv_heads;
+  const int gsub = (group + parts - 1) / parts;
+  const int kvh = blockIdx.y / parts, part = blockIdx.y % parts;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int g0 = part * gsub;
+  const int ng = min(gsub, group - g0);
+  const int h0 = kvh * group + g0;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int nkv = a.num_kv_heads;
+
+  // --- before the wait: step metadata, the cached K/V rows, RoPE's angles -------
+  const int32_t seq = meta.token_seq[t];
+  const int32_t pos = meta.token_pos[t];
+  const bool real = meta.seq_len[seq] > 0;
+  const int len = real ? pos + 1 : 0;
+  // Balanced splits of [0, len); the host keeps len <= splits x kPos.
+  const int per = min(kPos, (len + splits - 1) / splits);
+  const int p0 = min(len, split * per), p1 = min(len, p0 + per);
+  const int np = p1 - p0;
+  for (int i = tid; i < np * 2 * CH; i += kThreads) {
+    const int r = i / CH, ch = i - r * CH;
+    const int pi = r >> 1, isv = r & 1;
+    const int p = p0 + pi;
+    if (p == pos) continue;  // the token's own row: written below
+    const T* src = (isv ? v_cache : k_cache) +
+                   paged_kv_offset(meta, seq, p, page_size, nkv, HD, kvh) + ch * (16 / sizeof(T));
+    cp_async16(kv_s + (isv * kPos + pi) * RS + ch * (16 / sizeof(T)), src);
+  }
+
+  // Warp i < ng: q head h0 + i; warp ng: K; warp ng + 1: V (as the fused
+  // kernel's rows: bias, RMS norm for q / k, RoPE through shared memory).
+  const int half = a.rope_dim / 2;
+  const int row = warp;
+  const bool has_row = row < ng + 2;
+  const int kind = row < ng ? 0 : row - ng + 1;  // 0 q, 1 k, 2 v
+  const void* bias = kind == 0 ? wts.q_bias : kind == 1 ? wts.k_bias : wts.v_bias;
+  const int64_t bias_off = kind == 0 ? static_cast<int64_t>(h0 + row) * a.q_stride
+                                     : static_cast<int64_t>(kvh) * HD;
+  const bool norm = kind < 2 && a.qk_norm, rope = kind < 2 && half > 0;
+  float bv[D], nw[D], cs[D], sn[D];
+#pragma unroll
+  for (int e = 0; e < D; ++e) {
+    const int d = lane * D + e;
+    bv[e] = has_row && bias ? load_any(bias, wts.bias_dt, bias_off + d) : 0.0f;
+    const void* nwp = kind == 0 ? wts.q_norm : wts.k_norm;
+    const float wi = has_row && norm ? load_any(nwp, wts.norm_dt, d) : 0.0f;
+    nw[e] = a.zero_centred ? 1.0f + wi : wi;
+    cs[e] = 1.0f;
+    sn[e] = 0.0f;
+    if (has_row && rope && d < 2 * half) {
+      const float angle = static_cast<float>(pos) * a.inv_freq[d < half ? d : d - half];
+      cs[e] = cosf(angle);
+      sn[e] = sinf(angle);
+    }
+  }
+  pdl_launch_dependents();
+  pdl_wait();
+
+  // --- the token's q heads and new K / V ----------------------------------------
+  if (has_row) {
+    const T* src;
+    if (kind == 0)
+      src = q + t * a.q_row + static_cast<int64_t>(h0 + row) * a.q_stride;
+    else
+      src = (kind == 1 ? k : v) + (t * nkv + kvh) * HD;
+    float x[D];
+    uint32_t raw[D / 2];
+    load_words<D>(src + lane * D, raw);
+    unpack_words<T, D>(raw, x);
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < D; ++e) {
+      if (bias) x[e] += bv[e];
+      ss = fmaf(x[e], x[e], ss);
+    }
+    if (norm) {
+      const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(HD) + a.eps);
+#pragma unroll
+      for (int e = 0; e < D; ++e) x[e] = x[e] * inv * nw[e];
+    }
+    // The row through shared memory for RoPE's pairs (q_s row `row` for q;
+    // for K / V the spare q rows past ng, or row 0 of part_o).
+    float* scratch = kind == 0 ? q_s + row * HD : part_o + (kind - 1) * HD;
+    if (rope) {
+#pragma unroll
+      for (int e = 0; e < D; ++e) scratch[lane * D + e] = x[e];
+      __syncwarp();
+      float y[D];
+#pragma unroll
+      for (int e = 0; e < D; ++e) {
+        const int d = lane * D + e;
+        if (d < half)
+          y[e] = x[e] * cs[e] - scratch[d + half] * sn[e];
+        else if (d < 2 * half)
+          y[e] = x[e] * cs[e] + scratch[d - half] * sn[e];
+        else
+          y[e] = x[e];
+      }
+      __syncwarp();
+#pragma unroll
+      for (int e = 0; e < D; ++e) x[e] = y[e];
+    }
+    const bool in_split = real && pos >= p0 && pos < p1;
+    T* slot = nullptr;
+    if (kind > 0 && in_split && part == 0)
+      slot = (kind == 1 ? k_cache : v_cache) +
+             paged_kv_offset(meta, seq, pos, page_size, nkv, HD, kvh) + lane * D;
+    T* mine = kind > 0 && in_split ? kv_s + ((kind - 1) * kPos + (pos - p0)) * RS + lane * D
+                                   : nullptr;
+#pragma unroll
+    for (int e = 0; e < D; ++e) {
+      const T r = from_f<T>(x[e]);
+      if (kind == 0) q_s[row * HD + lane * D + e] = to_f(r) * a.scale;
+      if (mine) mine[e] = r;
+      if (slot) slot[e] = r;
+    }
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  // --- scores: a thread per (head, position), two warps a head -------------------
+  const int sh = tid / kPos, sp = tid % kPos;
+  float s = -INFINITY;
+  if (sh < ng && sp < np) {
+    const float* qh = q_s + sh * HD;
+    const T* kr = kv_s + sp * RS;
+    float acc0 = 0.0f, acc1 = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < HD; c += 8) {
+      const uint4 w = *reinterpret_cast<const uint4*>(kr + c);
+      const float4 qa = *reinterpret_cast<const float4*>(qh + c);
+      const float4 qb = *reinterpret_cast<const float4*>(qh + c + 4);
+      const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+      float kf[8];
+      unpack_words<T, 8>(ws, kf);
+      acc0 = fmaf(qa.x, kf[0], acc0);
+      acc1 = fmaf(qa.y, kf[1], acc1);
+      acc0 = fmaf(qa.z, kf[2], acc0);
+      acc1 = fmaf(qa.w, kf[3], acc1);
+      acc0 = fmaf(qb.x, kf[4], acc0);
+      acc1 = fmaf(qb.y, kf[5], acc1);
+      acc0 = fmaf(qb.z, kf[6], acc0);
+      acc1 = fmaf(qb.w, kf[7], acc1);
+    }
+    s = acc0 + acc1;
+  }
+  // The block's softmax of each head over its positions (kPos = 2 warps).
+  static_assert(kPos == 64 && kThreads == kMaxHeads * kPos, "two warps a head");
+  const float wm = warp_max(s);
+  if (lane == 0) red_m[warp] = wm;
+  __syncthreads();
+  const float m = fmaxf(red_m[2 * sh], red_m[2 * sh + 1]);
+  const float e = s == -INFINITY ? 0.0f : expf(s - m);
+  p_s[sh * kPos + sp] = e;
+  const float wl = warp_sum(e);
+  if (lane == 0) red_l[warp] = wl;
+  __syncthreads();
+  if (sp == 0 && sh < ng) {
+    part_m[sh] = m;
+    part_l[sh] = red_l[2 * sh] + red_l[2 * sh + 1];
+  }
+
+  // --- P x V: a thread per (head, dim pair) --------------------------------------
+  constexpr int kPairs = HD / 2;
+  constexpr int kHeadSlots = kThreads / kPairs;  // heads in flight (1, 2 or 4 a thread)
+  const int dp = tid % kPairs;
+  for (int g = tid / kPairs; g < ng; g += kHeadSlots) {
+    const float* pg = p_s + g * kPos;
+    const T* vr = kv_s + kPos * RS + 2 * dp;
+    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
+    int pi = 0;
+    for (; pi + 1 < np; pi += 2) {
+      const uint32_t w0 = *reinterpret_cast<const uint32_t*>(vr + pi * RS);
+      const uint32_t w1 = *reinterpret_cast<const uint32_t*>(vr + (pi + 1) * RS);
+      const float e0 = pg[pi], e1 = pg[pi + 1];
+      a0 = fmaf(e0, bits_to_f(w0 & 0xffffu, T{}), a0);
+      a1 = fmaf(e0, bits_to_f(w0 >> 16, T{}), a1);
+      b0 = fmaf(e1, bits_to_f(w1 & 0xffffu, T{}), b0);
+      b1 = fmaf(e1, bits_to_f(w1 >> 16, T{}), b1);
+    }
+    if (pi < np) {
+      const uint32_t w0 = *reinterpret_cast<const uint32_t*>(vr + pi * RS);
+      const float e0 = pg[pi];
+      a0 = fmaf(e0, bits_to_f(w0 & 0xffffu, T{}), a0);
+      a1 = fmaf(e0, bits_to_f(w0 >> 16, T{}), a1);
+    }
+    part_o[g * HD + 2 * dp] = a0 + b0;
+    part_o[g * HD + 2 * dp + 1] = a1 + b1;
+  }
+
+  // --- merge the cluster's splits ---------------------------------------------------
+  // The barrier orders every block's shared-memory partial before any read.
+  cluster.sync();
+  for (int i = split * kThreads + tid; i < ng * HD; i += splits * kThreads) {
+    const int g = i / HD, d = i % HD;
+    // Every rank's (max, sum, output) loaded at once, then merged in rank order.
+    float rm[kMaxCluster], rl[kMaxCluster], ro[kMaxCluster];
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) {
+      rm[r] = -INFINITY;
+      rl[r] = ro[r] = 0.0f;
+      if (r < splits) {
+        rm[r] = *cluster.map_shared_rank(part_m + g, r);
+        rl[r] = *cluster.map_shared_rank(part_l + g, r);
+        ro[r] = *cluster.map_shared_rank(part_o + g * HD + d, r);
+      }
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r) mx = fmaxf(mx, rm[r]);
+    float num = 0.0f, den = 0.0f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int r = 0; r < kMaxCluster; ++r) {
+        if (rm[r] == -INFINITY) continue;
+        const float f = expf(rm[r] - mx);
+        num = fmaf(f, ro[r], num);
+        den = fmaf(f, rl[r], den);
+      }
+    }
+    const int h = h0 + g;
+    float val = den > 0.0f ? num / den : 0.0f;
+    if (a.output_gate) {
+      const int64_t gi = t * a.q_row + static_cast<int64_t>(h) * a.q_stride + HD + d;
+      float gate = to_f(q[gi]);
+      if (wts.q_bias)
+        gate = to_f(from_f<T>(gate + load_any(wts.q_bias, wts.bias_dt,
+                                              static_cast<int64_t>(h) * a.q_stride + HD + d)));
+      val *= 1.0f / (1.0f + expf(-gate));
+    }
+    out[(t * a.num_heads + h) * HD + d] = from_f<T>(val);
+  }
+  // No block leaves while another may still read its shared memory.
+  cluster.sync();
+}
+
+template <typename T, int HD>
+cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
+                           const AttentionShape& a, const StepMeta& meta, int32_t page_size,
+                           void* q, const void* k, const void* v, const Weights& w,
+                           void* k_cache, void* v_cache, void* out) {
+  auto kern = attention_decode_cluster_kernel<T, HD>;
+  constexpr size_t smem = smem_bytes<T, HD>();
+  if constexpr (smem > 48 * 1024) {
+    static const cudaError_t opted =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (opted != cudaSuccess) return opted;
+  }
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = static_cast<unsigned>(splits);
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  return cudaLaunchKernelEx(&cfg, kern, a, meta, page_size, static_cast<T*>(q),
+                            static_cast<const T*>(k), static_cast<const T*>(v), w,
+                            static_cast<T*>(k_cache), static_cast<T*>(v_cache),
+                            static_cast<T*>(out));
+}
+
+}  // namespace
+
+int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t tokens,
+                                    int64_t kv_len_bound) {
+  if (!attention_decode_fused_supported(a, act) || tokens < 1 || tokens > 8) return 0;
+  const int group = a.num_heads / a.num_kv_heads;
+  if ((group + fused_decode_parts(group) - 1) / fused_decode_parts(group) > kMaxHeads) return 0;
+  const int64_t splits = (std::max<int64_t>(kv_len_bound, 1) + kPos - 1) / kPos;
+  return splits <= kMaxCluster ? static_cast<int>(splits) : 0;
+}
+
+Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
+                                       const StepMeta& meta, int32_t page_size, int64_t tokens,
+                                       void* q, const void* k, const void* v, DType act,
+                                       const void* q_norm, const void* k_norm, DType norm_dt,
+                                       const void* q_bias, const void* k_bias,
+                                       const void* v_bias, DType bias_dt, void* k_cache,
+                                       void* v_cache, void* out, int splits, bool pdl) {
+  if (tokens == 0) return Status::ok();
+  if (splits < 1 || splits > kMaxCluster ||
+      attention_decode_cluster_splits(a, act, tokens, static_cast<int64_t>(splits) * kPos) != splits)
+    return unsupported("cluster decode attention: 1..8 tokens, 1..8 splits of 64 positions");
+  const Weights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt)};
+  const int group = a.num_heads / a.num_kv_heads;
+  const int64_t blocks_y = static_cast<int64_t>(a.num_kv_heads) * fused_decode_parts(group);
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(blocks_y),
+                  static_cast<unsigned>(splits));
+  cudaError_t e = cudaSuccess;
+  const bool ok = dispatch_float(act, [&](auto ta) {
+    using T = decltype(ta);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (a.head_dim == 64)
+        e = launch_cluster<T, 64>(grid, splits, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out);
+      else if (a.head_dim == 128)
+        e = launch_cluster<T, 128>(grid, splits, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out);
+      else
+        e = launch_cluster<T, 256>(grid, splits, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out);
+    }
+  });
+  if (!ok) return bad_dtype("cluster decode attention", act);
+  if (e != cudaSuccess) return cuda_error(e, "cluster decode attention launch");
+  return check_launch("attention_decode_cluster");
+}
+
+}  // namespace ferrite::cuda
