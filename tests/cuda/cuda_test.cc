@@ -25,6 +25,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/attention_decode.cuh"
 #include "backends/cuda/kernels/attention_prefill.cuh"
 #include "engine/generator.h"
 #include "tests/models/golden_harness.h"
@@ -912,6 +913,210 @@ INSTANTIATE_TEST_SUITE_P(
       return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) +
              (c.gate ? "_gate" : "") + "_page" + std::to_string(c.page_size) +
              (c.short_tiles ? "_short" : "");
+    });
+
+
+// The cluster decode attention (launch_attention_decode_cluster) against the
+// fused decode kernel it replaces at short contexts, on one decode step of 8
+// sequences at positions from 0 to the bound's last (splits of 1 .. 64
+// positions, empty ones included), a padding row, shuffled pages of an odd
+// size, cache slots at and past each token's position NaN (the kernels must
+// take the token's own K/V from the projection, never the cache), q/k norm,
+// full and partial RoPE, GQA groups of 3 and 6 (two blocks a KV head), with
+// and without the output gate and biases: the outputs agree within the
+// activation type's rounding and the K/V written to the caches are bitwise
+// equal.
+struct DecodeKernelCase {
+  int head_dim;
+  DType act;
+  int group;
+  bool gate;
+  int page_size;
+  int bound;  // StepMeta::kv_len_bound
+  bool partial_rope;
+  bool bias;
+};
+
+class CudaDecodeKernelTest : public testing::TestWithParam<DecodeKernelCase> {};
+
+TEST_P(CudaDecodeKernelTest, ClusterMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  const DecodeKernelCase dc = GetParam();
+  const int hd = dc.head_dim, nkv = 2, nh = nkv * dc.group, ps = dc.page_size;
+  const int q_stride = dc.gate ? 2 * hd : hd, q_row = nh * q_stride;
+  const DType act = dc.act;
+  std::mt19937 rng(77 + hd + ps + dc.bound);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  // Positions of the 8 tokens (the last a padding row of length 0).
+  const int last = dc.bound - 1;
+  const std::vector<int> positions = {0, 1, 31, 64, dc.bound / 2 + 3, last - 1, last, 5};
+  const int tokens = static_cast<int>(positions.size());
+  std::vector<int32_t> token_pos, token_seq, seq_last_row, seq_len, seq_slot, seq_block_off, tables;
+  int pages = 0;
+  for (int p : positions) pages += (p + 1 + ps - 1) / ps;
+  std::vector<int32_t> perm(pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int next_page = 0;
+  for (int t = 0; t < tokens; ++t) {
+    token_pos.push_back(positions[t]);
+    token_seq.push_back(t);
+    seq_last_row.push_back(t);
+    seq_len.push_back(t == tokens - 1 ? 0 : positions[t] + 1);
+    seq_slot.push_back(-1);
+    seq_block_off.push_back(static_cast<int32_t>(tables.size()));
+    for (int p = 0; p < (positions[t] + 1 + ps - 1) / ps; ++p) tables.push_back(perm[next_page++]);
+  }
+  auto kv_index = [&](int t, int pos, int kvh, int d) {
+    const int page = tables[seq_block_off[t] + pos / ps];
+    return ((static_cast<size_t>(page) * ps + pos % ps) * nkv + kvh) * hd + d;
+  };
+  auto fill = [&](std::vector<uint16_t>& v, size_t n, float lo, float hi) {
+    v.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      store_from_f32(v.data(), act, static_cast<int64_t>(i), lo + (hi - lo) * 0.5f * (uni(rng) + 1.0f));
+  };
+  std::vector<uint16_t> q_h, k_h, v_h, kc_h, vc_h, qn_h, kn_h, qb_h, kb_h, vb_h;
+  fill(q_h, static_cast<size_t>(tokens) * q_row, -2.0f, 2.0f);
+  fill(k_h, static_cast<size_t>(tokens) * nkv * hd, -2.0f, 2.0f);
+  fill(v_h, static_cast<size_t>(tokens) * nkv * hd, -1.0f, 1.0f);
+  const size_t kv_elems = static_cast<size_t>(pages) * ps * nkv * hd;
+  fill(kc_h, kv_elems, -1.0f, 1.0f);
+  fill(vc_h, kv_elems, -1.0f, 1.0f);
+  fill(qn_h, hd, 0.5f, 1.5f);
+  fill(kn_h, hd, 0.5f, 1.5f);
+  fill(qb_h, static_cast<size_t>(q_row), -0.2f, 0.2f);
+  fill(kb_h, static_cast<size_t>(nkv) * hd, -0.2f, 0.2f);
+  fill(vb_h, static_cast<size_t>(nkv) * hd, -0.2f, 0.2f);
+  for (int t = 0; t < tokens; ++t) {  // the token's own slot and the rest of its page: NaN
+    const int end = (positions[t] + 1 + ps - 1) / ps * ps;
+    for (int pos = positions[t]; pos < end; ++pos)
+      for (int kvh = 0; kvh < nkv; ++kvh)
+        for (int d = 0; d < hd; ++d) {
+          store_from_f32(kc_h.data(), act, static_cast<int64_t>(kv_index(t, pos, kvh, d)), NAN);
+          store_from_f32(vc_h.data(), act, static_cast<int64_t>(kv_index(t, pos, kvh, d)), NAN);
+        }
+  }
+
+  cuda::AttentionShape a;
+  a.num_heads = nh;
+  a.num_kv_heads = nkv;
+  a.head_dim = hd;
+  a.rope_dim = dc.partial_rope ? hd / 4 : hd;
+  a.q_stride = q_stride;
+  a.q_row = q_row;
+  a.qk_norm = true;
+  a.output_gate = dc.gate;
+  a.eps = 1e-6f;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int i = 0; i < a.rope_dim / 2; ++i)
+    a.inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(a.rope_dim));
+  ASSERT_TRUE(cuda::attention_decode_fused_supported(a, act));
+  const int csplits = cuda::attention_decode_cluster_splits(a, act, tokens, dc.bound);
+  ASSERT_EQ(csplits, (dc.bound + 63) / 64);
+
+  std::vector<void*> allocs;
+  auto dev = [&](const auto& host) {
+    auto* p = to_device(host);
+    allocs.push_back(p);
+    return p;
+  };
+  cuda::StepMeta meta;
+  meta.token_pos = dev(token_pos);
+  meta.token_seq = dev(token_seq);
+  meta.seq_last_row = dev(seq_last_row);
+  meta.seq_len = dev(seq_len);
+  meta.seq_state_slot = dev(seq_slot);
+  meta.seq_block_off = dev(seq_block_off);
+  meta.block_tables = dev(tables);
+  meta.kv_len_bound = dc.bound;
+  uint16_t* d_q = dev(q_h);
+  const uint16_t* d_k = dev(k_h);
+  const uint16_t* d_v = dev(v_h);
+  const uint16_t* d_qn = dev(qn_h);
+  const uint16_t* d_kn = dev(kn_h);
+  const uint16_t* d_qb = dc.bias ? dev(qb_h) : nullptr;
+  const uint16_t* d_kb = dc.bias ? dev(kb_h) : nullptr;
+  const uint16_t* d_vb = dc.bias ? dev(vb_h) : nullptr;
+  uint16_t* kc[2] = {dev(kc_h), dev(kc_h)};
+  uint16_t* vc[2] = {dev(vc_h), dev(vc_h)};
+  const std::vector<uint16_t> zero_out(static_cast<size_t>(tokens) * nh * hd, 0);
+  uint16_t* outs[2] = {dev(zero_out), dev(zero_out)};
+  // The fused kernel as the provider runs it at this bound: a split per 64
+  // positions, merged in-kernel through zeroed counters.
+  const int parts = cuda::fused_decode_parts(dc.group);
+  const int splits = dc.bound / 64;
+  const std::vector<float> partials(static_cast<size_t>(tokens) * nh * splits * (hd + 2), 0.0f);
+  float* d_partials = dev(partials);
+  const std::vector<int32_t> counters(static_cast<size_t>(tokens) * nkv * parts, 0);
+  int32_t* d_counters = dev(counters);
+  Status st = cuda::launch_attention_decode_fused(
+      nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act, d_qn, d_kn, act, d_qb, d_kb, d_vb, act,
+      kc[0], vc[0], outs[0], splits, d_partials, d_counters, static_cast<int64_t>(counters.size()),
+      /*pdl=*/false);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  st = cuda::launch_attention_decode_cluster(nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act,
+                                             d_qn, d_kn, act, d_qb, d_kb, d_vb, act, kc[1], vc[1],
+                                             outs[1], csplits, /*pdl=*/false);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> out_h[2], kc_out[2], vc_out[2];
+  for (int i = 0; i < 2; ++i) {
+    out_h[i].resize(zero_out.size());
+    kc_out[i].resize(kv_elems);
+    vc_out[i].resize(kv_elems);
+    ASSERT_EQ(cudaMemcpy(out_h[i].data(), outs[i], zero_out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(kc_out[i].data(), kc[i], kv_elems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(vc_out[i].data(), vc[i], kv_elems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  for (void* p : allocs) cudaFree(p);
+
+  // The caches: the same rounded K / V at every real token's slot (NaN
+  // patterns compared as bits), nothing else touched.
+  EXPECT_EQ(kc_out[0], kc_out[1]) << "K cache differs";
+  EXPECT_EQ(vc_out[0], vc_out[1]) << "V cache differs";
+  for (int t = 0; t + 1 < tokens; ++t) {
+    const float kv = load_as_f32(kc_out[1].data(), act, static_cast<int64_t>(kv_index(t, positions[t], 1, hd - 1)));
+    EXPECT_TRUE(std::isfinite(kv)) << "token " << t << ": its K was not written";
+  }
+  double max_ref = 1e-3;
+  for (size_t i = 0; i < zero_out.size(); ++i)
+    max_ref = std::max(max_ref, std::fabs(double(load_as_f32(out_h[0].data(), act, static_cast<int64_t>(i)))));
+  const double eps = act == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+  const double tol = 2 * eps * max_ref;
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < zero_out.size(); ++i) {
+    const double f = load_as_f32(out_h[0].data(), act, static_cast<int64_t>(i));
+    const double c = load_as_f32(out_h[1].data(), act, static_cast<int64_t>(i));
+    if (!(std::fabs(f - c) <= tol)) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << bad << " of " << zero_out.size() << " outputs out of tolerance " << tol
+                    << ", first at token " << (first < 0 ? -1 : first / (nh * hd)) << " head "
+                    << (first < 0 ? -1 : first / hd % nh) << " d " << (first < 0 ? -1 : first % hd)
+                    << ": fused " << (first < 0 ? 0.0f : load_as_f32(out_h[0].data(), act, first))
+                    << ", cluster " << (first < 0 ? 0.0f : load_as_f32(out_h[1].data(), act, first));
+  // The padding row's outputs are zero.
+  for (int i = 0; i < nh * hd; ++i)
+    EXPECT_EQ(load_as_f32(out_h[1].data(), act, static_cast<int64_t>(tokens - 1) * nh * hd + i), 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaDecodeKernelTest,
+    testing::Values(DecodeKernelCase{128, DType::kBF16, 4, false, 16, 256, false, false},
+                    DecodeKernelCase{128, DType::kBF16, 3, true, 7, 512, false, true},
+                    DecodeKernelCase{128, DType::kF16, 6, false, 16, 512, true, false},
+                    DecodeKernelCase{64, DType::kBF16, 2, false, 5, 256, false, true},
+                    DecodeKernelCase{256, DType::kBF16, 6, true, 16, 256, true, false},
+                    DecodeKernelCase{256, DType::kF16, 4, true, 3, 512, false, true}),
+    [](const testing::TestParamInfo<DecodeKernelCase>& info) {
+      const DecodeKernelCase& c = info.param;
+      return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) + "_g" +
+             std::to_string(c.group) + (c.gate ? "_gate" : "") + "_page" +
+             std::to_string(c.page_size) + "_bound" + std::to_string(c.bound) +
+             (c.partial_rope ? "_partial" : "") + (c.bias ? "_bias" : "");
     });
 
 }  // namespace
