@@ -106,6 +106,12 @@ namespace ferrite {
     "norm + router, routing + sort, and with cuda_quant_dot for block-format experts gate/up + "  \
     "SiLU product + 8-bit h, then down + combine (0: one launch per stage; results are bitwise " \
     "equal)")                                                                                     \
+  X(int64_t, cuda_moe_gate_up_warp_outputs, "FERRITE_CUDA_MOE_GATE_UP_WARP_OUTPUTS", 1,         \
+    "CUDA: outputs a warp of the fused decode MoE gate/up kernel (cuda_moe_fused_tokens), 1, 2 "  \
+    "or 4: blocks of 1,024 / this many threads, each warp streaming the gate and up rows of its " \
+    "outputs at once (at 1 a block fills an SM, so Qwen3-30B-A3B's 192 blocks at batch 1 run in " \
+    "two waves; at 4 two or more blocks an SM fit). Results are bitwise equal. Not yet measured " \
+    "(written without a GPU)")                                                                   \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \
@@ -116,12 +122,13 @@ namespace ferrite {
     "once for all heads; bitwise the same outputs (the CUDA conformance checks it). Measured "   \
     "neutral on the H200, Qwen3-8B FP8 b1 / b8 300.4 / 1,534 against 300.2 / 1,514 tokens/s, "  \
     "so off")                                                                                     \
-  X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \
+  X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", false,                            \
     "CUDA: decode steps of up to 8 tokens whose length bound is at most 512 positions take the "  \
     "cluster decode attention (each KV head's splits of up to 64 positions one thread-block "     \
     "cluster: cached K/V rows copied to shared memory before the wait, a thread a score, the "    \
     "splits merged in distributed shared memory) instead of the fused kernel's rounds and "       \
-    "global merge (0: the fused kernel; results are equal up to the sums' order)")             \
+    "global merge (results are equal up to the sums' order). Off until it has run on a GPU "      \
+    "(written without one; CudaDecodeKernelTest and the CUDA conformance check it)")           \
   X(bool, cuda_rope_token_warps, "FERRITE_CUDA_ROPE_TOKEN_WARPS", false,                        \
     "CUDA: prompt steps' bias / q-k norm / RoPE / K-V write kernel takes a warp per token over "  \
     "all its heads (RoPE's cos / sin and the cache slot once a token, four heads' rows loaded "  \

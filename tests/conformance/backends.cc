@@ -53,6 +53,7 @@ std::vector<Backend> available_backends() {
       // MoE steps of up to 32 tokens on the fused decode launches (the
       // default takes 8): the cases of 9 and 10 tokens run them too.
       options.moe_fused_tokens = 32;
+      options.decode_cluster = true;  // short decode steps on the cluster kernel
       if (cuda.name == "cuda_alt") {
         options.quant_tile_tokens = 256;
         options.u4_tile_tokens = 256;  // u4_g128 products on the 4-bit tile instead,

@@ -489,7 +489,9 @@ void prefill_then_decode(ModelRunner& runner, const std::vector<std::vector<uint
 // step of them (3 tokens: the fused path), eager; the decode logits bitwise
 // equal. Block-format experts (the qwen3moe GGUF, f32 and bf16 activations:
 // fused gate/up and down + combine), bf16 experts (norm + router and
-// routing + sort fused) and a shared expert (qwen3_5_moe).
+// routing + sort fused) and a shared expert (qwen3_5_moe). The fused
+// gate/up runs at 1, 2 and 4 outputs a warp (Tuning::
+// cuda_moe_gate_up_warp_outputs): every variant bitwise the unfused step.
 TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -498,22 +500,28 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       {kModelsDir + "qwen3_moe", DType::kBF16},
       {kModelsDir + "qwen3_5_moe", DType::kBF16}};
   const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
+  // Variant 0: one launch a stage; 1..3: fused, gate/up at 1, 2, 4 outputs a warp.
+  constexpr int kWarpOutputs[4] = {1, 1, 2, 4};
   for (const auto& [path, act] : models) {
-    std::vector<float> logits[2];
-    for (int f = 0; f < 2; ++f) {
+    std::vector<float> logits[4];
+    for (int f = 0; f < 4; ++f) {
       RunnerOptions o = cuda_options(path, act);
       o.tuning.cuda_graphs = false;
-      o.tuning.cuda_moe_fused_tokens = f == 0 ? 8 : 0;
+      o.tuning.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
+      o.tuning.cuda_moe_gate_up_warp_outputs = kWarpOutputs[f];
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
       SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
       ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
     }
-    ASSERT_EQ(logits[0].size(), logits[1].size());
     ASSERT_FALSE(logits[0].empty());
-    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0)
-        << path << " " << dtype_name(act) << ": the fused decode step differs";
+    for (int f = 1; f < 4; ++f) {
+      ASSERT_EQ(logits[0].size(), logits[f].size());
+      EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
+          << path << " " << dtype_name(act) << ": the fused decode step differs (gate/up at "
+          << kWarpOutputs[f] << " outputs a warp)";
+    }
   }
 }
 

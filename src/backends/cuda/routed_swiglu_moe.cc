@@ -274,7 +274,8 @@ class RoutedMoe final : public Provider {
       auto* hd = reinterpret_cast<float*>(hq + tk * I);
       FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(st.stream, sc.xq, sc.xd, H, row_pair,
                                                        K, gate_up_w, b[kGateUp].dtype, I, tiles,
-                                                       tile_count, max_tiles, hq, hd));
+                                                       tile_count, max_tiles, hq, hd,
+                                                       static_cast<int>(st.moe_gate_up_warp_outputs)));
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
                                            ids, slot_of, weights, sgate, sout, b[kHidden].data,
                                            act);

@@ -20,6 +20,7 @@
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/moe_blocks.h"
 #include "backends/cuda/kernels/quant_blocks.cuh"
+#include "backends/cuda/kernels/warp_topk.h"
 
 #include <algorithm>
 #include <climits>
@@ -128,6 +129,7 @@ __global__ void router_gemv_kernel(const float* __restrict__ x, int64_t rows_tot
 // Fused or not, the same summation: the logits are bitwise equal.
 constexpr int kRouterExperts = 2, kRouterWarpsPerExpert = 4, kRouterChunkRows = 8;
 constexpr int kRouterSmemFloats = 8192;  // 32 KiB of staged inputs
+constexpr int kRouterPreload = 4;        // weight groups a lane loads before the norm
 
 template <typename TW>
 __device__ __forceinline__ void load_w8(const TW* p, float (&f)[8]) {
@@ -156,6 +158,23 @@ __global__ void __launch_bounds__(256)
   __shared__ float red[32];
   __shared__ float part[8][kRouterChunkRows];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // The lane's first kRouterPreload weight groups, loaded before the norm
+  // (weights depend on no earlier kernel): their round trip overlaps the
+  // inputs' load and the inverse RMS instead of following the staging
+  // barrier (at one token the whole lane's share for hidden <= 4,096).
+  const int el = warp / kRouterWarpsPerExpert, q = warp % kRouterWarpsPerExpert;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * kRouterExperts + el;
+  const int64_t outs = E + (extra_w ? 1 : 0);
+  const TW* we = e < E ? w + e * H : extra_w;
+  const int64_t groups = H / 8;
+  const int64_t g0 = q * 32 + lane;
+  constexpr int64_t kGroupStride = 32 * kRouterWarpsPerExpert;
+  float wpre[kRouterPreload][8];
+#pragma unroll
+  for (int i = 0; i < kRouterPreload; ++i) {
+    const int64_t g = g0 + i * kGroupStride;
+    if (e < outs && g < groups) load_w8(we + 8 * g, wpre[i]);
+  }
   const int row0 = blockIdx.y * chunk_rows;
   const int nrows = min(chunk_rows, rows_total - row0);
   x += static_cast<int64_t>(row0) * H;
@@ -192,29 +211,33 @@ __global__ void __launch_bounds__(256)
       }
     }
   }
-  const int el = warp / kRouterWarpsPerExpert, q = warp % kRouterWarpsPerExpert;
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * kRouterExperts + el;
-  const int64_t outs = E + (extra_w ? 1 : 0);
   float acc[kRouterChunkRows];
 #pragma unroll
   for (int r = 0; r < kRouterChunkRows; ++r) acc[r] = 0.0f;
+  // Group g's products into the rows' sums (groups in increasing order).
+  auto products = [&](int64_t g, const float (&wv)[8]) {
+#pragma unroll
+    for (int r = 0; r < kRouterChunkRows; ++r) {
+      if (r < nrows) {
+        const float4 a = *reinterpret_cast<const float4*>(xs + r * H + 8 * g);
+        const float4 b = *reinterpret_cast<const float4*>(xs + r * H + 8 * g + 4);
+        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = fmaf(xv[j], wv[j], acc[r]);
+      }
+    }
+  };
   if (e < outs) {
-    const TW* we = e < E ? w + e * H : extra_w;
-    const int64_t groups = H / 8;
+#pragma unroll
+    for (int i = 0; i < kRouterPreload; ++i) {
+      const int64_t g = g0 + i * kGroupStride;
+      if (g < groups) products(g, wpre[i]);
+    }
 #pragma unroll 2
-    for (int64_t g = q * 32 + lane; g < groups; g += 32 * kRouterWarpsPerExpert) {
+    for (int64_t g = g0 + kRouterPreload * kGroupStride; g < groups; g += kGroupStride) {
       float wv[8];
       load_w8(we + 8 * g, wv);
-#pragma unroll
-      for (int r = 0; r < kRouterChunkRows; ++r) {
-        if (r < nrows) {
-          const float4 a = *reinterpret_cast<const float4*>(xs + r * H + 8 * g);
-          const float4 b = *reinterpret_cast<const float4*>(xs + r * H + 8 * g + 4);
-          const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[r] = fmaf(xv[j], wv[j], acc[r]);
-        }
-      }
+      products(g, wv);
     }
   }
 #pragma unroll
@@ -248,55 +271,82 @@ inline int router_chunk_rows(int64_t H) {
 // A warp per token: softmax (f32), top-k by probability (ties: lower id),
 // ids in increasing order, optional renormalisation (summed in increasing
 // id, as the reference). Lane k holds the k-th selection. sorted_p: 32
-// floats of the warp's own.
+// floats of the warp's own; ids_s (optional, shared memory): the ids again.
+//
+// Up to 256 experts the logits are loaded once (all of a lane's loads in
+// flight together), the probabilities stay in registers and the selections
+// come from warp_topk (two warp reductions a selection); more experts are
+// re-read and recomputed each round and selected by a butterfly over (p, id)
+// (the same selections).
 __device__ void route_token(const float* l, int E, int K, bool normalize, int32_t* ids,
-                            float* weights, float* sorted_p) {
+                            float* weights, float* sorted_p, int32_t* ids_s = nullptr) {
   const int lane = threadIdx.x & 31;
-  float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
-  mx = warp_max(mx);
-  float sum = 0;
-  for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
-  sum = warp_sum(sum);
-  // Up to 256 experts the probabilities stay in registers across the k
-  // rounds (8 a lane); more are recomputed each round (the same values).
-  auto prob = [&](int e) {
-    const float pe = expf(l[e] - mx) / sum;
-    return pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
-  };
   constexpr int kCached = 8;
   const bool cached = E <= 32 * kCached;
-  float pc[kCached];
+  float lc[kCached];
+  float mx = -INFINITY;
+  float sum = 0;
+  if (cached) {
 #pragma unroll
-  for (int j = 0; j < kCached; ++j)
-    pc[j] = cached && lane + 32 * j < E ? prob(lane + 32 * j) : 0.0f;
-  float prev_p = INFINITY;
-  int prev_id = -1;
+    for (int j = 0; j < kCached; ++j) lc[j] = lane + 32 * j < E ? l[lane + 32 * j] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kCached; ++j)
+      if (lane + 32 * j < E) mx = fmaxf(mx, lc[j]);
+    mx = warp_max(mx);
+#pragma unroll
+    for (int j = 0; j < kCached; ++j)
+      if (lane + 32 * j < E) sum += expf(lc[j] - mx);
+  } else {
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
+  }
+  sum = warp_sum(sum);
+  auto prob_of = [&](float logit) {
+    const float pe = expf(logit - mx) / sum;
+    return pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
+  };
   int my_id = INT_MAX;
   float my_p = 0;
-  for (int k = 0; k < K; ++k) {
-    // The best (p, lower id) strictly after the previous selection.
-    float bp = -1.0f;
-    int bi = INT_MAX;
-    auto consider = [&](float pe, int e) {
-      const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
-      if (after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
-    };
-    if (cached) {
+  if (cached) {
+    float pc[kCached];
 #pragma unroll
-      for (int j = 0; j < kCached; ++j)
-        if (lane + 32 * j < E) consider(pc[j], lane + 32 * j);
-    } else {
-      for (int e = lane; e < E; e += 32) consider(prob(e), e);
+    for (int j = 0; j < kCached; ++j) pc[j] = lane + 32 * j < E ? prob_of(lc[j]) : 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    auto rmax = [](uint32_t v) { return __reduce_max_sync(0xffffffffu, v); };
+    auto rmin = [](uint32_t v) { return __reduce_min_sync(0xffffffffu, v); };
+#else
+    auto rmax = [](uint32_t v) {
+      for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+      return v;
+    };
+    auto rmin = [](uint32_t v) {
+      for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+      return v;
+    };
+#endif
+    warp::warp_topk<kCached>(pc, lane, E, K, my_id, my_p, rmax, rmin);
+  } else {
+    float prev_p = INFINITY;
+    int prev_id = -1;
+    for (int k = 0; k < K; ++k) {
+      // The best (p, lower id) strictly after the previous selection.
+      float bp = -1.0f;
+      int bi = INT_MAX;
+      for (int e = lane; e < E; e += 32) {
+        const float pe = prob_of(l[e]);
+        const bool after = pe < prev_p || (pe == prev_p && e > prev_id);
+        if (after && (pe > bp || (pe == bp && e < bi))) bp = pe, bi = e;
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (op > bp || (op == bp && oi < bi)) bp = op, bi = oi;
+      }
+      if (lane == k) my_id = bi, my_p = bp;
+      prev_p = bp;
+      prev_id = bi;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (op > bp || (op == bp && oi < bi)) bp = op, bi = oi;
-    }
-    if (lane == k) my_id = bi, my_p = bp;
-    prev_p = bp;
-    prev_id = bi;
   }
   // Rank by id (the ids are distinct).
   int rank = 0;
@@ -307,6 +357,7 @@ __device__ void route_token(const float* l, int E, int K, bool normalize, int32_
   for (int j = 0; j < K; ++j) tot += sorted_p[j];
   if (lane < K) {
     ids[rank] = my_id;
+    if (ids_s) ids_s[rank] = my_id;
     weights[rank] = normalize ? my_p / tot : my_p;
   }
 }
@@ -462,13 +513,15 @@ __global__ void __launch_bounds__(32)
   __shared__ int32_t sid[32];
   const int lane = threadIdx.x;
   for (int t = 0; t < tokens; ++t) {
+    // The ids into sid as well: read back from shared memory below, not
+    // from the global writes (a round trip).
     route_token(logits + static_cast<int64_t>(t) * E, E, K, normalize, ids + t * K,
-                weights + t * K, sorted_p);
+                weights + t * K, sorted_p, sid + t * K);
     __syncwarp();
   }
   const int P = tokens * K;
-  __syncwarp();  // the warp's global writes (ids) are visible to the warp
-  const int my = lane < P ? ids[lane] : INT_MAX;
+  const int my = lane < P ? sid[lane] : INT_MAX;
+  __syncwarp();
   sid[lane] = my;
   __syncwarp();
   int before = 0, same_before = 0, cnt = 0;

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/quant_moe_decode.cuh"
@@ -15,11 +17,20 @@ namespace {
 
 using namespace qblocks;
 
-// Gate / up: a block of 32 warps takes the 32 outputs i of one 32-block of h
-// for one row tile (warp w: output 32 blockIdx.x + w, its gate and up rows
-// as two streams); the tile's rows M at a time. The SiLU products of a chunk
-// meet in shared memory, where warp t quantizes row t's 32 values
+// Gate / up: a block takes the 32 outputs i of one 32-block of h for one
+// row tile, kWarpOuts adjacent outputs a warp (32 / kWarpOuts warps; warp w:
+// outputs 32 blockIdx.x + kWarpOuts w + j, their gate and up rows as
+// 2 kWarpOuts streams); the tile's rows M at a time. The SiLU products of a
+// chunk meet in shared memory, where warp t quantizes row t's 32 values
 // (quantize_q8_lane).
+//
+// Why kWarpOuts (Tuning::cuda_moe_gate_up_warp_outputs): with one output a
+// warp a block is 1,024 threads of 46-64 registers, one block an SM, so
+// Qwen3-30B-A3B's b1 grid (24 x 8 tiles = 192 blocks) runs in two waves on
+// 132 SMs, each warp with two rows (~2.3 KB) in flight. Four outputs a warp:
+// blocks of 256 threads, two or more an SM (one wave), and each warp streams
+// eight rows at once. An output's sum is the same either way (the same
+// lanes' blocks in the same order, then the warp sum): bitwise equal.
 constexpr int kGateUpRows = 4;  // gathered rows per chunk
 
 // The block readers of the MoE decode: a decoded row meets about one token
@@ -37,8 +48,12 @@ struct MoeDotOf<kFmtU4G128> {
 template <int F>
 using MoeDot = typename MoeDotOf<F>::type;
 
-template <int F>
-__global__ void __launch_bounds__(1024)
+// Blocks an SM the launch bounds ask for: one of 1,024 threads (as before),
+// two of 512 or of 256 (up to 64 / 128 registers a thread).
+constexpr int gate_up_min_blocks(int wo) { return wo == 1 ? 1 : 2; }
+
+template <int F, int kWarpOuts>
+__global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts))
     quant_moe_gate_up_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd,
                              int64_t H, const int32_t* __restrict__ row_pair, int top_k,
                              const uint8_t* __restrict__ w, int64_t row_bytes, int64_t I,
@@ -46,48 +61,62 @@ __global__ void __launch_bounds__(1024)
                              const int32_t* __restrict__ tile_count, int8_t* __restrict__ hq,
                              float* __restrict__ hd) {
   using Fmt = MoeDot<F>;
-  constexpr int kPerIter = 32 / Fmt::kLanes, M = kGateUpRows;
+  constexpr int kPerIter = 32 / Fmt::kLanes, WO = kWarpOuts;
+  // Rows a chunk: fewer with more outputs a warp (their sums stay in registers).
+  constexpr int M = WO == 1 ? kGateUpRows : kGateUpRows / 2;
+  static_assert(32 / WO >= M, "a warp per row of the chunk quantizes it");
   __shared__ float hs[M][32];
   const int tile = blockIdx.y;
   if (tile >= *tile_count) return;  // the whole block
   const int e = tiles[4 * tile], r0 = tiles[4 * tile + 1], nr = tiles[4 * tile + 2];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * 32 + warp;
-  const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i) * row_bytes;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * WO;  // the warp's first output
+  const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i0) * row_bytes;
   const uint8_t* wu = wg + I * row_bytes;
   const int nb = static_cast<int>(H / Fmt::kElems);
   const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
   const int64_t xs = H / 32;
   for (int c0 = 0; c0 < nr; c0 += M) {
     int64_t xrow[M];
-    float ag[M], au[M];
+    float ag[M][WO], au[M][WO];
 #pragma unroll
     for (int t = 0; t < M; ++t) {
       xrow[t] = c0 + t < nr ? row_pair[r0 + c0 + t] / top_k : -1;
-      ag[t] = 0.0f;
-      au[t] = 0.0f;
-    }
-#pragma unroll 2
-    for (int b = bl; b < nb; b += kPerIter) {
-      const typename Fmt::Raw rg = Fmt::fetch(wg + static_cast<int64_t>(b) * Fmt::kBytes, part);
-      const typename Fmt::Raw ru = Fmt::fetch(wu + static_cast<int64_t>(b) * Fmt::kBytes, part);
-      Fmt g, u;
-      g.decode(rg, part);
-      u.decode(ru, part);
 #pragma unroll
-      for (int t = 0; t < M; ++t) {
-        if (xrow[t] >= 0) {
-          const int8_t* xb = xq + xrow[t] * H + static_cast<int64_t>(b) * Fmt::kElems;
-          const float* db = xd + xrow[t] * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32);
-          ag[t] += g.dot(xb, db);
-          au[t] += u.dot(xb, db);
+      for (int j = 0; j < WO; ++j) ag[t][j] = au[t][j] = 0.0f;
+    }
+#pragma unroll(WO == 1 ? 2 : 1)
+    for (int b = bl; b < nb; b += kPerIter) {
+      typename Fmt::Raw rg[WO], ru[WO];
+#pragma unroll
+      for (int j = 0; j < WO; ++j) {
+        const int64_t off = j * row_bytes + static_cast<int64_t>(b) * Fmt::kBytes;
+        rg[j] = Fmt::fetch(wg + off, part);
+        ru[j] = Fmt::fetch(wu + off, part);
+      }
+#pragma unroll
+      for (int j = 0; j < WO; ++j) {
+        Fmt g, u;
+        g.decode(rg[j], part);
+        u.decode(ru[j], part);
+#pragma unroll
+        for (int t = 0; t < M; ++t) {
+          if (xrow[t] >= 0) {
+            const int8_t* xb = xq + xrow[t] * H + static_cast<int64_t>(b) * Fmt::kElems;
+            const float* db = xd + xrow[t] * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32);
+            ag[t][j] += g.dot(xb, db);
+            au[t][j] += u.dot(xb, db);
+          }
         }
       }
     }
 #pragma unroll
     for (int t = 0; t < M; ++t) {
-      const float gs = warp_sum(ag[t]), us = warp_sum(au[t]);
-      if (lane == 0) hs[t][warp] = gs / (1.0f + expf(-gs)) * us;
+#pragma unroll
+      for (int j = 0; j < WO; ++j) {
+        const float gs = warp_sum(ag[t][j]), us = warp_sum(au[t][j]);
+        if (lane == 0) hs[t][warp * WO + j] = gs / (1.0f + expf(-gs)) * us;
+      }
     }
     __syncthreads();
     if (warp < M && c0 + warp < nr) {
@@ -124,6 +153,20 @@ __global__ void __launch_bounds__(kDownWarps * 32)
   const int nb = static_cast<int>(I / Fmt::kElems);
   const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
   const int64_t xs = I / 32;
+  // The token's routing (K <= 32: lane k holds pair k's expert, h row and
+  // weight) and the epilogue's inputs, loaded at once up front: each was a
+  // dependent round trip inside the expert loop or after it.
+  const int32_t my_id = lane < K ? ids[t * K + lane] : 0;
+  const int32_t my_slot = lane < K ? slot_of[t * K + lane] : -1;
+  const float my_weight = lane < K ? weights[t * K + lane] : 0.0f;
+  float residual = 0.0f, sg = 0.0f, so = 0.0f;
+  if (lane == 0) {
+    residual = to_f(hidden[t * H + j]);
+    if (shared_out) {
+      sg = shared_gate[t];
+      so = shared_out[t * H + j];
+    }
+  }
   float acc = 0.0f;
   for (int k0 = 0; k0 < K; k0 += KB) {
     const uint8_t* wr[KB];
@@ -131,10 +174,11 @@ __global__ void __launch_bounds__(kDownWarps * 32)
     float ps[KB];
 #pragma unroll
     for (int c = 0; c < KB; ++c) {
-      const int64_t p = t * K + k0 + c;
       const bool ok = k0 + c < K;
-      wr[c] = w + (static_cast<int64_t>(ok ? ids[p] : 0) * H + j) * row_bytes;
-      hrow[c] = ok ? slot_of[p] : -1;
+      const int32_t id = __shfl_sync(0xffffffffu, my_id, (k0 + c) & 31);
+      const int32_t slot = __shfl_sync(0xffffffffu, my_slot, (k0 + c) & 31);
+      wr[c] = w + (static_cast<int64_t>(ok ? id : 0) * H + j) * row_bytes;
+      hrow[c] = ok ? slot : -1;
       ps[c] = 0.0f;
     }
 #pragma unroll 2
@@ -155,17 +199,15 @@ __global__ void __launch_bounds__(kDownWarps * 32)
     }
 #pragma unroll
     for (int c = 0; c < KB; ++c) {
+      const float wk = __shfl_sync(0xffffffffu, my_weight, (k0 + c) & 31);
       if (k0 + c >= K) break;
       const float y = warp_sum(ps[c]);
-      acc += weights[t * K + k0 + c] * y;
+      acc += wk * y;
     }
   }
   if (lane == 0) {
-    if (shared_out) {
-      const float sg = 1.0f / (1.0f + expf(-shared_gate[t]));
-      acc += sg * shared_out[t * H + j];
-    }
-    hidden[t * H + j] = from_f<T>(to_f(hidden[t * H + j]) + acc);
+    if (shared_out) acc += 1.0f / (1.0f + expf(-sg)) * so;
+    hidden[t * H + j] = from_f<T>(residual + acc);
   }
 }
 
@@ -189,9 +231,11 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd) {
+                                float* hd, int warp_outputs) {
   if (!q8_rows(w_dt, H) || I <= 0 || I % 32 != 0)
     return unsupported("fused moe gate/up: block weights with rows of whole blocks");
+  if (warp_outputs != 1 && warp_outputs != 2 && warp_outputs != 4)
+    return invalid_argument("fused moe gate/up: outputs a warp must be 1, 2 or 4");
   if (max_tiles == 0) return Status::ok();
   if (max_tiles > 65535) return unsupported("fused moe gate/up: too many row tiles");
   const int64_t row_bytes = dtype_bytes(w_dt, H);
@@ -199,10 +243,20 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
   const auto* wb = static_cast<const uint8_t*>(gate_up);
   dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
-    if constexpr (F != kFmtF8B128)
-      quant_moe_gate_up_kernel<F><<<grid, 1024, 0, s>>>(xq, xd, H, row_pair,
-                                                       static_cast<int>(top_k), wb, row_bytes, I,
-                                                       tiles, tile_count, hq, hd);
+    if constexpr (F != kFmtF8B128) {
+      auto go = [&](auto wo) {
+        constexpr int WO = decltype(wo)::value;
+        quant_moe_gate_up_kernel<F, WO><<<grid, 1024 / WO, 0, s>>>(
+            xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles, tile_count,
+            hq, hd);
+      };
+      if (warp_outputs == 4)
+        go(std::integral_constant<int, 4>{});
+      else if (warp_outputs == 2)
+        go(std::integral_constant<int, 2>{});
+      else
+        go(std::integral_constant<int, 1>{});
+    }
   });
   return check_launch("quant_moe_gate_up_kernel");
 }

@@ -30,12 +30,14 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
 // expert e, h = silu(g) * u of g = x(r) . gate[e, i], u = x(r) . up[e, i],
 // stored as 8-bit blocks of 32: hq [rows, I], hd [rows, I / 32] (exactly as
 // quantizing the f32 h). x(r) = token row_pair[r] / top_k of xq [tokens, H]
-// / xd [tokens, H / 32] (the 8-bit normalised tokens).
+// / xd [tokens, H / 32] (the 8-bit normalised tokens). warp_outputs (1, 2
+// or 4; Tuning::cuda_moe_gate_up_warp_outputs): outputs i a warp, blocks of
+// 1,024 / warp_outputs threads; the same bits for every value.
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd);
+                                float* hd, int warp_outputs = 1);
 
 // down [E, H, I] in blocks, then the combine: for every token t and output
 // j, hidden[t, j] += sum_k weights[t, k] * (h(slot_of[t, k]) . down[ids[t,
