@@ -9,7 +9,9 @@
 #     bench's prefill and decode tokens/s for each setting;
 #   PROFILE="model:quant:batch ..." (before the ncu tables): FERRITE_PROFILE's GPU time per
 #     labelled phase of eager decode steps (graphs off: each phase's kernels run without the
-#     overlap of the previous phase's tail, as under ncu but without its replay overhead).
+#     overlap of the previous phase's tail, as under ncu but without its replay overhead). At
+#     small batches an eager step is bound by the host's launches, so the phases' times there
+#     include launch gaps: read them at b8+ or next to the ncu table, not as b1 kernel times.
 # Builds build-gpu (ferrite) when missing. Run bash scripts/gpu_prebuild.sh first and carry
 # [".deb", ".gpu-prebuilt"]. Output: $OUT/step_probe.txt (and its end on stdout).
 set -uo pipefail
