@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/kernels/matmul.h"
@@ -113,6 +114,28 @@ TEST(QuantDot, EveryIsaIsTheScalarDefinition) {
           }
         }
       }
+    }
+  }
+}
+
+// Rows longer than the AVX-512 prefill tiles' buffer of transposed
+// activation scales (8,192 floats: q8_0 beyond 32,768 elements, the
+// k-quants beyond 262,144) gather each block's scales from the rows
+// instead: the same bits. 9 tokens: a full and a partial token tile.
+TEST(QuantDot, LongRowsAreTheScalarDefinition) {
+  ThreadPool pool(2);
+  for (auto [t, in] : std::vector<std::pair<DType, int64_t>>{{DType::kQ8_0, 32832},
+                                                              {DType::kQ4_K, 262400}}) {
+    const int64_t out = 3, tokens = 9;
+    QW w = make_w(t, out, in, 5);
+    std::vector<float> x = random_f32(tokens * in, 6, -2.0f, 2.0f);
+    const std::vector<float> want = run(t, w, x, tokens, in, out, QuantIsa::kScalar, nullptr);
+    for (QuantIsa isa : isas()) {
+      const std::vector<float> got = run(t, w, x, tokens, in, out, isa, &pool);
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_TRUE(same_bits(want[k], got[k]))
+            << dtype_name(t) << " " << quant_isa_name(isa) << " in " << in << " at " << k << ": "
+            << want[k] << " vs " << got[k];
     }
   }
 }

@@ -289,8 +289,12 @@ std::atomic<int> g_isa{0};
 
 // Tokens per tile (activation rows that share one pass over a weight row).
 constexpr int64_t kTileTokens = 8;
-// Weight rows per work item.
+// Weight rows per work item: decode (one token) 16; prefill 64, so that the
+// per-(item, token tile) work of the tiles (the AVX-512 tiles transpose the
+// tile's activation scales once) is spread over more rows (an item's rows,
+// up to 64 x a few KiB, stay in L2 while its token tiles pass).
 constexpr int64_t kRowsPerItem = 16;
+constexpr int64_t kRowsPerPrefillItem = 64;
 // Bytes of quantized activations a token block may use (stays in L2 while
 // every weight row of an item passes over it).
 constexpr int64_t kTokenBlockBytes = 256 << 10;
@@ -467,11 +471,12 @@ void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, 
                                                       kTileTokens);
   tblock = std::min(tblock, (tokens + kTileTokens - 1) / kTileTokens * kTileTokens);
   const int64_t tblocks = (tokens + tblock - 1) / tblock;
-  const int64_t groups = (rows + kRowsPerItem - 1) / kRowsPerItem;
+  const int64_t item_rows = tokens == 1 ? kRowsPerItem : kRowsPerPrefillItem;
+  const int64_t groups = (rows + item_rows - 1) / item_rows;
   auto body = [&](int64_t i0, int64_t i1) {
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t g = item / tblocks, tb = item % tblocks;
-      const int64_t r0 = g * kRowsPerItem, r1 = std::min(rows, r0 + kRowsPerItem);
+      const int64_t r0 = g * item_rows, r1 = std::min(rows, r0 + item_rows);
       const int64_t t0 = tb * tblock, t1 = std::min(tokens, t0 + tblock);
       // A tile's activation rows stay in L1 while the item's weight rows
       // (L2) pass over them.
@@ -484,7 +489,7 @@ void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, 
   };
   const int64_t items = groups * tblocks;
   const int64_t grain =
-      std::max<int64_t>(1, kMinBytesPerPart / (kRowsPerItem * row_bytes * tblock + 1));
+      std::max<int64_t>(1, kMinBytesPerPart / (item_rows * row_bytes * tblock + 1));
   if (pool != nullptr) {
     pool->parallel_for(items, body, grain);
   } else {

@@ -483,6 +483,151 @@ void group_u4(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t s
     for (int t = 0; t < T; ++t) out[r * T + t] = tree16(acc[r][t]) - accz[r][t];
 }
 
+// Prefill tiles: one weight row x T <= 8 tokens, the tokens' activation
+// scales transposed once per token tile by tile_groups (dxT: per block the 8
+// tokens' scales, zeros past T), so that each block's f32 factors are one
+// vector multiply instead of 8 strided scalar loads and a lane build (the
+// group_k / group_q8 prefill forms spent a third of their instructions
+// there). The same integers and the same f32 operations as group_k<F, 1, T>
+// / group_q8<1, T>: bitwise their results. dxT null (rows too long for the
+// caller's buffer): each block's scales are gathered from the rows.
+template <int T>
+inline __m256 token_scales(const float* dxT, int64_t i, const uint8_t* act, int64_t stride,
+                           int64_t off) {
+  if (dxT) return _mm256_loadu_ps(dxT + 8 * i);
+  float v[8] = {};
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) v[t] = *reinterpret_cast<const float*>(act + t * stride + off);
+  return _mm256_loadu_ps(v);
+}
+// The exact sums of 8 outputs' 16 int32 lanes, as they come in pairs: a[k]
+// holds output 2k's lanes in its 128-bit lanes 0-1 and output 2k + 1's in
+// 2-3 (any split of each output's terms over its two lanes). Returns the 8
+// sums, output t in lane t. Shuffles and adds of whole vectors (24 ops for
+// 8 outputs; tsum8 after a half_sum per output took about twice that, its
+// vphaddd being 3 uops each on Zen 4).
+inline __m256i tsum8_pairs(const __m512i* a) {
+  __m512i b[2];
+  for (int k = 0; k < 2; ++k)  // lanes: outputs 4k, 4k + 1, 4k + 2, 4k + 3 (4 terms each)
+    b[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0x88),
+                            _mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0xDD));
+  // 128-bit lane k: output k (2 terms), output k + 4 (2 terms).
+  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(b[0], b[1]),
+                                     _mm512_unpackhi_epi64(b[0], b[1]));
+  const __m512i d = _mm512_add_epi32(c, _mm512_shuffle_epi32(c, _MM_PERM_CDAB));
+  const __m512i order = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 10, 6, 2, 12, 8, 4, 0);
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi32(order, d));
+}
+// Two outputs' 16-lane vectors as one pair (each output's 8 half sums).
+inline __m512i pair_halves(__m512i v0, __m512i v1) {
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(v0, v1, 0x44), _mm512_shuffle_i32x4(v0, v1, 0xEE));
+}
+
+template <int F, int T>
+void toks_k(const uint8_t* w, const uint8_t* act, int64_t stride, int64_t n, const float* dxT,
+            float* out) {
+  static_assert(T <= 8);
+  const Layout L = layout(F, n);
+  constexpr int64_t bb = block_bytes(F);
+  const __m512i z = _mm512_setzero_si512();
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 256; ++b) {
+    KBlock k;
+    unpack<F>(w + b * bb, k);
+    const __m512i mins2 = _mm512_inserti64x4(_mm512_castsi256_si512(k.mins), k.mins, 1);
+    // Per token the block's sub-block-scaled dot products (block_sums' s1
+    // before its half sum), per token pair the mins (q6_k: scale) terms.
+    __m512i v[8], mm[4];
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {
+      if (t < T) {
+        const uint8_t* x = act + t * stride + L.q + 256 * b;
+        __m512i u = _mm512_madd_epi16(_mm512_dpbusd_epi32(z, k.w[0], ld(x)), k.s[0]);
+        u = _mm512_dpwssd_epi32(u, _mm512_dpbusd_epi32(z, k.w[1], ld(x + 64)), k.s[1]);
+        u = _mm512_dpwssd_epi32(u, _mm512_dpbusd_epi32(z, k.w[2], ld(x + 128)), k.s[2]);
+        v[t] = _mm512_dpwssd_epi32(u, _mm512_dpbusd_epi32(z, k.w[3], ld(x + 192)), k.s[3]);
+      } else {
+        v[t] = z;
+      }
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      if (2 * q < T) {
+        const __m256i b0 = ld256(act + 2 * q * stride + L.bsum + 32 * b);
+        const __m256i b1 = 2 * q + 1 < T ? ld256(act + (2 * q + 1) * stride + L.bsum + 32 * b)
+                                         : _mm256_setzero_si256();
+        mm[q] = _mm512_madd_epi16(mins2, _mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1));
+      } else {
+        mm[q] = z;
+      }
+    }
+    __m512i a[4];
+    for (int q = 0; q < 4; ++q) {
+      a[q] = pair_halves(v[2 * q], v[2 * q + 1]);
+      if constexpr (F == kQ6_K) a[q] = _mm512_sub_epi32(a[q], _mm512_slli_epi32(mm[q], 5));
+    }
+    const __m256 dxv = token_scales<T>(dxT, b, act, stride, L.d + 4 * b);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(k.dw), dxv),
+                          _mm256_cvtepi32_ps(tsum8_pairs(a)), acc);
+    if constexpr (F != kQ6_K)
+      accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(k.dmin), dxv),
+                             _mm256_cvtepi32_ps(tsum8_pairs(mm)), accm);
+  }
+  alignas(32) float o[8];
+  _mm256_store_ps(o, _mm256_sub_ps(acc, accm));
+  for (int t = 0; t < T; ++t) out[t] = o[t];
+}
+
+// q8_0 (dxT: per block pair 16 floats, the 8 tokens' scales of block 2p then
+// of block 2p + 1).
+template <int T>
+void toks_q8(const uint8_t* w, const uint8_t* act, int64_t stride, int64_t n, const float* dxT,
+             float* out) {
+  static_assert(T <= 8);
+  const Layout L = layout(kQ8_0, n);
+  const int64_t nb = n / 32, pairs = (nb + 1) / 2;
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i order = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    const bool two = 2 * p + 1 < nb;
+    __m512i v[8];
+    const uint8_t* b0 = w + 2 * p * 34;
+    const float dwa = f16(b0), dwb = two ? f16(b0 + 34) : 0.0f;
+    const __m256i hi = two ? ld256(b0 + 36) : _mm256_setzero_si256();
+    const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(ld256(b0 + 2)), hi, 1);
+    const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, wv));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) v[t] = _mm512_dpbusd_epi32(corr, ld(act + t * stride + L.q + 64 * p), wv);
+    for (int g = T; g < 8; ++g) v[g] = _mm512_setzero_si512();
+    // Exact sums: lanes 0-7 of v[g] are block 2p, 8-15 block 2p + 1.
+    __m512i s[4], u[2];
+    for (int i = 0; i < 4; ++i)
+      s[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; ++i)
+      u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * i], s[2 * i + 1]),
+                              _mm512_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
+    const __m512 u0 = _mm512_castsi512_ps(u[0]), u1 = _mm512_castsi512_ps(u[1]);
+    const __m512i sums = _mm512_permutexvar_epi32(
+        order, _mm512_add_epi32(
+                   _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0))),
+                   _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)))));
+    const __m256 sa =
+        _mm256_mul_ps(_mm256_set1_ps(dwa), token_scales<T>(dxT, 2 * p, act, stride, L.dx + 64 * p));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm512_castsi512_si256(sums)), sa, acc);
+    if (two) {
+      const __m256 sb = _mm256_mul_ps(
+          _mm256_set1_ps(dwb), token_scales<T>(dxT, 2 * p + 1, act, stride, L.dx + 64 * p + 32));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(sums, 1)), sb, acc);
+    }
+  }
+  alignas(32) float o[8];
+  _mm256_store_ps(o, acc);
+  for (int t = 0; t < T; ++t) out[t] = o[t];
+}
+
 // One weight row against nt (1..kMaxTok) activation rows (q4_0).
 template <int nt>
 void row_nt(int, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t n, float* out) {
@@ -494,34 +639,68 @@ constexpr RowFn kRowFns[kMaxTok + 1] = {nullptr,    &row_nt<1>, &row_nt<2>, &row
 
 // k-quant groups: 1 token x R rows (decode), or 1 row x T tokens.
 using GroupFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, float*);
+// Prefill tiles with transposed activation scales (toks_k, toks_q8).
+using TokFn = void (*)(const uint8_t*, const uint8_t*, int64_t, int64_t, const float*, float*);
+
 template <int F>
 struct Groups {
   static constexpr GroupFn rows[9] = {nullptr,         &group_k<F, 1, 1>, &group_k<F, 2, 1>,
                                       &group_k<F, 3, 1>, &group_k<F, 4, 1>, &group_k<F, 5, 1>,
                                       &group_k<F, 6, 1>, &group_k<F, 7, 1>, &group_k<F, 8, 1>};
-  static constexpr GroupFn toks[9] = {nullptr,         &group_k<F, 1, 1>, &group_k<F, 1, 2>,
-                                      &group_k<F, 1, 3>, &group_k<F, 1, 4>, &group_k<F, 1, 5>,
-                                      &group_k<F, 1, 6>, &group_k<F, 1, 7>, &group_k<F, 1, 8>};
+  static constexpr TokFn toks[9] = {nullptr,        &toks_k<F, 1>, &toks_k<F, 2>,
+                                    &toks_k<F, 3>,  &toks_k<F, 4>, &toks_k<F, 5>,
+                                    &toks_k<F, 6>,  &toks_k<F, 7>, &toks_k<F, 8>};
+  // Per 256-block the 8 tokens' scales d (zeros past nt).
+  static int64_t scale_floats(int64_t n) { return n / 256 * 8; }
+  static void transpose_scales(const uint8_t* act, int64_t stride, int nt, int64_t n, float* dxT) {
+    const Layout L = layout(F, n);
+    for (int64_t b = 0; b < n / 256; ++b)
+      for (int t = 0; t < 8; ++t)
+        dxT[8 * b + t] = t < nt ? reinterpret_cast<const float*>(act + t * stride + L.d)[b] : 0.0f;
+  }
 };
 
 struct GroupsQ8 {
   static constexpr GroupFn rows[9] = {nullptr,          &group_q8<1, 1>, &group_q8<2, 1>,
                                       &group_q8<3, 1>, &group_q8<4, 1>, &group_q8<5, 1>,
                                       &group_q8<6, 1>, &group_q8<7, 1>, &group_q8<8, 1>};
-  static constexpr GroupFn toks[9] = {nullptr,          &group_q8<1, 1>, &group_q8<1, 2>,
-                                      &group_q8<1, 3>, &group_q8<1, 4>, &group_q8<1, 5>,
-                                      &group_q8<1, 6>, &group_q8<1, 7>, &group_q8<1, 8>};
+  static constexpr TokFn toks[9] = {nullptr,      &toks_q8<1>, &toks_q8<2>, &toks_q8<3>,
+                                    &toks_q8<4>,  &toks_q8<5>, &toks_q8<6>, &toks_q8<7>,
+                                    &toks_q8<8>};
+  // Per block pair 16 floats: the 8 tokens' scales of block 2p, then 2p + 1.
+  static int64_t scale_floats(int64_t n) { return (n / 32 + 1) / 2 * 16; }
+  static void transpose_scales(const uint8_t* act, int64_t stride, int nt, int64_t n, float* dxT) {
+    const Layout L = layout(kQ8_0, n);
+    for (int64_t p = 0; p < (n / 32 + 1) / 2; ++p)
+      for (int t = 0; t < 8; ++t) {
+        const float* dx = reinterpret_cast<const float*>(act + t * stride + L.dx) + 16 * p;
+        dxT[16 * p + t] = t < nt ? dx[0] : 0.0f;
+        dxT[16 * p + 8 + t] = t < nt ? dx[8] : 0.0f;
+      }
+  }
 };
 
+template <int T>
+void toks_u4(const uint8_t* w, const uint8_t* act, int64_t stride, int64_t n, const float*,
+             float* out) {
+  group_u4<1, T>(w, 0, act, stride, n, out);
+}
 struct GroupsU4 {
   static constexpr GroupFn rows[9] = {nullptr,          &group_u4<1, 1>, &group_u4<2, 1>,
                                       &group_u4<3, 1>, &group_u4<4, 1>, &group_u4<5, 1>,
                                       &group_u4<6, 1>, &group_u4<7, 1>, &group_u4<8, 1>};
-  static constexpr GroupFn toks[9] = {nullptr,          &group_u4<1, 1>, &group_u4<1, 2>,
-                                      &group_u4<1, 3>, &group_u4<1, 4>, &group_u4<1, 5>,
-                                      &group_u4<1, 6>, &group_u4<1, 7>, &group_u4<1, 8>};
+  static constexpr TokFn toks[9] = {nullptr,      &toks_u4<1>, &toks_u4<2>, &toks_u4<3>,
+                                    &toks_u4<4>,  &toks_u4<5>, &toks_u4<6>, &toks_u4<7>,
+                                    &toks_u4<8>};
+  // group_u4 reads its scales itself (one f32 step per token and block).
+  static int64_t scale_floats(int64_t) { return 0; }
+  static void transpose_scales(const uint8_t*, int64_t, int, int64_t, float*) {}
 };
 
+// Tiles of the integer products. Decode (one token): groups of 8 rows.
+// Prefill: token tiles of 8 outer (their activation rows stay in L1 while
+// the rows pass over them; the token tile's scales transposed once), rows
+// inner.
 template <typename Gs>
 void tile_groups(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
                  int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate) {
@@ -534,10 +713,16 @@ void tile_groups(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8
     }
     return;
   }
-  for (int64_t r = 0; r < nrows; ++r) {
-    for (int64_t t0 = 0; t0 < ntok; t0 += 8) {
-      const int nt = static_cast<int>(ntok - t0 < 8 ? ntok - t0 : 8);
-      Gs::toks[nt](w + r * row_bytes, row_bytes, act + t0 * stride, stride, n, out);
+  // (No std::vector here: this file's inline functions must not be emitted
+  // in its ISA for the rest of the program, quant_dot_impl.h.)
+  constexpr int64_t kScaleFloats = 8192;
+  alignas(64) float scales[kScaleFloats];
+  float* dxT = Gs::scale_floats(n) <= kScaleFloats ? scales : nullptr;
+  for (int64_t t0 = 0; t0 < ntok; t0 += 8) {
+    const int nt = static_cast<int>(ntok - t0 < 8 ? ntok - t0 : 8);
+    if (dxT) Gs::transpose_scales(act + t0 * stride, stride, nt, n, dxT);
+    for (int64_t r = 0; r < nrows; ++r) {
+      Gs::toks[nt](w + r * row_bytes, act + t0 * stride, stride, n, dxT, out);
       for (int t = 0; t < nt; ++t) {
         float* p = y + (t0 + t) * ldy + r;
         *p = accumulate ? *p + out[t] : out[t];
