@@ -628,6 +628,52 @@ void toks_q8(const uint8_t* w, const uint8_t* act, int64_t stride, int64_t n, co
   for (int t = 0; t < T; ++t) out[t] = o[t];
 }
 
+// q4_0 decode: R weight rows x one token, row32's arithmetic per row (so
+// bitwise its results), the rows' pairs interleaved and the next group's
+// pair prefetched into L2 (one row at a time without the prefetch, the
+// short row streams left the hardware prefetchers behind: 0.91x llama.cpp's
+// decode on the Qwen3-0.6B twin).
+template <int R>
+void group_q4(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t n, float* out) {
+  const Layout L = layout(kQ4_0, n);
+  const int64_t nb = n / 32, pairs = (nb + 1) / 2;
+  constexpr int64_t bb = 18;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const bool two = 2 * p + 1 < nb;
+    const __m512i x = ld(act + L.q + 64 * p);
+    const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(act + L.dx) + 16 * p);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b0 = w + r * row_bytes + 2 * p * bb;
+      _mm_prefetch(reinterpret_cast<const char*>(b0 + R * row_bytes), _MM_HINT_T1);
+      const float d0 = f16(b0), d1 = two ? f16(b0 + bb) : 0.0f;
+      const __m128i hi = two ? ld128(b0 + bb + 2) : _mm_setzero_si128();
+      const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(ld128(b0 + 2)), hi, 1);
+      __m256i lo4 = _mm256_sub_epi8(_mm256_and_si256(y, m4), eight);
+      __m256i hi4 = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(y, 4), m4), eight);
+      if (!two) {  // the padding block's weights are 0, not -8
+        lo4 = _mm256_maskz_mov_epi8(0x0000FFFF, lo4);
+        hi4 = _mm256_maskz_mov_epi8(0x0000FFFF, hi4);
+      }
+      const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo4), hi4, 1);
+      const __m512 dw = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
+      const __m512i corr = _mm512_sub_epi32(
+          _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, wv));
+      const __m512i v = _mm512_dpbusd_epi32(corr, x, wv);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dw, dx), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = tree16(acc[r]);
+}
+using GroupQ4Fn = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, float*);
+constexpr GroupQ4Fn kGroupsQ4[9] = {nullptr,      &group_q4<1>, &group_q4<2>, &group_q4<3>,
+                                    &group_q4<4>, &group_q4<5>, &group_q4<6>, &group_q4<7>,
+                                    &group_q4<8>};
+
 // One weight row against nt (1..kMaxTok) activation rows (q4_0).
 template <int nt>
 void row_nt(int, const uint8_t* row, const uint8_t* a, int64_t stride, int64_t n, float* out) {
@@ -748,6 +794,15 @@ void tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8
     case kU4:
       return tile_groups<GroupsU4>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
     default: break;
+  }
+  if (f == kQ4_0 && ntok == 1) {
+    float out[8];
+    for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+      const int nr = static_cast<int>(nrows - r0 < 8 ? nrows - r0 : 8);
+      kGroupsQ4[nr](w + r0 * row_bytes, row_bytes, act, n, out);
+      for (int r = 0; r < nr; ++r) y[r0 + r] = accumulate ? y[r0 + r] + out[r] : out[r];
+    }
+    return;
   }
   for (int64_t r = 0; r < nrows; ++r) {
     const uint8_t* row = w + r * row_bytes;
