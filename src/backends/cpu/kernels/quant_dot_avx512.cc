@@ -48,6 +48,30 @@ inline float amax_of(const float* x, int64_t n) {
   return _mm512_reduce_max_ps(m);
 }
 
+// The q4_k / q5_k activation layout of the VNNI tiles (kIl, "interleaved"):
+// vector i (64 bytes) of a 256-block holds, in its lane l (4 bytes),
+// elements 8i + 4 (l % 2) .. + 3 of sub-block l / 2. So every vector holds a
+// piece of every sub-block, the 4 vpdpbusd of a block accumulate into one
+// vector whose lane l belongs to one sub-block, and one multiply by the
+// lanes' sub-block scales follows (block_dots_il) instead of one a vector
+// (q4_k prefill tiles ~5 % faster on Zen 4: prefill64 best of 8 alternating
+// runs 155 against 165 ms; decode the same). The AMX panels keep the contiguous
+// sub-blocks their tiles load (Layout's comment, quant_dot_impl.h); the
+// integers are the same either way. kIlDwords4: the natural dword each
+// 4-byte lane of the layout takes (vector i = dwords 16 i .. 16 i + 15).
+constexpr uint8_t kIlDwords4[64] = {
+    0,  1,  8,  9,  16, 17, 24, 25, 32, 33, 40, 41, 48, 49, 56, 57, 2,  3,  10, 11, 18, 19,
+    26, 27, 34, 35, 42, 43, 50, 51, 58, 59, 4,  5,  12, 13, 20, 21, 28, 29, 36, 37, 44, 45,
+    52, 53, 60, 61, 6,  7,  14, 15, 22, 23, 30, 31, 38, 39, 46, 47, 54, 55, 62, 63};
+
+// Whether format f takes the interleaved layout in a kIl table: q4_k and
+// q5_k. q6_k keeps its natural order: its interleaved unpack (two permutes,
+// two shifts and masks a vector) cost more than the three scale multiplies
+// it saves at one token (its decode measured ~10 % slower; prefill, where
+// the unpack is shared by 8 tokens, ~10 % faster).
+constexpr bool interleaved(int f, bool kIl) { return kIl && f != kQ6_K; }
+
+template <bool kIl>
 void quantize(int f, const float* x, int64_t n, uint8_t* dst) {
   const Layout L = layout(f, n);
   auto* q = reinterpret_cast<int8_t*>(dst + L.q);
@@ -119,15 +143,19 @@ void quantize(int f, const float* x, int64_t n, uint8_t* dst) {
     const float amax = amax_of(xb, 256);
     d[b] = amax / 127.0f;
     const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const bool il = interleaved(f, kIl);
+    alignas(64) int8_t nat[256];  // il: the block in natural order first
     for (int j = 0; j < 8; ++j) {  // natural sub-block j of 32
       const __m128i a = q16(xb + 32 * j, id), c = q16(xb + 32 * j + 16, id);
       bsum[16 * b + 2 * j] = static_cast<int16_t>(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(a)));
       bsum[16 * b + 2 * j + 1] =
           static_cast<int16_t>(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(c)));
-      int8_t* at = q + 256 * b + 32 * (f == kQ6_K ? j : kSubPos[j]);
+      int8_t* at = il ? nat + 32 * j : q + 256 * b + 32 * (f == kQ6_K ? j : kSubPos[j]);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(at), a);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 16), c);
     }
+    if (il)
+      for (int d = 0; d < 64; ++d) std::memcpy(q + 256 * b + 4 * d, nat + 4 * kIlDwords4[d], 4);
   }
 }
 
@@ -181,16 +209,27 @@ void row32(const uint8_t* row, const uint8_t* act, int64_t stride, int64_t n, fl
   for (int t = 0; t < nt; ++t) out[t] = tree16(acc[t]);
 }
 
-// The 8 sums of 8 vectors of 8 int32 lanes (exact): [sum r[0], ..., sum r[7]].
-inline __m256i tsum8(const __m256i* r) {
-  const __m256i h01 = _mm256_hadd_epi32(r[0], r[1]), h23 = _mm256_hadd_epi32(r[2], r[3]);
-  const __m256i h45 = _mm256_hadd_epi32(r[4], r[5]), h67 = _mm256_hadd_epi32(r[6], r[7]);
-  const __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20),
-                          _mm256_permute2x128_si256(q0, q1, 0x31));
+// The exact sums of 8 outputs' 16 int32 lanes, as they come in pairs: a[k]
+// holds output 2k's lanes in its 128-bit lanes 0-1 and output 2k + 1's in
+// 2-3 (any split of each output's terms over its two lanes). Returns the 8
+// sums, output t in lane t. Shuffles and adds of whole vectors (24 ops for
+// 8 outputs; a half sum per output then a vphaddd transposition took about
+// twice that, vphaddd being 3 uops each on Zen 4).
+inline __m256i tsum8_pairs(const __m512i* a) {
+  __m512i b[2];
+  for (int k = 0; k < 2; ++k)  // lanes: outputs 4k, 4k + 1, 4k + 2, 4k + 3 (4 terms each)
+    b[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0x88),
+                            _mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0xDD));
+  // 128-bit lane k: output k (2 terms), output k + 4 (2 terms).
+  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(b[0], b[1]),
+                                     _mm512_unpackhi_epi64(b[0], b[1]));
+  const __m512i d = _mm512_add_epi32(c, _mm512_shuffle_epi32(c, _MM_PERM_CDAB));
+  const __m512i order = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 10, 6, 2, 12, 8, 4, 0);
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi32(order, d));
 }
-inline __m256i half_sum(__m512i v) {
-  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+// Two outputs' 16-lane vectors as one pair (each output's 8 half sums).
+inline __m512i pair_halves(__m512i v0, __m512i v1) {
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(v0, v1, 0x44), _mm512_shuffle_i32x4(v0, v1, 0xEE));
 }
 template <int G>
 inline __m256 lanes(const float* v) {
@@ -216,6 +255,7 @@ inline __m128i k4_scales_v(const uint8_t* s) {
 // The unpacked k-quant weights of one 256-block of one row.
 struct KBlock {
   __m512i w[4], s[4];  // weights (u8) in the activation layout; scales (i16 in i32 lanes)
+                       // (interleaved layout: s[0] only, lane l's sub-block scale, i32)
   __m256i mins;        // q4_k / q5_k: m_j twice per pair (i16); q6_k: the 16 scales (i16)
   float dw, dmin;
 };
@@ -288,42 +328,103 @@ inline void unpack(const uint8_t* blk, KBlock& k) {
   }
 }
 
-// One block's integer sums of one row and one activation row, each as 8
-// lanes (exact): s1 = the sub-block-scaled dot products (q6_k: minus
-// 32 * sum sc_j bsum_j), s2 = q4_k / q5_k: the mins times the bsums.
+// One block's sub-block-scaled dot products of one row and one activation
+// row (x: the row's 256 bytes of the block), as 16 int32 lanes of exact
+// integers whose sum is S1 (q6_k: before its -32 offset term): 4 products a
+// vpdpbusd lane (|.| < 2^15), times the sub-block scales by vpmaddwd /
+// vpdpwssd on the low 16 bits (the scales' high halves are 0).
 template <int F>
-inline void block_sums(const KBlock& k, const uint8_t* x, const uint8_t* bsum, __m256i* s1,
-                       __m256i* s2) {
+inline __m512i block_dots(const KBlock& k, const uint8_t* x) {
   const __m512i z = _mm512_setzero_si512();
-  // Lanes of 4 products (|.| < 2^15), times the sub-block scales
-  // (vpmaddwd / vpdpwssd on the low 16 bits; the scales' high halves are 0).
   __m512i v = _mm512_madd_epi16(_mm512_dpbusd_epi32(z, k.w[0], ld(x)), k.s[0]);
   v = _mm512_dpwssd_epi32(v, _mm512_dpbusd_epi32(z, k.w[1], ld(x + 64)), k.s[1]);
   v = _mm512_dpwssd_epi32(v, _mm512_dpbusd_epi32(z, k.w[2], ld(x + 128)), k.s[2]);
-  v = _mm512_dpwssd_epi32(v, _mm512_dpbusd_epi32(z, k.w[3], ld(x + 192)), k.s[3]);
-  const __m256i mm = _mm256_madd_epi16(k.mins, ld256(bsum));
-  if constexpr (F == kQ6_K) {
-    *s1 = _mm256_sub_epi32(half_sum(v), _mm256_slli_epi32(mm, 5));
-  } else {
-    *s1 = half_sum(v);
-    *s2 = mm;
-  }
+  return _mm512_dpwssd_epi32(v, _mm512_dpbusd_epi32(z, k.w[3], ld(x + 192)), k.s[3]);
 }
 
+// unpack in the interleaved layout (q4_k / q5_k, quantize<true>): w[i] lane
+// l holds the weights of the activations' lane l of vector i; s[0] the
+// lanes' sub-block scales (int32); mins, dw, dmin as unpack.
+template <int F>
+inline void unpack_il(const uint8_t* blk, KBlock& k) {
+  static_assert(F == kQ4_K || F == kQ5_K, "q6_k keeps its natural layout");
+  // Lane l = 2 s + (half of 8 bytes): qword s of vector i is qs bytes
+  // 32 (s / 2) + 8 i .. + 7, the low nibbles for even s, the high for odd
+  // (ggml's q4_K order: sub-blocks 2c and 2c + 1 share qs[32 c ..]).
+  constexpr bool kFive = F == kQ5_K;
+  const uint8_t* qs = blk + (kFive ? 48 : 16);
+  const __m512i a = ld(qs), b = ld(qs + 64);
+  const __m512i nib = _mm512_setr_epi64(0, 4, 0, 4, 0, 4, 0, 4);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int i = 0; i < 4; ++i) {
+    const __m512i idx = _mm512_setr_epi64(i, i, 4 + i, 4 + i, 8 + i, 8 + i, 12 + i, 12 + i);
+    k.w[i] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutex2var_epi64(a, idx, b), nib), m4);
+    if constexpr (kFive) {
+      // q5_k: bit s of qh[j] is the fifth bit of element j of sub-block s.
+      uint64_t h;
+      std::memcpy(&h, blk + 16 + 8 * i, 8);
+      const __m512i hb = _mm512_and_si512(
+          _mm512_srlv_epi64(_mm512_set1_epi64(static_cast<long long>(h)),
+                            _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7)),
+          _mm512_set1_epi8(0x01));
+      k.w[i] = _mm512_or_si512(k.w[i], _mm512_slli_epi64(hb, 4));
+    }
+  }
+  const __m128i smv = k4_scales_v(blk + 4);
+  const __m128i dup_sc = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m128i dup_m = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+  k.s[0] = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(smv, dup_sc));
+  k.mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(smv, dup_m));
+  k.dw = f16(blk);
+  k.dmin = f16(blk + 2);
+}
+
+// The interleaved layout's block_dots: the 4 vpdpbusd accumulate into one
+// vector (lane l: 16 products of one sub-block, |.| < 2^16), times the
+// lanes' sub-block scales (vpmulld, exact): the same 16-lane total.
+template <int F>
+inline __m512i block_dots_il(const KBlock& k, const uint8_t* x) {
+  __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k.w[0], ld(x));
+  v = _mm512_dpbusd_epi32(v, k.w[1], ld(x + 64));
+  v = _mm512_dpbusd_epi32(v, k.w[2], ld(x + 128));
+  v = _mm512_dpbusd_epi32(v, k.w[3], ld(x + 192));
+  return _mm512_mullo_epi32(v, k.s[0]);
+}
+
+
+// The block's weights and dot products in the layout kIl says.
+template <int F, bool kIl>
+inline void unpack_as(const uint8_t* blk, KBlock& k) {
+  if constexpr (interleaved(F, kIl))
+    unpack_il<F>(blk, k);
+  else
+    unpack<F>(blk, k);
+}
+template <int F, bool kIl>
+inline __m512i dots_as(const KBlock& k, const uint8_t* x) {
+  if constexpr (interleaved(F, kIl))
+    return block_dots_il<F>(k, x);
+  else
+    return block_dots<F>(k, x);
+}
+
+
 // A group of R rows x T tokens (R * T <= 8 outputs, out[r * T + t]) of a
-// k-quant: per 256-block the exact integers of the 8 outputs are summed
-// together (tsum8) and the f32 steps run on 8 lanes, one output each: the
-// scalar definition's operations, lane by lane.
-template <int F, int R, int T>
+// k-quant (decode: 8 rows x 1 token): per 256-block the exact integers of
+// the 8 outputs are summed together (tsum8_pairs) and the f32 steps run on 8
+// lanes, one output each: the scalar definition's operations, lane by lane.
+template <int F, int R, int T, bool kIl>
 void group_k(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t stride, int64_t n,
              float* out) {
   static_assert(R * T <= 8);
   constexpr int G = R * T;
   const Layout L = layout(F, n);
   constexpr int64_t bb = block_bytes(F);
+  const __m512i z = _mm512_setzero_si512();
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 256; ++b) {
-    __m256i s1[8], s2[8];
+    __m512i v[8];
+    __m256i m[8];
     float dw[R], dmin[R], dx[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) dx[t] = reinterpret_cast<const float*>(act + t * stride + L.d)[b];
@@ -334,24 +435,33 @@ void group_k(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t st
         for (int64_t o = 0; o < bb; o += 64) _mm_prefetch(nx + o, _MM_HINT_T1);
       }
       KBlock k;
-      unpack<F>(w + r * row_bytes + b * bb, k);
+      unpack_as<F, kIl>(w + r * row_bytes + b * bb, k);
       dw[r] = k.dw;
       dmin[r] = k.dmin;
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        const uint8_t* a = act + t * stride;
-        block_sums<F>(k, a + L.q + 256 * b, a + L.bsum + 32 * b, &s1[r * T + t], &s2[r * T + t]);
+        v[r * T + t] = dots_as<F, kIl>(k, act + t * stride + L.q + 256 * b);
+        m[r * T + t] = _mm256_madd_epi16(k.mins, ld256(act + t * stride + L.bsum + 32 * b));
       }
     }
-    for (int g = G; g < 8; ++g) s1[g] = s2[g] = _mm256_setzero_si256();
+    for (int g = G; g < 8; ++g) {
+      v[g] = z;
+      m[g] = _mm256_setzero_si256();
+    }
+    __m512i a[4], mm[4];
+    for (int q = 0; q < 4; ++q) {
+      mm[q] = _mm512_inserti64x4(_mm512_castsi256_si512(m[2 * q]), m[2 * q + 1], 1);
+      a[q] = pair_halves(v[2 * q], v[2 * q + 1]);
+      if constexpr (F == kQ6_K) a[q] = _mm512_sub_epi32(a[q], _mm512_slli_epi32(mm[q], 5));
+    }
     float sw[8] = {}, sm[8] = {};
     for (int g = 0; g < G; ++g) {
       sw[g] = dw[g / T] * dx[g % T];
       sm[g] = dmin[g / T] * dx[g % T];
     }
-    acc = _mm256_fmadd_ps(lanes<G>(sw), _mm256_cvtepi32_ps(tsum8(s1)), acc);
+    acc = _mm256_fmadd_ps(lanes<G>(sw), _mm256_cvtepi32_ps(tsum8_pairs(a)), acc);
     if constexpr (F != kQ6_K)
-      accm = _mm256_fmadd_ps(lanes<G>(sm), _mm256_cvtepi32_ps(tsum8(s2)), accm);
+      accm = _mm256_fmadd_ps(lanes<G>(sm), _mm256_cvtepi32_ps(tsum8_pairs(mm)), accm);
   }
   float o[8];
   _mm256_storeu_ps(o, _mm256_sub_ps(acc, accm));
@@ -500,30 +610,7 @@ inline __m256 token_scales(const float* dxT, int64_t i, const uint8_t* act, int6
   for (int t = 0; t < T; ++t) v[t] = *reinterpret_cast<const float*>(act + t * stride + off);
   return _mm256_loadu_ps(v);
 }
-// The exact sums of 8 outputs' 16 int32 lanes, as they come in pairs: a[k]
-// holds output 2k's lanes in its 128-bit lanes 0-1 and output 2k + 1's in
-// 2-3 (any split of each output's terms over its two lanes). Returns the 8
-// sums, output t in lane t. Shuffles and adds of whole vectors (24 ops for
-// 8 outputs; tsum8 after a half_sum per output took about twice that, its
-// vphaddd being 3 uops each on Zen 4).
-inline __m256i tsum8_pairs(const __m512i* a) {
-  __m512i b[2];
-  for (int k = 0; k < 2; ++k)  // lanes: outputs 4k, 4k + 1, 4k + 2, 4k + 3 (4 terms each)
-    b[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0x88),
-                            _mm512_shuffle_i32x4(a[2 * k], a[2 * k + 1], 0xDD));
-  // 128-bit lane k: output k (2 terms), output k + 4 (2 terms).
-  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(b[0], b[1]),
-                                     _mm512_unpackhi_epi64(b[0], b[1]));
-  const __m512i d = _mm512_add_epi32(c, _mm512_shuffle_epi32(c, _MM_PERM_CDAB));
-  const __m512i order = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 10, 6, 2, 12, 8, 4, 0);
-  return _mm512_castsi512_si256(_mm512_permutexvar_epi32(order, d));
-}
-// Two outputs' 16-lane vectors as one pair (each output's 8 half sums).
-inline __m512i pair_halves(__m512i v0, __m512i v1) {
-  return _mm512_add_epi32(_mm512_shuffle_i32x4(v0, v1, 0x44), _mm512_shuffle_i32x4(v0, v1, 0xEE));
-}
-
-template <int F, int T>
+template <int F, int T, bool kIl>
 void toks_k(const uint8_t* w, const uint8_t* act, int64_t stride, int64_t n, const float* dxT,
             float* out) {
   static_assert(T <= 8);
@@ -533,22 +620,14 @@ void toks_k(const uint8_t* w, const uint8_t* act, int64_t stride, int64_t n, con
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 256; ++b) {
     KBlock k;
-    unpack<F>(w + b * bb, k);
+    unpack_as<F, kIl>(w + b * bb, k);
     const __m512i mins2 = _mm512_inserti64x4(_mm512_castsi256_si512(k.mins), k.mins, 1);
-    // Per token the block's sub-block-scaled dot products (block_sums' s1
-    // before its half sum), per token pair the mins (q6_k: scale) terms.
+    // Per token the block's sub-block-scaled dot products, per token pair
+    // the mins (q6_k: scale) terms.
     __m512i v[8], mm[4];
 #pragma GCC unroll 8
     for (int t = 0; t < 8; ++t) {
-      if (t < T) {
-        const uint8_t* x = act + t * stride + L.q + 256 * b;
-        __m512i u = _mm512_madd_epi16(_mm512_dpbusd_epi32(z, k.w[0], ld(x)), k.s[0]);
-        u = _mm512_dpwssd_epi32(u, _mm512_dpbusd_epi32(z, k.w[1], ld(x + 64)), k.s[1]);
-        u = _mm512_dpwssd_epi32(u, _mm512_dpbusd_epi32(z, k.w[2], ld(x + 128)), k.s[2]);
-        v[t] = _mm512_dpwssd_epi32(u, _mm512_dpbusd_epi32(z, k.w[3], ld(x + 192)), k.s[3]);
-      } else {
-        v[t] = z;
-      }
+      v[t] = t < T ? dots_as<F, kIl>(k, act + t * stride + L.q + 256 * b) : z;
     }
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
@@ -688,14 +767,15 @@ using GroupFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, int64
 // Prefill tiles with transposed activation scales (toks_k, toks_q8).
 using TokFn = void (*)(const uint8_t*, const uint8_t*, int64_t, int64_t, const float*, float*);
 
-template <int F>
+template <int F, bool kIl>
 struct Groups {
-  static constexpr GroupFn rows[9] = {nullptr,         &group_k<F, 1, 1>, &group_k<F, 2, 1>,
-                                      &group_k<F, 3, 1>, &group_k<F, 4, 1>, &group_k<F, 5, 1>,
-                                      &group_k<F, 6, 1>, &group_k<F, 7, 1>, &group_k<F, 8, 1>};
-  static constexpr TokFn toks[9] = {nullptr,        &toks_k<F, 1>, &toks_k<F, 2>,
-                                    &toks_k<F, 3>,  &toks_k<F, 4>, &toks_k<F, 5>,
-                                    &toks_k<F, 6>,  &toks_k<F, 7>, &toks_k<F, 8>};
+  static constexpr GroupFn rows[9] = {
+      nullptr,                    &group_k<F, 1, 1, kIl>, &group_k<F, 2, 1, kIl>,
+      &group_k<F, 3, 1, kIl>,     &group_k<F, 4, 1, kIl>, &group_k<F, 5, 1, kIl>,
+      &group_k<F, 6, 1, kIl>,     &group_k<F, 7, 1, kIl>, &group_k<F, 8, 1, kIl>};
+  static constexpr TokFn toks[9] = {nullptr,              &toks_k<F, 1, kIl>, &toks_k<F, 2, kIl>,
+                                    &toks_k<F, 3, kIl>,   &toks_k<F, 4, kIl>, &toks_k<F, 5, kIl>,
+                                    &toks_k<F, 6, kIl>,   &toks_k<F, 7, kIl>, &toks_k<F, 8, kIl>};
   // Per 256-block the 8 tokens' scales d (zeros past nt).
   static int64_t scale_floats(int64_t n) { return n / 256 * 8; }
   static void transpose_scales(const uint8_t* act, int64_t stride, int nt, int64_t n, float* dxT) {
@@ -777,20 +857,22 @@ void tile_groups(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8
   }
 }
 
+// kIl: the k-quants' interleaved activation layout (quantize<kIl>).
+template <bool kIl>
 void tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
           int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate) {
   switch (f) {
     case kQ8_0:
       return tile_groups<GroupsQ8>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
     case kQ4_K:
-      return tile_groups<Groups<kQ4_K>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
-                                        accumulate);
+      return tile_groups<Groups<kQ4_K, kIl>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
+                                             accumulate);
     case kQ5_K:
-      return tile_groups<Groups<kQ5_K>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
-                                        accumulate);
+      return tile_groups<Groups<kQ5_K, kIl>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
+                                             accumulate);
     case kQ6_K:
-      return tile_groups<Groups<kQ6_K>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
-                                        accumulate);
+      return tile_groups<Groups<kQ6_K, kIl>>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy,
+                                             accumulate);
     case kU4:
       return tile_groups<GroupsU4>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate);
     default: break;
@@ -818,12 +900,15 @@ void tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8
   }
 }
 
-const Kernels kAvx512 = {&quantize, &tile, nullptr};
+// AVX-512 VNNI without AMX: the interleaved k-quant layout (one scale
+// multiply a block and token); the AMX table keeps the contiguous
+// sub-blocks its panels load.
+const Kernels kAvx512 = {&quantize<true>, &tile<true>, nullptr};
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
 // --- AMX-INT8 panels (k-quants) -----------------------------------------------
 //
-// The same integers as block_sums: per sub-block position p of a 256-block
+// The same integers as block_dots: per sub-block position p of a 256-block
 // the exact dot products of 16 tokens x 16 weight rows come from one
 // TDPBSUD (activations signed, weights unsigned) into an int32 tile; the
 // vector code scales them by the rows' sub-block scales and sums them
@@ -1093,7 +1178,7 @@ void panel(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint
   }
 }
 
-const Kernels kAmx = {&quantize, &tile, &panel};
+const Kernels kAmx = {&quantize<false>, &tile<false>, &panel};
 #define FERRITE_QDOT_AMX 1
 #endif
 

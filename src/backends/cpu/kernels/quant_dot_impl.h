@@ -34,7 +34,10 @@ constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 //    format's layout:
 //      q8_0, q6_k: natural order;
 //      q4_0: per block pair [b0 0..15, b1 0..15, b0 16..31, b1 16..31];
-//      q4_k, q5_k: per 256-block the 32-element sub-blocks 0,2,1,3,4,6,5,7.
+//      q4_k, q5_k: per 256-block the 32-element sub-blocks 0,2,1,3,4,6,5,7;
+//      the AVX-512 VNNI kernels (no AMX) write and read the k-quants'
+//      blocks interleaved instead (quant_dot_avx512.cc, kIlDwords*): a
+//      permutation of each block's bytes, the same values and sums.
 //    k-quants: int8 q; block-32 formats: uint8 q + 128 (the padding: 128),
 //    so that the signed weights are vpdpbusd's signed operand.
 //  - block-32 formats: per pair dx[16] (f32: the scale of lane l's block; 0
