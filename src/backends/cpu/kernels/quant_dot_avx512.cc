@@ -468,6 +468,25 @@ void group_k(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t st
   for (int g = 0; g < G; ++g) out[g] = o[g];
 }
 
+// q8_0: the exact sums of 8 outputs' vectors v[g] whose lanes 0-7 are block
+// 2p and 8-15 block 2p + 1: lane g of the result is output g's block 2p,
+// lane 8 + g its block 2p + 1 (one shuffle tree for all 16).
+inline __m512i q8_pair_sums(const __m512i* v) {
+  __m512i s[4], u[2];
+  for (int i = 0; i < 4; ++i)
+    s[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int i = 0; i < 2; ++i)
+    u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * i], s[2 * i + 1]),
+                            _mm512_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
+  const __m512 u0 = _mm512_castsi512_ps(u[0]), u1 = _mm512_castsi512_ps(u[1]);
+  const __m512i order = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+  return _mm512_permutexvar_epi32(
+      order, _mm512_add_epi32(
+                 _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0))),
+                 _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)))));
+}
+
 // q8_0: a group of R rows x T tokens (R * T <= 8 outputs, out[r * T + t]):
 // per block pair the exact integers of the 16 (output, block) dot products
 // (the lanes of one vpdpbusd per output summed in a transposition), then
@@ -481,7 +500,6 @@ void group_q8(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t s
   const Layout L = layout(kQ8_0, n);
   const int64_t nb = n / 32, pairs = (nb + 1) / 2;
   const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i order = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
     const bool two = 2 * p + 1 < nb;
@@ -511,19 +529,7 @@ void group_q8(const uint8_t* w, int64_t row_bytes, const uint8_t* act, int64_t s
         v[r * T + t] = _mm512_dpbusd_epi32(corr, ld(act + t * stride + L.q + 64 * p), wv);
     }
     for (int g = G; g < 8; ++g) v[g] = _mm512_setzero_si512();
-    // Exact sums: lanes 0-7 of v[g] are block 2p, 8-15 block 2p + 1.
-    __m512i s[4], u[2];
-    for (int i = 0; i < 4; ++i)
-      s[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int i = 0; i < 2; ++i)
-      u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * i], s[2 * i + 1]),
-                              _mm512_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
-    const __m512 u0 = _mm512_castsi512_ps(u[0]), u1 = _mm512_castsi512_ps(u[1]);
-    const __m512i sums = _mm512_permutexvar_epi32(
-        order, _mm512_add_epi32(
-                   _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0))),
-                   _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)))));
+    const __m512i sums = q8_pair_sums(v);
     float sa[8] = {}, sb[8] = {};
     for (int g = 0; g < G; ++g) {
       sa[g] = dwa[g / T] * dxa[g % T];
@@ -666,7 +672,6 @@ void toks_q8(const uint8_t* w, const uint8_t* act, int64_t stride, int64_t n, co
   const Layout L = layout(kQ8_0, n);
   const int64_t nb = n / 32, pairs = (nb + 1) / 2;
   const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i order = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
     const bool two = 2 * p + 1 < nb;
@@ -680,19 +685,7 @@ void toks_q8(const uint8_t* w, const uint8_t* act, int64_t stride, int64_t n, co
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) v[t] = _mm512_dpbusd_epi32(corr, ld(act + t * stride + L.q + 64 * p), wv);
     for (int g = T; g < 8; ++g) v[g] = _mm512_setzero_si512();
-    // Exact sums: lanes 0-7 of v[g] are block 2p, 8-15 block 2p + 1.
-    __m512i s[4], u[2];
-    for (int i = 0; i < 4; ++i)
-      s[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int i = 0; i < 2; ++i)
-      u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * i], s[2 * i + 1]),
-                              _mm512_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
-    const __m512 u0 = _mm512_castsi512_ps(u[0]), u1 = _mm512_castsi512_ps(u[1]);
-    const __m512i sums = _mm512_permutexvar_epi32(
-        order, _mm512_add_epi32(
-                   _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0))),
-                   _mm512_castps_si512(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)))));
+    const __m512i sums = q8_pair_sums(v);
     const __m256 sa =
         _mm256_mul_ps(_mm256_set1_ps(dwa), token_scales<T>(dxT, 2 * p, act, stride, L.dx + 64 * p));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm512_castsi512_si256(sums)), sa, acc);
