@@ -106,12 +106,19 @@ namespace ferrite {
     "norm + router, routing + sort, and with cuda_quant_dot for block-format experts gate/up + "  \
     "SiLU product + 8-bit h, then down + combine (0: one launch per stage; results are bitwise " \
     "equal)")                                                                                     \
-  X(int64_t, cuda_moe_gate_up_warp_outputs, "FERRITE_CUDA_MOE_GATE_UP_WARP_OUTPUTS", 1,         \
+  X(int64_t, cuda_moe_gate_up_warp_outputs, "FERRITE_CUDA_MOE_GATE_UP_WARP_OUTPUTS", 4,         \
     "CUDA: outputs a warp of the fused decode MoE gate/up kernel (cuda_moe_fused_tokens), 1, 2 "  \
     "or 4: blocks of 1,024 / this many threads, each warp streaming the gate and up rows of its " \
     "outputs at once (at 1 a block fills an SM, so Qwen3-30B-A3B's 192 blocks at batch 1 run in " \
-    "two waves; at 4 two or more blocks an SM fit). Results are bitwise equal. Not yet measured " \
-    "(written without a GPU)")                                                                   \
+    "two waves; at 4 two or more blocks an SM fit). Results are bitwise equal. On the H200, "     \
+    "Qwen3-30B-A3B b1 / b8 (1 / 2 / 4): GPTQ-Int4 326.8 / 339.9 / 337.7 and 987 / 1,102 / "    \
+    "1,088 tokens/s; Q4_K_M (1 / 4) 302.6 / 314.8 and 783 / 836")                                 \
+  X(bool, cuda_moe_route_in_router, "FERRITE_CUDA_MOE_ROUTE_IN_ROUTER", false,                  \
+    "CUDA: with cuda_moe_fused_tokens, steps of up to 32 (token, expert) pairs route and sort "   \
+    "in the norm + router launch's last block (an arrival counter) instead of a launch of their " \
+    "own, and that launch is a programmatic dependent (its weights loaded before it waits); "    \
+    "results are bitwise equal. Not yet measured (written without a GPU; Qwen3-30B-A3B b1 on "  \
+    "the H200 under ncu: router 9.3 us and routing + sort 5.9 us a layer)")                      \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \
@@ -122,13 +129,15 @@ namespace ferrite {
     "once for all heads; bitwise the same outputs (the CUDA conformance checks it). Measured "   \
     "neutral on the H200, Qwen3-8B FP8 b1 / b8 300.4 / 1,534 against 300.2 / 1,514 tokens/s, "  \
     "so off")                                                                                     \
-  X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", false,                            \
+  X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \
     "CUDA: decode steps of up to 8 tokens whose length bound is at most 512 positions take the "  \
     "cluster decode attention (each KV head's splits of up to 64 positions one thread-block "     \
     "cluster: cached K/V rows copied to shared memory before the wait, a thread a score, the "    \
     "splits merged in distributed shared memory) instead of the fused kernel's rounds and "       \
-    "global merge (results are equal up to the sums' order). Off until it has run on a GPU "      \
-    "(written without one; CudaDecodeKernelTest and the CUDA conformance check it)")           \
+    "global merge (results are equal up to the sums' order). On the H200 at 128 positions, "    \
+    "b1 (0 / 1): Qwen3-8B GPTQ-Int4 387.8 / 393.6 tokens/s, Q4_K_M 390.2 / 399.5, "              \
+    "Qwen3-30B-A3B GPTQ-Int4 324.7 / 341.3 (larger steps and longer bounds take the fused "    \
+    "kernel)")                                                                                    \
   X(bool, cuda_rope_token_warps, "FERRITE_CUDA_ROPE_TOKEN_WARPS", false,                        \
     "CUDA: prompt steps' bias / q-k norm / RoPE / K-V write kernel takes a warp per token over "  \
     "all its heads (RoPE's cos / sin and the cache slot once a token, four heads' rows loaded "  \
@@ -143,12 +152,14 @@ namespace ferrite {
     "CUDA: products of more than 8 tokens on block weights dequantize at most this many MiB of "  \
     "weight rows (128 rows at least) per cuBLASLt call: small slices can stay in L2 between the " \
     "dequantization and the product")                                                            \
-  X(int64_t, cuda_quant_tile_tokens, "FERRITE_CUDA_QUANT_TILE_TOKENS", 64,                       \
+  X(int64_t, cuda_quant_tile_tokens, "FERRITE_CUDA_QUANT_TILE_TOKENS", 32,                       \
     "CUDA: products of 9 up to this many tokens on block weights (GGUF formats, FP8, GPTQ / AWQ " \
     "4-bit) with bf16 activations take the bf16 tensor-core tile that decodes the blocks in "     \
-    "registers, reading them once per 64 tokens (0: dequantize to 16 bits for cuBLASLt; on the " \
-    "H200, Qwen3-8B Q4_K_M b16 1,691 against 1,057 tokens/s, b32 2,889 against 2,108, b64 "      \
-    "4,495 against 4,326, b128 5,516 against 7,537: it loses above 64)")                          \
+    "registers, reading them once per 64 tokens (0: dequantize to 16 bits for cuBLASLt). On the " \
+    "H200 (tile to 64 / 32 / off), Qwen3-8B Q4_K_M b16 1,596 / - / 1,065 tokens/s, b32 2,677 / " \
+    "2,672 / 2,107, b48 2,757 / 3,171 / 3,193, b64 3,610 / 4,332 / 4,360; FP8 b48 2,929 / "     \
+    "3,657, b64 3,822 / 4,652: from 33 tokens the tile, compute-bound on decoding the blocks, " \
+    "loses to dequantize + cuBLASLt")                                                             \
   X(int64_t, cuda_u4_tile_tokens, "FERRITE_CUDA_U4_TILE_TOKENS", 64,                            \
     "CUDA: products of 9 up to this many tokens on 4-bit (u4_g128: GPTQ / AWQ / "               \
     "compressed-tensors W4A16) weights with bf16 activations take the Marlin-class 4-bit tile "  \

@@ -54,6 +54,7 @@ std::vector<Backend> available_backends() {
       // default takes 8): the cases of 9 and 10 tokens run them too.
       options.moe_fused_tokens = 32;
       options.decode_cluster = true;  // short decode steps on the cluster kernel
+      options.moe_route_in_router = true;  // routing + sort in the norm + router launch
       if (cuda.name == "cuda_alt") {
         options.quant_tile_tokens = 256;
         options.u4_tile_tokens = 256;  // u4_g128 products on the 4-bit tile instead,
@@ -62,6 +63,7 @@ std::vector<Backend> available_backends() {
         options.quant_stream_tokens = 0;  // the register-streaming decode GEMV
         options.decode_reduce_scatter = true;
         options.decode_cluster = false;  // short decode steps on the fused kernel
+        options.moe_route_in_router = false;
         options.rope_token_warps = true;
         options.prefill_short_tiles = true;
         cuda.block_weight_providers_only = true;

@@ -198,7 +198,7 @@ struct QuantFileCase {
   int64_t moe_dequant = 0;
   bool fused_fp8 = false;  // tuning.cuda_quant_fused_fp8
   // tuning.cuda_quant_tile_tokens: products of 9 .. this many bf16 tokens on
-  // block weights through the bf16 tensor-core tile (-1: the default, 64,
+  // block weights through the bf16 tensor-core tile (-1: the default, 32,
   // which leaves the goldens' 300-token prefill to dequantized weights for
   // cuBLASLt; 512 takes it in five token tiles, the last partial).
   int64_t tile = -1;
@@ -491,7 +491,10 @@ void prefill_then_decode(ModelRunner& runner, const std::vector<std::vector<uint
 // fused gate/up and down + combine), bf16 experts (norm + router and
 // routing + sort fused) and a shared expert (qwen3_5_moe). The fused
 // gate/up runs at 1, 2 and 4 outputs a warp (Tuning::
-// cuda_moe_gate_up_warp_outputs): every variant bitwise the unfused step.
+// cuda_moe_gate_up_warp_outputs), and with routing + sort in the router's
+// launch (Tuning::cuda_moe_route_in_router: its last block, a programmatic
+// dependent launch), eager and replayed from a graph: every variant bitwise
+// the unfused step.
 TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -500,15 +503,18 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       {kModelsDir + "qwen3_moe", DType::kBF16},
       {kModelsDir + "qwen3_5_moe", DType::kBF16}};
   const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
-  // Variant 0: one launch a stage; 1..3: fused, gate/up at 1, 2, 4 outputs a warp.
-  constexpr int kWarpOutputs[4] = {1, 1, 2, 4};
+  // Variant 0: one launch a stage; 1..3: fused, gate/up at 1, 2, 4 outputs a
+  // warp; 4, 5: fused, routing in the router's launch, eager and graphs.
+  constexpr int kVariants = 6;
+  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4};
   for (const auto& [path, act] : models) {
-    std::vector<float> logits[4];
-    for (int f = 0; f < 4; ++f) {
+    std::vector<float> logits[kVariants];
+    for (int f = 0; f < kVariants; ++f) {
       RunnerOptions o = cuda_options(path, act);
-      o.tuning.cuda_graphs = false;
+      o.tuning.cuda_graphs = f == 5;
       o.tuning.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
       o.tuning.cuda_moe_gate_up_warp_outputs = kWarpOutputs[f];
+      o.tuning.cuda_moe_route_in_router = f >= 4;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
@@ -516,11 +522,12 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
     }
     ASSERT_FALSE(logits[0].empty());
-    for (int f = 1; f < 4; ++f) {
+    for (int f = 1; f < kVariants; ++f) {
       ASSERT_EQ(logits[0].size(), logits[f].size());
       EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
-          << path << " " << dtype_name(act) << ": the fused decode step differs (gate/up at "
-          << kWarpOutputs[f] << " outputs a warp)";
+          << path << " " << dtype_name(act) << ": the fused decode step differs (variant " << f
+          << ": gate/up at " << kWarpOutputs[f] << " outputs a warp"
+          << (f >= 4 ? ", routing in the router" : "") << (f == 5 ? ", graphs" : "") << ")";
     }
   }
 }

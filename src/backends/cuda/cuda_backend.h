@@ -57,14 +57,15 @@ struct CudaExecOptions {
   // Tuning::cuda_moe_fused_tokens: MoE steps of up to this many tokens take
   // the fused decode launches (routed_swiglu_moe.cc); 0: off.
   int64_t moe_fused_tokens = 8;
-  int64_t moe_gate_up_warp_outputs = 1;  // Tuning::cuda_moe_gate_up_warp_outputs (1, 2, 4)
+  int64_t moe_gate_up_warp_outputs = 4;  // Tuning::cuda_moe_gate_up_warp_outputs (1, 2, 4)
+  bool moe_route_in_router = false;      // Tuning::cuda_moe_route_in_router
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
-  bool decode_cluster = false;           // Tuning::cuda_decode_cluster
+  bool decode_cluster = true;            // Tuning::cuda_decode_cluster
   bool rope_token_warps = false;         // Tuning::cuda_rope_token_warps
   bool prefill_short_tiles = false;      // Tuning::cuda_prefill_short_tiles
   int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib
-  int64_t quant_tile_tokens = 64;       // Tuning::cuda_quant_tile_tokens (0: off)
+  int64_t quant_tile_tokens = 32;       // Tuning::cuda_quant_tile_tokens (0: off)
   int64_t u4_tile_tokens = 64;          // Tuning::cuda_u4_tile_tokens (0: off)
   bool u4_tile_wgmma = false;           // Tuning::cuda_u4_tile_wgmma
   int64_t fp8_lt_tokens = 128;          // Tuning::cuda_fp8_lt_tokens (0: off)

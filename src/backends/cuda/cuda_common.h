@@ -63,11 +63,15 @@ struct BackendState {
   // Tuning::cuda_moe_fused_tokens (routed_swiglu_moe.cc): fused decode
   // launches for MoE steps of up to this many tokens; 0: off.
   int64_t moe_fused_tokens = 8;
-  int64_t moe_gate_up_warp_outputs = 1;  // Tuning::cuda_moe_gate_up_warp_outputs (1, 2, 4)
+  int64_t moe_gate_up_warp_outputs = 4;  // Tuning::cuda_moe_gate_up_warp_outputs (1, 2, 4)
+  bool moe_route_in_router = false;      // Tuning::cuda_moe_route_in_router
+  // One int at zero between launches: the arrival counter of the norm +
+  // router launch that also routes (launch_moe_norm_router's `route`).
+  int32_t* moe_route_counter = nullptr;
   // Tuning::cuda_decode_split_positions (causal_paged_attention.cc).
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
-  bool decode_cluster = false;          // Tuning::cuda_decode_cluster
+  bool decode_cluster = true;           // Tuning::cuda_decode_cluster
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
@@ -76,7 +80,7 @@ struct BackendState {
   // .. this many tokens on block weights through kernels/quant_tile.cuh,
   // whose split-k partial sums and arrival counters live in tile_partials /
   // tile_counters (allocated at init, so decode graphs can point into them).
-  int64_t quant_tile_tokens = 64;
+  int64_t quant_tile_tokens = 32;
   // Tuning::cuda_u4_tile_tokens (gemm.cc, quant_product): products of 9 ..
   // this many tokens on u4_g128 weights through kernels/u4_tile.cuh (its
   // split-k scratch is tile_partials / tile_counters).

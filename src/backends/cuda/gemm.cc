@@ -488,6 +488,10 @@ Status gemm_init(BackendState& st) {
   st.q8_capacity = kQuantGemvMaxTokens * kQuantScratchMaxK;
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_x, st.q8_capacity));
   FERRITE_CUDA_RETURN(cudaMalloc(&st.q8_d, st.q8_capacity / 32 * sizeof(float)));
+  // The MoE norm + router launch's arrival counter (Tuning::
+  // cuda_moe_route_in_router): fixed, so that decode graphs can point at it.
+  FERRITE_CUDA_RETURN(cudaMalloc(&st.moe_route_counter, sizeof(int32_t)));
+  FERRITE_CUDA_RETURN(cudaMemset(st.moe_route_counter, 0, sizeof(int32_t)));
   const bool u4_tile = st.u4_tile_tokens > kQuantGemvMaxTokens;
   if (st.quant_tile_tokens > kQuantGemvMaxTokens || u4_tile) {
     FERRITE_RETURN_IF_ERROR(quant_tile_init());
@@ -506,6 +510,8 @@ void gemm_shutdown(BackendState& st) {
   if (st.lt_workspace) cudaFree(st.lt_workspace);
   if (st.q8_x) cudaFree(st.q8_x);
   if (st.q8_d) cudaFree(st.q8_d);
+  if (st.moe_route_counter) cudaFree(st.moe_route_counter);
+  st.moe_route_counter = nullptr;
   if (st.dequant) cudaFree(st.dequant);
   if (st.fp8_act) cudaFree(st.fp8_act);
   if (st.fp8_check) cudaFree(st.fp8_check);

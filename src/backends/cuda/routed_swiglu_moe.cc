@@ -223,20 +223,39 @@ class RoutedMoe final : public Provider {
     void* n_act = (tc || shared_) ? n : nullptr;
     // The shared expert's gate logit [t] (f32).
     float* sgate = shared_ ? sc.sgate : nullptr;
+    // Routing + sort in the norm + router launch itself (Tuning::
+    // cuda_moe_route_in_router): one launch fewer.
+    const bool route_in_router = fuse_router && fuse_route && st.moe_route_in_router &&
+                                 st.moe_route_counter &&
+                                 moe_norm_router_route_supported(t, H, E, K);
     if (fuse_router) {
+      MoeRouteSortArgs route;
+      route.top_k = K;
+      route.normalize = p.normalize_topk;
+      route.row_tile = row_tile;
+      route.ids = ids;
+      route.weights = weights;
+      route.offsets = offsets;
+      route.slot_of = slot_of;
+      route.row_pair = row_pair;
+      route.tiles = tiles;
+      route.tile_count = tile_count;
+      route.counter = st.moe_route_counter;
       FERRITE_RETURN_IF_ERROR(launch_moe_norm_router(
           st.stream, b[kHidden].data, act, n32, n_act, b[kNorm].data, b[kNorm].dtype, t, H,
           static_cast<float>(p.eps), p.zero_centred, fuse_experts ? sc.xq : nullptr,
           fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits,
           gate_in_router ? b[routed_shared_swiglu_moe::kSharedExpertGate].data : nullptr,
-          gate_in_router ? sgate : nullptr));
+          gate_in_router ? sgate : nullptr, route_in_router ? &route : nullptr));
     } else {
       FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32, n_act,
                                               b[kNorm].data, b[kNorm].dtype, t, H,
                                               static_cast<float>(p.eps), p.zero_centred));
       FERRITE_RETURN_IF_ERROR(logits_of(b[kRouter].data, b[kRouter].dtype, E, logits));
     }
-    if (fuse_route) {
+    if (route_in_router) {
+      // done by the router's launch
+    } else if (fuse_route) {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
                                                     ids, weights, row_tile, offsets, slot_of,
                                                     row_pair, tiles, tile_count));

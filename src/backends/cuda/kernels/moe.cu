@@ -145,15 +145,37 @@ __device__ __forceinline__ void load_w8(const TW* p, float (&f)[8]) {
   }
 }
 
+// MoeRouteSortArgs on the device (counter null: the router alone).
+struct RouteSortDev {
+  int K = 0;
+  bool normalize = false;
+  int bm = 0;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  int32_t* offsets = nullptr;
+  int32_t* slot_of = nullptr;
+  int32_t* row_pair = nullptr;
+  int4* tiles = nullptr;
+  int32_t* tile_count = nullptr;
+  int32_t* counter = nullptr;
+};
+__device__ void route_sort_warp(const float* logits, int tokens, int E, int K, bool normalize,
+                                int32_t* ids, float* weights, int bm, int32_t* offsets,
+                                int32_t* slot_of, int32_t* row_pair, int4* tiles,
+                                int32_t* tile_count, float* sorted_p, int32_t* sid);
+
 // extra_w / extra_out: one more output row (expert index E of this kernel,
-// written to extra_out[row]; launch_moe_norm_router).
+// written to extra_out[row]; launch_moe_norm_router). rs.counter: the last
+// block to finish routes and sorts every row (launch_moe_norm_router's
+// `route`); the launch may then be a programmatic dependent, so nothing an
+// earlier kernel writes is touched before pdl_wait().
 template <typename T, typename TW, bool kNorm>
 __global__ void __launch_bounds__(256)
     moe_router_kernel(const T* __restrict__ x, int rows_total, int64_t H, int chunk_rows,
                       const void* nw, int nwdt, float eps, bool zc, float* y32, T* y,
                       int8_t* xq, float* xd, const TW* __restrict__ w, int64_t E,
                       float* __restrict__ logits, const TW* __restrict__ extra_w,
-                      float* __restrict__ extra_out) {
+                      float* __restrict__ extra_out, RouteSortDev rs) {
   extern __shared__ float xs[];  // [chunk_rows, H]
   __shared__ float red[32];
   __shared__ float part[8][kRouterChunkRows];
@@ -175,6 +197,7 @@ __global__ void __launch_bounds__(256)
     const int64_t g = g0 + i * kGroupStride;
     if (e < outs && g < groups) load_w8(we + 8 * g, wpre[i]);
   }
+  pdl_wait();  // x, and every output, belong to earlier kernels
   const int row0 = blockIdx.y * chunk_rows;
   const int nrows = min(chunk_rows, rows_total - row0);
   x += static_cast<int64_t>(row0) * H;
@@ -258,6 +281,32 @@ __global__ void __launch_bounds__(256)
       else
         extra_out[row0 + r] = tot;
     }
+  }
+  if (kNorm && rs.counter) {
+    // The last block to arrive routes: every block's logits are visible to
+    // it (each writer's fence before the arrival, its own fence after).
+    __shared__ bool last;
+    __shared__ float sorted_p[32];
+    __shared__ int32_t sid[32];
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const int32_t blocks = static_cast<int32_t>(gridDim.x * gridDim.y);
+      last = atomicAdd(rs.counter, 1) == blocks - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // The logits to shared memory (the staged inputs are no longer read),
+    // through L2: other blocks wrote them during this launch.
+    const int64_t n = static_cast<int64_t>(rows_total) * E;
+    for (int64_t i = tid; i < n; i += 256) xs[i] = __ldcg(logits + i);
+    __syncthreads();
+    if (warp == 0)
+      route_sort_warp(xs, rows_total, static_cast<int>(E), rs.K, rs.normalize, rs.ids,
+                      rs.weights, rs.bm, rs.offsets, rs.slot_of, rs.row_pair, rs.tiles,
+                      rs.tile_count, sorted_p, sid);
+    if (tid == 0) *rs.counter = 0;  // for the next launch (stream-ordered)
   }
 }
 
@@ -504,14 +553,13 @@ __global__ void __launch_bounds__(kRouteSortThreads)
 // (experts ascending, pairs of an expert in order) comes from comparisons
 // over the warp; offsets, pair <-> row and the tile table as
 // sort_small_block makes them, without its block-wide scans and barriers.
-__global__ void __launch_bounds__(32)
-    moe_route_sort_warp_kernel(const float* logits, int tokens, int E, int K, bool normalize,
-                               int32_t* ids, float* weights, int bm, int32_t* offsets,
-                               int32_t* slot_of, int32_t* row_pair, int4* tiles,
-                               int32_t* tile_count) {
-  __shared__ float sorted_p[32];
-  __shared__ int32_t sid[32];
-  const int lane = threadIdx.x;
+// One warp (lane = threadIdx.x % 32); sorted_p / sid: 32 floats / ints of
+// shared memory of the warp's own. logits may be in shared memory.
+__device__ void route_sort_warp(const float* logits, int tokens, int E, int K, bool normalize,
+                                int32_t* ids, float* weights, int bm, int32_t* offsets,
+                                int32_t* slot_of, int32_t* row_pair, int4* tiles,
+                                int32_t* tile_count, float* sorted_p, int32_t* sid) {
+  const int lane = threadIdx.x & 31;
   for (int t = 0; t < tokens; ++t) {
     // The ids into sid as well: read back from shared memory below, not
     // from the global writes (a round trip).
@@ -556,6 +604,17 @@ __global__ void __launch_bounds__(32)
     for (int j = 0; j < my_tiles; ++j)
       tiles[base + j] = make_int4(my, before + j * bm, min(bm, cnt - j * bm), 0);
   if (lane == 0) *tile_count = total;
+}
+
+__global__ void __launch_bounds__(32)
+    moe_route_sort_warp_kernel(const float* logits, int tokens, int E, int K, bool normalize,
+                               int32_t* ids, float* weights, int bm, int32_t* offsets,
+                               int32_t* slot_of, int32_t* row_pair, int4* tiles,
+                               int32_t* tile_count) {
+  __shared__ float sorted_p[32];
+  __shared__ int32_t sid[32];
+  route_sort_warp(logits, tokens, E, K, normalize, ids, weights, bm, offsets, slot_of, row_pair,
+                  tiles, tile_count, sorted_p, sid);
 }
 
 // Many pairs: per-chunk counts, one planning block, then a warp per
@@ -1045,7 +1104,8 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
       using TW = decltype(tag);
       moe_router_kernel<float, TW, false><<<grid, 256, smem, s>>>(
           x, static_cast<int>(rows), hidden, rc, nullptr, 0, 0.0f, false, nullptr, nullptr,
-          nullptr, nullptr, static_cast<const TW*>(w), experts, logits, nullptr, nullptr);
+          nullptr, nullptr, static_cast<const TW*>(w), experts, logits, nullptr, nullptr,
+          RouteSortDev{});
     });
     if (!ok) return bad_dtype("moe router weight", w_dt);
     return check_launch("moe_router_kernel");
@@ -1066,11 +1126,20 @@ bool moe_norm_router_supported(int64_t hidden, const void* router_w, DType route
   return router_aligned(router_w, router_dt, hidden);
 }
 
+bool moe_norm_router_route_supported(int64_t rows, int64_t hidden, int64_t experts,
+                                     int64_t top_k) {
+  const int rc = router_chunk_rows(hidden);
+  return rc > 0 && rows >= 1 && rows <= kMoeFusedMaxRows && top_k >= 1 && top_k <= kMaxTopK &&
+         top_k <= experts && experts <= kMoeMaxExperts && rows * top_k <= 32 &&
+         rows * experts <= static_cast<int64_t>(rc) * hidden;
+}
+
 Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y32, void* y,
                               const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
                               float eps, bool zero_centred, int8_t* xq, float* xd,
                               const void* router_w, DType router_dt, int64_t experts,
-                              float* logits, const void* extra_w, float* extra_out) {
+                              float* logits, const void* extra_w, float* extra_out,
+                              const MoeRouteSortArgs* route) {
   if (!small_ok(norm_dt)) return bad_dtype("moe norm weight", norm_dt);
   if (rows < 1 || rows > kMoeFusedMaxRows) return unsupported("moe norm + router: 1..32 rows");
   if (xq && hidden % 32 != 0) return unsupported("moe norm + router: 8-bit rows need hidden % 32");
@@ -1080,25 +1149,41 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
   if ((extra_w == nullptr) != (extra_out == nullptr) ||
       (extra_w && (reinterpret_cast<uintptr_t>(extra_w) & 15)))
     return unsupported("moe norm + router: the extra row needs its output and 16-byte alignment");
+  RouteSortDev rs;
+  if (route) {
+    if (!moe_norm_router_route_supported(rows, hidden, experts, route->top_k))
+      return unsupported("moe norm + router + route: rows * top_k <= 32 and the logits in its "
+                         "staged inputs' room");
+    if (!route->counter || !route->ids || !route->weights || !route->offsets ||
+        !route->slot_of || !route->row_pair || !route->tiles || !route->tile_count)
+      return internal_error("moe norm + router + route: an output is missing");
+    rs = RouteSortDev{static_cast<int>(route->top_k), route->normalize, route->row_tile,
+                      route->ids, route->weights, route->offsets, route->slot_of,
+                      route->row_pair, reinterpret_cast<int4*>(route->tiles),
+                      route->tile_count, route->counter};
+  }
   const int rc = router_chunk_rows(hidden);
   const int64_t outs = experts + (extra_w ? 1 : 0);
   const dim3 grid(static_cast<unsigned>((outs + kRouterExperts - 1) / kRouterExperts),
                   static_cast<unsigned>((rows + rc - 1) / rc));
   const size_t smem = static_cast<size_t>(rc) * hidden * 4;
   bool inner = true;
+  cudaError_t err = cudaSuccess;
   const bool ok = dispatch_float(act, [&](auto at) {
     using T = decltype(at);
     inner = dispatch_float(router_dt, [&](auto wt) {
       using TW = decltype(wt);
-      moe_router_kernel<T, TW, true><<<grid, 256, smem, s>>>(
-          static_cast<const T*>(x), static_cast<int>(rows), hidden, rc, norm_w,
-          dt_code(norm_dt), eps, zero_centred, y32, static_cast<T*>(y), xq, xd,
-          static_cast<const TW*>(router_w), experts, logits, static_cast<const TW*>(extra_w),
-          extra_out);
+      err = launch_maybe_pdl(route != nullptr, moe_router_kernel<T, TW, true>, grid, dim3(256),
+                             smem, s, static_cast<const T*>(x), static_cast<int>(rows), hidden,
+                             rc, norm_w, dt_code(norm_dt), eps, zero_centred, y32,
+                             static_cast<T*>(y), xq, xd, static_cast<const TW*>(router_w),
+                             experts, logits, static_cast<const TW*>(extra_w), extra_out, rs);
     });
   });
   if (!ok) return bad_dtype("moe norm input", act);
   if (!inner) return bad_dtype("moe router weight", router_dt);
+  if (err != cudaSuccess)
+    return cuda_error(err, "moe_router_kernel (norm)");
   return check_launch("moe_router_kernel (norm)");
 }
 

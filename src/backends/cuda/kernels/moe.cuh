@@ -48,12 +48,40 @@ bool moe_norm_router_supported(int64_t hidden, const void* router_w, DType route
 // normalised rows, with extra_w [hidden] of the router's type, into
 // extra_out [rows]: the shared expert gate (a one-output router), bitwise
 // launch_moe_router's value on y32, in the same launch.
+//
+// route (optional): launch_moe_route_sort's work in the same launch, by the
+// last block to finish (an arrival counter; the logits it routes are copied
+// to its shared memory first), and the launch a programmatic dependent (the
+// router weights are loaded before it waits on the previous kernel): one
+// launch a MoE layer fewer. Bitwise launch_moe_route_sort's outputs. Only
+// where moe_norm_router_route_supported (else unsupported, nothing launched).
+struct MoeRouteSortArgs {
+  int64_t top_k = 0;
+  bool normalize = false;
+  int row_tile = 0;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  int32_t* offsets = nullptr;
+  int32_t* slot_of = nullptr;
+  int32_t* row_pair = nullptr;
+  int32_t* tiles = nullptr;
+  int32_t* tile_count = nullptr;
+  // One int, zero between launches (the last block resets it): the
+  // backend's moe_route_counter.
+  int32_t* counter = nullptr;
+};
+// Whether launch_moe_norm_router can route and sort as well: the one-warp
+// sort (tokens * top_k <= 32) and the rows' logits fitting in the shared
+// memory the launch stages its inputs in (rows * experts <= chunk * hidden).
+bool moe_norm_router_route_supported(int64_t rows, int64_t hidden, int64_t experts,
+                                     int64_t top_k);
 Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y32, void* y,
                               const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
                               float eps, bool zero_centred, int8_t* xq, float* xd,
                               const void* router_w, DType router_dt, int64_t experts,
                               float* logits, const void* extra_w = nullptr,
-                              float* extra_out = nullptr);
+                              float* extra_out = nullptr,
+                              const MoeRouteSortArgs* route = nullptr);
 // Per token (a warp each): softmax of logits [tokens, experts] (f32), top-k
 // (ties to the lower id), ids in increasing order, weights optionally
 // renormalised.
