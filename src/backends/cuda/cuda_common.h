@@ -71,7 +71,7 @@ struct BackendState {
   // Tuning::cuda_decode_split_positions (causal_paged_attention.cc).
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
-  bool decode_cluster = true;           // Tuning::cuda_decode_cluster
+  bool decode_cluster = true;          // Tuning::cuda_decode_cluster
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
