@@ -160,6 +160,12 @@ namespace ferrite {
     "2,672 / 2,107, b48 2,757 / 3,171 / 3,193, b64 3,610 / 4,332 / 4,360; FP8 b48 2,929 / "     \
     "3,657, b64 3,822 / 4,652: from 33 tokens the tile, compute-bound on decoding the blocks, " \
     "loses to dequantize + cuBLASLt")                                                             \
+  X(int64_t, cuda_quant_mmq_tokens, "FERRITE_CUDA_QUANT_MMQ_TOKENS", 0,                         \
+    "CUDA: products of 9 up to this many tokens (64 at most) on q4_k weights run on the int8 "  \
+    "tensor cores (kernels/quant_mmq.cu: activations quantized to int8 per token and 256 "       \
+    "elements, the CPU dot products' numerics; the sub-block scales applied to the int32 "       \
+    "sums) ahead of the bf16 tile and dequantize + cuBLASLt (0: off). Not yet measured "        \
+    "(written without a GPU)")                                                                    \
   X(int64_t, cuda_u4_tile_tokens, "FERRITE_CUDA_U4_TILE_TOKENS", 64,                            \
     "CUDA: products of 9 up to this many tokens on 4-bit (u4_g128: GPTQ / AWQ / "               \
     "compressed-tensors W4A16) weights with bf16 activations take the Marlin-class 4-bit tile "  \

@@ -55,6 +55,7 @@ std::vector<Backend> available_backends() {
       options.moe_fused_tokens = 32;
       options.decode_cluster = true;  // short decode steps on the cluster kernel
       options.moe_route_in_router = true;  // routing + sort in the norm + router launch
+      options.quant_mmq_tokens = 64;       // q4_k products of 9-64 tokens on the int8 tile
       if (cuda.name == "cuda_alt") {
         options.quant_tile_tokens = 256;
         options.u4_tile_tokens = 256;  // u4_g128 products on the 4-bit tile instead,
@@ -64,6 +65,7 @@ std::vector<Backend> available_backends() {
         options.decode_reduce_scatter = true;
         options.decode_cluster = false;  // short decode steps on the fused kernel
         options.moe_route_in_router = false;
+        options.quant_mmq_tokens = 0;
         options.rope_token_warps = true;
         options.prefill_short_tiles = true;
         cuda.block_weight_providers_only = true;

@@ -14,6 +14,14 @@
 
 namespace ferrite::testing {
 
+// One product's shape: m tokens x n rows x k, the output type, and whether
+// it accumulates into a random output and adds a bias.
+struct ProductCase {
+  int64_t m, n, k;
+  DType out;
+  bool accumulate_bias;
+};
+
 struct ProductBuffers {
   void *w = nullptr, *x = nullptr, *out = nullptr, *bias = nullptr;
   int64_t m = 0, n = 0;

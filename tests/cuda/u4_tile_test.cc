@@ -29,11 +29,7 @@
 namespace ferrite {
 namespace {
 
-struct U4Case {
-  int64_t m, n, k;
-  DType out;
-  bool accumulate_bias;
-};
+using U4Case = testing::ProductCase;
 
 // u4_g128 rows of random codes, zero points 0..16 and f16 scales.
 std::vector<uint8_t> u4_weight(int64_t n, int64_t k, std::mt19937& rng) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "backends/cuda/kernels/quant_mmq.cuh"
 #include "base/status.h"
 #include "runtime/provider.h"
 #include "tensor/dtype.h"
@@ -81,6 +82,11 @@ struct BackendState {
   // whose split-k partial sums and arrival counters live in tile_partials /
   // tile_counters (allocated at init, so decode graphs can point into them).
   int64_t quant_tile_tokens = 32;
+  // Tuning::cuda_quant_mmq_tokens (gemm.cc, quant_product): products of 9 ..
+  // this many tokens on q4_k weights through kernels/quant_mmq.cuh, whose
+  // fixed buffers are mmq (allocated at init when it is on).
+  int64_t quant_mmq_tokens = 0;
+  QuantMmqScratch mmq;
   // Tuning::cuda_u4_tile_tokens (gemm.cc, quant_product): products of 9 ..
   // this many tokens on u4_g128 weights through kernels/u4_tile.cuh (its
   // split-k scratch is tile_partials / tile_counters).

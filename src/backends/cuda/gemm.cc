@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
 #include "backends/cuda/kernels/quant_gemm.cuh"
+#include "backends/cuda/kernels/quant_mmq.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
 #include "backends/cuda/kernels/quant_tile.cuh"
 #include "backends/cuda/kernels/u4_tile.cuh"
@@ -359,6 +360,10 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
                           accumulate, bias, bias_dt, scratch, st.u4_tile_wgmma,
                           st.u4_tile_stage_steps);
   }
+  if (st.quant_dot && m > kQuantGemvMaxTokens && m <= st.quant_mmq_tokens && st.mmq.xq &&
+      quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
+    return launch_quant_mmq(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
+                            accumulate, bias, bias_dt, st.mmq);
   if (m <= 8) {
     // A decode product the fused kernels cannot stage (8 tokens of a
     // 12,288-wide FP8 down projection: 196 KiB of x) and no 8-bit GEMV
@@ -492,6 +497,7 @@ Status gemm_init(BackendState& st) {
   // cuda_moe_route_in_router): fixed, so that decode graphs can point at it.
   FERRITE_CUDA_RETURN(cudaMalloc(&st.moe_route_counter, sizeof(int32_t)));
   FERRITE_CUDA_RETURN(cudaMemset(st.moe_route_counter, 0, sizeof(int32_t)));
+  if (st.quant_mmq_tokens > kQuantGemvMaxTokens) FERRITE_RETURN_IF_ERROR(quant_mmq_alloc(&st.mmq));
   const bool u4_tile = st.u4_tile_tokens > kQuantGemvMaxTokens;
   if (st.quant_tile_tokens > kQuantGemvMaxTokens || u4_tile) {
     FERRITE_RETURN_IF_ERROR(quant_tile_init());
@@ -510,6 +516,7 @@ void gemm_shutdown(BackendState& st) {
   if (st.lt_workspace) cudaFree(st.lt_workspace);
   if (st.q8_x) cudaFree(st.q8_x);
   if (st.q8_d) cudaFree(st.q8_d);
+  quant_mmq_free(&st.mmq);
   if (st.moe_route_counter) cudaFree(st.moe_route_counter);
   st.moe_route_counter = nullptr;
   if (st.dequant) cudaFree(st.dequant);

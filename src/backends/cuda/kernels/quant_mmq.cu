@@ -1,0 +1,297 @@
+#include "backends/cuda/kernels/quant_mmq.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/quant_blocks.cuh"
+
+namespace ferrite::cuda {
+namespace {
+
+constexpr int kWarps = 4;                // warps a block
+constexpr int kRowsPerBlock = 16 * kWarps;
+constexpr int kXStride = 256 + 16;       // bytes a token row of staged activations: the
+                                         // B fragments' 8 tokens x 4 words hit distinct banks
+constexpr int64_t kQ4kBytes = 144;
+
+// Activations to int8, per token and 256 elements: a warp a 256-block, 8
+// elements a lane (lanes 4j .. 4j + 3 hold sub-block j). xq [m, k], xd [m,
+// k / 256], xsum [m, k / 32] (the sums of each 32 q).
+template <typename T>
+__global__ void mmq_quantize_kernel(const T* __restrict__ x, int64_t k, int8_t* __restrict__ xq,
+                                    float* __restrict__ xd, int32_t* __restrict__ xsum) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int lane = threadIdx.x & 31;
+  const int64_t sb = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (sb >= k / 256) return;
+  const int64_t t = blockIdx.y;
+  const T* xr = x + t * k + sb * 256 + lane * 8;
+  float v[8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    v[e] = to_f(xr[e]);
+    amax = fmaxf(amax, fabsf(v[e]));
+  }
+  amax = warp_max(amax);
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  uint32_t packed[2] = {0, 0};
+  int sum = 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int q = max(-127, min(127, __float2int_rn(v[e] * id)));
+    sum += q;
+    packed[e / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (e % 4));
+  }
+  *reinterpret_cast<uint2*>(xq + t * k + sb * 256 + lane * 8) = make_uint2(packed[0], packed[1]);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if ((lane & 3) == 0) xsum[t * (k / 32) + sb * 8 + lane / 4] = sum;
+  if (lane == 0) xd[t * (k / 256) + sb] = amax / 127.0f;
+}
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+
+// A q4_k block's 6-bit scale and min of sub-block j (the reference's
+// get_scale_min_k4) from its 12 scale bytes as three words.
+__device__ __forceinline__ void q4k_scale_min(const uint32_t (&s)[3], int j, int& sc, int& mn) {
+  auto byte = [&](int i) { return static_cast<int>((s[i >> 2] >> (8 * (i & 3))) & 0xFF); };
+  if (j < 4) {
+    sc = byte(j) & 63;
+    mn = byte(j + 4) & 63;
+  } else {
+    sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+    mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+  }
+}
+
+// partials [split, m, n] (f32): block (row tile, split) over the 256-blocks
+// [split * per, min(steps, (split + 1) * per)).
+__global__ void __launch_bounds__(kWarps * 32)
+    mmq_q4k_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k,
+                   int m, int per, const int8_t* __restrict__ xq, const float* __restrict__ xd,
+                   const int32_t* __restrict__ xsum, float* __restrict__ partials) {
+  __shared__ __align__(16) uint8_t xs[kMmqMaxTokens * kXStride];
+  __shared__ float xds[kMmqMaxTokens];
+  __shared__ int32_t xss[kMmqMaxTokens][8];
+  pdl_launch_dependents();
+  pdl_wait();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int64_t steps = k / 256;
+  const int64_t s0 = static_cast<int64_t>(blockIdx.y) * per;
+  const int64_t s1 = min(steps, s0 + per);
+  const int nt = (m + 7) / 8;
+  const int64_t ra = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp * 16 + gid;
+  const int64_t rb = ra + 8;
+  const bool va = ra < n, vb = rb < n;
+  float acc[8][4];
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
+
+  for (int64_t sb = s0; sb < s1; ++sb) {
+    __syncthreads();  // the previous step's reads of xs are done
+    // The step's activations: 64 tokens x 256 bytes (zeros past m).
+    for (int i = tid; i < kMmqMaxTokens * 16; i += kWarps * 32) {
+      const int t = i >> 4, c = i & 15;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (t < m) v = *reinterpret_cast<const uint4*>(xq + t * k + sb * 256 + c * 16);
+      *reinterpret_cast<uint4*>(xs + t * kXStride + c * 16) = v;
+    }
+    for (int i = tid; i < kMmqMaxTokens; i += kWarps * 32)
+      xds[i] = i < m ? xd[i * (k / 256) + sb] : 0.0f;
+    for (int i = tid; i < kMmqMaxTokens * 8; i += kWarps * 32) {
+      const int t = i >> 3, j = i & 7;
+      xss[t][j] = t < m ? xsum[t * (k / 32) + sb * 8 + j] : 0;
+    }
+    __syncthreads();
+
+    const uint8_t* pa = va ? w + ra * row_bytes + sb * kQ4kBytes : nullptr;
+    const uint8_t* pb = vb ? w + rb * row_bytes + sb * kQ4kBytes : nullptr;
+    uint32_t sa[3] = {0, 0, 0}, sbw[3] = {0, 0, 0};
+    float da = 0.0f, dmina = 0.0f, db = 0.0f, dminb = 0.0f;
+    if (pa) {
+      da = qblocks::ld_half(pa);
+      dmina = qblocks::ld_half(pa + 2);
+#pragma unroll
+      for (int i = 0; i < 3; ++i) sa[i] = ld32(pa + 4 + 4 * i);
+    }
+    if (pb) {
+      db = qblocks::ld_half(pb);
+      dminb = qblocks::ld_half(pb + 2);
+#pragma unroll
+      for (int i = 0; i < 3; ++i) sbw[i] = ld32(pb + 4 + 4 * i);
+    }
+    int scA[8], mnA[8], scB[8], mnB[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      q4k_scale_min(sa, j, scA[j], mnA[j]);
+      q4k_scale_min(sbw, j, scB[j], mnB[j]);
+    }
+    int s1i[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s1i[t][i] = 0;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      // Sub-blocks 2c (low nibbles) and 2c + 1 (high) share 32 bytes.
+      const int off = 16 + 32 * c + tig * 4;
+      const uint32_t qa_lo = pa ? ld32(pa + off) : 0u, qa_hi = pa ? ld32(pa + off + 16) : 0u;
+      const uint32_t qb_lo = pb ? ld32(pb + off) : 0u, qb_hi = pb ? ld32(pb + off + 16) : 0u;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;
+        const uint32_t a0 = (qa_lo >> (4 * h)) & 0x0F0F0F0Fu;
+        const uint32_t a1 = (qb_lo >> (4 * h)) & 0x0F0F0F0Fu;
+        const uint32_t a2 = (qa_hi >> (4 * h)) & 0x0F0F0F0Fu;
+        const uint32_t a3 = (qb_hi >> (4 * h)) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          if (t < nt) {
+            const uint8_t* xb = xs + (8 * t + gid) * kXStride + 32 * j + tig * 4;
+            const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xb);
+            const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xb + 16);
+            int cc[4] = {0, 0, 0, 0};
+            mma_s8(cc, a0, a1, a2, a3, b0, b1);
+            s1i[t][0] += scA[j] * cc[0];
+            s1i[t][1] += scA[j] * cc[1];
+            s1i[t][2] += scB[j] * cc[2];
+            s1i[t][3] += scB[j] * cc[3];
+          }
+        }
+      }
+    }
+    // The block's f32 step: xd * (d * S1 - dmin * sum_j m_j sum(xq_j)).
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      if (t < nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int tok = 8 * t + tig * 2 + (i & 1);
+          const bool lo = i < 2;
+          int mm = 0;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) mm += (lo ? mnA[j] : mnB[j]) * xss[tok][j];
+          const float d = lo ? da : db, dmin = lo ? dmina : dminb;
+          acc[t][i] = fmaf(xds[tok],
+                           fmaf(d, static_cast<float>(s1i[t][i]), -dmin * static_cast<float>(mm)),
+                           acc[t][i]);
+        }
+      }
+    }
+  }
+  float* part = partials + static_cast<int64_t>(blockIdx.y) * m * n;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int tok = 8 * t + tig * 2 + (i & 1);
+      const int64_t r = i < 2 ? ra : rb;
+      if (tok < m && r < n) part[static_cast<int64_t>(tok) * n + r] = acc[t][i];
+    }
+  }
+}
+
+// out [m, n] = the splits' partial sums in split order (+ bias) (+ out).
+__global__ void mmq_reduce_kernel(const float* __restrict__ partials, int splits, int64_t mn,
+                                  int64_t n, void* out, int out_dt, bool accumulate,
+                                  const void* bias, int bias_dt) {
+  pdl_launch_dependents();
+  pdl_wait();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < mn;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += partials[s * mn + i];
+    if (bias) v += load_any(bias, bias_dt, i % n);
+    if (accumulate) v += load_any(out, out_dt, i);
+    store_any(out, out_dt, i, v);
+  }
+}
+
+}  // namespace
+
+Status quant_mmq_alloc(QuantMmqScratch* sc) {
+  FERRITE_CUDA_RETURN(cudaMalloc(&sc->xq, kMmqMaxTokens * kMmqMaxK));
+  FERRITE_CUDA_RETURN(cudaMalloc(&sc->xd, kMmqMaxTokens * (kMmqMaxK / 256) * sizeof(float)));
+  FERRITE_CUDA_RETURN(cudaMalloc(&sc->xsum, kMmqMaxTokens * (kMmqMaxK / 32) * sizeof(int32_t)));
+  FERRITE_CUDA_RETURN(cudaMalloc(&sc->partials, kMmqPartialFloats * sizeof(float)));
+  return Status::ok();
+}
+
+void quant_mmq_free(QuantMmqScratch* sc) {
+  if (sc->xq) cudaFree(sc->xq);
+  if (sc->xd) cudaFree(sc->xd);
+  if (sc->xsum) cudaFree(sc->xsum);
+  if (sc->partials) cudaFree(sc->partials);
+  *sc = QuantMmqScratch{};
+}
+
+bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64_t k, int64_t n,
+                         DType out_dt) {
+  auto is_float = [](DType d) {
+    return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+  };
+  return w_dt == DType::kQ4_K && (reinterpret_cast<uintptr_t>(w) & 3) == 0 && k % 256 == 0 &&
+         k > 0 && k <= kMmqMaxK && m > 8 && m <= kMmqMaxTokens && n > 0 &&
+         m * n <= kMmqPartialFloats && is_float(x_dt) && is_float(out_dt);
+}
+
+Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
+                        int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
+                        bool accumulate, const void* bias, DType bias_dt,
+                        const QuantMmqScratch& sc) {
+  if (!quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
+    return unsupported("quant mmq: q4_k weights, k a multiple of 256, 9..64 tokens, outputs "
+                       "within its scratch");
+  if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
+  // 1. The activations.
+  const dim3 qgrid(static_cast<unsigned>((k / 256 + 7) / 8), static_cast<unsigned>(m));
+  bool ok = dispatch_float(x_dt, [&](auto tag) {
+    using T = decltype(tag);
+    (void)launch_pdl(mmq_quantize_kernel<T>, qgrid, 256, 0, s, static_cast<const T*>(x), k, sc.xq,
+                     sc.xd, sc.xsum);
+  });
+  if (!ok) return bad_dtype("quant mmq input", x_dt);
+  FERRITE_RETURN_IF_ERROR(check_launch("mmq_quantize"));
+  // 2. The product: about 4 blocks an SM, k split to get there, as the
+  // partial sums' room allows.
+  const int64_t steps = k / 256;
+  const int64_t tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
+  int64_t splits = std::clamp<int64_t>((4 * static_cast<int64_t>(num_sms) + tiles - 1) / tiles,
+                                       1, steps);
+  splits = std::max<int64_t>(1, std::min<int64_t>(splits, kMmqPartialFloats / (m * n)));
+  const int64_t per = (steps + splits - 1) / splits;
+  splits = (steps + per - 1) / per;
+  (void)launch_pdl(mmq_q4k_kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)),
+                   kWarps * 32, 0, s, static_cast<const uint8_t*>(w), dtype_bytes(w_dt, k), n, k,
+                   static_cast<int>(m), static_cast<int>(per), sc.xq, sc.xd, sc.xsum, sc.partials);
+  FERRITE_RETURN_IF_ERROR(check_launch("mmq_q4k"));
+  // 3. The splits' sums.
+  const int64_t mn = m * n;
+  (void)launch_pdl(mmq_reduce_kernel, grid_for(mn, 256), 256, 0, s, sc.partials,
+                   static_cast<int>(splits), mn, n, out, dt_code(out_dt), accumulate, bias,
+                   dt_code(bias_dt));
+  return check_launch("mmq_reduce");
+}
+
+}  // namespace ferrite::cuda

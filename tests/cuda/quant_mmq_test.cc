@@ -1,0 +1,137 @@
+// Products of 9 to 64 tokens on q4_k weights through the int8 tensor-core
+// tile (kernels/quant_mmq.cuh, Tuning::cuda_quant_mmq_tokens) by gemm(),
+// against an f64 host product of the weights dequantized in f32 and the
+// activations quantized on the host exactly as the kernel does (int8 per
+// token and 256 elements, scale amax / 127): only the f32 arithmetic of the
+// scales and sums differs. Cases: one 256-block, token counts off the
+// 8-token tiles, rows past a 64-row block, split k, bf16 / f32 outputs,
+// accumulate + bias. Skipped without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/gemm.h"
+#include "product_buffers.h"
+#include "tensor/dtype.h"
+
+namespace ferrite {
+namespace {
+
+using MmqCase = testing::ProductCase;
+
+// q4_k rows of random codes, scale / min bytes and small f16 d / dmin.
+std::vector<uint8_t> q4k_weight(int64_t n, int64_t k, std::mt19937& rng) {
+  std::vector<uint8_t> w(static_cast<size_t>(dtype_bytes(DType::kQ4_K, n * k)));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.5f, 2.0f);
+  for (int64_t b = 0; b < n * k / 256; ++b) {
+    uint8_t* blk = w.data() + b * 144;
+    const uint16_t d = f32_to_f16(scale(rng) / (256.0f * std::sqrt(float(k))));
+    const uint16_t dmin = f32_to_f16(scale(rng) / (512.0f * std::sqrt(float(k))));
+    std::memcpy(blk, &d, 2);
+    std::memcpy(blk + 2, &dmin, 2);
+    for (int i = 4; i < 144; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
+  }
+  return w;
+}
+
+void run_case(const MmqCase& c, std::mt19937& rng) {
+  SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
+               std::to_string(c.k) + " out " + std::string(dtype_name(c.out)) +
+               (c.accumulate_bias ? " acc+bias" : ""));
+  const int64_t m = c.m, n = c.n, k = c.k;
+  const std::vector<uint8_t> wq = q4k_weight(n, k, rng);
+  std::vector<float> wd(static_cast<size_t>(n * k));
+  dequantize_row(DType::kQ4_K, wq.data(), wd.data(), n * k);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> xh(static_cast<size_t>(m * k));
+  for (uint16_t& v : xh) v = f32_to_bf16(nd(rng));
+  // The kernel's activations: int8 per token and 256 elements.
+  std::vector<double> xqd(static_cast<size_t>(m * k));
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t b = 0; b < k / 256; ++b) {
+      const uint16_t* xb = xh.data() + t * k + 256 * b;
+      float amax = 0.0f;
+      for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(bf16_to_f32(xb[i])));
+      const float id = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+      for (int i = 0; i < 256; ++i) {
+        const float q = std::clamp(std::nearbyint(bf16_to_f32(xb[i]) * id), -127.0f, 127.0f);
+        xqd[t * k + 256 * b + i] = double(q) * d;
+      }
+    }
+  std::vector<float> init(static_cast<size_t>(m * n), 0.0f), bias(static_cast<size_t>(n), 0.0f);
+  if (c.accumulate_bias) {
+    for (float& v : init) v = bf16_to_f32(f32_to_bf16(nd(rng)));
+    for (float& v : bias) v = nd(rng);
+  }
+  std::vector<double> ref(static_cast<size_t>(m * n)), mag(static_cast<size_t>(m * n));
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t r = 0; r < n; ++r) {
+      double acc = 0.0, a = 0.0;
+      for (int64_t i = 0; i < k; ++i) {
+        acc += double(wd[r * k + i]) * xqd[t * k + i];
+        a += std::fabs(double(wd[r * k + i]) * xqd[t * k + i]);
+      }
+      ref[t * n + r] = acc + init[t * n + r] + bias[r];
+      mag[t * n + r] = a;
+    }
+
+  cuda::BackendState st;
+  ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
+  st.quant_dot = true;
+  st.quant_mmq_tokens = 64;  // gemm_init allocates its buffers
+  ASSERT_TRUE(cuda::gemm_init(st).is_ok());
+  testing::ProductBuffers b;
+  b.upload(wq, xh, init, bias, m, n, c.out);
+  if (::testing::Test::HasFatalFailure()) return;
+  const void* bias_p = c.accumulate_bias ? b.bias : nullptr;
+  Status s = cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, DType::kQ4_K, n, b.out, c.out,
+                        c.accumulate_bias, bias_p, DType::kF32);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
+  std::vector<float> got;
+  b.read_out(&got);
+  if (::testing::Test::HasFatalFailure()) return;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    // f32 scale products and sums: ~1e-5 of the terms' magnitude; plus the
+    // output's rounding (bf16: 2^-8 of the value; twice with a bias).
+    const double roundings = c.accumulate_bias ? 2.0 : 1.0;
+    const double tol = 1e-5 * mag[i] + 1e-6 +
+                       (c.out == DType::kF32
+                            ? 0.0
+                            : roundings * 0x1p-8 * (std::fabs(ref[i]) + std::fabs(init[i])));
+    const double e = std::fabs(double(got[i]) - ref[i]);
+    if (!(e <= tol) && ++bad <= 5)
+      ADD_FAILURE() << "out[" << i / n << ", " << i % n << "] = " << got[i] << ", want " << ref[i]
+                    << " (tolerance " << tol << ")";
+  }
+  EXPECT_EQ(bad, 0);
+  cuda::gemm_shutdown(st);
+  cudaStreamDestroy(st.stream);
+}
+
+TEST(CudaQuantMmqTest, MatchesTheHostProductOfTheQuantizedActivations) {
+  std::string why;
+  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(1234);
+  const MmqCase cases[] = {
+      {9, 64, 256, DType::kF32, false},     // one 256-block, one row block
+      {16, 100, 512, DType::kBF16, true},   // rows past a 64-row block
+      {33, 256, 4096, DType::kF32, false},  // a partial 8-token tile, split k
+      {40, 130, 768, DType::kF32, true},    // three 256-blocks
+      {64, 4096, 2048, DType::kBF16, false},
+  };
+  for (const MmqCase& c : cases) run_case(c, rng);
+}
+
+}  // namespace
+}  // namespace ferrite
