@@ -97,6 +97,20 @@ __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   if (dt == 2) return __half2float(static_cast<const __half*>(p)[i]);
   return static_cast<const float*>(p)[i];
 }
+// 8 weights of type TW (f32 / bf16 / f16) at p, 16-byte aligned, through
+// the read-only cache (router rows, norm weights).
+template <typename TW>
+__device__ __forceinline__ void load8(const TW* p, float (&f)[8]) {
+  if constexpr (sizeof(TW) == 4) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+    unpack_words<TW, 8>(&u.x, f);
+  }
+}
+
 // out[i] = v in the type of code dt (0 f32, 1 bf16, 2 f16): the bf16 tile's
 // epilogue for outputs of any float type (an accumulating caller loads the
 // old values first, load_any, so that the loads are not each behind a store).

@@ -20,6 +20,21 @@ __global__ void embedding_kernel(const uint32_t* ids, const TT* table, int64_t v
     out[t * hidden + i] = from_f<TO>(to_f(row[i]));
 }
 
+// The block's sum of every thread's v (warp sums, then the warps' sums by
+// warp 0), returned to every thread; partial: 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* partial) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) partial[0] = t;
+  }
+  __syncthreads();
+  return partial[0];
+}
+
 template <typename T, typename TW>
 __global__ void rms_norm_kernel(const T* x, T* y, const TW* w, int64_t width, float eps,
                                 bool zero_centred) {
@@ -35,16 +50,7 @@ __global__ void rms_norm_kernel(const T* x, T* y, const TW* w, int64_t width, fl
     row[i] = v;
     ss += v * v;
   }
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) partial[0] = v;
-  }
-  __syncthreads();
-  const float inv = rsqrtf(partial[0] / static_cast<float>(width) + eps);
+  const float inv = rsqrtf(block_sum(ss, partial) / static_cast<float>(width) + eps);
   T* yr = y + r * width;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     float wi = to_f(w[i]);
@@ -52,18 +58,6 @@ __global__ void rms_norm_kernel(const T* x, T* y, const TW* w, int64_t width, fl
   }
 }
 
-// 8 weights of a norm (any float type) at p, 16-byte aligned.
-template <typename TW>
-__device__ __forceinline__ void load_norm8(const TW* p, float (&f)[8]) {
-  if constexpr (sizeof(TW) == 4) {
-    const float4 a = *reinterpret_cast<const float4*>(p);
-    const float4 b = *reinterpret_cast<const float4*>(p + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    unpack_words<TW, 8>(&u.x, f);
-  }
-}
 
 // rms_norm_kernel for 16-bit activations whose rows are whole 16-byte
 // vectors: a thread holds kChunks vectors of 8 in registers (all its loads
@@ -97,23 +91,14 @@ __global__ void rms_norm_vec8_kernel(const T* x, T* y, const TW* w, int64_t widt
   for (int c = 0; c < kChunks; ++c)
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss += v[c][e] * v[c][e];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.0f;
-    t = warp_sum(t);
-    if (threadIdx.x == 0) partial[0] = t;
-  }
-  __syncthreads();
-  const float inv = rsqrtf(partial[0] / static_cast<float>(width) + eps);
+  const float inv = rsqrtf(block_sum(ss, partial) / static_cast<float>(width) + eps);
   uint4* yr = reinterpret_cast<uint4*>(y + r * width);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
     if (i < n8) {
       float wv[8], o[8];
-      load_norm8(w + 8 * i, wv);
+      load8(w + 8 * i, wv);
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[e] = v[c][e] * inv * (zero_centred ? 1.0f + wv[e] : wv[e]);
       store_words<T, 8>(yr + i, o);

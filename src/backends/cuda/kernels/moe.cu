@@ -165,54 +165,23 @@ constexpr int kRouterPreload = 4;        // weight groups a lane loads before th
 // 8 small weights (load_any's type codes: 0 f32, 1 bf16, 2 f16) from
 // element i on, 16-byte aligned.
 __device__ __forceinline__ void load_any8(const void* p, int dt, int64_t i, float (&f)[8]) {
-  if (dt == 0) {
-    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
-    const float4 a = q[0], b = q[1];
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
-    if (dt == 1)
-      unpack_words<__nv_bfloat16, 8>(&u.x, f);
-    else
-      unpack_words<__half, 8>(&u.x, f);
-  }
+  if (dt == 1)
+    load8(static_cast<const __nv_bfloat16*>(p) + i, f);
+  else if (dt == 2)
+    load8(static_cast<const __half*>(p) + i, f);
+  else
+    load8(static_cast<const float*>(p) + i, f);
 }
 
-template <typename TW>
-__device__ __forceinline__ void load_w8(const TW* p, float (&f)[8]) {
-  if constexpr (sizeof(TW) == 4) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  } else {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-    const TW* h = reinterpret_cast<const TW*>(&u);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = to_f(h[i]);
-  }
-}
 
-// MoeRouteSortArgs on the device (counter null: the router alone).
-struct RouteSortDev {
-  int K = 0;
-  bool normalize = false;
-  int bm = 0;
-  int32_t* ids = nullptr;
-  float* weights = nullptr;
-  int32_t* offsets = nullptr;
-  int32_t* slot_of = nullptr;
-  int32_t* row_pair = nullptr;
-  int4* tiles = nullptr;
-  int32_t* tile_count = nullptr;
-  int32_t* counter = nullptr;
-};
 __device__ void route_sort_warp(const float* logits, int tokens, int E, int K, bool normalize,
                                 int32_t* ids, float* weights, int bm, int32_t* offsets,
                                 int32_t* slot_of, int32_t* row_pair, int4* tiles,
                                 int32_t* tile_count, float* sorted_p, int32_t* sid);
 
 // extra_w / extra_out: one more output row (expert index E of this kernel,
-// written to extra_out[row]; launch_moe_norm_router). rs.counter: the last
+// written to extra_out[row]; launch_moe_norm_router). rs.counter (null: the
+// router alone): the last
 // block to finish routes and sorts every row (launch_moe_norm_router's
 // `route`); the launch may then be a programmatic dependent, so nothing an
 // earlier kernel writes is touched before pdl_wait().
@@ -222,7 +191,7 @@ __global__ void __launch_bounds__(256)
                       const void* nw, int nwdt, float eps, bool zc, float* y32, T* y,
                       int8_t* xq, float* xd, const TW* __restrict__ w, int64_t E,
                       float* __restrict__ logits, const TW* __restrict__ extra_w,
-                      float* __restrict__ extra_out, RouteSortDev rs) {
+                      float* __restrict__ extra_out, MoeRouteSortArgs rs) {
   extern __shared__ float xs[];  // [chunk_rows, H]
   __shared__ float red[32];
   __shared__ float part[8][kRouterChunkRows];
@@ -242,7 +211,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
   for (int i = 0; i < kRouterPreload; ++i) {
     const int64_t g = g0 + i * kGroupStride;
-    if (e < outs && g < groups) load_w8(we + 8 * g, wpre[i]);
+    if (e < outs && g < groups) load8(we + 8 * g, wpre[i]);
   }
   pdl_wait();  // x, and every output, belong to earlier kernels
   const int row0 = blockIdx.y * chunk_rows;
@@ -327,7 +296,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll 2
     for (int64_t g = g0 + kRouterPreload * kGroupStride; g < groups; g += kGroupStride) {
       float wv[8];
-      load_w8(we + 8 * g, wv);
+      load8(we + 8 * g, wv);
       products(g, wv);
     }
   }
@@ -371,9 +340,10 @@ __global__ void __launch_bounds__(256)
     for (int64_t i = tid; i < n; i += 256) xs[i] = __ldcg(logits + i);
     __syncthreads();
     if (warp == 0)
-      route_sort_warp(xs, rows_total, static_cast<int>(E), rs.K, rs.normalize, rs.ids,
-                      rs.weights, rs.bm, rs.offsets, rs.slot_of, rs.row_pair, rs.tiles,
-                      rs.tile_count, sorted_p, sid);
+      route_sort_warp(xs, rows_total, static_cast<int>(E), static_cast<int>(rs.top_k),
+                      rs.normalize, rs.ids, rs.weights, rs.row_tile, rs.offsets, rs.slot_of,
+                      rs.row_pair, reinterpret_cast<int4*>(rs.tiles), rs.tile_count, sorted_p,
+                      sid);
     if (tid == 0) *rs.counter = 0;  // for the next launch (stream-ordered)
   }
 }
@@ -1173,7 +1143,7 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
       moe_router_kernel<float, TW, false><<<grid, 256, smem, s>>>(
           x, static_cast<int>(rows), hidden, rc, nullptr, 0, 0.0f, false, nullptr, nullptr,
           nullptr, nullptr, static_cast<const TW*>(w), experts, logits, nullptr, nullptr,
-          RouteSortDev{});
+          MoeRouteSortArgs{});
     });
     if (!ok) return bad_dtype("moe router weight", w_dt);
     return check_launch("moe_router_kernel");
@@ -1217,7 +1187,7 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
   if ((extra_w == nullptr) != (extra_out == nullptr) ||
       (extra_w && (reinterpret_cast<uintptr_t>(extra_w) & 15)))
     return unsupported("moe norm + router: the extra row needs its output and 16-byte alignment");
-  RouteSortDev rs;
+  MoeRouteSortArgs rs;  // counter null: the router alone
   if (route) {
     if (!moe_norm_router_route_supported(rows, hidden, experts, route->top_k))
       return unsupported("moe norm + router + route: rows * top_k <= 32 and the logits in its "
@@ -1225,10 +1195,7 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
     if (!route->counter || !route->ids || !route->weights || !route->offsets ||
         !route->slot_of || !route->row_pair || !route->tiles || !route->tile_count)
       return internal_error("moe norm + router + route: an output is missing");
-    rs = RouteSortDev{static_cast<int>(route->top_k), route->normalize, route->row_tile,
-                      route->ids, route->weights, route->offsets, route->slot_of,
-                      route->row_pair, reinterpret_cast<int4*>(route->tiles),
-                      route->tile_count, route->counter};
+    rs = *route;
   }
   const int rc = router_chunk_rows(hidden);
   const int64_t outs = experts + (extra_w ? 1 : 0);
