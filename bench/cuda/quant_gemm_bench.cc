@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "NxK weight shapes (n outputs x k inputs)")
       ->capture_default_str();
   app.add_option("--paths", paths,
-                 "tile, lt (dequantize + cuBLASLt), u4 / u4wg (the 4-bit tile on mma.sync / "
+                 "tile, lt (dequantize + cuBLASLt), mmq (the int8 tile of q4_k, 9-64 tokens), u4 / u4wg (the 4-bit tile on mma.sync / "
                  "wgmma, u4_g128; u4s1 / u4s2: mma.sync with one / two k steps a stage; u4t: "
                  "the weights in the tile's own 128-row layout, U4Layout::kTiles), bf16 (the "
                  "bf16 product of the dequantized weights); gemv, gemv1, gemv2, gemv4, mma, mma8 (up "
@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   st.num_sms = prop.multiProcessorCount;
   st.u4_tile_tokens = int64_t{1} << 30;  // gemm_init sizes the split-k scratch for it
+  st.quant_mmq_tokens = 64;               // gemm_init allocates the int8 tile's buffers
   if (Status s = cuda::gemm_init(st); !s.is_ok()) {
     std::fprintf(stderr, "gemm_init: %s\n", s.to_string().c_str());
     return 1;
@@ -161,6 +162,7 @@ int main(int argc, char** argv) {
         for (const std::string& path : split(paths)) {
           if (path == "u4t" && !wt) continue;  // u4_g128 only
           st.quant_tile_tokens = path == "tile" ? tile_tokens : 0;
+          st.quant_mmq_tokens = path == "mmq" ? 64 : 0;
           const bool u4 = path == "u4" || path == "u4wg" || path == "u4s1" || path == "u4s2";
           st.u4_tile_tokens = u4 ? tile_tokens : 0;
           st.u4_tile_wgmma = path == "u4wg";
