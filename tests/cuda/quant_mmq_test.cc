@@ -1,4 +1,4 @@
-// Products of 9 to 64 tokens on q4_k weights through the int8 tensor-core
+// Products of 9 to 64 tokens on q4_k / q6_k weights through the int8 tensor-core
 // tile (kernels/quant_mmq.cuh, Tuning::cuda_quant_mmq_tokens) by gemm(),
 // against an f64 host product of the weights dequantized in f32 and the
 // activations quantized on the host exactly as the kernel does (int8 per
@@ -43,14 +43,29 @@ std::vector<uint8_t> q4k_weight(int64_t n, int64_t k, std::mt19937& rng) {
   return w;
 }
 
-void run_case(const MmqCase& c, std::mt19937& rng) {
-  SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
-               std::to_string(c.k) + " out " + std::string(dtype_name(c.out)) +
-               (c.accumulate_bias ? " acc+bias" : ""));
+// q6_k rows of random low / high code bits, int8 scales over their whole
+// range (-128 included) and a small f16 d.
+std::vector<uint8_t> q6k_weight(int64_t n, int64_t k, std::mt19937& rng) {
+  std::vector<uint8_t> w(static_cast<size_t>(dtype_bytes(DType::kQ6_K, n * k)));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.5f, 2.0f);
+  for (int64_t b = 0; b < n * k / 256; ++b) {
+    uint8_t* blk = w.data() + b * 210;
+    for (int i = 0; i < 208; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
+    const uint16_t d = f32_to_f16(scale(rng) / (4096.0f * std::sqrt(float(k))));
+    std::memcpy(blk + 208, &d, 2);
+  }
+  return w;
+}
+
+void run_case(DType w_dt, const MmqCase& c, std::mt19937& rng) {
+  SCOPED_TRACE(std::string(dtype_name(w_dt)) + " m " + std::to_string(c.m) + " n " +
+               std::to_string(c.n) + " k " + std::to_string(c.k) + " out " +
+               std::string(dtype_name(c.out)) + (c.accumulate_bias ? " acc+bias" : ""));
   const int64_t m = c.m, n = c.n, k = c.k;
-  const std::vector<uint8_t> wq = q4k_weight(n, k, rng);
+  const std::vector<uint8_t> wq = w_dt == DType::kQ4_K ? q4k_weight(n, k, rng) : q6k_weight(n, k, rng);
   std::vector<float> wd(static_cast<size_t>(n * k));
-  dequantize_row(DType::kQ4_K, wq.data(), wd.data(), n * k);
+  dequantize_row(w_dt, wq.data(), wd.data(), n * k);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<uint16_t> xh(static_cast<size_t>(m * k));
   for (uint16_t& v : xh) v = f32_to_bf16(nd(rng));
@@ -93,7 +108,8 @@ void run_case(const MmqCase& c, std::mt19937& rng) {
   b.upload(wq, xh, init, bias, m, n, c.out);
   if (::testing::Test::HasFatalFailure()) return;
   const void* bias_p = c.accumulate_bias ? b.bias : nullptr;
-  Status s = cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, DType::kQ4_K, n, b.out, c.out,
+  ASSERT_TRUE(cuda::quant_mmq_supported(DType::kBF16, w_dt, b.w, m, k, n, c.out));
+  Status s = cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, w_dt, n, b.out, c.out,
                         c.accumulate_bias, bias_p, DType::kF32);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
@@ -127,10 +143,11 @@ TEST(CudaQuantMmqTest, MatchesTheHostProductOfTheQuantizedActivations) {
       {9, 64, 256, DType::kF32, false},     // one 256-block, one row block
       {16, 100, 512, DType::kBF16, true},   // rows past a 64-row block
       {33, 256, 4096, DType::kF32, false},  // a partial 8-token tile, split k
-      {40, 130, 768, DType::kF32, true},    // three 256-blocks
+      {40, 130, 768, DType::kF32, true},    // three 256-blocks (q6_k: rows 2-byte aligned)
       {64, 4096, 2048, DType::kBF16, false},
   };
-  for (const MmqCase& c : cases) run_case(c, rng);
+  for (DType w_dt : {DType::kQ4_K, DType::kQ6_K})
+    for (const MmqCase& c : cases) run_case(w_dt, c, rng);
 }
 
 }  // namespace

@@ -15,7 +15,6 @@ constexpr int kWarps = 4;                // warps a block
 constexpr int kRowsPerBlock = 16 * kWarps;
 constexpr int kXStride = 256 + 16;       // bytes a token row of staged activations: the
                                          // B fragments' 8 tokens x 4 words hit distinct banks
-constexpr int64_t kQ4kBytes = 144;
 
 // Activations to int8, per token and 256 elements: a warp a 256-block, 8
 // elements a lane (lanes 4j .. 4j + 3 hold sub-block j). xq [m, k], xd [m,
@@ -64,9 +63,24 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #endif
 }
+// 16 x 8 x 16: q6_k's scales change every 16 elements.
+__device__ __forceinline__ void mma_s8_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+#endif
+}
 
 __device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
   return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+// Four bytes at a 2-byte aligned address (q6_k's 210-byte blocks).
+__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const unsigned short*>(p);
+  return static_cast<uint32_t>(__ldg(h)) | (static_cast<uint32_t>(__ldg(h + 1)) << 16);
 }
 
 // A q4_k block's 6-bit scale and min of sub-block j (the reference's
@@ -82,15 +96,180 @@ __device__ __forceinline__ void q4k_scale_min(const uint32_t (&s)[3], int j, int
   }
 }
 
+// The activations staged for one 256-block step, shared by a block's warps.
+struct MmqStage {
+  uint8_t x[kMmqMaxTokens * kXStride];  // int8, a token a row
+  float d[kMmqMaxTokens];               // scales (0 past m)
+  int32_t sum[kMmqMaxTokens][8];        // the sums of each 32 (q4_k's mins)
+};
+
+// One 256-block of a warp's rows ra (pa) and rb (pb; nullptr past n) against
+// the nt staged 8-token tiles: acc[t][i] += the block's contribution to
+// (row ra for i < 2 else rb, token 8 t + 2 tig + (i & 1)).
+//
+// q4_k: d * sum_j sc_j (q_j . xq_j) - dmin * sum_j m_j sum(xq_j), the codes
+// 0..15 straight from the nibbles (sub-blocks 2c / 2c + 1: the low / high
+// nibbles of the same 32 bytes), one m16n8k32 a sub-block and token tile.
+__device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* pb,
+                                             const MmqStage& xs, int nt, int gid, int tig,
+                                             float (&acc)[8][4]) {
+  uint32_t sa[3] = {0, 0, 0}, sbw[3] = {0, 0, 0};
+  float da = 0.0f, dmina = 0.0f, db = 0.0f, dminb = 0.0f;
+  if (pa) {
+    da = qblocks::ld_half(pa);
+    dmina = qblocks::ld_half(pa + 2);
+#pragma unroll
+    for (int i = 0; i < 3; ++i) sa[i] = ld32(pa + 4 + 4 * i);
+  }
+  if (pb) {
+    db = qblocks::ld_half(pb);
+    dminb = qblocks::ld_half(pb + 2);
+#pragma unroll
+    for (int i = 0; i < 3; ++i) sbw[i] = ld32(pb + 4 + 4 * i);
+  }
+  int scA[8], mnA[8], scB[8], mnB[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    q4k_scale_min(sa, j, scA[j], mnA[j]);
+    q4k_scale_min(sbw, j, scB[j], mnB[j]);
+  }
+  int s1i[8][4];
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s1i[t][i] = 0;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const int off = 16 + 32 * c + tig * 4;
+    const uint32_t qa_lo = pa ? ld32(pa + off) : 0u, qa_hi = pa ? ld32(pa + off + 16) : 0u;
+    const uint32_t qb_lo = pb ? ld32(pb + off) : 0u, qb_hi = pb ? ld32(pb + off + 16) : 0u;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * c + h;
+      const uint32_t a0 = (qa_lo >> (4 * h)) & 0x0F0F0F0Fu;
+      const uint32_t a1 = (qb_lo >> (4 * h)) & 0x0F0F0F0Fu;
+      const uint32_t a2 = (qa_hi >> (4 * h)) & 0x0F0F0F0Fu;
+      const uint32_t a3 = (qb_hi >> (4 * h)) & 0x0F0F0F0Fu;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        if (t < nt) {
+          const uint8_t* xb = xs.x + (8 * t + gid) * kXStride + 32 * j + tig * 4;
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xb);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xb + 16);
+          int cc[4] = {0, 0, 0, 0};
+          mma_s8(cc, a0, a1, a2, a3, b0, b1);
+          s1i[t][0] += scA[j] * cc[0];
+          s1i[t][1] += scA[j] * cc[1];
+          s1i[t][2] += scB[j] * cc[2];
+          s1i[t][3] += scB[j] * cc[3];
+        }
+      }
+    }
+  }
+  // The block's f32 step: xd * (d * S1 - dmin * sum_j m_j sum(xq_j)).
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    if (t < nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tok = 8 * t + tig * 2 + (i & 1);
+        const bool lo = i < 2;
+        int mm = 0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mm += (lo ? mnA[j] : mnB[j]) * xs.sum[tok][j];
+        const float d = lo ? da : db, dmin = lo ? dmina : dminb;
+        acc[t][i] = fmaf(xs.d[tok],
+                         fmaf(d, static_cast<float>(s1i[t][i]), -dmin * static_cast<float>(mm)),
+                         acc[t][i]);
+      }
+    }
+  }
+}
+
+// q6_k: d * sum_s sc_s (q_s - 32) . xq_s over its 16 sub-blocks of 16, the
+// codes (4 low bits of ql, 2 high of qh) to signed bytes q - 32, one
+// m16n8k16 a sub-block and token tile. Element 128 h + 32 g + l of the
+// block: low nibble (g < 2) or high (g >= 2) of ql[64 h + 32 (g & 1) + l],
+// bits 2 g of qh[32 h + l], scale s = 8 h + 2 g + l / 16.
+__device__ __forceinline__ void mmq_step_q6k(const uint8_t* pa, const uint8_t* pb,
+                                             const MmqStage& xs, int nt, int gid, int tig,
+                                             float (&acc)[8][4]) {
+  uint32_t sa[4] = {0, 0, 0, 0}, sbw[4] = {0, 0, 0, 0};
+  float da = 0.0f, db = 0.0f;
+  if (pa) {
+    da = qblocks::ld_half(pa + 208);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sa[i] = ld32_a2(pa + 192 + 4 * i);
+  }
+  if (pb) {
+    db = qblocks::ld_half(pb + 208);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sbw[i] = ld32_a2(pb + 192 + 4 * i);
+  }
+  int s1i[8][4];
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s1i[t][i] = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int kh = 0; kh < 2; ++kh) {
+      const int lo = 16 * kh + tig * 4;  // the lane's 4 of the 32 l's
+      const uint32_t ha = pa ? ld32_a2(pa + 128 + 32 * h + lo) : 0u;
+      const uint32_t hb = pb ? ld32_a2(pb + 128 + 32 * h + lo) : 0u;
+#pragma unroll
+      for (int gl = 0; gl < 2; ++gl) {
+        const uint32_t la = pa ? ld32_a2(pa + 64 * h + 32 * gl + lo) : 0u;
+        const uint32_t lb = pb ? ld32_a2(pb + 64 * h + 32 * gl + lo) : 0u;
+#pragma unroll
+        for (int gh = 0; gh < 2; ++gh) {
+          const int g = gl + 2 * gh, s = 8 * h + 2 * g + kh;
+          auto codes = [&](uint32_t l, uint32_t hi) {
+            const uint32_t q = ((l >> (4 * gh)) & 0x0F0F0F0Fu) | (((hi >> (2 * g)) & 0x03030303u) << 4);
+            return qblocks::sub_codes4(q, 0x20202020u);
+          };
+          const uint32_t a0 = codes(la, ha), a1 = codes(lb, hb);
+          const int scA = static_cast<int8_t>((sa[s >> 2] >> (8 * (s & 3))) & 0xFF);
+          const int scB = static_cast<int8_t>((sbw[s >> 2] >> (8 * (s & 3))) & 0xFF);
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            if (t < nt) {
+              const uint32_t b0 = *reinterpret_cast<const uint32_t*>(
+                  xs.x + (8 * t + gid) * kXStride + 128 * h + 32 * g + lo);
+              int cc[4] = {0, 0, 0, 0};
+              mma_s8_k16(cc, a0, a1, b0);
+              s1i[t][0] += scA * cc[0];
+              s1i[t][1] += scA * cc[1];
+              s1i[t][2] += scB * cc[2];
+              s1i[t][3] += scB * cc[3];
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    if (t < nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tok = 8 * t + tig * 2 + (i & 1);
+        acc[t][i] = fmaf(xs.d[tok] * (i < 2 ? da : db), static_cast<float>(s1i[t][i]), acc[t][i]);
+      }
+    }
+  }
+}
+
 // partials [split, m, n] (f32): block (row tile, split) over the 256-blocks
 // [split * per, min(steps, (split + 1) * per)).
+template <int F>
 __global__ void __launch_bounds__(kWarps * 32)
-    mmq_q4k_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k,
-                   int m, int per, const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                   const int32_t* __restrict__ xsum, float* __restrict__ partials) {
-  __shared__ __align__(16) uint8_t xs[kMmqMaxTokens * kXStride];
-  __shared__ float xds[kMmqMaxTokens];
-  __shared__ int32_t xss[kMmqMaxTokens][8];
+    mmq_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k, int m,
+               int per, const int8_t* __restrict__ xq, const float* __restrict__ xd,
+               const int32_t* __restrict__ xsum, float* __restrict__ partials) {
+  constexpr int64_t kBlockBytes = F == qblocks::kFmtQ4_K ? 144 : 210;
+  __shared__ __align__(16) MmqStage xs;
   pdl_launch_dependents();
   pdl_wait();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -98,10 +277,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t steps = k / 256;
   const int64_t s0 = static_cast<int64_t>(blockIdx.y) * per;
   const int64_t s1 = min(steps, s0 + per);
-  const int nt = (m + 7) / 8;
+  const int nt = (m + 7) / 8, staged = 8 * nt;
   const int64_t ra = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp * 16 + gid;
   const int64_t rb = ra + 8;
-  const bool va = ra < n, vb = rb < n;
   float acc[8][4];
 #pragma unroll
   for (int t = 0; t < 8; ++t)
@@ -110,95 +288,25 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   for (int64_t sb = s0; sb < s1; ++sb) {
     __syncthreads();  // the previous step's reads of xs are done
-    // The step's activations: 64 tokens x 256 bytes (zeros past m).
-    for (int i = tid; i < kMmqMaxTokens * 16; i += kWarps * 32) {
+    // The step's activations: the token tiles' rows x 256 bytes (zeros past m).
+    for (int i = tid; i < staged * 16; i += kWarps * 32) {
       const int t = i >> 4, c = i & 15;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (t < m) v = *reinterpret_cast<const uint4*>(xq + t * k + sb * 256 + c * 16);
-      *reinterpret_cast<uint4*>(xs + t * kXStride + c * 16) = v;
+      *reinterpret_cast<uint4*>(xs.x + t * kXStride + c * 16) = v;
     }
-    for (int i = tid; i < kMmqMaxTokens; i += kWarps * 32)
-      xds[i] = i < m ? xd[i * (k / 256) + sb] : 0.0f;
-    for (int i = tid; i < kMmqMaxTokens * 8; i += kWarps * 32) {
-      const int t = i >> 3, j = i & 7;
-      xss[t][j] = t < m ? xsum[t * (k / 32) + sb * 8 + j] : 0;
+    for (int i = tid; i < staged; i += kWarps * 32) xs.d[i] = i < m ? xd[i * (k / 256) + sb] : 0.0f;
+    if constexpr (F == qblocks::kFmtQ4_K) {
+      for (int i = tid; i < staged * 8; i += kWarps * 32) {
+        const int t = i >> 3, j = i & 7;
+        xs.sum[t][j] = t < m ? xsum[t * (k / 32) + sb * 8 + j] : 0;
+      }
     }
     __syncthreads();
-
-    const uint8_t* pa = va ? w + ra * row_bytes + sb * kQ4kBytes : nullptr;
-    const uint8_t* pb = vb ? w + rb * row_bytes + sb * kQ4kBytes : nullptr;
-    uint32_t sa[3] = {0, 0, 0}, sbw[3] = {0, 0, 0};
-    float da = 0.0f, dmina = 0.0f, db = 0.0f, dminb = 0.0f;
-    if (pa) {
-      da = qblocks::ld_half(pa);
-      dmina = qblocks::ld_half(pa + 2);
-#pragma unroll
-      for (int i = 0; i < 3; ++i) sa[i] = ld32(pa + 4 + 4 * i);
-    }
-    if (pb) {
-      db = qblocks::ld_half(pb);
-      dminb = qblocks::ld_half(pb + 2);
-#pragma unroll
-      for (int i = 0; i < 3; ++i) sbw[i] = ld32(pb + 4 + 4 * i);
-    }
-    int scA[8], mnA[8], scB[8], mnB[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      q4k_scale_min(sa, j, scA[j], mnA[j]);
-      q4k_scale_min(sbw, j, scB[j], mnB[j]);
-    }
-    int s1i[8][4];
-#pragma unroll
-    for (int t = 0; t < 8; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s1i[t][i] = 0;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      // Sub-blocks 2c (low nibbles) and 2c + 1 (high) share 32 bytes.
-      const int off = 16 + 32 * c + tig * 4;
-      const uint32_t qa_lo = pa ? ld32(pa + off) : 0u, qa_hi = pa ? ld32(pa + off + 16) : 0u;
-      const uint32_t qb_lo = pb ? ld32(pb + off) : 0u, qb_hi = pb ? ld32(pb + off + 16) : 0u;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int j = 2 * c + h;
-        const uint32_t a0 = (qa_lo >> (4 * h)) & 0x0F0F0F0Fu;
-        const uint32_t a1 = (qb_lo >> (4 * h)) & 0x0F0F0F0Fu;
-        const uint32_t a2 = (qa_hi >> (4 * h)) & 0x0F0F0F0Fu;
-        const uint32_t a3 = (qb_hi >> (4 * h)) & 0x0F0F0F0Fu;
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-          if (t < nt) {
-            const uint8_t* xb = xs + (8 * t + gid) * kXStride + 32 * j + tig * 4;
-            const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xb);
-            const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xb + 16);
-            int cc[4] = {0, 0, 0, 0};
-            mma_s8(cc, a0, a1, a2, a3, b0, b1);
-            s1i[t][0] += scA[j] * cc[0];
-            s1i[t][1] += scA[j] * cc[1];
-            s1i[t][2] += scB[j] * cc[2];
-            s1i[t][3] += scB[j] * cc[3];
-          }
-        }
-      }
-    }
-    // The block's f32 step: xd * (d * S1 - dmin * sum_j m_j sum(xq_j)).
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      if (t < nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int tok = 8 * t + tig * 2 + (i & 1);
-          const bool lo = i < 2;
-          int mm = 0;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) mm += (lo ? mnA[j] : mnB[j]) * xss[tok][j];
-          const float d = lo ? da : db, dmin = lo ? dmina : dminb;
-          acc[t][i] = fmaf(xds[tok],
-                           fmaf(d, static_cast<float>(s1i[t][i]), -dmin * static_cast<float>(mm)),
-                           acc[t][i]);
-        }
-      }
-    }
+    const uint8_t* pa = ra < n ? w + ra * row_bytes + sb * kBlockBytes : nullptr;
+    const uint8_t* pb = rb < n ? w + rb * row_bytes + sb * kBlockBytes : nullptr;
+    if constexpr (F == qblocks::kFmtQ4_K) mmq_step_q4k(pa, pb, xs, nt, gid, tig, acc);
+    else mmq_step_q6k(pa, pb, xs, nt, gid, tig, acc);
   }
   float* part = partials + static_cast<int64_t>(blockIdx.y) * m * n;
 #pragma unroll
@@ -251,7 +359,9 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
   auto is_float = [](DType d) {
     return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
   };
-  return w_dt == DType::kQ4_K && (reinterpret_cast<uintptr_t>(w) & 3) == 0 && k % 256 == 0 &&
+  const uintptr_t align = w_dt == DType::kQ4_K ? 3 : (w_dt == DType::kQ6_K ? 1 : 0);
+  return (w_dt == DType::kQ4_K || w_dt == DType::kQ6_K) &&
+         (reinterpret_cast<uintptr_t>(w) & align) == 0 && k % 256 == 0 &&
          k > 0 && k <= kMmqMaxK && m > 8 && m <= kMmqMaxTokens && n > 0 &&
          m * n <= kMmqPartialFloats && is_float(x_dt) && is_float(out_dt);
 }
@@ -261,8 +371,8 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
                         bool accumulate, const void* bias, DType bias_dt,
                         const QuantMmqScratch& sc) {
   if (!quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
-    return unsupported("quant mmq: q4_k weights, k a multiple of 256, 9..64 tokens, outputs "
-                       "within its scratch");
+    return unsupported("quant mmq: q4_k / q6_k weights, k a multiple of 256, 9..64 tokens, "
+                       "outputs within its scratch");
   if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
   // 1. The activations.
   const dim3 qgrid(static_cast<unsigned>((k / 256 + 7) / 8), static_cast<unsigned>(m));
@@ -282,10 +392,12 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, kMmqPartialFloats / (m * n)));
   const int64_t per = (steps + splits - 1) / splits;
   splits = (steps + per - 1) / per;
-  (void)launch_pdl(mmq_q4k_kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)),
-                   kWarps * 32, 0, s, static_cast<const uint8_t*>(w), dtype_bytes(w_dt, k), n, k,
-                   static_cast<int>(m), static_cast<int>(per), sc.xq, sc.xd, sc.xsum, sc.partials);
-  FERRITE_RETURN_IF_ERROR(check_launch("mmq_q4k"));
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
+  auto kernel = w_dt == DType::kQ4_K ? mmq_kernel<qblocks::kFmtQ4_K> : mmq_kernel<qblocks::kFmtQ6_K>;
+  (void)launch_pdl(kernel, grid, kWarps * 32, 0, s, static_cast<const uint8_t*>(w),
+                   dtype_bytes(w_dt, k), n, k, static_cast<int>(m), static_cast<int>(per), sc.xq,
+                   sc.xd, sc.xsum, sc.partials);
+  FERRITE_RETURN_IF_ERROR(check_launch("mmq_product"));
   // 3. The splits' sums.
   const int64_t mn = m * n;
   (void)launch_pdl(mmq_reduce_kernel, grid_for(mn, 256), 256, 0, s, sc.partials,

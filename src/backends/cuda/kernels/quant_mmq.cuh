@@ -1,19 +1,21 @@
-// Products of 9 to 64 tokens on q4_k block weights on the int8 tensor cores
-// (Tuning::cuda_quant_mmq_tokens; off by default until measured):
+// Products of 9 to 64 tokens on q4_k and q6_k block weights on the int8
+// tensor cores (Tuning::cuda_quant_mmq_tokens; off by default until measured):
 //
 //   out[t, r] (= or +=) sum_e w[r, e] x'[t, e] (+ bias[r])
 //
 // with w the reference dequantization of the blocks and x' the activations
 // quantized to int8 per token and 256 elements (scale amax / 127, the CPU
 // k-quant dot products' numerics, quant_dot_impl.h): per 256-block
-//   d * sum_j sc_j (q_j . xq_j) - dmin * sum_j m_j sum(xq_j)
+//   q4_k: d * sum_j sc_j (q_j . xq_j) - dmin * sum_j m_j sum(xq_j)
+//   q6_k: d * sum_s sc_s ((q_s - 32) . xq_s)   (16 sub-blocks of 16)
 // in integers (exact), times the activation scale, added in f32.
 //
 // Three launches: the activations' quantization (int8 rows, one scale per
 // 256, the int32 sums of each 32), the product (a block of 4 warps takes 64
 // rows x all the tokens over a range of 256-blocks; a warp's 16 rows meet the
-// tokens in m16n8k32 int8 mma, the A fragments straight from the blocks'
-// nibbles, the sub-block scales applied to the int32 results), then the sum
+// tokens in m16n8k32 (q4_k) / m16n8k16 (q6_k) int8 mma, the A fragments
+// straight from the blocks' codes, the sub-block scales applied to the int32
+// results), then the sum
 // of the k splits in split order (deterministic) with bias / accumulate.
 //
 // Unlike dequantizing for cuBLASLt (a 16-bit write and read of every weight
@@ -46,15 +48,15 @@ struct QuantMmqScratch {
 Status quant_mmq_alloc(QuantMmqScratch* sc);
 void quant_mmq_free(QuantMmqScratch* sc);
 
-// True when launch_quant_mmq runs this product: q4_k weights (4-byte aligned),
-// k a multiple of 256 up to kMmqMaxK, 9..kMmqMaxTokens tokens, m x n outputs
-// within the partial sums' room (kMmqPartialFloats), x f32 / bf16 / f16, out
-// f32 / bf16 / f16.
+// True when launch_quant_mmq runs this product: q4_k (4-byte aligned) or q6_k
+// (2-byte aligned) weights, k a multiple of 256 up to kMmqMaxK,
+// 9..kMmqMaxTokens tokens, m x n outputs within the partial sums' room
+// (kMmqPartialFloats), x f32 / bf16 / f16, out f32 / bf16 / f16.
 bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64_t k, int64_t n,
                          DType out_dt);
 
 // out [m, n] (row-major, out_dt) (= or +=) x [m, k] (row-major) . W^T (+ bias
-// [n]); W [n, k] in q4_k blocks.
+// [n]); W [n, k] in q4_k or q6_k blocks.
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                         int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt,
