@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 
 namespace ferrite::cuda {
@@ -17,11 +18,14 @@ constexpr int kXStride = 256 + 16;       // bytes a token row of staged activati
                                          // B fragments' 8 tokens x 4 words hit distinct banks
 
 // Activations to int8, per token and 256 elements: a warp a 256-block, 8
-// elements a lane (lanes 4j .. 4j + 3 hold sub-block j). xq [m, k], xd [m,
-// k / 256], xsum [m, k / 32] (the sums of each 32 q).
+// elements a lane (lanes 4j .. 4j + 3 hold sub-block j). xq [m, k]; per
+// 256-block sb, token t: xd [sb, t] (kMmqMaxTokens a step, so that a step's
+// scales and sums are contiguous for the product's asynchronous copies) and
+// xsum [sb, t] (4 words: the sums of each 32 q as int16 pairs, |sum| <= 32 *
+// 127).
 template <typename T>
 __global__ void mmq_quantize_kernel(const T* __restrict__ x, int64_t k, int8_t* __restrict__ xq,
-                                    float* __restrict__ xd, int32_t* __restrict__ xsum) {
+                                    float* __restrict__ xd, uint32_t* __restrict__ xsum) {
   pdl_launch_dependents();
   pdl_wait();
   const int lane = threadIdx.x & 31;
@@ -49,8 +53,12 @@ __global__ void mmq_quantize_kernel(const T* __restrict__ x, int64_t k, int8_t* 
   *reinterpret_cast<uint2*>(xq + t * k + sb * 256 + lane * 8) = make_uint2(packed[0], packed[1]);
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  if ((lane & 3) == 0) xsum[t * (k / 32) + sb * 8 + lane / 4] = sum;
-  if (lane == 0) xd[t * (k / 256) + sb] = amax / 127.0f;
+  // Lane 8p holds sub-block 2p's sum, lane 8p + 4 sub-block 2p + 1's.
+  const int next = __shfl_down_sync(0xffffffffu, sum, 4);
+  const int64_t slot = sb * kMmqMaxTokens + t;
+  if ((lane & 7) == 0)
+    xsum[slot * 4 + lane / 8] = (static_cast<uint32_t>(sum) & 0xFFFFu) | (static_cast<uint32_t>(next) << 16);
+  if (lane == 0) xd[slot] = amax / 127.0f;
 }
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -96,37 +104,65 @@ __device__ __forceinline__ void q4k_scale_min(const uint32_t (&s)[3], int j, int
   }
 }
 
-// The activations staged for one 256-block step, shared by a block's warps.
+constexpr int kQ4kBytes = 144, kQ6kBytes = 210;
+
+// One pipeline stage of a block: a 256-block step's staged activations (all
+// formats) and, for q4_k, its 64 rows' weight blocks; the kernel holds two.
+template <int F>
 struct MmqStage {
+  static constexpr bool kWeights = F == qblocks::kFmtQ4_K;
   uint8_t x[kMmqMaxTokens * kXStride];  // int8, a token a row
-  float d[kMmqMaxTokens];               // scales (0 past m)
-  int32_t sum[kMmqMaxTokens][8];        // the sums of each 32 (q4_k's mins)
+  float d[kMmqMaxTokens];               // scales
+  uint32_t sum[kMmqMaxTokens * 4];      // q4_k: int16 pairs of the sums of 32
+  uint8_t w[kWeights ? kRowsPerBlock * kQ4kBytes : 16];
 };
 
-// One 256-block of a warp's rows ra (pa) and rb (pb; nullptr past n) against
-// the nt staged 8-token tiles: acc[t][i] += the block's contribution to
-// (row ra for i < 2 else rb, token 8 t + 2 tig + (i & 1)).
+// Issues the asynchronous copies of step sb into stage b (one commit group).
+// Token rows past m copy whatever the scratch holds there: they only reach
+// outputs of tokens past m, which are never stored. Weight rows past n are
+// zero-filled from row 0's address.
+template <int F>
+__device__ __forceinline__ void mmq_issue(MmqStage<F>& b, int64_t sb, int staged, int64_t k,
+                                          const int8_t* xq, const float* xd,
+                                          const uint32_t* xsum, const uint8_t* w,
+                                          int64_t row_bytes, int64_t row0, int64_t n, int tid) {
+  constexpr int kThreads = kWarps * 32;
+  for (int i = tid; i < staged * 16; i += kThreads) {
+    const int t = i >> 4, c = i & 15;
+    cp_async16(b.x + t * kXStride + c * 16, xq + t * k + sb * 256 + c * 16, true);
+  }
+  for (int i = tid; i < staged / 4; i += kThreads)
+    cp_async16(b.d + 4 * i, xd + sb * kMmqMaxTokens + 4 * i, true);
+  if constexpr (MmqStage<F>::kWeights) {
+    for (int i = tid; i < staged; i += kThreads)
+      cp_async16(b.sum + 4 * i, xsum + (sb * kMmqMaxTokens + i) * 4, true);
+    constexpr int kChunks = kQ4kBytes / 16;
+    for (int i = tid; i < kRowsPerBlock * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const bool valid = row0 + r < n;
+      cp_async16(b.w + r * kQ4kBytes + c * 16,
+                 w + (valid ? (row0 + r) * row_bytes + sb * kQ4kBytes + c * 16 : 0), valid);
+    }
+  }
+  cp_async_commit();
+}
+
+// One 256-block of a warp's rows (ra: block bytes pa, rb = ra + 8: pb, in
+// the stage's shared memory) against the nt staged 8-token tiles: acc[t][i]
+// += the block's contribution to (row ra for i < 2 else rb, token 8 t + 2
+// tig + (i & 1)).
 //
 // q4_k: d * sum_j sc_j (q_j . xq_j) - dmin * sum_j m_j sum(xq_j), the codes
 // 0..15 straight from the nibbles (sub-blocks 2c / 2c + 1: the low / high
-// nibbles of the same 32 bytes), one m16n8k32 a sub-block and token tile.
+// nibbles of the same 32 bytes), one m16n8k32 a sub-block and token tile;
+// the mins' sums as 4 dp2a (int16 sums x int8 mins).
 __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* pb,
-                                             const MmqStage& xs, int nt, int gid, int tig,
-                                             float (&acc)[8][4]) {
-  uint32_t sa[3] = {0, 0, 0}, sbw[3] = {0, 0, 0};
-  float da = 0.0f, dmina = 0.0f, db = 0.0f, dminb = 0.0f;
-  if (pa) {
-    da = qblocks::ld_half(pa);
-    dmina = qblocks::ld_half(pa + 2);
-#pragma unroll
-    for (int i = 0; i < 3; ++i) sa[i] = ld32(pa + 4 + 4 * i);
-  }
-  if (pb) {
-    db = qblocks::ld_half(pb);
-    dminb = qblocks::ld_half(pb + 2);
-#pragma unroll
-    for (int i = 0; i < 3; ++i) sbw[i] = ld32(pb + 4 + 4 * i);
-  }
+                                             const MmqStage<qblocks::kFmtQ4_K>& xs, int nt,
+                                             int gid, int tig, float (&acc)[8][4]) {
+  auto lds32 = [](const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); };
+  const uint32_t dda = lds32(pa), ddb = lds32(pb);  // d | dmin << 16
+  const uint32_t sa[3] = {lds32(pa + 4), lds32(pa + 8), lds32(pa + 12)};
+  const uint32_t sbw[3] = {lds32(pb + 4), lds32(pb + 8), lds32(pb + 12)};
   int scA[8], mnA[8], scB[8], mnB[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -141,8 +177,8 @@ __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* p
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     const int off = 16 + 32 * c + tig * 4;
-    const uint32_t qa_lo = pa ? ld32(pa + off) : 0u, qa_hi = pa ? ld32(pa + off + 16) : 0u;
-    const uint32_t qb_lo = pb ? ld32(pb + off) : 0u, qb_hi = pb ? ld32(pb + off + 16) : 0u;
+    const uint32_t qa_lo = lds32(pa + off), qa_hi = lds32(pa + off + 16);
+    const uint32_t qb_lo = lds32(pb + off), qb_hi = lds32(pb + off + 16);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int j = 2 * c + h;
@@ -154,10 +190,8 @@ __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* p
       for (int t = 0; t < 8; ++t) {
         if (t < nt) {
           const uint8_t* xb = xs.x + (8 * t + gid) * kXStride + 32 * j + tig * 4;
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xb);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xb + 16);
           int cc[4] = {0, 0, 0, 0};
-          mma_s8(cc, a0, a1, a2, a3, b0, b1);
+          mma_s8(cc, a0, a1, a2, a3, lds32(xb), lds32(xb + 16));
           s1i[t][0] += scA[j] * cc[0];
           s1i[t][1] += scA[j] * cc[1];
           s1i[t][2] += scB[j] * cc[2];
@@ -166,6 +200,13 @@ __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* p
       }
     }
   }
+  auto pack4 = [](const int* v) {
+    return static_cast<uint32_t>(v[0]) | (static_cast<uint32_t>(v[1]) << 8) |
+           (static_cast<uint32_t>(v[2]) << 16) | (static_cast<uint32_t>(v[3]) << 24);
+  };
+  const uint32_t mwA[2] = {pack4(mnA), pack4(mnA + 4)}, mwB[2] = {pack4(mnB), pack4(mnB + 4)};
+  const float da = qblocks::half_bits(dda & 0xFFFFu), dmina = qblocks::half_bits(dda >> 16);
+  const float db = qblocks::half_bits(ddb & 0xFFFFu), dminb = qblocks::half_bits(ddb >> 16);
   // The block's f32 step: xd * (d * S1 - dmin * sum_j m_j sum(xq_j)).
 #pragma unroll
   for (int t = 0; t < 8; ++t) {
@@ -174,9 +215,12 @@ __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* p
       for (int i = 0; i < 4; ++i) {
         const int tok = 8 * t + tig * 2 + (i & 1);
         const bool lo = i < 2;
-        int mm = 0;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) mm += (lo ? mnA[j] : mnB[j]) * xs.sum[tok][j];
+        const uint4 su = *reinterpret_cast<const uint4*>(xs.sum + 4 * tok);
+        const uint32_t* mw = lo ? mwA : mwB;
+        const int mm = __dp2a_hi(static_cast<int>(su.w), static_cast<int>(mw[1]),
+                       __dp2a_lo(static_cast<int>(su.z), static_cast<int>(mw[1]),
+                       __dp2a_hi(static_cast<int>(su.y), static_cast<int>(mw[0]),
+                       __dp2a_lo(static_cast<int>(su.x), static_cast<int>(mw[0]), 0))));
         const float d = lo ? da : db, dmin = lo ? dmina : dminb;
         acc[t][i] = fmaf(xs.d[tok],
                          fmaf(d, static_cast<float>(s1i[t][i]), -dmin * static_cast<float>(mm)),
@@ -186,26 +230,38 @@ __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* p
   }
 }
 
+// q6_k weights as a lane reads them (global memory: 210-byte blocks keep
+// 2-byte alignment only, too little for cp.async), loaded ahead of the
+// stage's barrier.
+struct Q6kLane {
+  uint32_t ql[2][2][2];  // [half h][k half kh][gl]: 4 low-bit bytes
+  uint32_t qh[2][2];     // [h][kh]: 4 high-bit bytes
+  uint32_t sc[4];        // the 16 int8 scales
+  float d;
+};
+__device__ __forceinline__ void q6k_load(const uint8_t* p, bool valid, int tig, Q6kLane& q) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int kh = 0; kh < 2; ++kh) {
+      const int lo = 16 * kh + tig * 4;
+      q.qh[h][kh] = valid ? ld32_a2(p + 128 + 32 * h + lo) : 0u;
+#pragma unroll
+      for (int gl = 0; gl < 2; ++gl) q.ql[h][kh][gl] = valid ? ld32_a2(p + 64 * h + 32 * gl + lo) : 0u;
+    }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) q.sc[i] = valid ? ld32_a2(p + 192 + 4 * i) : 0u;
+  q.d = valid ? qblocks::ld_half(p + 208) : 0.0f;
+}
+
 // q6_k: d * sum_s sc_s (q_s - 32) . xq_s over its 16 sub-blocks of 16, the
 // codes (4 low bits of ql, 2 high of qh) to signed bytes q - 32, one
 // m16n8k16 a sub-block and token tile. Element 128 h + 32 g + l of the
 // block: low nibble (g < 2) or high (g >= 2) of ql[64 h + 32 (g & 1) + l],
 // bits 2 g of qh[32 h + l], scale s = 8 h + 2 g + l / 16.
-__device__ __forceinline__ void mmq_step_q6k(const uint8_t* pa, const uint8_t* pb,
-                                             const MmqStage& xs, int nt, int gid, int tig,
-                                             float (&acc)[8][4]) {
-  uint32_t sa[4] = {0, 0, 0, 0}, sbw[4] = {0, 0, 0, 0};
-  float da = 0.0f, db = 0.0f;
-  if (pa) {
-    da = qblocks::ld_half(pa + 208);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sa[i] = ld32_a2(pa + 192 + 4 * i);
-  }
-  if (pb) {
-    db = qblocks::ld_half(pb + 208);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sbw[i] = ld32_a2(pb + 192 + 4 * i);
-  }
+__device__ __forceinline__ void mmq_step_q6k(const Q6kLane& A, const Q6kLane& B,
+                                             const MmqStage<qblocks::kFmtQ6_K>& xs, int nt,
+                                             int gid, int tig, float (&acc)[8][4]) {
   int s1i[8][4];
 #pragma unroll
   for (int t = 0; t < 8; ++t)
@@ -216,22 +272,19 @@ __device__ __forceinline__ void mmq_step_q6k(const uint8_t* pa, const uint8_t* p
 #pragma unroll
     for (int kh = 0; kh < 2; ++kh) {
       const int lo = 16 * kh + tig * 4;  // the lane's 4 of the 32 l's
-      const uint32_t ha = pa ? ld32_a2(pa + 128 + 32 * h + lo) : 0u;
-      const uint32_t hb = pb ? ld32_a2(pb + 128 + 32 * h + lo) : 0u;
 #pragma unroll
       for (int gl = 0; gl < 2; ++gl) {
-        const uint32_t la = pa ? ld32_a2(pa + 64 * h + 32 * gl + lo) : 0u;
-        const uint32_t lb = pb ? ld32_a2(pb + 64 * h + 32 * gl + lo) : 0u;
 #pragma unroll
         for (int gh = 0; gh < 2; ++gh) {
           const int g = gl + 2 * gh, s = 8 * h + 2 * g + kh;
-          auto codes = [&](uint32_t l, uint32_t hi) {
-            const uint32_t q = ((l >> (4 * gh)) & 0x0F0F0F0Fu) | (((hi >> (2 * g)) & 0x03030303u) << 4);
-            return qblocks::sub_codes4(q, 0x20202020u);
+          auto codes = [&](const Q6kLane& q) {
+            const uint32_t v = ((q.ql[h][kh][gl] >> (4 * gh)) & 0x0F0F0F0Fu) |
+                               (((q.qh[h][kh] >> (2 * g)) & 0x03030303u) << 4);
+            return qblocks::sub_codes4(v, 0x20202020u);
           };
-          const uint32_t a0 = codes(la, ha), a1 = codes(lb, hb);
-          const int scA = static_cast<int8_t>((sa[s >> 2] >> (8 * (s & 3))) & 0xFF);
-          const int scB = static_cast<int8_t>((sbw[s >> 2] >> (8 * (s & 3))) & 0xFF);
+          const uint32_t a0 = codes(A), a1 = codes(B);
+          const int scA = static_cast<int8_t>((A.sc[s >> 2] >> (8 * (s & 3))) & 0xFF);
+          const int scB = static_cast<int8_t>((B.sc[s >> 2] >> (8 * (s & 3))) & 0xFF);
 #pragma unroll
           for (int t = 0; t < 8; ++t) {
             if (t < nt) {
@@ -255,21 +308,27 @@ __device__ __forceinline__ void mmq_step_q6k(const uint8_t* pa, const uint8_t* p
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int tok = 8 * t + tig * 2 + (i & 1);
-        acc[t][i] = fmaf(xs.d[tok] * (i < 2 ? da : db), static_cast<float>(s1i[t][i]), acc[t][i]);
+        acc[t][i] = fmaf(xs.d[tok] * (i < 2 ? A.d : B.d), static_cast<float>(s1i[t][i]), acc[t][i]);
       }
     }
   }
 }
 
-// partials [split, m, n] (f32): block (row tile, split) over the 256-blocks
-// [split * per, min(steps, (split + 1) * per)).
 template <int F>
-__global__ void __launch_bounds__(kWarps * 32)
+constexpr size_t mmq_smem_bytes() {
+  return 2 * sizeof(MmqStage<F>);
+}
+
+// partials [split, m, n] (f32): block (row tile, split) over the 256-blocks
+// [split * per, min(steps, (split + 1) * per)), two stages in flight: step
+// sb + 1's copies are issued before step sb's product.
+template <int F>
+__global__ void __launch_bounds__(kWarps * 32, 3)
     mmq_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k, int m,
                int per, const int8_t* __restrict__ xq, const float* __restrict__ xd,
-               const int32_t* __restrict__ xsum, float* __restrict__ partials) {
-  constexpr int64_t kBlockBytes = F == qblocks::kFmtQ4_K ? 144 : 210;
-  __shared__ __align__(16) MmqStage xs;
+               const uint32_t* __restrict__ xsum, float* __restrict__ partials) {
+  extern __shared__ __align__(16) uint8_t mmq_smem[];
+  auto* stages = reinterpret_cast<MmqStage<F>*>(mmq_smem);
   pdl_launch_dependents();
   pdl_wait();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -278,7 +337,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t s0 = static_cast<int64_t>(blockIdx.y) * per;
   const int64_t s1 = min(steps, s0 + per);
   const int nt = (m + 7) / 8, staged = 8 * nt;
-  const int64_t ra = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp * 16 + gid;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int64_t ra = row0 + warp * 16 + gid;
   const int64_t rb = ra + 8;
   float acc[8][4];
 #pragma unroll
@@ -286,27 +346,36 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
 
+  mmq_issue<F>(stages[0], s0, staged, k, xq, xd, xsum, w, row_bytes, row0, n, tid);
   for (int64_t sb = s0; sb < s1; ++sb) {
-    __syncthreads();  // the previous step's reads of xs are done
-    // The step's activations: the token tiles' rows x 256 bytes (zeros past m).
-    for (int i = tid; i < staged * 16; i += kWarps * 32) {
-      const int t = i >> 4, c = i & 15;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (t < m) v = *reinterpret_cast<const uint4*>(xq + t * k + sb * 256 + c * 16);
-      *reinterpret_cast<uint4*>(xs.x + t * kXStride + c * 16) = v;
-    }
-    for (int i = tid; i < staged; i += kWarps * 32) xs.d[i] = i < m ? xd[i * (k / 256) + sb] : 0.0f;
-    if constexpr (F == qblocks::kFmtQ4_K) {
-      for (int i = tid; i < staged * 8; i += kWarps * 32) {
-        const int t = i >> 3, j = i & 7;
-        xs.sum[t][j] = t < m ? xsum[t * (k / 32) + sb * 8 + j] : 0;
+    MmqStage<F>& cur = stages[(sb - s0) & 1];
+    if constexpr (F == qblocks::kFmtQ6_K) {
+      // This step's weights from global memory, in flight across the wait.
+      Q6kLane A, B;
+      q6k_load(w + min(ra, n - 1) * row_bytes + sb * kQ6kBytes, ra < n, tig, A);
+      q6k_load(w + min(rb, n - 1) * row_bytes + sb * kQ6kBytes, rb < n, tig, B);
+      if (sb + 1 < s1) {
+        mmq_issue<F>(stages[(sb + 1 - s0) & 1], sb + 1, staged, k, xq, xd, xsum, w, row_bytes,
+                     row0, n, tid);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
       }
+      __syncthreads();
+      mmq_step_q6k(A, B, cur, nt, gid, tig, acc);
+    } else {
+      if (sb + 1 < s1) {
+        mmq_issue<F>(stages[(sb + 1 - s0) & 1], sb + 1, staged, k, xq, xd, xsum, w, row_bytes,
+                     row0, n, tid);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      const uint8_t* pa = cur.w + (warp * 16 + gid) * kQ4kBytes;
+      mmq_step_q4k(pa, pa + 8 * kQ4kBytes, cur, nt, gid, tig, acc);
     }
-    __syncthreads();
-    const uint8_t* pa = ra < n ? w + ra * row_bytes + sb * kBlockBytes : nullptr;
-    const uint8_t* pb = rb < n ? w + rb * row_bytes + sb * kBlockBytes : nullptr;
-    if constexpr (F == qblocks::kFmtQ4_K) mmq_step_q4k(pa, pb, xs, nt, gid, tig, acc);
-    else mmq_step_q6k(pa, pb, xs, nt, gid, tig, acc);
+    __syncthreads();  // every warp is done with cur before step sb + 2's copies land in it
   }
   float* part = partials + static_cast<int64_t>(blockIdx.y) * m * n;
 #pragma unroll
@@ -341,8 +410,14 @@ __global__ void mmq_reduce_kernel(const float* __restrict__ partials, int splits
 Status quant_mmq_alloc(QuantMmqScratch* sc) {
   FERRITE_CUDA_RETURN(cudaMalloc(&sc->xq, kMmqMaxTokens * kMmqMaxK));
   FERRITE_CUDA_RETURN(cudaMalloc(&sc->xd, kMmqMaxTokens * (kMmqMaxK / 256) * sizeof(float)));
-  FERRITE_CUDA_RETURN(cudaMalloc(&sc->xsum, kMmqMaxTokens * (kMmqMaxK / 32) * sizeof(int32_t)));
+  FERRITE_CUDA_RETURN(
+      cudaMalloc(&sc->xsum, kMmqMaxTokens * (kMmqMaxK / 256) * 4 * sizeof(uint32_t)));
   FERRITE_CUDA_RETURN(cudaMalloc(&sc->partials, kMmqPartialFloats * sizeof(float)));
+  // Token rows past a product's m are copied (never used): defined values.
+  FERRITE_CUDA_RETURN(cudaMemset(sc->xq, 0, kMmqMaxTokens * kMmqMaxK));
+  FERRITE_CUDA_RETURN(cudaMemset(sc->xd, 0, kMmqMaxTokens * (kMmqMaxK / 256) * sizeof(float)));
+  FERRITE_CUDA_RETURN(
+      cudaMemset(sc->xsum, 0, kMmqMaxTokens * (kMmqMaxK / 256) * 4 * sizeof(uint32_t)));
   return Status::ok();
 }
 
@@ -359,7 +434,9 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
   auto is_float = [](DType d) {
     return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
   };
-  const uintptr_t align = w_dt == DType::kQ4_K ? 3 : (w_dt == DType::kQ6_K ? 1 : 0);
+  // q4_k blocks go to shared memory by 16-byte asynchronous copies; q6_k's
+  // are read as 16-bit halves.
+  const uintptr_t align = w_dt == DType::kQ4_K ? 15 : (w_dt == DType::kQ6_K ? 1 : 0);
   return (w_dt == DType::kQ4_K || w_dt == DType::kQ6_K) &&
          (reinterpret_cast<uintptr_t>(w) & align) == 0 && k % 256 == 0 &&
          k > 0 && k <= kMmqMaxK && m > 8 && m <= kMmqMaxTokens && n > 0 &&
@@ -383,18 +460,31 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   });
   if (!ok) return bad_dtype("quant mmq input", x_dt);
   FERRITE_RETURN_IF_ERROR(check_launch("mmq_quantize"));
-  // 2. The product: about 4 blocks an SM, k split to get there, as the
-  // partial sums' room allows.
+  // 2. The product: about 3 blocks an SM (their registers' limit), k split
+  // to get there, as the partial sums' room allows.
   const int64_t steps = k / 256;
   const int64_t tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-  int64_t splits = std::clamp<int64_t>((4 * static_cast<int64_t>(num_sms) + tiles - 1) / tiles,
+  int64_t splits = std::clamp<int64_t>((3 * static_cast<int64_t>(num_sms) + tiles - 1) / tiles,
                                        1, steps);
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, kMmqPartialFloats / (m * n)));
   const int64_t per = (steps + splits - 1) / splits;
   splits = (steps + per - 1) / per;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
-  auto kernel = w_dt == DType::kQ4_K ? mmq_kernel<qblocks::kFmtQ4_K> : mmq_kernel<qblocks::kFmtQ6_K>;
-  (void)launch_pdl(kernel, grid, kWarps * 32, 0, s, static_cast<const uint8_t*>(w),
+  const bool q4k = w_dt == DType::kQ4_K;
+  auto kernel = q4k ? mmq_kernel<qblocks::kFmtQ4_K> : mmq_kernel<qblocks::kFmtQ6_K>;
+  const size_t smem = q4k ? mmq_smem_bytes<qblocks::kFmtQ4_K>() : mmq_smem_bytes<qblocks::kFmtQ6_K>();
+  static const bool smem_set = [] {  // above the 48 KiB default; once a process
+    bool ok = true;
+    ok &= cudaFuncSetAttribute(mmq_kernel<qblocks::kFmtQ4_K>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(mmq_smem_bytes<qblocks::kFmtQ4_K>())) == cudaSuccess;
+    ok &= cudaFuncSetAttribute(mmq_kernel<qblocks::kFmtQ6_K>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(mmq_smem_bytes<qblocks::kFmtQ6_K>())) == cudaSuccess;
+    return ok;
+  }();
+  if (!smem_set) return internal_error("quant mmq: could not raise the shared memory limit");
+  (void)launch_pdl(kernel, grid, kWarps * 32, smem, s, static_cast<const uint8_t*>(w),
                    dtype_bytes(w_dt, k), n, k, static_cast<int>(m), static_cast<int>(per), sc.xq,
                    sc.xd, sc.xsum, sc.partials);
   FERRITE_RETURN_IF_ERROR(check_launch("mmq_product"));

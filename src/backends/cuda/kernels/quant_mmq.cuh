@@ -11,12 +11,14 @@
 // in integers (exact), times the activation scale, added in f32.
 //
 // Three launches: the activations' quantization (int8 rows, one scale per
-// 256, the int32 sums of each 32), the product (a block of 4 warps takes 64
-// rows x all the tokens over a range of 256-blocks; a warp's 16 rows meet the
-// tokens in m16n8k32 (q4_k) / m16n8k16 (q6_k) int8 mma, the A fragments
-// straight from the blocks' codes, the sub-block scales applied to the int32
-// results), then the sum
-// of the k splits in split order (deterministic) with bias / accumulate.
+// 256, the sums of each 32), the product (a block of 4 warps takes 64 rows x
+// all the tokens over a range of 256-blocks, two steps in flight: the next
+// step's activations, and for q4_k its weight blocks, copied to shared memory
+// by cp.async during this one's mma; a warp's 16 rows meet the tokens in
+// m16n8k32 (q4_k) / m16n8k16 (q6_k) int8 mma, the A fragments straight from
+// the blocks' codes, the sub-block scales applied to the int32 results),
+// then the sum of the k splits in split order (deterministic) with bias /
+// accumulate.
 //
 // Unlike dequantizing for cuBLASLt (a 16-bit write and read of every weight
 // each step) or the bf16 tile (f32 decoding of every weight), a weight costs
@@ -41,14 +43,14 @@ constexpr int64_t kMmqPartialFloats = int64_t{4} << 20;
 // into them).
 struct QuantMmqScratch {
   int8_t* xq = nullptr;      // [kMmqMaxTokens, kMmqMaxK]
-  float* xd = nullptr;       // [kMmqMaxTokens, kMmqMaxK / 256]
-  int32_t* xsum = nullptr;   // [kMmqMaxTokens, kMmqMaxK / 32]
+  float* xd = nullptr;       // [kMmqMaxK / 256, kMmqMaxTokens]
+  uint32_t* xsum = nullptr;  // [kMmqMaxK / 256, kMmqMaxTokens, 4]: int16 pairs
   float* partials = nullptr; // kMmqPartialFloats
 };
 Status quant_mmq_alloc(QuantMmqScratch* sc);
 void quant_mmq_free(QuantMmqScratch* sc);
 
-// True when launch_quant_mmq runs this product: q4_k (4-byte aligned) or q6_k
+// True when launch_quant_mmq runs this product: q4_k (16-byte aligned) or q6_k
 // (2-byte aligned) weights, k a multiple of 256 up to kMmqMaxK,
 // 9..kMmqMaxTokens tokens, m x n outputs within the partial sums' room
 // (kMmqPartialFloats), x f32 / bf16 / f16, out f32 / bf16 / f16.
