@@ -82,9 +82,6 @@ __device__ __forceinline__ void mma_s8_k16(int (&c)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
-__device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
-  return __ldg(reinterpret_cast<const unsigned int*>(p));
-}
 // Four bytes at a 2-byte aligned address (q6_k's 210-byte blocks).
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) {
   const auto* h = reinterpret_cast<const unsigned short*>(p);
