@@ -3,8 +3,9 @@
 // against an f64 host product of the weights dequantized in f32 and the
 // activations quantized on the host exactly as the kernel does (int8 per
 // token and 256 elements, scale amax / 127): only the f32 arithmetic of the
-// scales and sums differs. Cases: one 256-block, token counts off the
-// 8-token tiles, rows past a 64-row block, split k, bf16 / f32 outputs,
+// scales and sums differs. Cases: one 256-block (one split, the outputs
+// written by the product itself), token counts off the 8-token tiles, rows
+// past a 64-row block, split k (a reduction launch), bf16 / f32 outputs,
 // accumulate + bias. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -140,7 +141,9 @@ TEST(CudaQuantMmqTest, MatchesTheHostProductOfTheQuantizedActivations) {
   if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
   std::mt19937 rng(1234);
   const MmqCase cases[] = {
-      {9, 64, 256, DType::kF32, false},     // one 256-block, one row block
+      {9, 64, 256, DType::kF32, false},     // one 256-block, one row block: one split,
+                                            // written directly
+      {16, 100, 256, DType::kBF16, true},   // the same with accumulate + bias
       {16, 100, 512, DType::kBF16, true},   // rows past a 64-row block
       {33, 256, 4096, DType::kF32, false},  // a partial 8-token tile, split k
       {40, 130, 768, DType::kF32, true},    // three 256-blocks (q6_k: rows 2-byte aligned)

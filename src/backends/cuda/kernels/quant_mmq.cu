@@ -311,6 +311,15 @@ __device__ __forceinline__ void mmq_step_q6k(const Q6kLane& A, const Q6kLane& B,
   }
 }
 
+// Where a single-split product writes (out [m, n] (+)= sums (+ bias)).
+struct MmqOut {
+  void* out;
+  int out_dt;
+  bool accumulate;
+  const void* bias;
+  int bias_dt;
+};
+
 template <int F>
 constexpr size_t mmq_smem_bytes() {
   return 2 * sizeof(MmqStage<F>);
@@ -323,7 +332,7 @@ template <int F>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     mmq_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k, int m,
                int per, const int8_t* __restrict__ xq, const float* __restrict__ xd,
-               const uint32_t* __restrict__ xsum, float* __restrict__ partials) {
+               const uint32_t* __restrict__ xsum, float* __restrict__ partials, MmqOut o) {
   extern __shared__ __align__(16) uint8_t mmq_smem[];
   auto* stages = reinterpret_cast<MmqStage<F>*>(mmq_smem);
   pdl_launch_dependents();
@@ -374,6 +383,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     }
     __syncthreads();  // every warp is done with cur before step sb + 2's copies land in it
   }
+  // One split: the outputs themselves; else this split's partial sums.
+  const bool direct = gridDim.y == 1;
   float* part = partials + static_cast<int64_t>(blockIdx.y) * m * n;
 #pragma unroll
   for (int t = 0; t < 8; ++t) {
@@ -381,7 +392,17 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     for (int i = 0; i < 4; ++i) {
       const int tok = 8 * t + tig * 2 + (i & 1);
       const int64_t r = i < 2 ? ra : rb;
-      if (tok < m && r < n) part[static_cast<int64_t>(tok) * n + r] = acc[t][i];
+      if (tok < m && r < n) {
+        const int64_t idx = static_cast<int64_t>(tok) * n + r;
+        if (direct) {
+          float v = acc[t][i];
+          if (o.bias) v += load_any(o.bias, o.bias_dt, r);
+          if (o.accumulate) v += load_any(o.out, o.out_dt, idx);
+          store_any(o.out, o.out_dt, idx, v);
+        } else {
+          part[idx] = acc[t][i];
+        }
+      }
     }
   }
 }
@@ -436,8 +457,8 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
   const uintptr_t align = w_dt == DType::kQ4_K ? 15 : (w_dt == DType::kQ6_K ? 1 : 0);
   return (w_dt == DType::kQ4_K || w_dt == DType::kQ6_K) &&
          (reinterpret_cast<uintptr_t>(w) & align) == 0 && k % 256 == 0 &&
-         k > 0 && k <= kMmqMaxK && m > 8 && m <= kMmqMaxTokens && n > 0 &&
-         m * n <= kMmqPartialFloats && is_float(x_dt) && is_float(out_dt);
+         k > 0 && k <= kMmqMaxK && m > 8 && m <= kMmqMaxTokens && n > 0 && is_float(x_dt) &&
+         is_float(out_dt);
 }
 
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
@@ -445,8 +466,8 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
                         bool accumulate, const void* bias, DType bias_dt,
                         const QuantMmqScratch& sc) {
   if (!quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
-    return unsupported("quant mmq: q4_k / q6_k weights, k a multiple of 256, 9..64 tokens, "
-                       "outputs within its scratch");
+    return unsupported("quant mmq: q4_k / q6_k weights, k a multiple of 256 up to 65,536, "
+                       "9..64 tokens, float activations and outputs");
   if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
   // 1. The activations.
   const dim3 qgrid(static_cast<unsigned>((k / 256 + 7) / 8), static_cast<unsigned>(m));
@@ -463,6 +484,8 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   const int64_t tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
   int64_t splits = std::clamp<int64_t>((3 * static_cast<int64_t>(num_sms) + tiles - 1) / tiles,
                                        1, steps);
+  // A single split writes the outputs directly (any m x n); more need room
+  // for their partial sums.
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, kMmqPartialFloats / (m * n)));
   const int64_t per = (steps + splits - 1) / splits;
   splits = (steps + per - 1) / per;
@@ -483,8 +506,10 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   if (!smem_set) return internal_error("quant mmq: could not raise the shared memory limit");
   (void)launch_pdl(kernel, grid, kWarps * 32, smem, s, static_cast<const uint8_t*>(w),
                    dtype_bytes(w_dt, k), n, k, static_cast<int>(m), static_cast<int>(per), sc.xq,
-                   sc.xd, sc.xsum, sc.partials);
+                   sc.xd, sc.xsum, sc.partials,
+                   MmqOut{out, dt_code(out_dt), accumulate, bias, dt_code(bias_dt)});
   FERRITE_RETURN_IF_ERROR(check_launch("mmq_product"));
+  if (splits == 1) return Status::ok();
   // 3. The splits' sums.
   const int64_t mn = m * n;
   (void)launch_pdl(mmq_reduce_kernel, grid_for(mn, 256), 256, 0, s, sc.partials,

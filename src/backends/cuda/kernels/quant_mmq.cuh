@@ -18,7 +18,7 @@
 // m16n8k32 (q4_k) / m16n8k16 (q6_k) int8 mma, the A fragments straight from
 // the blocks' codes, the sub-block scales applied to the int32 results),
 // then the sum of the k splits in split order (deterministic) with bias /
-// accumulate.
+// accumulate (a product of one split writes its outputs itself: two launches).
 //
 // Unlike dequantizing for cuBLASLt (a 16-bit write and read of every weight
 // each step) or the bf16 tile (f32 decoding of every weight), a weight costs
@@ -52,8 +52,9 @@ void quant_mmq_free(QuantMmqScratch* sc);
 
 // True when launch_quant_mmq runs this product: q4_k (16-byte aligned) or q6_k
 // (2-byte aligned) weights, k a multiple of 256 up to kMmqMaxK,
-// 9..kMmqMaxTokens tokens, m x n outputs within the partial sums' room
-// (kMmqPartialFloats), x f32 / bf16 / f16, out f32 / bf16 / f16.
+// 9..kMmqMaxTokens tokens, x f32 / bf16 / f16, out f32 / bf16 / f16 (k is
+// split only as far as the partial sums' room, kMmqPartialFloats, allows;
+// one split writes the outputs directly).
 bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64_t k, int64_t n,
                          DType out_dt);
 
