@@ -28,33 +28,25 @@ namespace {
 
 using MmqCase = testing::ProductCase;
 
-// q4_k rows of random codes, scale / min bytes and small f16 d / dmin.
-std::vector<uint8_t> q4k_weight(int64_t n, int64_t k, std::mt19937& rng) {
-  std::vector<uint8_t> w(static_cast<size_t>(dtype_bytes(DType::kQ4_K, n * k)));
+// Rows of random block bytes with small f16 scales: q4_k (d, dmin first,
+// random 6-bit scale / min bytes and codes) or q6_k (random low / high code
+// bits, int8 scales over their whole range, -128 included, d last).
+std::vector<uint8_t> random_blocks(DType w_dt, int64_t n, int64_t k, std::mt19937& rng) {
+  const bool q4k = w_dt == DType::kQ4_K;
+  const int64_t bytes = q4k ? 144 : 210;
+  std::vector<uint8_t> w(static_cast<size_t>(dtype_bytes(w_dt, n * k)));
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.5f, 2.0f);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
   for (int64_t b = 0; b < n * k / 256; ++b) {
-    uint8_t* blk = w.data() + b * 144;
-    const uint16_t d = f32_to_f16(scale(rng) / (256.0f * std::sqrt(float(k))));
-    const uint16_t dmin = f32_to_f16(scale(rng) / (512.0f * std::sqrt(float(k))));
-    std::memcpy(blk, &d, 2);
-    std::memcpy(blk + 2, &dmin, 2);
-    for (int i = 4; i < 144; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
-  }
-  return w;
-}
-
-// q6_k rows of random low / high code bits, int8 scales over their whole
-// range (-128 included) and a small f16 d.
-std::vector<uint8_t> q6k_weight(int64_t n, int64_t k, std::mt19937& rng) {
-  std::vector<uint8_t> w(static_cast<size_t>(dtype_bytes(DType::kQ6_K, n * k)));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.5f, 2.0f);
-  for (int64_t b = 0; b < n * k / 256; ++b) {
-    uint8_t* blk = w.data() + b * 210;
-    for (int i = 0; i < 208; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
-    const uint16_t d = f32_to_f16(scale(rng) / (4096.0f * std::sqrt(float(k))));
-    std::memcpy(blk + 208, &d, 2);
+    uint8_t* blk = w.data() + b * bytes;
+    const float unit = 1.0f / std::sqrt(float(k));
+    const uint16_t d = f32_to_f16(scale(rng) * unit / (q4k ? 256.0f : 4096.0f));
+    std::memcpy(q4k ? blk : blk + 208, &d, 2);
+    if (q4k) {
+      const uint16_t dmin = f32_to_f16(scale(rng) * unit / 512.0f);
+      std::memcpy(blk + 2, &dmin, 2);
+    }
   }
   return w;
 }
@@ -64,7 +56,7 @@ void run_case(DType w_dt, const MmqCase& c, std::mt19937& rng) {
                std::to_string(c.n) + " k " + std::to_string(c.k) + " out " +
                std::string(dtype_name(c.out)) + (c.accumulate_bias ? " acc+bias" : ""));
   const int64_t m = c.m, n = c.n, k = c.k;
-  const std::vector<uint8_t> wq = w_dt == DType::kQ4_K ? q4k_weight(n, k, rng) : q6k_weight(n, k, rng);
+  const std::vector<uint8_t> wq = random_blocks(w_dt, n, k, rng);
   std::vector<float> wd(static_cast<size_t>(n * k));
   dequantize_row(w_dt, wq.data(), wd.data(), n * k);
   std::normal_distribution<float> nd(0.0f, 1.0f);

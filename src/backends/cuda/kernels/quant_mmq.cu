@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/mma.cuh"
@@ -353,31 +354,30 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
 
   mmq_issue<F>(stages[0], s0, staged, k, xq, xd, xsum, w, row_bytes, row0, n, tid);
+  constexpr bool kQ6k = F == qblocks::kFmtQ6_K;
+  struct Q6kRows {
+    Q6kLane a, b;
+  };
+  struct NoRows {};
   for (int64_t sb = s0; sb < s1; ++sb) {
     MmqStage<F>& cur = stages[(sb - s0) & 1];
-    if constexpr (F == qblocks::kFmtQ6_K) {
-      // This step's weights from global memory, in flight across the wait.
-      Q6kLane A, B;
-      q6k_load(w + min(ra, n - 1) * row_bytes + sb * kQ6kBytes, ra < n, tig, A);
-      q6k_load(w + min(rb, n - 1) * row_bytes + sb * kQ6kBytes, rb < n, tig, B);
-      if (sb + 1 < s1) {
-        mmq_issue<F>(stages[(sb + 1 - s0) & 1], sb + 1, staged, k, xq, xd, xsum, w, row_bytes,
-                     row0, n, tid);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-      mmq_step_q6k(A, B, cur, nt, gid, tig, acc);
+    // q6_k: this step's weights from global memory, in flight across the wait.
+    std::conditional_t<kQ6k, Q6kRows, NoRows> rows;
+    if constexpr (kQ6k) {
+      q6k_load(w + min(ra, n - 1) * row_bytes + sb * kQ6kBytes, ra < n, tig, rows.a);
+      q6k_load(w + min(rb, n - 1) * row_bytes + sb * kQ6kBytes, rb < n, tig, rows.b);
+    }
+    if (sb + 1 < s1) {
+      mmq_issue<F>(stages[(sb + 1 - s0) & 1], sb + 1, staged, k, xq, xd, xsum, w, row_bytes, row0,
+                   n, tid);
+      cp_async_wait<1>();
     } else {
-      if (sb + 1 < s1) {
-        mmq_issue<F>(stages[(sb + 1 - s0) & 1], sb + 1, staged, k, xq, xd, xsum, w, row_bytes,
-                     row0, n, tid);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if constexpr (kQ6k) {
+      mmq_step_q6k(rows.a, rows.b, cur, nt, gid, tig, acc);
+    } else {
       const uint8_t* pa = cur.w + (warp * 16 + gid) * kQ4kBytes;
       mmq_step_q4k(pa, pa + 8 * kQ4kBytes, cur, nt, gid, tig, acc);
     }
