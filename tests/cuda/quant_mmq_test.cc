@@ -1,4 +1,4 @@
-// Products of 9 to 64 tokens on q4_k / q6_k weights through the int8 tensor-core
+// Products of 9 to 64 tokens on q4_k / q6_k / q8_0 weights through the int8 tensor-core
 // tile (kernels/quant_mmq.cuh, Tuning::cuda_quant_mmq_tokens) by gemm(),
 // against an f64 host product of the weights dequantized in f32 and the
 // activations quantized on the host exactly as the kernel does (int8 per
@@ -29,20 +29,21 @@ namespace {
 using MmqCase = testing::ProductCase;
 
 // Rows of random block bytes with small f16 scales: q4_k (d, dmin first,
-// random 6-bit scale / min bytes and codes) or q6_k (random low / high code
-// bits, int8 scales over their whole range, -128 included, d last).
+// random 6-bit scale / min bytes and codes), q6_k (random low / high code
+// bits, int8 scales over their whole range, -128 included, d last) or q8_0
+// (d first, then 32 random int8 codes).
 std::vector<uint8_t> random_blocks(DType w_dt, int64_t n, int64_t k, std::mt19937& rng) {
-  const bool q4k = w_dt == DType::kQ4_K;
-  const int64_t bytes = q4k ? 144 : 210;
+  const bool q4k = w_dt == DType::kQ4_K, q6k = w_dt == DType::kQ6_K;
+  const int64_t bytes = q4k ? 144 : (q6k ? 210 : 34), elems = q4k || q6k ? 256 : 32;
   std::vector<uint8_t> w(static_cast<size_t>(dtype_bytes(w_dt, n * k)));
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.5f, 2.0f);
   for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
-  for (int64_t b = 0; b < n * k / 256; ++b) {
+  for (int64_t b = 0; b < n * k / elems; ++b) {
     uint8_t* blk = w.data() + b * bytes;
     const float unit = 1.0f / std::sqrt(float(k));
-    const uint16_t d = f32_to_f16(scale(rng) * unit / (q4k ? 256.0f : 4096.0f));
-    std::memcpy(q4k ? blk : blk + 208, &d, 2);
+    const uint16_t d = f32_to_f16(scale(rng) * unit / (q4k ? 256.0f : (q6k ? 4096.0f : 128.0f)));
+    std::memcpy(q6k ? blk + 208 : blk, &d, 2);
     if (q4k) {
       const uint16_t dmin = f32_to_f16(scale(rng) * unit / 512.0f);
       std::memcpy(blk + 2, &dmin, 2);
@@ -141,7 +142,7 @@ TEST(CudaQuantMmqTest, MatchesTheHostProductOfTheQuantizedActivations) {
       {40, 130, 768, DType::kF32, true},    // three 256-blocks (q6_k: rows 2-byte aligned)
       {64, 4096, 2048, DType::kBF16, false},
   };
-  for (DType w_dt : {DType::kQ4_K, DType::kQ6_K})
+  for (DType w_dt : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0})
     for (const MmqCase& c : cases) run_case(w_dt, c, rng);
 }
 

@@ -103,16 +103,28 @@ __device__ __forceinline__ void q4k_scale_min(const uint32_t (&s)[3], int j, int
 }
 
 constexpr int kQ4kBytes = 144, kQ6kBytes = 210;
+constexpr int kQ80StepBytes = 8 * 34;  // a row's 8 q8_0 blocks of a 256-step
+
+// The bytes of a row's 256-step that a stage holds in shared memory (0: the
+// weights are read from global memory): q4_k and q8_0 rows are 16-byte
+// aligned (k a multiple of 256, the weights 16-byte aligned), q6_k's 210-byte
+// blocks are not.
+template <int F>
+constexpr int mmq_staged_row_bytes() {
+  return F == qblocks::kFmtQ4_K ? kQ4kBytes : (F == qblocks::kFmtQ8_0 ? kQ80StepBytes : 0);
+}
 
 // One pipeline stage of a block: a 256-block step's staged activations (all
-// formats) and, for q4_k, its 64 rows' weight blocks; the kernel holds two.
+// formats) and, for q4_k / q8_0, its 64 rows' weight blocks; the kernel
+// holds two.
 template <int F>
 struct MmqStage {
-  static constexpr bool kWeights = F == qblocks::kFmtQ4_K;
+  static constexpr int kRowBytes = mmq_staged_row_bytes<F>();
+  static constexpr bool kSums = F == qblocks::kFmtQ4_K;
   uint8_t x[kMmqMaxTokens * kXStride];  // int8, a token a row
   float d[kMmqMaxTokens];               // scales
-  uint32_t sum[kMmqMaxTokens * 4];      // q4_k: int16 pairs of the sums of 32
-  uint8_t w[kWeights ? kRowsPerBlock * kQ4kBytes : 16];
+  uint32_t sum[kSums ? kMmqMaxTokens * 4 : 4];  // q4_k: int16 pairs of the sums of 32
+  uint8_t w[kRowBytes > 0 ? kRowsPerBlock * kRowBytes : 16];
 };
 
 // Issues the asynchronous copies of step sb into stage b (one commit group).
@@ -131,15 +143,18 @@ __device__ __forceinline__ void mmq_issue(MmqStage<F>& b, int64_t sb, int staged
   }
   for (int i = tid; i < staged / 4; i += kThreads)
     cp_async16(b.d + 4 * i, xd + sb * kMmqMaxTokens + 4 * i, true);
-  if constexpr (MmqStage<F>::kWeights) {
+  if constexpr (MmqStage<F>::kSums) {
     for (int i = tid; i < staged; i += kThreads)
       cp_async16(b.sum + 4 * i, xsum + (sb * kMmqMaxTokens + i) * 4, true);
-    constexpr int kChunks = kQ4kBytes / 16;
+  }
+  constexpr int kRowBytes = MmqStage<F>::kRowBytes;
+  if constexpr (kRowBytes > 0) {
+    constexpr int kChunks = kRowBytes / 16;
     for (int i = tid; i < kRowsPerBlock * kChunks; i += kThreads) {
       const int r = i / kChunks, c = i % kChunks;
       const bool valid = row0 + r < n;
-      cp_async16(b.w + r * kQ4kBytes + c * 16,
-                 w + (valid ? (row0 + r) * row_bytes + sb * kQ4kBytes + c * 16 : 0), valid);
+      cp_async16(b.w + r * kRowBytes + c * 16,
+                 w + (valid ? (row0 + r) * row_bytes + sb * kRowBytes + c * 16 : 0), valid);
     }
   }
   cp_async_commit();
@@ -312,6 +327,58 @@ __device__ __forceinline__ void mmq_step_q6k(const Q6kLane& A, const Q6kLane& B,
   }
 }
 
+// q8_0: sum_j d_j (q_j . xq_j) over its 8 blocks of 32 (f16 d, 32 int8
+// codes), one m16n8k32 a block and token tile, the block scales in f32 on
+// the int32 results. The rows' 272 bytes sit in shared memory; block j's
+// codes start at 34 j + 2, a word boundary for odd j only: even j's words
+// are joined from two aligned ones.
+__device__ __forceinline__ uint32_t q80_word(const uint8_t* p, int off) {
+  if ((off & 3) == 0) return *reinterpret_cast<const uint32_t*>(p + off);
+  const uint32_t lo = *reinterpret_cast<const uint32_t*>(p + off - 2);
+  const uint32_t hi = *reinterpret_cast<const uint32_t*>(p + off + 2);
+  return __funnelshift_r(lo, hi, 16);
+}
+__device__ __forceinline__ void mmq_step_q80(const uint8_t* pa, const uint8_t* pb,
+                                             const MmqStage<qblocks::kFmtQ8_0>& xs, int nt,
+                                             int gid, int tig, float (&acc)[8][4]) {
+  float s1[8][4];
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s1[t][i] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int off = 34 * j + 2 + tig * 4;
+    const uint32_t a0 = q80_word(pa, off), a2 = q80_word(pa, off + 16);
+    const uint32_t a1 = q80_word(pb, off), a3 = q80_word(pb, off + 16);
+    const float da = __half2float(*reinterpret_cast<const __half*>(pa + 34 * j));
+    const float db = __half2float(*reinterpret_cast<const __half*>(pb + 34 * j));
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      if (t < nt) {
+        const uint8_t* xb = xs.x + (8 * t + gid) * kXStride + 32 * j + tig * 4;
+        int cc[4] = {0, 0, 0, 0};
+        mma_s8(cc, a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(xb),
+               *reinterpret_cast<const uint32_t*>(xb + 16));
+        s1[t][0] = fmaf(da, static_cast<float>(cc[0]), s1[t][0]);
+        s1[t][1] = fmaf(da, static_cast<float>(cc[1]), s1[t][1]);
+        s1[t][2] = fmaf(db, static_cast<float>(cc[2]), s1[t][2]);
+        s1[t][3] = fmaf(db, static_cast<float>(cc[3]), s1[t][3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    if (t < nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tok = 8 * t + tig * 2 + (i & 1);
+        acc[t][i] = fmaf(xs.d[tok], s1[t][i], acc[t][i]);
+      }
+    }
+  }
+}
+
 // Where a single-split product writes (out [m, n] (+)= sums (+ bias)).
 struct MmqOut {
   void* out;
@@ -378,8 +445,10 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     if constexpr (kQ6k) {
       mmq_step_q6k(rows.a, rows.b, cur, nt, gid, tig, acc);
     } else {
-      const uint8_t* pa = cur.w + (warp * 16 + gid) * kQ4kBytes;
-      mmq_step_q4k(pa, pa + 8 * kQ4kBytes, cur, nt, gid, tig, acc);
+      constexpr int kRowBytes = MmqStage<F>::kRowBytes;
+      const uint8_t* pa = cur.w + (warp * 16 + gid) * kRowBytes;
+      if constexpr (F == qblocks::kFmtQ4_K) mmq_step_q4k(pa, pa + 8 * kRowBytes, cur, nt, gid, tig, acc);
+      else mmq_step_q80(pa, pa + 8 * kRowBytes, cur, nt, gid, tig, acc);
     }
     __syncthreads();  // every warp is done with cur before step sb + 2's copies land in it
   }
@@ -452,10 +521,11 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
   auto is_float = [](DType d) {
     return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
   };
-  // q4_k blocks go to shared memory by 16-byte asynchronous copies; q6_k's
-  // are read as 16-bit halves.
-  const uintptr_t align = w_dt == DType::kQ4_K ? 15 : (w_dt == DType::kQ6_K ? 1 : 0);
-  return (w_dt == DType::kQ4_K || w_dt == DType::kQ6_K) &&
+  // q4_k / q8_0 blocks go to shared memory by 16-byte asynchronous copies;
+  // q6_k's are read as 16-bit halves.
+  const bool staged = w_dt == DType::kQ4_K || w_dt == DType::kQ8_0;
+  const uintptr_t align = staged ? 15 : (w_dt == DType::kQ6_K ? 1 : 0);
+  return (staged || w_dt == DType::kQ6_K) &&
          (reinterpret_cast<uintptr_t>(w) & align) == 0 && k % 256 == 0 &&
          k > 0 && k <= kMmqMaxK && m > 8 && m <= kMmqMaxTokens && n > 0 && is_float(x_dt) &&
          is_float(out_dt);
@@ -466,7 +536,7 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
                         bool accumulate, const void* bias, DType bias_dt,
                         const QuantMmqScratch& sc) {
   if (!quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
-    return unsupported("quant mmq: q4_k / q6_k weights, k a multiple of 256 up to 65,536, "
+    return unsupported("quant mmq: q4_k / q6_k / q8_0 weights, k a multiple of 256 up to 65,536, "
                        "9..64 tokens, float activations and outputs");
   if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
   // 1. The activations.
@@ -490,24 +560,25 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   const int64_t per = (steps + splits - 1) / splits;
   splits = (steps + per - 1) / per;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
-  const bool q4k = w_dt == DType::kQ4_K;
-  auto kernel = q4k ? mmq_kernel<qblocks::kFmtQ4_K> : mmq_kernel<qblocks::kFmtQ6_K>;
-  const size_t smem = q4k ? mmq_smem_bytes<qblocks::kFmtQ4_K>() : mmq_smem_bytes<qblocks::kFmtQ6_K>();
-  static const bool smem_set = [] {  // above the 48 KiB default; once a process
-    bool ok = true;
-    ok &= cudaFuncSetAttribute(mmq_kernel<qblocks::kFmtQ4_K>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(mmq_smem_bytes<qblocks::kFmtQ4_K>())) == cudaSuccess;
-    ok &= cudaFuncSetAttribute(mmq_kernel<qblocks::kFmtQ6_K>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(mmq_smem_bytes<qblocks::kFmtQ6_K>())) == cudaSuccess;
-    return ok;
-  }();
-  if (!smem_set) return internal_error("quant mmq: could not raise the shared memory limit");
-  (void)launch_pdl(kernel, grid, kWarps * 32, smem, s, static_cast<const uint8_t*>(w),
-                   dtype_bytes(w_dt, k), n, k, static_cast<int>(m), static_cast<int>(per), sc.xq,
-                   sc.xd, sc.xsum, sc.partials,
-                   MmqOut{out, dt_code(out_dt), accumulate, bias, dt_code(bias_dt)});
+  bool launched = false, smem_raised = true;
+  (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    if constexpr (F == qblocks::kFmtQ4_K || F == qblocks::kFmtQ6_K || F == qblocks::kFmtQ8_0) {
+      constexpr size_t smem = mmq_smem_bytes<F>();
+      // Above the 48 KiB default: raised once a process.
+      static const cudaError_t raised = cudaFuncSetAttribute(
+          mmq_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      smem_raised = raised == cudaSuccess;
+      if (!smem_raised) return;
+      (void)launch_pdl(mmq_kernel<F>, grid, kWarps * 32, smem, s, static_cast<const uint8_t*>(w),
+                       dtype_bytes(w_dt, k), n, k, static_cast<int>(m), static_cast<int>(per),
+                       sc.xq, sc.xd, sc.xsum, sc.partials,
+                       MmqOut{out, dt_code(out_dt), accumulate, bias, dt_code(bias_dt)});
+      launched = true;
+    }
+  });
+  if (!smem_raised) return internal_error("quant mmq: could not raise the shared memory limit");
+  if (!launched) return internal_error("quant mmq: no kernel for the format");
   FERRITE_RETURN_IF_ERROR(check_launch("mmq_product"));
   if (splits == 1) return Status::ok();
   // 3. The splits' sums.

@@ -1,4 +1,4 @@
-// Products of 9 to 64 tokens on q4_k and q6_k block weights on the int8
+// Products of 9 to 64 tokens on q4_k, q6_k and q8_0 block weights on the int8
 // tensor cores (Tuning::cuda_quant_mmq_tokens; off by default until measured):
 //
 //   out[t, r] (= or +=) sum_e w[r, e] x'[t, e] (+ bias[r])
@@ -8,17 +8,20 @@
 // k-quant dot products' numerics, quant_dot_impl.h): per 256-block
 //   q4_k: d * sum_j sc_j (q_j . xq_j) - dmin * sum_j m_j sum(xq_j)
 //   q6_k: d * sum_s sc_s ((q_s - 32) . xq_s)   (16 sub-blocks of 16)
-// in integers (exact), times the activation scale, added in f32.
+// in integers (exact), times the activation scale, added in f32;
+//   q8_0: sum_j d_j (q_j . xq_j)   (8 blocks of 32, f32 scales on the int32 sums)
+// times the activation scale.
 //
 // Three launches: the activations' quantization (int8 rows, one scale per
 // 256, the sums of each 32), the product (a block of 4 warps takes 64 rows x
 // all the tokens over a range of 256-blocks, two steps in flight: the next
-// step's activations, and for q4_k its weight blocks, copied to shared memory
-// by cp.async during this one's mma; a warp's 16 rows meet the tokens in
-// m16n8k32 (q4_k) / m16n8k16 (q6_k) int8 mma, the A fragments straight from
-// the blocks' codes, the sub-block scales applied to the int32 results),
-// then the sum of the k splits in split order (deterministic) with bias /
-// accumulate (a product of one split writes its outputs itself: two launches).
+// step's activations, and for q4_k / q8_0 its weight blocks, copied to
+// shared memory by cp.async during this one's mma; a warp's 16 rows meet
+// the tokens in m16n8k32 (q4_k, q8_0) / m16n8k16 (q6_k) int8 mma, the A
+// fragments straight from the blocks' codes, the scales applied to the int32
+// results), then the sum of the k splits in split order (deterministic) with
+// bias / accumulate (a product of one split writes its outputs itself: two
+// launches).
 //
 // Unlike dequantizing for cuBLASLt (a 16-bit write and read of every weight
 // each step) or the bf16 tile (f32 decoding of every weight), a weight costs
@@ -50,8 +53,8 @@ struct QuantMmqScratch {
 Status quant_mmq_alloc(QuantMmqScratch* sc);
 void quant_mmq_free(QuantMmqScratch* sc);
 
-// True when launch_quant_mmq runs this product: q4_k (16-byte aligned) or q6_k
-// (2-byte aligned) weights, k a multiple of 256 up to kMmqMaxK,
+// True when launch_quant_mmq runs this product: q4_k or q8_0 (16-byte aligned)
+// or q6_k (2-byte aligned) weights, k a multiple of 256 up to kMmqMaxK,
 // 9..kMmqMaxTokens tokens, x f32 / bf16 / f16, out f32 / bf16 / f16 (k is
 // split only as far as the partial sums' room, kMmqPartialFloats, allows;
 // one split writes the outputs directly).
@@ -59,7 +62,7 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
                          DType out_dt);
 
 // out [m, n] (row-major, out_dt) (= or +=) x [m, k] (row-major) . W^T (+ bias
-// [n]); W [n, k] in q4_k or q6_k blocks.
+// [n]); W [n, k] in q4_k, q6_k or q8_0 blocks.
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                         int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt,
