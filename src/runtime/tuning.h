@@ -163,8 +163,8 @@ namespace ferrite {
   X(int64_t, cuda_quant_mmq_tokens, "FERRITE_CUDA_QUANT_MMQ_TOKENS", 0,                         \
     "CUDA: products of 9 up to this many tokens (64 at most) on q4_k / q6_k / q8_0 weights run " \
     "on the int8 tensor cores (kernels/quant_mmq.cu: activations quantized to int8 per token "   \
-    "and 256 elements, the CPU dot products' numerics; the scales applied to the int32 "        \
-    "sums) ahead of the bf16 tile and dequantize + cuBLASLt (0: off). Not yet measured "        \
+    "and 256 elements (q8_0: 32), the CPU dot products' numerics; the scales applied to the "   \
+    "int32 sums) ahead of the bf16 tile and dequantize + cuBLASLt (0: off). Not yet measured "  \
     "(written without a GPU)")                                                                    \
   X(int64_t, cuda_u4_tile_tokens, "FERRITE_CUDA_U4_TILE_TOKENS", 64,                            \
     "CUDA: products of 9 up to this many tokens on 4-bit (u4_g128: GPTQ / AWQ / "               \

@@ -2,7 +2,7 @@
 // tile (kernels/quant_mmq.cuh, Tuning::cuda_quant_mmq_tokens) by gemm(),
 // against an f64 host product of the weights dequantized in f32 and the
 // activations quantized on the host exactly as the kernel does (int8 per
-// token and 256 elements, scale amax / 127): only the f32 arithmetic of the
+// token and 256 elements, q8_0 32, scale amax / 127): only the f32 arithmetic of the
 // scales and sums differs. Cases: one 256-block (one split, the outputs
 // written by the product itself), token counts off the 8-token tiles, rows
 // past a 64-row block, split k (a reduction launch), bf16 / f32 outputs,
@@ -63,17 +63,18 @@ void run_case(DType w_dt, const MmqCase& c, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<uint16_t> xh(static_cast<size_t>(m * k));
   for (uint16_t& v : xh) v = f32_to_bf16(nd(rng));
-  // The kernel's activations: int8 per token and 256 elements.
+  // The kernel's activations: int8 per token and 256 elements (q8_0: 32).
+  const int64_t group = w_dt == DType::kQ8_0 ? 32 : 256;
   std::vector<double> xqd(static_cast<size_t>(m * k));
   for (int64_t t = 0; t < m; ++t)
-    for (int64_t b = 0; b < k / 256; ++b) {
-      const uint16_t* xb = xh.data() + t * k + 256 * b;
+    for (int64_t b = 0; b < k / group; ++b) {
+      const uint16_t* xb = xh.data() + t * k + group * b;
       float amax = 0.0f;
-      for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(bf16_to_f32(xb[i])));
+      for (int i = 0; i < group; ++i) amax = std::max(amax, std::fabs(bf16_to_f32(xb[i])));
       const float id = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
-      for (int i = 0; i < 256; ++i) {
+      for (int i = 0; i < group; ++i) {
         const float q = std::clamp(std::nearbyint(bf16_to_f32(xb[i]) * id), -127.0f, 127.0f);
-        xqd[t * k + 256 * b + i] = double(q) * d;
+        xqd[t * k + group * b + i] = double(q) * d;
       }
     }
   std::vector<float> init(static_cast<size_t>(m * n), 0.0f), bias(static_cast<size_t>(n), 0.0f);

@@ -18,15 +18,17 @@ constexpr int kRowsPerBlock = 16 * kWarps;
 constexpr int kXStride = 256 + 16;       // bytes a token row of staged activations: the
                                          // B fragments' 8 tokens x 4 words hit distinct banks
 
-// Activations to int8, per token and 256 elements: a warp a 256-block, 8
-// elements a lane (lanes 4j .. 4j + 3 hold sub-block j). xq [m, k]; per
-// 256-block sb, token t: xd [sb, t] (kMmqMaxTokens a step, so that a step's
-// scales and sums are contiguous for the product's asynchronous copies) and
-// xsum [sb, t] (4 words: the sums of each 32 q as int16 pairs, |sum| <= 32 *
-// 127).
-template <typename T>
+// Activations to int8, per token and kGroup (256 or 32) elements: a warp a
+// 256-block, 8 elements a lane (lanes 4j .. 4j + 3 hold its 32-element
+// sub-block j). xq [m, k]; per 256-block sb and token t the scales (scale
+// amax / 127; kMmqMaxTokens of them a group, so that a step's scales are
+// contiguous for the product's asynchronous copies): kGroup 256: xd [sb, t];
+// kGroup 32: xd [sb, j, t]; and for kGroup 256 the sums of each 32 q as
+// int16 pairs (|sum| <= 32 * 127), xsum [sb, t] (4 words).
+template <typename T, int kGroup>
 __global__ void mmq_quantize_kernel(const T* __restrict__ x, int64_t k, int8_t* __restrict__ xq,
                                     float* __restrict__ xd, uint32_t* __restrict__ xsum) {
+  static_assert(kGroup == 256 || kGroup == 32, "256- or 32-element groups");
   pdl_launch_dependents();
   pdl_wait();
   const int lane = threadIdx.x & 31;
@@ -41,7 +43,12 @@ __global__ void mmq_quantize_kernel(const T* __restrict__ x, int64_t k, int8_t* 
     v[e] = to_f(xr[e]);
     amax = fmaxf(amax, fabsf(v[e]));
   }
-  amax = warp_max(amax);
+  if constexpr (kGroup == 256) {
+    amax = warp_max(amax);
+  } else {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  }
   const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
   uint32_t packed[2] = {0, 0};
   int sum = 0;
@@ -52,14 +59,27 @@ __global__ void mmq_quantize_kernel(const T* __restrict__ x, int64_t k, int8_t* 
     packed[e / 4] |= (static_cast<uint32_t>(q) & 0xFFu) << (8 * (e % 4));
   }
   *reinterpret_cast<uint2*>(xq + t * k + sb * 256 + lane * 8) = make_uint2(packed[0], packed[1]);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  // Lane 8p holds sub-block 2p's sum, lane 8p + 4 sub-block 2p + 1's.
-  const int next = __shfl_down_sync(0xffffffffu, sum, 4);
-  const int64_t slot = sb * kMmqMaxTokens + t;
-  if ((lane & 7) == 0)
-    xsum[slot * 4 + lane / 8] = (static_cast<uint32_t>(sum) & 0xFFFFu) | (static_cast<uint32_t>(next) << 16);
-  if (lane == 0) xd[slot] = amax / 127.0f;
+  if constexpr (kGroup == 256) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    // Lane 8p holds sub-block 2p's sum, lane 8p + 4 sub-block 2p + 1's.
+    const int next = __shfl_down_sync(0xffffffffu, sum, 4);
+    const int64_t slot = sb * kMmqMaxTokens + t;
+    if ((lane & 7) == 0)
+      xsum[slot * 4 + lane / 8] =
+          (static_cast<uint32_t>(sum) & 0xFFFFu) | (static_cast<uint32_t>(next) << 16);
+    if (lane == 0) xd[slot] = amax / 127.0f;
+  } else {
+    if ((lane & 3) == 0) xd[(sb * 8 + lane / 4) * kMmqMaxTokens + t] = amax / 127.0f;
+  }
+}
+
+// The activations' group: q8_0 products quantize them per 32 (its block),
+// the k-quants per 256 (the conformance bound of 8-bit block activations is
+// per weight block).
+template <int F>
+constexpr int mmq_act_group() {
+  return F == qblocks::kFmtQ8_0 ? 32 : 256;
 }
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -122,7 +142,7 @@ struct MmqStage {
   static constexpr int kRowBytes = mmq_staged_row_bytes<F>();
   static constexpr bool kSums = F == qblocks::kFmtQ4_K;
   uint8_t x[kMmqMaxTokens * kXStride];  // int8, a token a row
-  float d[kMmqMaxTokens];               // scales
+  float d[kMmqMaxTokens * 256 / mmq_act_group<F>()];  // scales: [group in the step, token]
   uint32_t sum[kSums ? kMmqMaxTokens * 4 : 4];  // q4_k: int16 pairs of the sums of 32
   uint8_t w[kRowBytes > 0 ? kRowsPerBlock * kRowBytes : 16];
 };
@@ -141,8 +161,12 @@ __device__ __forceinline__ void mmq_issue(MmqStage<F>& b, int64_t sb, int staged
     const int t = i >> 4, c = i & 15;
     cp_async16(b.x + t * kXStride + c * 16, xq + t * k + sb * 256 + c * 16, true);
   }
-  for (int i = tid; i < staged / 4; i += kThreads)
-    cp_async16(b.d + 4 * i, xd + sb * kMmqMaxTokens + 4 * i, true);
+  constexpr int kGroups = 256 / mmq_act_group<F>();  // scale rows a step
+  for (int i = tid; i < kGroups * staged / 4; i += kThreads) {
+    const int g = i / (staged / 4), c = i % (staged / 4);
+    cp_async16(b.d + g * kMmqMaxTokens + 4 * c,
+               xd + (sb * kGroups + g) * kMmqMaxTokens + 4 * c, true);
+  }
   if constexpr (MmqStage<F>::kSums) {
     for (int i = tid; i < staged; i += kThreads)
       cp_async16(b.sum + 4 * i, xsum + (sb * kMmqMaxTokens + i) * 4, true);
@@ -327,11 +351,11 @@ __device__ __forceinline__ void mmq_step_q6k(const Q6kLane& A, const Q6kLane& B,
   }
 }
 
-// q8_0: sum_j d_j (q_j . xq_j) over its 8 blocks of 32 (f16 d, 32 int8
-// codes), one m16n8k32 a block and token tile, the block scales in f32 on
-// the int32 results. The rows' 272 bytes sit in shared memory; block j's
-// codes start at 34 j + 2, a word boundary for odd j only: even j's words
-// are joined from two aligned ones.
+// q8_0: sum_j d_j xd_j (q_j . xq_j) over its 8 blocks of 32 (f16 d, 32
+// int8 codes; the activations' scales xd_j per block too), one m16n8k32 a
+// block and token tile, both scales in f32 on the int32 results. The rows'
+// 272 bytes sit in shared memory; block j's codes start at 34 j + 2, a word
+// boundary for odd j only: even j's words are joined from two aligned ones.
 __device__ __forceinline__ uint32_t q80_word(const uint8_t* p, int off) {
   if ((off & 3) == 0) return *reinterpret_cast<const uint32_t*>(p + off);
   const uint32_t lo = *reinterpret_cast<const uint32_t*>(p + off - 2);
@@ -341,11 +365,6 @@ __device__ __forceinline__ uint32_t q80_word(const uint8_t* p, int off) {
 __device__ __forceinline__ void mmq_step_q80(const uint8_t* pa, const uint8_t* pb,
                                              const MmqStage<qblocks::kFmtQ8_0>& xs, int nt,
                                              int gid, int tig, float (&acc)[8][4]) {
-  float s1[8][4];
-#pragma unroll
-  for (int t = 0; t < 8; ++t)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) s1[t][i] = 0.0f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int off = 34 * j + 2 + tig * 4;
@@ -360,20 +379,12 @@ __device__ __forceinline__ void mmq_step_q80(const uint8_t* pa, const uint8_t* p
         int cc[4] = {0, 0, 0, 0};
         mma_s8(cc, a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(xb),
                *reinterpret_cast<const uint32_t*>(xb + 16));
-        s1[t][0] = fmaf(da, static_cast<float>(cc[0]), s1[t][0]);
-        s1[t][1] = fmaf(da, static_cast<float>(cc[1]), s1[t][1]);
-        s1[t][2] = fmaf(db, static_cast<float>(cc[2]), s1[t][2]);
-        s1[t][3] = fmaf(db, static_cast<float>(cc[3]), s1[t][3]);
-      }
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    if (t < nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int tok = 8 * t + tig * 2 + (i & 1);
-        acc[t][i] = fmaf(xs.d[tok], s1[t][i], acc[t][i]);
+        // Tokens 8 t + 2 tig and the next: adjacent scales.
+        const float2 xd = *reinterpret_cast<const float2*>(xs.d + j * kMmqMaxTokens + 8 * t + 2 * tig);
+        acc[t][0] = fmaf(da * xd.x, static_cast<float>(cc[0]), acc[t][0]);
+        acc[t][1] = fmaf(da * xd.y, static_cast<float>(cc[1]), acc[t][1]);
+        acc[t][2] = fmaf(db * xd.x, static_cast<float>(cc[2]), acc[t][2]);
+        acc[t][3] = fmaf(db * xd.y, static_cast<float>(cc[3]), acc[t][3]);
       }
     }
   }
@@ -496,13 +507,13 @@ __global__ void mmq_reduce_kernel(const float* __restrict__ partials, int splits
 
 Status quant_mmq_alloc(QuantMmqScratch* sc) {
   FERRITE_CUDA_RETURN(cudaMalloc(&sc->xq, kMmqMaxTokens * kMmqMaxK));
-  FERRITE_CUDA_RETURN(cudaMalloc(&sc->xd, kMmqMaxTokens * (kMmqMaxK / 256) * sizeof(float)));
+  FERRITE_CUDA_RETURN(cudaMalloc(&sc->xd, kMmqMaxTokens * (kMmqMaxK / 32) * sizeof(float)));
   FERRITE_CUDA_RETURN(
       cudaMalloc(&sc->xsum, kMmqMaxTokens * (kMmqMaxK / 256) * 4 * sizeof(uint32_t)));
   FERRITE_CUDA_RETURN(cudaMalloc(&sc->partials, kMmqPartialFloats * sizeof(float)));
   // Token rows past a product's m are copied (never used): defined values.
   FERRITE_CUDA_RETURN(cudaMemset(sc->xq, 0, kMmqMaxTokens * kMmqMaxK));
-  FERRITE_CUDA_RETURN(cudaMemset(sc->xd, 0, kMmqMaxTokens * (kMmqMaxK / 256) * sizeof(float)));
+  FERRITE_CUDA_RETURN(cudaMemset(sc->xd, 0, kMmqMaxTokens * (kMmqMaxK / 32) * sizeof(float)));
   FERRITE_CUDA_RETURN(
       cudaMemset(sc->xsum, 0, kMmqMaxTokens * (kMmqMaxK / 256) * 4 * sizeof(uint32_t)));
   return Status::ok();
@@ -539,12 +550,12 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
     return unsupported("quant mmq: q4_k / q6_k / q8_0 weights, k a multiple of 256 up to 65,536, "
                        "9..64 tokens, float activations and outputs");
   if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
-  // 1. The activations.
+  // 1. The activations (per 32 for q8_0, else per 256).
   const dim3 qgrid(static_cast<unsigned>((k / 256 + 7) / 8), static_cast<unsigned>(m));
   bool ok = dispatch_float(x_dt, [&](auto tag) {
     using T = decltype(tag);
-    (void)launch_pdl(mmq_quantize_kernel<T>, qgrid, 256, 0, s, static_cast<const T*>(x), k, sc.xq,
-                     sc.xd, sc.xsum);
+    auto kernel = w_dt == DType::kQ8_0 ? mmq_quantize_kernel<T, 32> : mmq_quantize_kernel<T, 256>;
+    (void)launch_pdl(kernel, qgrid, 256, 0, s, static_cast<const T*>(x), k, sc.xq, sc.xd, sc.xsum);
   });
   if (!ok) return bad_dtype("quant mmq input", x_dt);
   FERRITE_RETURN_IF_ERROR(check_launch("mmq_quantize"));

@@ -4,16 +4,17 @@
 //   out[t, r] (= or +=) sum_e w[r, e] x'[t, e] (+ bias[r])
 //
 // with w the reference dequantization of the blocks and x' the activations
-// quantized to int8 per token and 256 elements (scale amax / 127, the CPU
-// k-quant dot products' numerics, quant_dot_impl.h): per 256-block
+// quantized to int8 per token and 256 elements, for q8_0 per 32 (scale amax
+// / 127, the CPU dot products' numerics, quant_dot_impl.h; the conformance
+// bound of 8-bit block activations is per weight block): per 256-block
 //   q4_k: d * sum_j sc_j (q_j . xq_j) - dmin * sum_j m_j sum(xq_j)
 //   q6_k: d * sum_s sc_s ((q_s - 32) . xq_s)   (16 sub-blocks of 16)
 // in integers (exact), times the activation scale, added in f32;
-//   q8_0: sum_j d_j (q_j . xq_j)   (8 blocks of 32, f32 scales on the int32 sums)
-// times the activation scale.
+//   q8_0: sum_j d_j xd_j (q_j . xq_j)   (8 blocks of 32, both scales in f32
+// on the int32 sums).
 //
 // Three launches: the activations' quantization (int8 rows, one scale per
-// 256, the sums of each 32), the product (a block of 4 warps takes 64 rows x
+// 256 or 32, the sums of each 32), the product (a block of 4 warps takes 64 rows x
 // all the tokens over a range of 256-blocks, two steps in flight: the next
 // step's activations, and for q4_k / q8_0 its weight blocks, copied to
 // shared memory by cp.async during this one's mma; a warp's 16 rows meet
@@ -46,7 +47,7 @@ constexpr int64_t kMmqPartialFloats = int64_t{4} << 20;
 // into them).
 struct QuantMmqScratch {
   int8_t* xq = nullptr;      // [kMmqMaxTokens, kMmqMaxK]
-  float* xd = nullptr;       // [kMmqMaxK / 256, kMmqMaxTokens]
+  float* xd = nullptr;       // [kMmqMaxK / 256, kMmqMaxTokens] (q8_0: [kMmqMaxK / 32, ..])
   uint32_t* xsum = nullptr;  // [kMmqMaxK / 256, kMmqMaxTokens, 4]: int16 pairs
   float* partials = nullptr; // kMmqPartialFloats
 };
