@@ -55,7 +55,7 @@ std::vector<Backend> available_backends() {
       options.moe_fused_tokens = 32;
       options.decode_cluster = true;  // short decode steps on the cluster kernel
       options.moe_route_in_router = true;  // routing + sort in the norm + router launch
-      options.quant_mmq_tokens = 64;       // q4_k products of 9-64 tokens on the int8 tile
+      options.quant_mmq_tokens = 64;       // q4_k / q6_k / q8_0 products of 9-64 tokens: int8 tile
       if (cuda.name == "cuda_alt") {
         options.quant_tile_tokens = 256;
         options.u4_tile_tokens = 256;  // u4_g128 products on the 4-bit tile instead,
