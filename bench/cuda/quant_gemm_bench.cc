@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "NxK weight shapes (n outputs x k inputs)")
       ->capture_default_str();
   app.add_option("--paths", paths,
-                 "tile, lt (dequantize + cuBLASLt), mmq (the int8 tile of q4_k, 9-64 tokens), u4 / u4wg (the 4-bit tile on mma.sync / "
-                 "wgmma, u4_g128; u4s1 / u4s2: mma.sync with one / two k steps a stage; u4t: "
+                 "tile, lt (dequantize + cuBLASLt), mmq (the int8 tile: q4_k / q6_k / q8_0, 9-64 "
+                 "tokens), u4 / u4wg (the 4-bit tile on mma.sync / wgmma, u4_g128; u4s1 / u4s2: mma.sync with one / two k steps a stage; u4t: "
                  "the weights in the tile's own 128-row layout, U4Layout::kTiles), bf16 (the "
                  "bf16 product of the dequantized weights); gemv, gemv1, gemv2, gemv4, mma, mma8 (up "
                  "to 8 tokens: the fused GEMV on CUDA cores (gemv1 / gemv2 / gemv4: items of 1 / "
