@@ -167,6 +167,9 @@ namespace ferrite {
     "int32 sums) ahead of the bf16 tile and dequantize + cuBLASLt (0: off). H200, Qwen3-8B, "   \
     "off / 64, tok/s: Q4_K_M b16 1,701 / 2,043, b32 2,809 / 3,518, b64 4,413 / 5,428; Q8_0 "    \
     "b16 1,693 / 2,016, b32 2,792 / 3,406, b64 4,812 / 5,229")                                  \
+  X(bool, cuda_quant_mmq_waves, "FERRITE_CUDA_QUANT_MMQ_WAVES", true,                            \
+    "CUDA: the int8 tile splits k into the count that runs its blocks in the fewest waves x "     \
+    "steps (kernels/quant_mmq.cuh, mmq_splits) instead of about 3 blocks an SM (0)")            \
   X(int64_t, cuda_u4_tile_tokens, "FERRITE_CUDA_U4_TILE_TOKENS", 64,                            \
     "CUDA: products of 9 up to this many tokens on 4-bit (u4_g128: GPTQ / AWQ / "               \
     "compressed-tensors W4A16) weights with bf16 activations take the Marlin-class 4-bit tile "  \

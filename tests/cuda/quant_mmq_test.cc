@@ -5,8 +5,10 @@
 // token and 256 elements, q8_0 32, scale amax / 127): only the f32 arithmetic of the
 // scales and sums differs. Cases: one 256-block (one split, the outputs
 // written by the product itself), token counts off the 8-token tiles, rows
-// past a 64-row block, split k (a reduction launch), bf16 / f32 outputs,
-// accumulate + bias. Skipped without a GPU.
+// past a 64-row block, split k (the last block of a row tile adds the
+// splits), bf16 / f32 outputs, accumulate + bias; each under both split
+// rules (Tuning::cuda_quant_mmq_waves), and mmq_splits' choices. Skipped
+// without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -99,33 +101,39 @@ void run_case(DType w_dt, const MmqCase& c, std::mt19937& rng) {
   st.quant_dot = true;
   st.quant_mmq_tokens = 64;  // gemm_init allocates its buffers
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
-  testing::ProductBuffers b;
-  b.upload(wq, xh, init, bias, m, n, c.out);
-  if (::testing::Test::HasFatalFailure()) return;
-  const void* bias_p = c.accumulate_bias ? b.bias : nullptr;
-  ASSERT_TRUE(cuda::quant_mmq_supported(DType::kBF16, w_dt, b.w, m, k, n, c.out));
-  Status s = cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, w_dt, n, b.out, c.out,
-                        c.accumulate_bias, bias_p, DType::kF32);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
-  std::vector<float> got;
-  b.read_out(&got);
-  if (::testing::Test::HasFatalFailure()) return;
-  int64_t bad = 0;
-  for (int64_t i = 0; i < m * n; ++i) {
-    // f32 scale products and sums: ~1e-5 of the terms' magnitude; plus the
-    // output's rounding (bf16: 2^-8 of the value; twice with a bias).
-    const double roundings = c.accumulate_bias ? 2.0 : 1.0;
-    const double tol = 1e-5 * mag[i] + 1e-6 +
-                       (c.out == DType::kF32
-                            ? 0.0
-                            : roundings * 0x1p-8 * (std::fabs(ref[i]) + std::fabs(init[i])));
-    const double e = std::fabs(double(got[i]) - ref[i]);
-    if (!(e <= tol) && ++bad <= 5)
-      ADD_FAILURE() << "out[" << i / n << ", " << i % n << "] = " << got[i] << ", want " << ref[i]
-                    << " (tolerance " << tol << ")";
+  // The wave rule's splits, the older rule's, then the wave rule's again
+  // (the tile counters left zeroed by the products before).
+  for (bool waves : {true, false, true}) {
+    SCOPED_TRACE(waves ? "wave splits" : "~3 blocks an SM");
+    st.quant_mmq_waves = waves;
+    testing::ProductBuffers b;
+    b.upload(wq, xh, init, bias, m, n, c.out);
+    if (::testing::Test::HasFatalFailure()) return;
+    const void* bias_p = c.accumulate_bias ? b.bias : nullptr;
+    ASSERT_TRUE(cuda::quant_mmq_supported(DType::kBF16, w_dt, b.w, m, k, n, c.out));
+    Status s = cuda::gemm(st, b.x, DType::kBF16, m, k, b.w, w_dt, n, b.out, c.out,
+                          c.accumulate_bias, bias_p, DType::kF32);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
+    std::vector<float> got;
+    b.read_out(&got);
+    if (::testing::Test::HasFatalFailure()) return;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m * n; ++i) {
+      // f32 scale products and sums: ~1e-5 of the terms' magnitude; plus the
+      // output's rounding (bf16: 2^-8 of the value; twice with a bias).
+      const double roundings = c.accumulate_bias ? 2.0 : 1.0;
+      const double tol = 1e-5 * mag[i] + 1e-6 +
+                         (c.out == DType::kF32
+                              ? 0.0
+                              : roundings * 0x1p-8 * (std::fabs(ref[i]) + std::fabs(init[i])));
+      const double e = std::fabs(double(got[i]) - ref[i]);
+      if (!(e <= tol) && ++bad <= 5)
+        ADD_FAILURE() << "out[" << i / n << ", " << i % n << "] = " << got[i] << ", want " << ref[i]
+                      << " (tolerance " << tol << ")";
+    }
+    EXPECT_EQ(bad, 0);
   }
-  EXPECT_EQ(bad, 0);
   cuda::gemm_shutdown(st);
   cudaStreamDestroy(st.stream);
 }
@@ -145,6 +153,31 @@ TEST(CudaQuantMmqTest, MatchesTheHostProductOfTheQuantizedActivations) {
   };
   for (DType w_dt : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0})
     for (const MmqCase& c : cases) run_case(w_dt, c, rng);
+}
+
+// The split counts of Qwen3-8B's products at 64 tokens on the H200 (132
+// SMs x 3 blocks), and the partial sums' room.
+TEST(CudaQuantMmqTest, SplitsRunTheBlocksInFewWaves) {
+  EXPECT_EQ(cuda::mmq_splits(192, 16, 396, true), 2);   // 12,288 x 4,096: one wave of 8
+  EXPECT_EQ(cuda::mmq_splits(192, 16, 396, false), 3);  // 1.45 waves of 6
+  EXPECT_EQ(cuda::mmq_splits(64, 48, 396, true), 6);    // 4,096 x 12,288: one wave of 8
+  EXPECT_EQ(cuda::mmq_splits(64, 48, 396, false), 7);   // 1.13 waves of 7
+  EXPECT_EQ(cuda::mmq_splits(64, 16, 396, true), 6);    // 4,096 x 4,096
+  EXPECT_EQ(cuda::mmq_splits(384, 16, 396, true), 1);   // 24,576 x 4,096
+  EXPECT_EQ(cuda::mmq_splits(2374, 16, 396, true), 1);  // the LM head: no room to split
+  for (bool waves : {true, false})
+    for (int64_t tiles : {1, 3, 100, 512, 513, 1024, 1025, 4000})
+      for (int64_t steps : {1, 2, 16, 48, 256}) {
+        const int64_t s = cuda::mmq_splits(tiles, steps, 396, waves);
+        EXPECT_GE(s, 1);
+        EXPECT_LE(s, steps);
+        const int64_t per = (steps + s - 1) / s;
+        EXPECT_EQ((steps + per - 1) / per, s) << "whole runs of steps";
+        if (s > 1) {
+          EXPECT_LE(tiles * s * cuda::kMmqTileFloats, cuda::kMmqPartialFloats);
+          EXPECT_LE(tiles, cuda::kMmqCounters);
+        }
+      }
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ constexpr int mmq_act_group() {
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                        uint32_t a3, uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
@@ -95,7 +95,7 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, ui
 // 16 x 8 x 16: q6_k's scales change every 16 elements.
 __device__ __forceinline__ void mma_s8_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
       "{%0, %1, %2, %3};\n"
       : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
@@ -194,8 +194,8 @@ __device__ __forceinline__ void mmq_issue(MmqStage<F>& b, int64_t sb, int staged
 // nibbles of the same 32 bytes), one m16n8k32 a sub-block and token tile;
 // the mins' sums as 4 dp2a (int16 sums x int8 mins).
 __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* pb,
-                                             const MmqStage<qblocks::kFmtQ4_K>& xs, int nt,
-                                             int gid, int tig, float (&acc)[8][4]) {
+                                             const MmqStage<qblocks::kFmtQ4_K>& xs, uint32_t xrow,
+                                             int nt, int tig, float (&acc)[8][4]) {
   auto lds32 = [](const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); };
   const uint32_t dda = lds32(pa), ddb = lds32(pb);  // d | dmin << 16
   const uint32_t sa[3] = {lds32(pa + 4), lds32(pa + 8), lds32(pa + 12)};
@@ -216,19 +216,25 @@ __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* p
     const int off = 16 + 32 * c + tig * 4;
     const uint32_t qa_lo = lds32(pa + off), qa_hi = lds32(pa + off + 16);
     const uint32_t qb_lo = lds32(pb + off), qb_hi = lds32(pb + off + 16);
+    uint32_t a[2][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int j = 2 * c + h;
-      const uint32_t a0 = (qa_lo >> (4 * h)) & 0x0F0F0F0Fu;
-      const uint32_t a1 = (qb_lo >> (4 * h)) & 0x0F0F0F0Fu;
-      const uint32_t a2 = (qa_hi >> (4 * h)) & 0x0F0F0F0Fu;
-      const uint32_t a3 = (qb_hi >> (4 * h)) & 0x0F0F0F0Fu;
+      a[h][0] = (qa_lo >> (4 * h)) & 0x0F0F0F0Fu;
+      a[h][1] = (qb_lo >> (4 * h)) & 0x0F0F0F0Fu;
+      a[h][2] = (qa_hi >> (4 * h)) & 0x0F0F0F0Fu;
+      a[h][3] = (qb_hi >> (4 * h)) & 0x0F0F0F0Fu;
+    }
 #pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        if (t < nt) {
-          const uint8_t* xb = xs.x + (8 * t + gid) * kXStride + 32 * j + tig * 4;
+    for (int t = 0; t < 8; ++t) {
+      if (t < nt) {
+        // Sub-blocks 2c and 2c + 1 of the tile's 8 tokens: b[2h], b[2h + 1].
+        uint32_t b[4];
+        ldmatrix_x4(b, xrow + 8 * t * kXStride + 64 * c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * c + h;
           int cc[4] = {0, 0, 0, 0};
-          mma_s8(cc, a0, a1, a2, a3, lds32(xb), lds32(xb + 16));
+          mma_s8(cc, a[h][0], a[h][1], a[h][2], a[h][3], b[2 * h], b[2 * h + 1]);
           s1i[t][0] += scA[j] * cc[0];
           s1i[t][1] += scA[j] * cc[1];
           s1i[t][2] += scB[j] * cc[2];
@@ -297,8 +303,8 @@ __device__ __forceinline__ void q6k_load(const uint8_t* p, bool valid, int tig, 
 // block: low nibble (g < 2) or high (g >= 2) of ql[64 h + 32 (g & 1) + l],
 // bits 2 g of qh[32 h + l], scale s = 8 h + 2 g + l / 16.
 __device__ __forceinline__ void mmq_step_q6k(const Q6kLane& A, const Q6kLane& B,
-                                             const MmqStage<qblocks::kFmtQ6_K>& xs, int nt,
-                                             int gid, int tig, float (&acc)[8][4]) {
+                                             const MmqStage<qblocks::kFmtQ6_K>& xs, uint32_t xrow,
+                                             int nt, int tig, float (&acc)[8][4]) {
   int s1i[8][4];
 #pragma unroll
   for (int t = 0; t < 8; ++t)
@@ -307,33 +313,41 @@ __device__ __forceinline__ void mmq_step_q6k(const Q6kLane& A, const Q6kLane& B,
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
-    for (int kh = 0; kh < 2; ++kh) {
-      const int lo = 16 * kh + tig * 4;  // the lane's 4 of the 32 l's
+    for (int gh = 0; gh < 2; ++gh) {
+      // The sub-blocks s = 8 h + 2 g + kh of g = gl + 2 gh: their A
+      // fragments and scales, e = 2 gl + kh (the 16-byte runs of the
+      // activations' 64 bytes 128 h + 64 gh ..).
+      uint32_t a0[4], a1[4];
+      int scA[4], scB[4];
 #pragma unroll
       for (int gl = 0; gl < 2; ++gl) {
 #pragma unroll
-        for (int gh = 0; gh < 2; ++gh) {
-          const int g = gl + 2 * gh, s = 8 * h + 2 * g + kh;
+        for (int kh = 0; kh < 2; ++kh) {
+          const int g = gl + 2 * gh, s = 8 * h + 2 * g + kh, e = 2 * gl + kh;
           auto codes = [&](const Q6kLane& q) {
             const uint32_t v = ((q.ql[h][kh][gl] >> (4 * gh)) & 0x0F0F0F0Fu) |
                                (((q.qh[h][kh] >> (2 * g)) & 0x03030303u) << 4);
             return qblocks::sub_codes4(v, 0x20202020u);
           };
-          const uint32_t a0 = codes(A), a1 = codes(B);
-          const int scA = static_cast<int8_t>((A.sc[s >> 2] >> (8 * (s & 3))) & 0xFF);
-          const int scB = static_cast<int8_t>((B.sc[s >> 2] >> (8 * (s & 3))) & 0xFF);
+          a0[e] = codes(A);
+          a1[e] = codes(B);
+          scA[e] = static_cast<int8_t>((A.sc[s >> 2] >> (8 * (s & 3))) & 0xFF);
+          scB[e] = static_cast<int8_t>((B.sc[s >> 2] >> (8 * (s & 3))) & 0xFF);
+        }
+      }
 #pragma unroll
-          for (int t = 0; t < 8; ++t) {
-            if (t < nt) {
-              const uint32_t b0 = *reinterpret_cast<const uint32_t*>(
-                  xs.x + (8 * t + gid) * kXStride + 128 * h + 32 * g + lo);
-              int cc[4] = {0, 0, 0, 0};
-              mma_s8_k16(cc, a0, a1, b0);
-              s1i[t][0] += scA * cc[0];
-              s1i[t][1] += scA * cc[1];
-              s1i[t][2] += scB * cc[2];
-              s1i[t][3] += scB * cc[3];
-            }
+      for (int t = 0; t < 8; ++t) {
+        if (t < nt) {
+          uint32_t b[4];
+          ldmatrix_x4(b, xrow + 8 * t * kXStride + 128 * h + 64 * gh);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            int cc[4] = {0, 0, 0, 0};
+            mma_s8_k16(cc, a0[e], a1[e], b[e]);
+            s1i[t][0] += scA[e] * cc[0];
+            s1i[t][1] += scA[e] * cc[1];
+            s1i[t][2] += scB[e] * cc[2];
+            s1i[t][3] += scB[e] * cc[3];
           }
         }
       }
@@ -363,28 +377,41 @@ __device__ __forceinline__ uint32_t q80_word(const uint8_t* p, int off) {
   return __funnelshift_r(lo, hi, 16);
 }
 __device__ __forceinline__ void mmq_step_q80(const uint8_t* pa, const uint8_t* pb,
-                                             const MmqStage<qblocks::kFmtQ8_0>& xs, int nt,
-                                             int gid, int tig, float (&acc)[8][4]) {
+                                             const MmqStage<qblocks::kFmtQ8_0>& xs, uint32_t xrow,
+                                             int nt, int tig, float (&acc)[8][4]) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int off = 34 * j + 2 + tig * 4;
-    const uint32_t a0 = q80_word(pa, off), a2 = q80_word(pa, off + 16);
-    const uint32_t a1 = q80_word(pb, off), a3 = q80_word(pb, off + 16);
-    const float da = __half2float(*reinterpret_cast<const __half*>(pa + 34 * j));
-    const float db = __half2float(*reinterpret_cast<const __half*>(pb + 34 * j));
+  for (int c = 0; c < 4; ++c) {
+    // Blocks j = 2 c + h.
+    uint32_t a[2][4];
+    float da[2], db[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * c + h, off = 34 * j + 2 + tig * 4;
+      a[h][0] = q80_word(pa, off);
+      a[h][2] = q80_word(pa, off + 16);
+      a[h][1] = q80_word(pb, off);
+      a[h][3] = q80_word(pb, off + 16);
+      da[h] = __half2float(*reinterpret_cast<const __half*>(pa + 34 * j));
+      db[h] = __half2float(*reinterpret_cast<const __half*>(pb + 34 * j));
+    }
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
       if (t < nt) {
-        const uint8_t* xb = xs.x + (8 * t + gid) * kXStride + 32 * j + tig * 4;
-        int cc[4] = {0, 0, 0, 0};
-        mma_s8(cc, a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(xb),
-               *reinterpret_cast<const uint32_t*>(xb + 16));
-        // Tokens 8 t + 2 tig and the next: adjacent scales.
-        const float2 xd = *reinterpret_cast<const float2*>(xs.d + j * kMmqMaxTokens + 8 * t + 2 * tig);
-        acc[t][0] = fmaf(da * xd.x, static_cast<float>(cc[0]), acc[t][0]);
-        acc[t][1] = fmaf(da * xd.y, static_cast<float>(cc[1]), acc[t][1]);
-        acc[t][2] = fmaf(db * xd.x, static_cast<float>(cc[2]), acc[t][2]);
-        acc[t][3] = fmaf(db * xd.y, static_cast<float>(cc[3]), acc[t][3]);
+        uint32_t b[4];
+        ldmatrix_x4(b, xrow + 8 * t * kXStride + 64 * c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * c + h;
+          int cc[4] = {0, 0, 0, 0};
+          mma_s8(cc, a[h][0], a[h][1], a[h][2], a[h][3], b[2 * h], b[2 * h + 1]);
+          // Tokens 8 t + 2 tig and the next: adjacent scales.
+          const float2 xd =
+              *reinterpret_cast<const float2*>(xs.d + j * kMmqMaxTokens + 8 * t + 2 * tig);
+          acc[t][0] = fmaf(da[h] * xd.x, static_cast<float>(cc[0]), acc[t][0]);
+          acc[t][1] = fmaf(da[h] * xd.y, static_cast<float>(cc[1]), acc[t][1]);
+          acc[t][2] = fmaf(db[h] * xd.x, static_cast<float>(cc[2]), acc[t][2]);
+          acc[t][3] = fmaf(db[h] * xd.y, static_cast<float>(cc[3]), acc[t][3]);
+        }
       }
     }
   }
@@ -404,14 +431,17 @@ constexpr size_t mmq_smem_bytes() {
   return 2 * sizeof(MmqStage<F>);
 }
 
-// partials [split, m, n] (f32): block (row tile, split) over the 256-blocks
-// [split * per, min(steps, (split + 1) * per)), two stages in flight: step
-// sb + 1's copies are issued before step sb's product.
+// Block (row tile, split) over the 256-blocks [split * per, min(steps,
+// (split + 1) * per)), two stages in flight: step sb + 1's copies are issued
+// before step sb's product. With several splits, each writes its partial
+// sums and the row tile's last block to finish (counters: one a tile,
+// zeroed, left zeroed) adds them in split order and writes the outputs.
 template <int F>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     mmq_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k, int m,
                int per, const int8_t* __restrict__ xq, const float* __restrict__ xd,
-               const uint32_t* __restrict__ xsum, float* __restrict__ partials, MmqOut o) {
+               const uint32_t* __restrict__ xsum, float* __restrict__ partials,
+               int32_t* __restrict__ counters, MmqOut o) {
   extern __shared__ __align__(16) uint8_t mmq_smem[];
   auto* stages = reinterpret_cast<MmqStage<F>*>(mmq_smem);
   pdl_launch_dependents();
@@ -453,57 +483,132 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       cp_async_wait<0>();
     }
     __syncthreads();
+    // The lane's row address for ldmatrix: token lane & 7 of a tile, the
+    // 16-byte run lane >> 3 of 64 bytes.
+    const uint32_t xrow = smem_addr(cur.x) + (lane & 7) * kXStride + 16 * (lane >> 3);
     if constexpr (kQ6k) {
-      mmq_step_q6k(rows.a, rows.b, cur, nt, gid, tig, acc);
+      mmq_step_q6k(rows.a, rows.b, cur, xrow, nt, tig, acc);
     } else {
       constexpr int kRowBytes = MmqStage<F>::kRowBytes;
       const uint8_t* pa = cur.w + (warp * 16 + gid) * kRowBytes;
-      if constexpr (F == qblocks::kFmtQ4_K) mmq_step_q4k(pa, pa + 8 * kRowBytes, cur, nt, gid, tig, acc);
-      else mmq_step_q80(pa, pa + 8 * kRowBytes, cur, nt, gid, tig, acc);
+      if constexpr (F == qblocks::kFmtQ4_K) mmq_step_q4k(pa, pa + 8 * kRowBytes, cur, xrow, nt, tig, acc);
+      else mmq_step_q80(pa, pa + 8 * kRowBytes, cur, xrow, nt, tig, acc);
     }
     __syncthreads();  // every warp is done with cur before step sb + 2's copies land in it
   }
-  // One split: the outputs themselves; else this split's partial sums.
-  const bool direct = gridDim.y == 1;
-  float* part = partials + static_cast<int64_t>(blockIdx.y) * m * n;
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int tok = 8 * t + tig * 2 + (i & 1);
-      const int64_t r = i < 2 ? ra : rb;
-      if (tok < m && r < n) {
-        const int64_t idx = static_cast<int64_t>(tok) * n + r;
-        if (direct) {
-          float v = acc[t][i];
-          if (o.bias) v += load_any(o.bias, o.bias_dt, r);
-          if (o.accumulate) v += load_any(o.out, o.out_dt, idx);
-          store_any(o.out, o.out_dt, idx, v);
-        } else {
-          part[idx] = acc[t][i];
-        }
-      }
+  // The outputs of one split; of several, each block's partial sums, and the
+  // last block of the row tile to finish adds them up.
+  auto store = [&](int t, int i, float v) {
+    const int tok = 8 * t + tig * 2 + (i & 1);
+    const int64_t r = i < 2 ? ra : rb;
+    if (tok < m && r < n) {
+      const int64_t idx = static_cast<int64_t>(tok) * n + r;
+      if (o.bias) v += load_any(o.bias, o.bias_dt, r);
+      if (o.accumulate) v += load_any(o.out, o.out_dt, idx);
+      store_any(o.out, o.out_dt, idx, v);
     }
+  };
+  const int splits = static_cast<int>(gridDim.y);
+  if (splits == 1) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (t < nt) store(t, i, acc[t][i]);
+    return;
   }
+  // Partials in fragment order (coalesced): [split, tile, t * 4 + i, thread].
+  auto slot = [&](int split, int t, int i) {
+    return partials + ((static_cast<int64_t>(split) * gridDim.x + blockIdx.x) * 32 + t * 4 + i) *
+                          (kWarps * 32) + tid;
+  };
+  const int me = static_cast<int>(blockIdx.y);
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (t < nt) *slot(me, t, i) = acc[t][i];
+  __shared__ int is_last;
+  __threadfence();  // the partials before the arrival
+  __syncthreads();
+  if (tid == 0) {
+    int32_t* c = counters + blockIdx.x;
+    is_last = atomicAdd(c, 1) == splits - 1;
+    if (is_last) *c = 0;  // ready for the next product
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  // The splits' sums in split order (deterministic), this block's own from
+  // its registers.
+  float sum[8][4];
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[t][i] = 0.0f;
+  for (int sp = 0; sp < splits; ++sp) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (t < nt) sum[t][i] += sp == me ? acc[t][i] : __ldcg(slot(sp, t, i));
+  }
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (t < nt) store(t, i, sum[t][i]);
 }
 
-// out [m, n] = the splits' partial sums in split order (+ bias) (+ out).
-__global__ void mmq_reduce_kernel(const float* __restrict__ partials, int splits, int64_t mn,
-                                  int64_t n, void* out, int out_dt, bool accumulate,
-                                  const void* bias, int bias_dt) {
-  pdl_launch_dependents();
-  pdl_wait();
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < mn;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float v = 0.0f;
-    for (int s = 0; s < splits; ++s) v += partials[s * mn + i];
-    if (bias) v += load_any(bias, bias_dt, i % n);
-    if (accumulate) v += load_any(out, out_dt, i);
-    store_any(out, out_dt, i, v);
-  }
+// Blocks of mmq_kernel<F> an SM holds at once (registers and shared memory).
+template <int F>
+int mmq_resident_blocks() {
+  static const int blocks = [] {
+    constexpr size_t smem = mmq_smem_bytes<F>();
+    int b = 0;
+    if (cudaFuncSetAttribute(mmq_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem)) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mmq_kernel<F>, kWarps * 32, smem) !=
+            cudaSuccess)
+      b = 0;
+    return b;
+  }();
+  return blocks;
 }
 
 }  // namespace
+
+// The tile is latency-bound, so its blocks run in waves of `slots`, each as
+// long as a split's steps plus about half a step (the first stage's copies,
+// the epilogue); wave_splits takes the split count with the fewest
+// wave-steps, the fewest splits among equals (Qwen3-8B at 64 tokens on the
+// H200's 396 slots: 12,288 x 4,096 in 2 splits, one wave of 8 steps, where
+// ~3 blocks an SM gave 3 splits, 1.45 waves of 6; 4,096 x 12,288 in 6
+// splits of 8 steps against 7 of 7, 1.13 waves). Otherwise about 3 blocks
+// an SM (the rule before).
+int64_t mmq_splits(int64_t tiles, int64_t steps, int64_t slots, bool wave_splits) {
+  slots = std::max<int64_t>(slots, 1);
+  tiles = std::max<int64_t>(tiles, 1);
+  steps = std::max<int64_t>(steps, 1);
+  const int64_t most =
+      std::max<int64_t>(1, std::min<int64_t>(steps, kMmqPartialFloats / (tiles * kMmqTileFloats)));
+  auto even = [&](int64_t s) {  // the splits of whole `per` steps
+    const int64_t per = (steps + s - 1) / s;
+    return (steps + per - 1) / per;
+  };
+  if (!wave_splits) return even(std::clamp<int64_t>((slots + tiles - 1) / tiles, 1, most));
+  int64_t best = 1;
+  double best_cost = 0.0;
+  for (int64_t s = 1; s <= most; ++s) {
+    const int64_t e = even(s), per = (steps + e - 1) / e;
+    const double cost = static_cast<double>((tiles * e + slots - 1) / slots) * (per + 0.5);
+    if (s == 1 || cost < best_cost) {
+      best = e;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
 
 Status quant_mmq_alloc(QuantMmqScratch* sc) {
   FERRITE_CUDA_RETURN(cudaMalloc(&sc->xq, kMmqMaxTokens * kMmqMaxK));
@@ -511,6 +616,8 @@ Status quant_mmq_alloc(QuantMmqScratch* sc) {
   FERRITE_CUDA_RETURN(
       cudaMalloc(&sc->xsum, kMmqMaxTokens * (kMmqMaxK / 256) * 4 * sizeof(uint32_t)));
   FERRITE_CUDA_RETURN(cudaMalloc(&sc->partials, kMmqPartialFloats * sizeof(float)));
+  FERRITE_CUDA_RETURN(cudaMalloc(&sc->counters, kMmqCounters * sizeof(int32_t)));
+  FERRITE_CUDA_RETURN(cudaMemset(sc->counters, 0, kMmqCounters * sizeof(int32_t)));
   // Token rows past a product's m are copied (never used): defined values.
   FERRITE_CUDA_RETURN(cudaMemset(sc->xq, 0, kMmqMaxTokens * kMmqMaxK));
   FERRITE_CUDA_RETURN(cudaMemset(sc->xd, 0, kMmqMaxTokens * (kMmqMaxK / 32) * sizeof(float)));
@@ -524,6 +631,7 @@ void quant_mmq_free(QuantMmqScratch* sc) {
   if (sc->xd) cudaFree(sc->xd);
   if (sc->xsum) cudaFree(sc->xsum);
   if (sc->partials) cudaFree(sc->partials);
+  if (sc->counters) cudaFree(sc->counters);
   *sc = QuantMmqScratch{};
 }
 
@@ -545,11 +653,11 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                         int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt,
-                        const QuantMmqScratch& sc) {
+                        const QuantMmqScratch& sc, bool wave_splits) {
   if (!quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
     return unsupported("quant mmq: q4_k / q6_k / q8_0 weights, k a multiple of 256 up to 65,536, "
                        "9..64 tokens, float activations and outputs");
-  if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
+  if (!sc.xq || !sc.partials || !sc.counters) return internal_error("quant mmq: no scratch");
   // 1. The activations (per 32 for q8_0, else per 256).
   const dim3 qgrid(static_cast<unsigned>((k / 256 + 7) / 8), static_cast<unsigned>(m));
   bool ok = dispatch_float(x_dt, [&](auto tag) {
@@ -559,17 +667,18 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   });
   if (!ok) return bad_dtype("quant mmq input", x_dt);
   FERRITE_RETURN_IF_ERROR(check_launch("mmq_quantize"));
-  // 2. The product: about 3 blocks an SM (their registers' limit), k split
-  // to get there, as the partial sums' room allows.
+  // 2. The product, k split as mmq_splits says.
   const int64_t steps = k / 256;
   const int64_t tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-  int64_t splits = std::clamp<int64_t>((3 * static_cast<int64_t>(num_sms) + tiles - 1) / tiles,
-                                       1, steps);
-  // A single split writes the outputs directly (any m x n); more need room
-  // for their partial sums.
-  splits = std::max<int64_t>(1, std::min<int64_t>(splits, kMmqPartialFloats / (m * n)));
+  int resident = 0;
+  (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    if constexpr (F == qblocks::kFmtQ4_K || F == qblocks::kFmtQ6_K || F == qblocks::kFmtQ8_0)
+      resident = mmq_resident_blocks<F>();
+  });
+  const int64_t splits =
+      mmq_splits(tiles, steps, static_cast<int64_t>(std::max(resident, 1)) * num_sms, wave_splits);
   const int64_t per = (steps + splits - 1) / splits;
-  splits = (steps + per - 1) / per;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
   bool launched = false, smem_raised = true;
   (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
@@ -583,21 +692,14 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
       if (!smem_raised) return;
       (void)launch_pdl(mmq_kernel<F>, grid, kWarps * 32, smem, s, static_cast<const uint8_t*>(w),
                        dtype_bytes(w_dt, k), n, k, static_cast<int>(m), static_cast<int>(per),
-                       sc.xq, sc.xd, sc.xsum, sc.partials,
+                       sc.xq, sc.xd, sc.xsum, sc.partials, sc.counters,
                        MmqOut{out, dt_code(out_dt), accumulate, bias, dt_code(bias_dt)});
       launched = true;
     }
   });
   if (!smem_raised) return internal_error("quant mmq: could not raise the shared memory limit");
   if (!launched) return internal_error("quant mmq: no kernel for the format");
-  FERRITE_RETURN_IF_ERROR(check_launch("mmq_product"));
-  if (splits == 1) return Status::ok();
-  // 3. The splits' sums.
-  const int64_t mn = m * n;
-  (void)launch_pdl(mmq_reduce_kernel, grid_for(mn, 256), 256, 0, s, sc.partials,
-                   static_cast<int>(splits), mn, n, out, dt_code(out_dt), accumulate, bias,
-                   dt_code(bias_dt));
-  return check_launch("mmq_reduce");
+  return check_launch("mmq_product");
 }
 
 }  // namespace ferrite::cuda
