@@ -7,7 +7,8 @@
 // written by the product itself), token counts off the 8-token tiles, rows
 // past a 64-row block, split k (the last block of a row tile adds the
 // splits), bf16 / f32 outputs, accumulate + bias; each under both split
-// rules (Tuning::cuda_quant_mmq_waves), and mmq_splits' choices. Skipped
+// rules (Tuning::cuda_quant_mmq_waves) and 3 / 4 blocks an SM
+// (Tuning::cuda_quant_mmq_min_blocks), and mmq_splits' choices. Skipped
 // without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -102,10 +103,12 @@ void run_case(DType w_dt, const MmqCase& c, std::mt19937& rng) {
   st.quant_mmq_tokens = 64;  // gemm_init allocates its buffers
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
   // The wave rule's splits, the older rule's, then the wave rule's again
-  // (the tile counters left zeroed by the products before).
-  for (bool waves : {true, false, true}) {
-    SCOPED_TRACE(waves ? "wave splits" : "~3 blocks an SM");
-    st.quant_mmq_waves = waves;
+  // with 4 blocks an SM (the tile counters left zeroed by the products
+  // before).
+  for (int v = 0; v < 3; ++v) {
+    st.quant_mmq_waves = v != 1;
+    st.quant_mmq_min_blocks = v == 2 ? 4 : 3;
+    SCOPED_TRACE(v == 1 ? "~3 blocks an SM" : (v == 2 ? "wave splits, 4 blocks an SM" : "wave splits"));
     testing::ProductBuffers b;
     b.upload(wq, xh, init, bias, m, n, c.out);
     if (::testing::Test::HasFatalFailure()) return;

@@ -363,7 +363,8 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   if (st.quant_dot && m > kQuantGemvMaxTokens && m <= st.quant_mmq_tokens && st.mmq.xq &&
       quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
     return launch_quant_mmq(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
-                            accumulate, bias, bias_dt, st.mmq, st.quant_mmq_waves);
+                            accumulate, bias, bias_dt, st.mmq,
+                            MmqOptions{st.quant_mmq_waves, static_cast<int>(st.quant_mmq_min_blocks)});
   if (m <= 8) {
     // A decode product the fused kernels cannot stage (8 tokens of a
     // 12,288-wide FP8 down projection: 196 KiB of x) and no 8-bit GEMV

@@ -436,8 +436,10 @@ constexpr size_t mmq_smem_bytes() {
 // before step sb's product. With several splits, each writes its partial
 // sums and the row tile's last block to finish (counters: one a tile,
 // zeroed, left zeroed) adds them in split order and writes the outputs.
-template <int F>
-__global__ void __launch_bounds__(kWarps * 32, 3)
+// kMinBlocks (Tuning::cuda_quant_mmq_min_blocks): the blocks an SM is to
+// hold, 3 (up to 168 registers) or 4 (128; q8_0's stages fit 3 anyway).
+template <int F, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     mmq_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k, int m,
                int per, const int8_t* __restrict__ xq, const float* __restrict__ xd,
                const uint32_t* __restrict__ xsum, float* __restrict__ partials,
@@ -560,15 +562,16 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       if (t < nt) store(t, i, sum[t][i]);
 }
 
-// Blocks of mmq_kernel<F> an SM holds at once (registers and shared memory).
-template <int F>
+// Blocks of mmq_kernel<F, B> an SM holds at once (registers and shared
+// memory); the shared-memory limit raised first (above the 48 KiB default).
+template <int F, int B>
 int mmq_resident_blocks() {
   static const int blocks = [] {
     constexpr size_t smem = mmq_smem_bytes<F>();
     int b = 0;
-    if (cudaFuncSetAttribute(mmq_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (cudaFuncSetAttribute(mmq_kernel<F, B>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem)) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mmq_kernel<F>, kWarps * 32, smem) !=
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mmq_kernel<F, B>, kWarps * 32, smem) !=
             cudaSuccess)
       b = 0;
     return b;
@@ -653,7 +656,7 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                         int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt,
-                        const QuantMmqScratch& sc, bool wave_splits) {
+                        const QuantMmqScratch& sc, const MmqOptions& opt) {
   if (!quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
     return unsupported("quant mmq: q4_k / q6_k / q8_0 weights, k a multiple of 256 up to 65,536, "
                        "9..64 tokens, float activations and outputs");
@@ -670,34 +673,31 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   // 2. The product, k split as mmq_splits says.
   const int64_t steps = k / 256;
   const int64_t tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
+  const bool four = opt.min_blocks >= 4;
   int resident = 0;
   (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     if constexpr (F == qblocks::kFmtQ4_K || F == qblocks::kFmtQ6_K || F == qblocks::kFmtQ8_0)
-      resident = mmq_resident_blocks<F>();
+      resident = four ? mmq_resident_blocks<F, 4>() : mmq_resident_blocks<F, 3>();
   });
+  if (resident < 1) return internal_error("quant mmq: could not raise the shared memory limit");
   const int64_t splits =
-      mmq_splits(tiles, steps, static_cast<int64_t>(std::max(resident, 1)) * num_sms, wave_splits);
+      mmq_splits(tiles, steps, static_cast<int64_t>(resident) * num_sms, opt.wave_splits);
   const int64_t per = (steps + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
-  bool launched = false, smem_raised = true;
+  bool launched = false;
   (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     if constexpr (F == qblocks::kFmtQ4_K || F == qblocks::kFmtQ6_K || F == qblocks::kFmtQ8_0) {
-      constexpr size_t smem = mmq_smem_bytes<F>();
-      // Above the 48 KiB default: raised once a process.
-      static const cudaError_t raised = cudaFuncSetAttribute(
-          mmq_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      smem_raised = raised == cudaSuccess;
-      if (!smem_raised) return;
-      (void)launch_pdl(mmq_kernel<F>, grid, kWarps * 32, smem, s, static_cast<const uint8_t*>(w),
-                       dtype_bytes(w_dt, k), n, k, static_cast<int>(m), static_cast<int>(per),
-                       sc.xq, sc.xd, sc.xsum, sc.partials, sc.counters,
+      auto kernel = four ? mmq_kernel<F, 4> : mmq_kernel<F, 3>;
+      (void)launch_pdl(kernel, grid, kWarps * 32, mmq_smem_bytes<F>(), s,
+                       static_cast<const uint8_t*>(w), dtype_bytes(w_dt, k), n, k,
+                       static_cast<int>(m), static_cast<int>(per), sc.xq, sc.xd, sc.xsum,
+                       sc.partials, sc.counters,
                        MmqOut{out, dt_code(out_dt), accumulate, bias, dt_code(bias_dt)});
       launched = true;
     }
   });
-  if (!smem_raised) return internal_error("quant mmq: could not raise the shared memory limit");
   if (!launched) return internal_error("quant mmq: no kernel for the format");
   return check_launch("mmq_product");
 }

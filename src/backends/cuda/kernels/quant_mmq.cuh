@@ -70,11 +70,14 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
 
 // out [m, n] (row-major, out_dt) (= or +=) x [m, k] (row-major) . W^T (+ bias
 // [n]); W [n, k] in q4_k, q6_k or q8_0 blocks.
-// wave_splits: Tuning::cuda_quant_mmq_waves (mmq_splits).
+struct MmqOptions {
+  bool wave_splits = true;  // Tuning::cuda_quant_mmq_waves (mmq_splits)
+  int min_blocks = 3;       // Tuning::cuda_quant_mmq_min_blocks: 3 or 4 blocks an SM
+};
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                         int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt,
-                        const QuantMmqScratch& sc, bool wave_splits = true);
+                        const QuantMmqScratch& sc, const MmqOptions& opt = {});
 
 // The k splits (at most kMmqPartialFloats / (tiles * kMmqTileFloats), whole
 // equal runs of steps) of a product of `tiles` 64-row tiles and `steps`
