@@ -428,6 +428,8 @@ struct MmqOut {
 
 template <int F>
 constexpr size_t mmq_smem_bytes() {
+  // The second stage's rows stay 16-byte aligned (cp.async, ldmatrix).
+  static_assert(sizeof(MmqStage<F>) % 16 == 0, "stages of whole 16-byte units");
   return 2 * sizeof(MmqStage<F>);
 }
 
