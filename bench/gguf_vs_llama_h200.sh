@@ -23,7 +23,8 @@
 # bench/twin_moe_gguf.py writes the MoE twin in Q8_0 (32 GB; the dense twin files are deleted
 # first for disk), llama-quantize --allow-requantize makes Q4_K_M, then llama-bench (tg128,
 # pp4096), llama-batched-bench (B = 1, 8, 32) and ferrite bench (b1 / 8 / 32, prefill 4096).
-# Output: $OUT/peer_side_by_side.txt.
+# Ferrite decodes 128 tokens after a 128-token prompt, as llama-batched-bench -npp 128 -ntg 128
+# (contexts 128 to 256). Output: $OUT/peer_side_by_side.txt.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -63,7 +64,7 @@ for q in $([ "${PEER_DENSE:-1}" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
   for v in "" ${FERRITE_AB_OFF:-}; do
     echo "== ferrite $q (same file) ${v:-default}" >> "$S"
     env $v timeout 150 "$B/ferrite" bench --model "$F" --device cuda --batch 1 8 32 64 128 \
-      --prompt-len 4096 --decode-prompt-len 128 --gen-len 64 --max-num-seqs 128 --kv-cache-gib 16 \
+      --prompt-len 4096 --decode-prompt-len 128 --gen-len 128 --max-num-seqs 128 --kv-cache-gib 16 \
       -r 2 2>&1 |
       grep -E "prefill|decode|weights|error" >> "$S"
   done
@@ -85,7 +86,7 @@ if [ "${PEER_MOE:-0}" = 1 ]; then
     -ntg 128 -npl 1,8,32 2>&1 | grep -E "^\|" >> "$S"
   echo "== ferrite qwen3-30b-a3b q4_k_m (same file)" >> "$S"
   timeout 200 "$B/ferrite" bench --model "$F" --device cuda --batch 1 8 32 --prompt-len 4096 \
-    --decode-prompt-len 128 --gen-len 64 --max-num-seqs 32 --kv-cache-gib 16 -r 1 2>&1 |
+    --decode-prompt-len 128 --gen-len 128 --max-num-seqs 32 --kv-cache-gib 16 -r 1 2>&1 |
     grep -E "prefill|decode|weights|error" >> "$S"
 fi
 cat "$S"
