@@ -4,14 +4,13 @@
 # `ferrite bench --model FILE.gguf` (the same batches, prefill 4096), for Q4_K_M and Q8_0.
 #
 # The device tree limit (64 MiB) leaves no room for .peer/llama.bundle beside the tracked
-# files, so carry a trimmed source tarball instead (on the development machine, once):
-#   git clone -q .peer/llama.bundle /tmp/llama.cpp-src && mkdir -p .gpu && cd /tmp/llama.cpp-src &&
-#   tar --exclude=.git --exclude=./models --exclude=./docs --exclude=./benches --exclude=./tests \
-#     --exclude=./examples --exclude=./tools/ui --exclude=./tools/server --exclude=./gguf-py \
-#     --exclude=./conversion --exclude='./ggml/src/ggml-'{vulkan,sycl,metal,cann,opencl,webgpu,musa,hexagon,et,zdnn,openvino} \
-#     -czf $OLDPWD/.gpu/llama-src.tgz . && cd - && cp .peer/qwen3-tokenizer.json.gz .peer/twin_weights.py .gpu/
-# (about 10 MB; `.gpu/` in .git/info/exclude), then on the GPU machine, after the Ferrite build
-# (build-gpu, scripts/gpu_run.sh):  device carry [".gpu"], `bash bench/gguf_vs_llama_h200.sh`.
+# files, so carry a trimmed source tarball instead: bash scripts/gpu_carry.sh (on the
+# development machine, once) writes .gpu/llama-src.tar.xz (~4 MB; an older .gpu/llama-src.tgz
+# works too), the tokenizer and the peer's twin_weights.py; then on the GPU machine, after the
+# Ferrite build
+# (build-gpu, scripts/gpu_run.sh): device carry [".gpu", ".gpu-prebuilt"] (the tree limit
+# leaves no room for .deb too: carry it in the earlier call that builds), `bash
+# bench/gguf_vs_llama_h200.sh`.
 # The peer build (~5 min) and the twin weights (F16, 16 GB + its HF copy) come first; the
 # whole script takes about 9 minutes. `--prepare` does only that part (start it with setsid
 # in an earlier call of the same warm machine, e.g. while scripts/gpu_run.sh builds and
@@ -34,7 +33,8 @@ mkdir -p "$OUT" /tmp/peer
 S="$OUT/peer_side_by_side.txt"
 : > "$S"
 if [ ! -f /tmp/peer/built ]; then
-  mkdir -p /tmp/peer/llama.cpp && tar xzf "$G/llama-src.tgz" -C /tmp/peer/llama.cpp &&
+  mkdir -p /tmp/peer/llama.cpp &&
+  tar xf "$(ls "$G"/llama-src.tar.xz "$G"/llama-src.tgz 2>/dev/null | head -1)" -C /tmp/peer/llama.cpp &&
   ( cd /tmp/peer/llama.cpp && cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
       -DLLAMA_BUILD_APP=OFF -DCMAKE_BUILD_TYPE=Release > /tmp/peer/cfg.log 2>&1 &&

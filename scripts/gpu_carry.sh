@@ -2,7 +2,8 @@
 # Fills the git-ignored folders a GPU session carries (device `carry: [".gpu", ".deb"]`), on the
 # development machine, once per machine (tree limit: 64 MiB with the tracked files):
 #  - .deb/: the dev packages the GPU machine lacks (scripts/gpu_run.sh unpacks them privately);
-#  - .gpu/: a trimmed llama.cpp source tarball (from .peer/llama.bundle: run
+#  - .gpu/: a trimmed llama.cpp source tarball (xz, ~4 MB, so that .gpu fits beside
+#    .gpu-prebuilt: `carry: [".gpu", ".gpu-prebuilt"]` on a machine that has unpacked .deb; from .peer/llama.bundle: run
 #    ../shared/peer/get_llama_cpp.sh first), the real Qwen3 tokenizer and the peer's
 #    twin_weights.py (bench/gguf_vs_llama_h200.sh, bench/twin_moe_gguf.py), and with
 #    `--baseline REV` a source snapshot for scripts/gpu_run.sh's A/B (FERRITE_BASELINE=.gpu/baseline).
@@ -20,14 +21,15 @@ if ! ls .deb/*.deb > /dev/null 2>&1; then
   (cd .deb && apt-get download libpcre2-dev libpcre2-8-0 libcpp-httplib-dev libcpp-httplib0.11 \
     libbrotli1 libbrotli-dev zlib1g-dev libssl-dev)
 fi
-if [ ! -f .gpu/llama-src.tgz ]; then
+if [ ! -f .gpu/llama-src.tar.xz ]; then
   [ -f .peer/llama.bundle ] || { echo "gpu_carry.sh: run ../shared/peer/get_llama_cpp.sh first" >&2; exit 1; }
   rm -rf /tmp/llama.cpp-src && git clone -q .peer/llama.bundle /tmp/llama.cpp-src
   (cd /tmp/llama.cpp-src && tar --exclude=.git --exclude=./models --exclude=./docs --exclude=./benches \
     --exclude=./tests --exclude=./examples --exclude=./tools/ui --exclude=./tools/server \
-    --exclude=./gguf-py --exclude=./conversion \
-    --exclude='./ggml/src/ggml-'{vulkan,sycl,metal,cann,opencl,webgpu,musa,hexagon,et,zdnn,openvino} \
-    -czf "$OLDPWD/.gpu/llama-src.tgz" .)
+    --exclude=./gguf-py --exclude=./conversion --exclude=./media --exclude=./pocs --exclude=./app \
+    --exclude='./ggml/src/ggml-'{vulkan,sycl,metal,cann,opencl,webgpu,musa,hexagon,et,zdnn,openvino,hip,virtgpu} \
+    -cf - . | xz -9 -T2 > "$OLDPWD/.gpu/llama-src.tar.xz")
+  rm -f .gpu/llama-src.tgz
   cp .peer/qwen3-tokenizer.json.gz .peer/twin_weights.py .gpu/
 fi
 if [ "${1:-}" = "--baseline" ]; then
