@@ -71,8 +71,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--paths", paths,
                  "tile, lt (dequantize + cuBLASLt), mmq (the int8 tile: q4_k / q6_k / q8_0, 9-64 "
-                 "tokens; mmq0: its k splits at ~3 blocks an SM, Tuning::cuda_quant_mmq_waves 0; mmq4: 4 "
-                 "blocks an SM, Tuning::cuda_quant_mmq_min_blocks), u4 / u4wg (the 4-bit tile on mma.sync / wgmma, u4_g128; u4s1 / u4s2: mma.sync with one / two k steps a stage; u4t: "
+                 "tokens; mmq0: its k splits at ~3 blocks an SM, Tuning::cuda_quant_mmq_waves 0), u4 / u4wg (the 4-bit tile on mma.sync / wgmma, u4_g128; u4s1 / u4s2: mma.sync with one / two k steps a stage; u4t: "
                  "the weights in the tile's own 128-row layout, U4Layout::kTiles), bf16 (the "
                  "bf16 product of the dequantized weights); gemv, gemv1, gemv2, gemv4, mma, mma8 (up "
                  "to 8 tokens: the fused GEMV on CUDA cores (gemv1 / gemv2 / gemv4: items of 1 / "
@@ -163,9 +162,8 @@ int main(int argc, char** argv) {
         for (const std::string& path : split(paths)) {
           if (path == "u4t" && !wt) continue;  // u4_g128 only
           st.quant_tile_tokens = path == "tile" ? tile_tokens : 0;
-          st.quant_mmq_tokens = path == "mmq" || path == "mmq0" || path == "mmq4" ? 64 : 0;
+          st.quant_mmq_tokens = path == "mmq" || path == "mmq0" ? 64 : 0;
           st.quant_mmq_waves = path != "mmq0";
-          st.quant_mmq_min_blocks = path == "mmq4" ? 4 : 3;
           const bool u4 = path == "u4" || path == "u4wg" || path == "u4s1" || path == "u4s2";
           st.u4_tile_tokens = u4 ? tile_tokens : 0;
           st.u4_tile_wgmma = path == "u4wg";

@@ -282,7 +282,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.quant_tile_tokens = options.tuning.cuda_quant_tile_tokens;
     co.quant_mmq_tokens = options.tuning.cuda_quant_mmq_tokens;
     co.quant_mmq_waves = options.tuning.cuda_quant_mmq_waves;
-    co.quant_mmq_min_blocks = options.tuning.cuda_quant_mmq_min_blocks;
     co.u4_tile_tokens = options.tuning.cuda_u4_tile_tokens;
     co.u4_tile_wgmma = options.tuning.cuda_u4_tile_wgmma;
     co.fp8_lt_tokens = options.tuning.cuda_fp8_lt_tokens;

@@ -170,9 +170,6 @@ namespace ferrite {
   X(bool, cuda_quant_mmq_waves, "FERRITE_CUDA_QUANT_MMQ_WAVES", true,                            \
     "CUDA: the int8 tile splits k into the count that runs its blocks in the fewest waves x "     \
     "steps (kernels/quant_mmq.cuh, mmq_splits) instead of about 3 blocks an SM (0)")            \
-  X(int64_t, cuda_quant_mmq_min_blocks, "FERRITE_CUDA_QUANT_MMQ_MIN_BLOCKS", 3,                 \
-    "CUDA: the int8 tile's blocks an SM, 3 (up to 168 registers a thread) or 4 (128; q4_k and "  \
-    "q6_k, whose two stages fit 4 in shared memory)")                                           \
   X(int64_t, cuda_u4_tile_tokens, "FERRITE_CUDA_U4_TILE_TOKENS", 64,                            \
     "CUDA: products of 9 up to this many tokens on 4-bit (u4_g128: GPTQ / AWQ / "               \
     "compressed-tensors W4A16) weights with bf16 activations take the Marlin-class 4-bit tile "  \

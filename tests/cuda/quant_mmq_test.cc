@@ -5,11 +5,9 @@
 // token and 256 elements, q8_0 32, scale amax / 127): only the f32 arithmetic of the
 // scales and sums differs. Cases: one 256-block (one split, the outputs
 // written by the product itself), token counts off the 8-token tiles, rows
-// past a 64-row block, split k (the last block of a row tile adds the
-// splits), bf16 / f32 outputs, accumulate + bias; each under both split
-// rules (Tuning::cuda_quant_mmq_waves) and 3 / 4 blocks an SM
-// (Tuning::cuda_quant_mmq_min_blocks), and mmq_splits' choices. Skipped
-// without a GPU.
+// past a 64-row block, split k (a reduction launch), bf16 / f32 outputs,
+// accumulate + bias; each under both split rules (Tuning::
+// cuda_quant_mmq_waves), and mmq_splits' choices. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -102,13 +100,10 @@ void run_case(DType w_dt, const MmqCase& c, std::mt19937& rng) {
   st.quant_dot = true;
   st.quant_mmq_tokens = 64;  // gemm_init allocates its buffers
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
-  // The wave rule's splits, the older rule's, then the wave rule's again
-  // with 4 blocks an SM (the tile counters left zeroed by the products
-  // before).
-  for (int v = 0; v < 3; ++v) {
-    st.quant_mmq_waves = v != 1;
-    st.quant_mmq_min_blocks = v == 2 ? 4 : 3;
-    SCOPED_TRACE(v == 1 ? "~3 blocks an SM" : (v == 2 ? "wave splits, 4 blocks an SM" : "wave splits"));
+  // The wave rule's splits, then the older rule's.
+  for (bool waves : {true, false}) {
+    st.quant_mmq_waves = waves;
+    SCOPED_TRACE(waves ? "wave splits" : "~3 blocks an SM");
     testing::ProductBuffers b;
     b.upload(wq, xh, init, bias, m, n, c.out);
     if (::testing::Test::HasFatalFailure()) return;
@@ -159,28 +154,27 @@ TEST(CudaQuantMmqTest, MatchesTheHostProductOfTheQuantizedActivations) {
 }
 
 // The split counts of Qwen3-8B's products at 64 tokens on the H200 (132
-// SMs x 3 blocks), and the partial sums' room.
+// SMs x 3 blocks; the partials' room kMmqPartialFloats / (64 n)), and the
+// bounds of any.
 TEST(CudaQuantMmqTest, SplitsRunTheBlocksInFewWaves) {
-  EXPECT_EQ(cuda::mmq_splits(192, 16, 396, true), 2);   // 12,288 x 4,096: one wave of 8
-  EXPECT_EQ(cuda::mmq_splits(192, 16, 396, false), 3);  // 1.45 waves of 6
-  EXPECT_EQ(cuda::mmq_splits(64, 48, 396, true), 6);    // 4,096 x 12,288: one wave of 8
-  EXPECT_EQ(cuda::mmq_splits(64, 48, 396, false), 7);   // 1.13 waves of 7
-  EXPECT_EQ(cuda::mmq_splits(64, 16, 396, true), 6);    // 4,096 x 4,096
-  EXPECT_EQ(cuda::mmq_splits(384, 16, 396, true), 1);   // 24,576 x 4,096
-  EXPECT_EQ(cuda::mmq_splits(2374, 16, 396, true), 1);  // the LM head: no room to split
+  auto room = [](int64_t n) { return cuda::kMmqPartialFloats / (64 * n); };
+  EXPECT_EQ(cuda::mmq_splits(192, 16, 396, room(12288), true), 2);   // one wave of 8 steps
+  EXPECT_EQ(cuda::mmq_splits(192, 16, 396, room(12288), false), 3);  // 1.45 waves of 6
+  EXPECT_EQ(cuda::mmq_splits(64, 48, 396, room(4096), true), 6);     // 4,096 x 12,288
+  EXPECT_EQ(cuda::mmq_splits(64, 48, 396, room(4096), false), 7);    // 1.13 waves of 7
+  EXPECT_EQ(cuda::mmq_splits(64, 16, 396, room(4096), true), 6);     // 4,096 x 4,096
+  EXPECT_EQ(cuda::mmq_splits(384, 16, 396, room(24576), true), 1);   // 24,576 x 4,096
+  EXPECT_EQ(cuda::mmq_splits(2374, 16, 396, room(151936), true), 1); // the LM head
   for (bool waves : {true, false})
-    for (int64_t tiles : {1, 3, 100, 512, 513, 1024, 1025, 4000})
-      for (int64_t steps : {1, 2, 16, 48, 256}) {
-        const int64_t s = cuda::mmq_splits(tiles, steps, 396, waves);
-        EXPECT_GE(s, 1);
-        EXPECT_LE(s, steps);
-        const int64_t per = (steps + s - 1) / s;
-        EXPECT_EQ((steps + per - 1) / per, s) << "whole runs of steps";
-        if (s > 1) {
-          EXPECT_LE(tiles * s * cuda::kMmqTileFloats, cuda::kMmqPartialFloats);
-          EXPECT_LE(tiles, cuda::kMmqCounters);
+    for (int64_t tiles : {1, 3, 100, 512, 1025, 4000})
+      for (int64_t steps : {1, 2, 16, 48, 256})
+        for (int64_t r : {0, 1, 5, 64}) {
+          const int64_t s = cuda::mmq_splits(tiles, steps, 396, r, waves);
+          EXPECT_GE(s, 1);
+          EXPECT_LE(s, std::max<int64_t>(1, std::min(steps, r)));
+          const int64_t per = (steps + s - 1) / s;
+          EXPECT_EQ((steps + per - 1) / per, s) << "whole runs of steps";
         }
-      }
 }
 
 }  // namespace

@@ -68,7 +68,6 @@ struct CudaExecOptions {
   int64_t quant_tile_tokens = 32;       // Tuning::cuda_quant_tile_tokens (0: off)
   int64_t quant_mmq_tokens = 64;        // Tuning::cuda_quant_mmq_tokens (0: off)
   bool quant_mmq_waves = true;          // Tuning::cuda_quant_mmq_waves
-  int64_t quant_mmq_min_blocks = 3;     // Tuning::cuda_quant_mmq_min_blocks
   int64_t u4_tile_tokens = 64;          // Tuning::cuda_u4_tile_tokens (0: off)
   bool u4_tile_wgmma = false;           // Tuning::cuda_u4_tile_wgmma
   int64_t fp8_lt_tokens = 128;          // Tuning::cuda_fp8_lt_tokens (0: off)

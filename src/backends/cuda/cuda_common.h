@@ -87,7 +87,6 @@ struct BackendState {
   // fixed buffers are mmq (allocated at init when it is on).
   int64_t quant_mmq_tokens = 0;
   bool quant_mmq_waves = true;      // Tuning::cuda_quant_mmq_waves (mmq_splits)
-  int64_t quant_mmq_min_blocks = 3;  // Tuning::cuda_quant_mmq_min_blocks
   QuantMmqScratch mmq;
   // Tuning::cuda_u4_tile_tokens (gemm.cc, quant_product): products of 9 ..
   // this many tokens on u4_g128 weights through kernels/u4_tile.cuh (its

@@ -80,7 +80,6 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.quant_tile_tokens = options_.quant_tile_tokens;
     st_.quant_mmq_tokens = options_.quant_mmq_tokens;
     st_.quant_mmq_waves = options_.quant_mmq_waves;
-    st_.quant_mmq_min_blocks = options_.quant_mmq_min_blocks;
     st_.u4_tile_tokens = options_.u4_tile_tokens;
     st_.u4_tile_wgmma = options_.u4_tile_wgmma;
     st_.fp8_lt_tokens = options_.fp8_lt_tokens;

@@ -364,7 +364,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
       quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
     return launch_quant_mmq(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
                             accumulate, bias, bias_dt, st.mmq,
-                            MmqOptions{st.quant_mmq_waves, static_cast<int>(st.quant_mmq_min_blocks)});
+                            MmqOptions{st.quant_mmq_waves});
   if (m <= 8) {
     // A decode product the fused kernels cannot stage (8 tokens of a
     // 12,288-wide FP8 down projection: 196 KiB of x) and no 8-bit GEMV

@@ -17,7 +17,7 @@
 // q, K, V, so a K row is one coalesced 2*HD-byte read per warp. Scores of
 // the kU positions and the group's heads are reduced with independent
 // butterflies (ILP), then an online-softmax update per head. The page table,
-// the first two rounds of K/V (positions written by earlier steps, which no
+// the first round of K/V (positions written by earlier steps, which no
 // kernel of this step touches), the bias and norm weights and RoPE's cos /
 // sin of the position are loaded or computed before pdl_wait(). The warps'
 // (max, sum, acc) are merged in shared memory (each head's factors once);
@@ -98,15 +98,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   constexpr int kRound = kWarps * kU;
   const int rounds = (p1 - p0 + kRound - 1) / kRound;
 
-  // kAhead: two rounds of K/V in flight, round r + 2 loaded into round r's
-  // registers as soon as round r is done, while round r + 1 runs (the first
-  // two before the wait); where the second set of registers would spill (two
-  // blocks an SM and more than 8 words a round), one round, loaded as it
-  // starts.
-  constexpr bool kAhead = MAXG * HD > 512 || kU * D / 2 <= 8;
-  using Words = uint32_t[kU][D / 2];
-  Words kw0, vw0, kw1, vw1;
-  auto load_round = [&](int r, Words& kw, Words& vw) {
+  uint32_t kw[kU][D / 2], vw[kU][D / 2];
+  auto load_round = [&](int r) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int p = p0 + (r * kWarps + warp) * kU + u;
@@ -120,8 +113,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
       }
     }
   };
-  if (rounds > 0) load_round(0, kw0, vw0);
-  if (kAhead && rounds > 1) load_round(1, kw1, vw1);
+  if (rounds > 0) load_round(0);
 
   // --- the block's q heads, the token's new K and V ------------------------------
   // Row i < ng: q head h0+i; row ng: K; row ng+1: V; warp i takes row i
@@ -238,7 +230,8 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
       o[g][e] = 0.0f;
     }
   }
-  auto run_round = [&](int r, Words& kw, Words& vw) {
+  for (int r = 0; r < rounds; ++r) {
+    if (r > 0) load_round(r);
     float s[kU][MAXG];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -328,18 +321,6 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
       }
       l[g] = l[g] * alpha + sum;
       m[g] = m_new;
-    }
-    if (kAhead && r + 2 < rounds) load_round(r + 2, kw, vw);
-  };
-  if constexpr (kAhead) {
-    for (int r = 0; r < rounds; r += 2) {
-      run_round(r, kw0, vw0);
-      if (r + 1 < rounds) run_round(r + 1, kw1, vw1);
-    }
-  } else {
-    for (int r = 0; r < rounds; ++r) {
-      if (r > 0) load_round(r, kw0, vw0);
-      run_round(r, kw0, vw0);
     }
   }
 

@@ -433,19 +433,19 @@ constexpr size_t mmq_smem_bytes() {
   return 2 * sizeof(MmqStage<F>);
 }
 
-// Block (row tile, split) over the 256-blocks [split * per, min(steps,
-// (split + 1) * per)), two stages in flight: step sb + 1's copies are issued
-// before step sb's product. With several splits, each writes its partial
-// sums and the row tile's last block to finish (counters: one a tile,
-// zeroed, left zeroed) adds them in split order and writes the outputs.
-// kMinBlocks (Tuning::cuda_quant_mmq_min_blocks): the blocks an SM is to
-// hold, 3 (up to 168 registers) or 4 (128; q8_0's stages fit 3 anyway).
-template <int F, int kMinBlocks>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+// partials [split, m, n] (f32): block (row tile, split) over the 256-blocks
+// [split * per, min(steps, (split + 1) * per)), two stages in flight: step
+// sb + 1's copies are issued before step sb's product. (Adding the splits
+// in the row tile's last block instead of mmq_reduce_kernel was measured in
+// session 28: its serial rounds of loads made products of 6-16 splits
+// slower, e.g. 4,096 x 4,096 at 64 tokens 27.4 -> 36.9 us.)
+// Three blocks an SM (up to 168 registers; 4 at 128 registers measured no
+// faster in the engine in session 28).
+template <int F>
+__global__ void __launch_bounds__(kWarps * 32, 3)
     mmq_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k, int m,
                int per, const int8_t* __restrict__ xq, const float* __restrict__ xd,
-               const uint32_t* __restrict__ xsum, float* __restrict__ partials,
-               int32_t* __restrict__ counters, MmqOut o) {
+               const uint32_t* __restrict__ xsum, float* __restrict__ partials, MmqOut o) {
   extern __shared__ __align__(16) uint8_t mmq_smem[];
   auto* stages = reinterpret_cast<MmqStage<F>*>(mmq_smem);
   pdl_launch_dependents();
@@ -500,80 +500,56 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     __syncthreads();  // every warp is done with cur before step sb + 2's copies land in it
   }
-  // The outputs of one split; of several, each block's partial sums, and the
-  // last block of the row tile to finish adds them up.
-  auto store = [&](int t, int i, float v) {
-    const int tok = 8 * t + tig * 2 + (i & 1);
-    const int64_t r = i < 2 ? ra : rb;
-    if (tok < m && r < n) {
-      const int64_t idx = static_cast<int64_t>(tok) * n + r;
-      if (o.bias) v += load_any(o.bias, o.bias_dt, r);
-      if (o.accumulate) v += load_any(o.out, o.out_dt, idx);
-      store_any(o.out, o.out_dt, idx, v);
+  // One split: the outputs themselves; else this split's partial sums.
+  const bool direct = gridDim.y == 1;
+  float* part = partials + static_cast<int64_t>(blockIdx.y) * m * n;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int tok = 8 * t + tig * 2 + (i & 1);
+      const int64_t r = i < 2 ? ra : rb;
+      if (tok < m && r < n) {
+        const int64_t idx = static_cast<int64_t>(tok) * n + r;
+        if (direct) {
+          float v = acc[t][i];
+          if (o.bias) v += load_any(o.bias, o.bias_dt, r);
+          if (o.accumulate) v += load_any(o.out, o.out_dt, idx);
+          store_any(o.out, o.out_dt, idx, v);
+        } else {
+          part[idx] = acc[t][i];
+        }
+      }
     }
-  };
-  const int splits = static_cast<int>(gridDim.y);
-  if (splits == 1) {
-#pragma unroll
-    for (int t = 0; t < 8; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (t < nt) store(t, i, acc[t][i]);
-    return;
   }
-  // Partials in fragment order (coalesced): [split, tile, t * 4 + i, thread].
-  auto slot = [&](int split, int t, int i) {
-    return partials + ((static_cast<int64_t>(split) * gridDim.x + blockIdx.x) * 32 + t * 4 + i) *
-                          (kWarps * 32) + tid;
-  };
-  const int me = static_cast<int>(blockIdx.y);
-#pragma unroll
-  for (int t = 0; t < 8; ++t)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (t < nt) *slot(me, t, i) = acc[t][i];
-  __shared__ int is_last;
-  __threadfence();  // the partials before the arrival
-  __syncthreads();
-  if (tid == 0) {
-    int32_t* c = counters + blockIdx.x;
-    is_last = atomicAdd(c, 1) == splits - 1;
-    if (is_last) *c = 0;  // ready for the next product
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  // The splits' sums in split order (deterministic), this block's own from
-  // its registers.
-  float sum[8][4];
-#pragma unroll
-  for (int t = 0; t < 8; ++t)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sum[t][i] = 0.0f;
-  for (int sp = 0; sp < splits; ++sp) {
-#pragma unroll
-    for (int t = 0; t < 8; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (t < nt) sum[t][i] += sp == me ? acc[t][i] : __ldcg(slot(sp, t, i));
-  }
-#pragma unroll
-  for (int t = 0; t < 8; ++t)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (t < nt) store(t, i, sum[t][i]);
 }
 
-// Blocks of mmq_kernel<F, B> an SM holds at once (registers and shared
+// out [m, n] = the splits' partial sums in split order (+ bias) (+ out).
+__global__ void mmq_reduce_kernel(const float* __restrict__ partials, int splits, int64_t mn,
+                                  int64_t n, void* out, int out_dt, bool accumulate,
+                                  const void* bias, int bias_dt) {
+  pdl_launch_dependents();
+  pdl_wait();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < mn;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += partials[s * mn + i];
+    if (bias) v += load_any(bias, bias_dt, i % n);
+    if (accumulate) v += load_any(out, out_dt, i);
+    store_any(out, out_dt, i, v);
+  }
+}
+
+// Blocks of mmq_kernel<F> an SM holds at once (registers and shared
 // memory); the shared-memory limit raised first (above the 48 KiB default).
-template <int F, int B>
+template <int F>
 int mmq_resident_blocks() {
   static const int blocks = [] {
     constexpr size_t smem = mmq_smem_bytes<F>();
     int b = 0;
-    if (cudaFuncSetAttribute(mmq_kernel<F, B>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (cudaFuncSetAttribute(mmq_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem)) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mmq_kernel<F, B>, kWarps * 32, smem) !=
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mmq_kernel<F>, kWarps * 32, smem) !=
             cudaSuccess)
       b = 0;
     return b;
@@ -591,12 +567,12 @@ int mmq_resident_blocks() {
 // ~3 blocks an SM gave 3 splits, 1.45 waves of 6; 4,096 x 12,288 in 6
 // splits of 8 steps against 7 of 7, 1.13 waves). Otherwise about 3 blocks
 // an SM (the rule before).
-int64_t mmq_splits(int64_t tiles, int64_t steps, int64_t slots, bool wave_splits) {
+int64_t mmq_splits(int64_t tiles, int64_t steps, int64_t slots, int64_t room,
+                   bool wave_splits) {
   slots = std::max<int64_t>(slots, 1);
   tiles = std::max<int64_t>(tiles, 1);
   steps = std::max<int64_t>(steps, 1);
-  const int64_t most =
-      std::max<int64_t>(1, std::min<int64_t>(steps, kMmqPartialFloats / (tiles * kMmqTileFloats)));
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(steps, room));
   auto even = [&](int64_t s) {  // the splits of whole `per` steps
     const int64_t per = (steps + s - 1) / s;
     return (steps + per - 1) / per;
@@ -621,8 +597,6 @@ Status quant_mmq_alloc(QuantMmqScratch* sc) {
   FERRITE_CUDA_RETURN(
       cudaMalloc(&sc->xsum, kMmqMaxTokens * (kMmqMaxK / 256) * 4 * sizeof(uint32_t)));
   FERRITE_CUDA_RETURN(cudaMalloc(&sc->partials, kMmqPartialFloats * sizeof(float)));
-  FERRITE_CUDA_RETURN(cudaMalloc(&sc->counters, kMmqCounters * sizeof(int32_t)));
-  FERRITE_CUDA_RETURN(cudaMemset(sc->counters, 0, kMmqCounters * sizeof(int32_t)));
   // Token rows past a product's m are copied (never used): defined values.
   FERRITE_CUDA_RETURN(cudaMemset(sc->xq, 0, kMmqMaxTokens * kMmqMaxK));
   FERRITE_CUDA_RETURN(cudaMemset(sc->xd, 0, kMmqMaxTokens * (kMmqMaxK / 32) * sizeof(float)));
@@ -636,7 +610,6 @@ void quant_mmq_free(QuantMmqScratch* sc) {
   if (sc->xd) cudaFree(sc->xd);
   if (sc->xsum) cudaFree(sc->xsum);
   if (sc->partials) cudaFree(sc->partials);
-  if (sc->counters) cudaFree(sc->counters);
   *sc = QuantMmqScratch{};
 }
 
@@ -662,7 +635,7 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   if (!quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
     return unsupported("quant mmq: q4_k / q6_k / q8_0 weights, k a multiple of 256 up to 65,536, "
                        "9..64 tokens, float activations and outputs");
-  if (!sc.xq || !sc.partials || !sc.counters) return internal_error("quant mmq: no scratch");
+  if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
   // 1. The activations (per 32 for q8_0, else per 256).
   const dim3 qgrid(static_cast<unsigned>((k / 256 + 7) / 8), static_cast<unsigned>(m));
   bool ok = dispatch_float(x_dt, [&](auto tag) {
@@ -675,33 +648,39 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   // 2. The product, k split as mmq_splits says.
   const int64_t steps = k / 256;
   const int64_t tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-  const bool four = opt.min_blocks >= 4;
   int resident = 0;
   (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     if constexpr (F == qblocks::kFmtQ4_K || F == qblocks::kFmtQ6_K || F == qblocks::kFmtQ8_0)
-      resident = four ? mmq_resident_blocks<F, 4>() : mmq_resident_blocks<F, 3>();
+      resident = mmq_resident_blocks<F>();
   });
   if (resident < 1) return internal_error("quant mmq: could not raise the shared memory limit");
-  const int64_t splits =
-      mmq_splits(tiles, steps, static_cast<int64_t>(resident) * num_sms, opt.wave_splits);
+  // A single split writes the outputs directly (any m x n); more need room
+  // for their partial sums.
+  const int64_t splits = mmq_splits(tiles, steps, static_cast<int64_t>(resident) * num_sms,
+                                    kMmqPartialFloats / (m * n), opt.wave_splits);
   const int64_t per = (steps + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
   bool launched = false;
   (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     if constexpr (F == qblocks::kFmtQ4_K || F == qblocks::kFmtQ6_K || F == qblocks::kFmtQ8_0) {
-      auto kernel = four ? mmq_kernel<F, 4> : mmq_kernel<F, 3>;
-      (void)launch_pdl(kernel, grid, kWarps * 32, mmq_smem_bytes<F>(), s,
+      (void)launch_pdl(mmq_kernel<F>, grid, kWarps * 32, mmq_smem_bytes<F>(), s,
                        static_cast<const uint8_t*>(w), dtype_bytes(w_dt, k), n, k,
                        static_cast<int>(m), static_cast<int>(per), sc.xq, sc.xd, sc.xsum,
-                       sc.partials, sc.counters,
-                       MmqOut{out, dt_code(out_dt), accumulate, bias, dt_code(bias_dt)});
+                       sc.partials, MmqOut{out, dt_code(out_dt), accumulate, bias, dt_code(bias_dt)});
       launched = true;
     }
   });
   if (!launched) return internal_error("quant mmq: no kernel for the format");
-  return check_launch("mmq_product");
+  FERRITE_RETURN_IF_ERROR(check_launch("mmq_product"));
+  if (splits == 1) return Status::ok();
+  // 3. The splits' sums.
+  const int64_t mn = m * n;
+  (void)launch_pdl(mmq_reduce_kernel, grid_for(mn, 256), 256, 0, s, sc.partials,
+                   static_cast<int>(splits), mn, n, out, dt_code(out_dt), accumulate, bias,
+                   dt_code(bias_dt));
+  return check_launch("mmq_reduce");
 }
 
 }  // namespace ferrite::cuda

@@ -13,16 +13,16 @@
 //   q8_0: sum_j d_j xd_j (q_j . xq_j)   (8 blocks of 32, both scales in f32
 // on the int32 sums).
 //
-// Two launches: the activations' quantization (int8 rows, one scale per
+// Three launches: the activations' quantization (int8 rows, one scale per
 // 256 or 32, the sums of each 32), the product (a block of 4 warps takes 64 rows x
 // all the tokens over a range of 256-blocks, two steps in flight: the next
 // step's activations, and for q4_k / q8_0 its weight blocks, copied to
 // shared memory by cp.async during this one's mma; a warp's 16 rows meet
 // the tokens in m16n8k32 (q4_k, q8_0) / m16n8k16 (q6_k) int8 mma, the A
 // fragments straight from the blocks' codes, the scales applied to the int32
-// results; k split into waves of blocks, mmq_splits), the last block of a
-// row tile adding the splits' partial sums in split order (deterministic)
-// with bias / accumulate.
+// results; k split into waves of blocks, mmq_splits), then the sum of the k
+// splits in split order (deterministic) with bias / accumulate (a product of
+// one split writes its outputs itself: two launches).
 //
 // Unlike dequantizing for cuBLASLt (a 16-bit write and read of every weight
 // each step) or the bf16 tile (f32 decoding of every weight), a weight costs
@@ -42,11 +42,6 @@ namespace ferrite::cuda {
 constexpr int64_t kMmqMaxTokens = 64;
 constexpr int64_t kMmqMaxK = 65536;
 constexpr int64_t kMmqPartialFloats = int64_t{4} << 20;
-// A split's partial sums of a 64-row tile (64 tokens' room), and the tile
-// counters: products of more than one split have at most
-// kMmqPartialFloats / (2 kMmqTileFloats) tiles.
-constexpr int64_t kMmqTileFloats = 64 * 64;
-constexpr int64_t kMmqCounters = kMmqPartialFloats / (2 * kMmqTileFloats);
 
 // Fixed device buffers (allocated once, so that decode graphs can point
 // into them).
@@ -55,7 +50,6 @@ struct QuantMmqScratch {
   float* xd = nullptr;       // [kMmqMaxK / 256, kMmqMaxTokens] (q8_0: [kMmqMaxK / 32, ..])
   uint32_t* xsum = nullptr;  // [kMmqMaxK / 256, kMmqMaxTokens, 4]: int16 pairs
   float* partials = nullptr; // kMmqPartialFloats
-  int32_t* counters = nullptr;  // kMmqCounters, zeroed (each product leaves them so)
 };
 Status quant_mmq_alloc(QuantMmqScratch* sc);
 void quant_mmq_free(QuantMmqScratch* sc);
@@ -72,17 +66,18 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
 // [n]); W [n, k] in q4_k, q6_k or q8_0 blocks.
 struct MmqOptions {
   bool wave_splits = true;  // Tuning::cuda_quant_mmq_waves (mmq_splits)
-  int min_blocks = 3;       // Tuning::cuda_quant_mmq_min_blocks: 3 or 4 blocks an SM
 };
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                         int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt,
                         const QuantMmqScratch& sc, const MmqOptions& opt = {});
 
-// The k splits (at most kMmqPartialFloats / (tiles * kMmqTileFloats), whole
-// equal runs of steps) of a product of `tiles` 64-row tiles and `steps`
-// 256-blocks when `slots` blocks fit on the GPU at once: with wave_splits
-// the fewest waves x (steps a split + 1/2), else about one block a slot.
-int64_t mmq_splits(int64_t tiles, int64_t steps, int64_t slots, bool wave_splits);
+// The k splits (at most `room`, the partial sums' kMmqPartialFloats / (m n);
+// whole equal runs of steps) of a product of `tiles` 64-row tiles and
+// `steps` 256-blocks when `slots` blocks fit on the GPU at once: with
+// wave_splits the fewest waves x (steps a split + 1/2), else about one block
+// a slot.
+int64_t mmq_splits(int64_t tiles, int64_t steps, int64_t slots, int64_t room,
+                   bool wave_splits);
 
 }  // namespace ferrite::cuda
