@@ -32,6 +32,10 @@ B="${BUILD:-$ROOT/build-gpu}"
 mkdir -p "$OUT" /tmp/peer
 S="$OUT/peer_side_by_side.txt"
 : > "$S"
+# One preparation at a time: a second run (e.g. the measuring call while a --prepare started
+# with setsid is still building) waits here instead of building and quantizing beside it.
+exec 9> /tmp/peer/prepare.lock
+flock 9
 if [ ! -f /tmp/peer/built ]; then
   mkdir -p /tmp/peer/llama.cpp &&
   tar xf "$(ls "$G"/llama-src.tar.xz "$G"/llama-src.tgz 2>/dev/null | head -1)" -C /tmp/peer/llama.cpp &&
@@ -49,11 +53,13 @@ wait
 [ -f /tmp/peer/built ] || { echo "llama.cpp build failed: /tmp/peer/build.log" | tee -a "$S"; exit 1; }
 L=/tmp/peer/llama.cpp/build/bin
 for q in q4_k_m q8_0; do
-  [ -f /tmp/peer/twin/$q.gguf ] || "$L/llama-quantize" /tmp/peer/twin/model-f16.gguf /tmp/peer/twin/$q.gguf \
-    "$(echo $q | tr a-z A-Z)" 16 > /tmp/peer/quantize-$q.log 2>&1 &
+  [ -f /tmp/peer/twin/$q.gguf ] || { "$L/llama-quantize" /tmp/peer/twin/model-f16.gguf \
+    /tmp/peer/twin/$q.gguf.part "$(echo $q | tr a-z A-Z)" 16 > /tmp/peer/quantize-$q.log 2>&1 &&
+    mv /tmp/peer/twin/$q.gguf.part /tmp/peer/twin/$q.gguf; } &
 done
 wait
 touch /tmp/peer/prepared
+flock -u 9
 [ "${1:-}" = "--prepare" ] && exit 0
 for q in $([ "${PEER_DENSE:-1}" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
   F=/tmp/peer/twin/$q.gguf
