@@ -184,6 +184,22 @@ __device__ __forceinline__ void mmq_issue(MmqStage<F>& b, int64_t sb, int staged
   cp_async_commit();
 }
 
+// The two m16n8k32 products of an 8-token tile with sub-blocks (or q8_0
+// blocks) 2c and 2c + 1: their B fragments in one ldmatrix.x4 (b[2h],
+// b[2h + 1]), each int32 result handed to epi(h, cc) for its scales.
+template <typename Epi>
+__device__ __forceinline__ void mma_pair_k32(const uint32_t (&a)[2][4], uint32_t xrow, int t,
+                                             int c, Epi&& epi) {
+  uint32_t b[4];
+  ldmatrix_x4(b, xrow + 8 * t * kXStride + 64 * c);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int cc[4] = {0, 0, 0, 0};
+    mma_s8(cc, a[h][0], a[h][1], a[h][2], a[h][3], b[2 * h], b[2 * h + 1]);
+    epi(h, cc);
+  }
+}
+
 // One 256-block of a warp's rows (ra: block bytes pa, rb = ra + 8: pb, in
 // the stage's shared memory) against the nt staged 8-token tiles: acc[t][i]
 // += the block's contribution to (row ra for i < 2 else rb, token 8 t + 2
@@ -227,19 +243,13 @@ __device__ __forceinline__ void mmq_step_q4k(const uint8_t* pa, const uint8_t* p
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
       if (t < nt) {
-        // Sub-blocks 2c and 2c + 1 of the tile's 8 tokens: b[2h], b[2h + 1].
-        uint32_t b[4];
-        ldmatrix_x4(b, xrow + 8 * t * kXStride + 64 * c);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        mma_pair_k32(a, xrow, t, c, [&](int h, const int (&cc)[4]) {
           const int j = 2 * c + h;
-          int cc[4] = {0, 0, 0, 0};
-          mma_s8(cc, a[h][0], a[h][1], a[h][2], a[h][3], b[2 * h], b[2 * h + 1]);
           s1i[t][0] += scA[j] * cc[0];
           s1i[t][1] += scA[j] * cc[1];
           s1i[t][2] += scB[j] * cc[2];
           s1i[t][3] += scB[j] * cc[3];
-        }
+        });
       }
     }
   }
@@ -397,21 +407,15 @@ __device__ __forceinline__ void mmq_step_q80(const uint8_t* pa, const uint8_t* p
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
       if (t < nt) {
-        uint32_t b[4];
-        ldmatrix_x4(b, xrow + 8 * t * kXStride + 64 * c);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int j = 2 * c + h;
-          int cc[4] = {0, 0, 0, 0};
-          mma_s8(cc, a[h][0], a[h][1], a[h][2], a[h][3], b[2 * h], b[2 * h + 1]);
+        mma_pair_k32(a, xrow, t, c, [&](int h, const int (&cc)[4]) {
           // Tokens 8 t + 2 tig and the next: adjacent scales.
-          const float2 xd =
-              *reinterpret_cast<const float2*>(xs.d + j * kMmqMaxTokens + 8 * t + 2 * tig);
+          const float2 xd = *reinterpret_cast<const float2*>(
+              xs.d + (2 * c + h) * kMmqMaxTokens + 8 * t + 2 * tig);
           acc[t][0] = fmaf(da[h] * xd.x, static_cast<float>(cc[0]), acc[t][0]);
           acc[t][1] = fmaf(da[h] * xd.y, static_cast<float>(cc[1]), acc[t][1]);
           acc[t][2] = fmaf(db[h] * xd.x, static_cast<float>(cc[2]), acc[t][2]);
           acc[t][3] = fmaf(db[h] * xd.y, static_cast<float>(cc[3]), acc[t][3]);
-        }
+        });
       }
     }
   }
@@ -648,23 +652,19 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
   // 2. The product, k split as mmq_splits says.
   const int64_t steps = k / 256;
   const int64_t tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-  int resident = 0;
-  (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
-    constexpr int F = decltype(fc)::value;
-    if constexpr (F == qblocks::kFmtQ4_K || F == qblocks::kFmtQ6_K || F == qblocks::kFmtQ8_0)
-      resident = mmq_resident_blocks<F>();
-  });
-  if (resident < 1) return internal_error("quant mmq: could not raise the shared memory limit");
   // A single split writes the outputs directly (any m x n); more need room
   // for their partial sums.
-  const int64_t splits = mmq_splits(tiles, steps, static_cast<int64_t>(resident) * num_sms,
-                                    kMmqPartialFloats / (m * n), opt.wave_splits);
-  const int64_t per = (steps + splits - 1) / splits;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
+  int64_t splits = 0;
   bool launched = false;
   (void)qblocks::dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     if constexpr (F == qblocks::kFmtQ4_K || F == qblocks::kFmtQ6_K || F == qblocks::kFmtQ8_0) {
+      const int resident = mmq_resident_blocks<F>();
+      if (resident < 1) return;
+      splits = mmq_splits(tiles, steps, static_cast<int64_t>(resident) * num_sms,
+                          kMmqPartialFloats / (m * n), opt.wave_splits);
+      const int64_t per = (steps + splits - 1) / splits;
+      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
       (void)launch_pdl(mmq_kernel<F>, grid, kWarps * 32, mmq_smem_bytes<F>(), s,
                        static_cast<const uint8_t*>(w), dtype_bytes(w_dt, k), n, k,
                        static_cast<int>(m), static_cast<int>(per), sc.xq, sc.xd, sc.xsum,
@@ -672,7 +672,8 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
       launched = true;
     }
   });
-  if (!launched) return internal_error("quant mmq: no kernel for the format");
+  if (!launched)
+    return internal_error("quant mmq: no kernel for the format, or no block of it fits an SM");
   FERRITE_RETURN_IF_ERROR(check_launch("mmq_product"));
   if (splits == 1) return Status::ok();
   // 3. The splits' sums.
