@@ -153,6 +153,65 @@ TEST(CudaQuantMmqTest, MatchesTheHostProductOfTheQuantizedActivations) {
     for (const MmqCase& c : cases) run_case(w_dt, c, rng);
 }
 
+// The products of one unchanged input (gemm_projections: Q, K and V; gate
+// and up) quantize it once per activation group (q4_k and q6_k share 256,
+// q8_0 takes 32), with the same outputs as each product quantizing it itself.
+TEST(CudaQuantMmqTest, ProductsOfOneInputQuantizeItOnce) {
+  std::string why;
+  if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
+  std::mt19937 rng(99);
+  const int64_t m = 24, k = 512, n = 128;
+  const DType formats[] = {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0};
+  cuda::BackendState st;
+  ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
+  st.quant_dot = true;
+  st.quant_mmq_tokens = 64;
+  ASSERT_TRUE(cuda::gemm_init(st).is_ok());
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> xh(static_cast<size_t>(m * k));
+  for (uint16_t& v : xh) v = f32_to_bf16(nd(rng));
+  void* x = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, xh.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  void* w[3] = {};
+  void* out[2][3] = {};
+  for (int f = 0; f < 3; ++f) {
+    const std::vector<uint8_t> wq = random_blocks(formats[f], n, k, rng);
+    ASSERT_EQ(cudaMalloc(&w[f], wq.size()), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(w[f], wq.data(), wq.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(cudaMalloc(&out[r][f], m * n * 4), cudaSuccess);
+  }
+  // Run 0: each product on its own; run 1: as one stage's products.
+  int64_t launched[2] = {};
+  for (int r = 0; r < 2; ++r) {
+    const int64_t before = st.mmq_quantized;
+    for (int f = 0; f < 3; ++f) {
+      st.fp8_act_same_x = r == 1 && f > 0;
+      const Status s = cuda::gemm(st, x, DType::kBF16, m, k, w[f], formats[f], n, out[r][f],
+                                  DType::kF32, false);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+    }
+    st.fp8_act_same_x = false;
+    launched[r] = st.mmq_quantized - before;
+  }
+  ASSERT_EQ(cudaStreamSynchronize(st.stream), cudaSuccess);
+  EXPECT_EQ(launched[0], 3);
+  EXPECT_EQ(launched[1], 2);  // q6_k reused q4_k's; q8_0's group differs
+  for (int f = 0; f < 3; ++f) {
+    std::vector<float> a(static_cast<size_t>(m * n)), b(a.size());
+    ASSERT_EQ(cudaMemcpy(a.data(), out[0][f], m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(b.data(), out[1][f], m * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << dtype_name(formats[f]);
+  }
+  for (int f = 0; f < 3; ++f) {
+    cudaFree(w[f]);
+    for (int r = 0; r < 2; ++r) cudaFree(out[r][f]);
+  }
+  cudaFree(x);
+  cuda::gemm_shutdown(st);
+  cudaStreamDestroy(st.stream);
+}
+
 // The split counts of Qwen3-8B's products at 64 tokens on the H200 (132
 // SMs x 3 blocks; the partials' room kMmqPartialFloats / (64 n)), and the
 // bounds of any.

@@ -88,6 +88,13 @@ struct BackendState {
   int64_t quant_mmq_tokens = 0;
   bool quant_mmq_waves = true;      // Tuning::cuda_quant_mmq_waves (mmq_splits)
   QuantMmqScratch mmq;
+  // What mmq's scratch holds: x (m x k) quantized per mmq_group, as the last
+  // product left it. Reused while fp8_act_same_x says x is unchanged (the
+  // products of one gemm_projections call: Q, K and V; gate and up).
+  const void* mmq_x = nullptr;
+  int64_t mmq_m = 0, mmq_k = 0;
+  int mmq_group = 0;
+  int64_t mmq_quantized = 0;  // quantizations launched (tests)
   // Tuning::cuda_u4_tile_tokens (gemm.cc, quant_product): products of 9 ..
   // this many tokens on u4_g128 weights through kernels/u4_tile.cuh (its
   // split-k scratch is tile_partials / tile_counters).

@@ -361,10 +361,25 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
                           st.u4_tile_stage_steps);
   }
   if (st.quant_dot && m > kQuantGemvMaxTokens && m <= st.quant_mmq_tokens && st.mmq.xq &&
-      quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
-    return launch_quant_mmq(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n, out, out_dt,
-                            accumulate, bias, bias_dt, st.mmq,
-                            MmqOptions{st.quant_mmq_waves});
+      quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt)) {
+    // An earlier product of the same unchanged rows (not gathered: the
+    // gather buffer holds another permutation's rows) left them quantized.
+    const int group = quant_mmq_act_group(w_dt);
+    const bool held = st.fp8_act_same_x && !perm.table && st.mmq_x == x && st.mmq_m == m &&
+                      st.mmq_k == k && st.mmq_group == group;
+    st.mmq_x = nullptr;  // stale until the launch below succeeds
+    FERRITE_RETURN_IF_ERROR(launch_quant_mmq(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n,
+                                             out, out_dt, accumulate, bias, bias_dt, st.mmq,
+                                             MmqOptions{st.quant_mmq_waves, !held}));
+    if (!perm.table) {
+      st.mmq_x = x;
+      st.mmq_m = m;
+      st.mmq_k = k;
+      st.mmq_group = group;
+    }
+    if (!held) ++st.mmq_quantized;
+    return Status::ok();
+  }
   if (m <= 8) {
     // A decode product the fused kernels cannot stage (8 tokens of a
     // 12,288-wide FP8 down projection: 196 KiB of x) and no 8-bit GEMV

@@ -632,6 +632,8 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
          is_float(out_dt);
 }
 
+int quant_mmq_act_group(DType w_dt) { return w_dt == DType::kQ8_0 ? 32 : 256; }
+
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                         int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
                         bool accumulate, const void* bias, DType bias_dt,
@@ -640,15 +642,20 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
     return unsupported("quant mmq: q4_k / q6_k / q8_0 weights, k a multiple of 256 up to 65,536, "
                        "9..64 tokens, float activations and outputs");
   if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
-  // 1. The activations (per 32 for q8_0, else per 256).
-  const dim3 qgrid(static_cast<unsigned>((k / 256 + 7) / 8), static_cast<unsigned>(m));
-  bool ok = dispatch_float(x_dt, [&](auto tag) {
-    using T = decltype(tag);
-    auto kernel = w_dt == DType::kQ8_0 ? mmq_quantize_kernel<T, 32> : mmq_quantize_kernel<T, 256>;
-    (void)launch_pdl(kernel, qgrid, 256, 0, s, static_cast<const T*>(x), k, sc.xq, sc.xd, sc.xsum);
-  });
-  if (!ok) return bad_dtype("quant mmq input", x_dt);
-  FERRITE_RETURN_IF_ERROR(check_launch("mmq_quantize"));
+  // 1. The activations (per 32 for q8_0, else per 256), unless the scratch
+  // holds them already.
+  if (opt.quantize) {
+    const dim3 qgrid(static_cast<unsigned>((k / 256 + 7) / 8), static_cast<unsigned>(m));
+    bool ok = dispatch_float(x_dt, [&](auto tag) {
+      using T = decltype(tag);
+      auto kernel =
+          w_dt == DType::kQ8_0 ? mmq_quantize_kernel<T, 32> : mmq_quantize_kernel<T, 256>;
+      (void)launch_pdl(kernel, qgrid, 256, 0, s, static_cast<const T*>(x), k, sc.xq, sc.xd,
+                       sc.xsum);
+    });
+    if (!ok) return bad_dtype("quant mmq input", x_dt);
+    FERRITE_RETURN_IF_ERROR(check_launch("mmq_quantize"));
+  }
   // 2. The product, k split as mmq_splits says.
   const int64_t steps = k / 256;
   const int64_t tiles = (n + kRowsPerBlock - 1) / kRowsPerBlock;

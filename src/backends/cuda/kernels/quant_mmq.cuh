@@ -62,10 +62,19 @@ void quant_mmq_free(QuantMmqScratch* sc);
 bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64_t k, int64_t n,
                          DType out_dt);
 
+// The activations' quantization group of a product on w_dt (32 for q8_0, 256
+// for the k-quants): two products may share a quantization only with equal
+// groups.
+int quant_mmq_act_group(DType w_dt);
+
 // out [m, n] (row-major, out_dt) (= or +=) x [m, k] (row-major) . W^T (+ bias
 // [n]); W [n, k] in q4_k, q6_k or q8_0 blocks.
 struct MmqOptions {
   bool wave_splits = true;  // Tuning::cuda_quant_mmq_waves (mmq_splits)
+  // False: the scratch already holds x quantized for this product (the same
+  // rows, m, k and activation group: an earlier product of the same input),
+  // and the quantization launch is skipped.
+  bool quantize = true;
 };
 Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, int64_t m,
                         int64_t k, const void* w, DType w_dt, int64_t n, void* out, DType out_dt,
