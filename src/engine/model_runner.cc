@@ -276,12 +276,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.decode_split_positions = options.tuning.cuda_decode_split_positions;
     co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
     co.decode_cluster = options.tuning.cuda_decode_cluster;
+    co.decode_mma_tokens = options.tuning.cuda_decode_mma_tokens;
     co.rope_token_warps = options.tuning.cuda_rope_token_warps;
     co.prefill_short_tiles = options.tuning.cuda_prefill_short_tiles;
     co.dequant_slice_mib = options.tuning.cuda_dequant_slice_mib;
     co.quant_tile_tokens = options.tuning.cuda_quant_tile_tokens;
     co.quant_mmq_tokens = options.tuning.cuda_quant_mmq_tokens;
     co.quant_mmq_waves = options.tuning.cuda_quant_mmq_waves;
+    co.quant_mmq_share_act = options.tuning.cuda_quant_mmq_share_act;
     co.u4_tile_tokens = options.tuning.cuda_u4_tile_tokens;
     co.u4_tile_wgmma = options.tuning.cuda_u4_tile_wgmma;
     co.fp8_lt_tokens = options.tuning.cuda_fp8_lt_tokens;

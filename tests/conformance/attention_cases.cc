@@ -8,9 +8,10 @@
 // tokens, bf16 / f16) over several query and key tiles.
 //
 // Each flavour also has a decode step (`_decode`): four sequences of one
-// token each at positions 0, 37, 130 and 600, the CUDA fused decode kernel
-// (head_dim 64 / 128 / 256; 8 query heads per KV head: two blocks per KV
-// head), whose KV splits start above 512 positions.
+// token each at positions 0, 37, 130 and 600: on the "cuda" backend the
+// tensor-core decode kernel (head_dim 64 / 128; 256 takes the fused one),
+// on "cuda_alt" the fused decode kernel (8 query heads per KV head: two
+// blocks per KV head), whose KV splits start above 512 positions.
 #include <algorithm>
 #include <numeric>
 

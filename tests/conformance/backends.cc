@@ -42,6 +42,10 @@ std::vector<Backend> available_backends() {
     // write a warp per token (Tuning::cuda_rope_token_warps) and the
     // head_dim-128 flash prefill on 32-key tiles (Tuning::
     // cuda_prefill_short_tiles; its attention provider is tested again).
+    // "cuda" also runs the decode steps that the cluster kernel leaves (the
+    // `_decode` cases: 600 positions) on the tensor-core decode
+    // attention (Tuning::cuda_decode_mma_tokens) and the int8 tile's shared
+    // activation quantization (Tuning::cuda_quant_mmq_share_act).
     for (const char* name : {"cuda", "cuda_alt"}) {
       auto device = make_cuda_device(0);
       if (!device.is_ok()) continue;
@@ -56,6 +60,8 @@ std::vector<Backend> available_backends() {
       options.decode_cluster = true;  // short decode steps on the cluster kernel
       options.moe_route_in_router = true;  // routing + sort in the norm + router launch
       options.quant_mmq_tokens = 64;       // q4_k / q6_k / q8_0 products of 9-64 tokens: int8 tile
+      options.quant_mmq_share_act = true;  // Q / K / V and gate / up quantize their input once
+      options.decode_mma_tokens = 1;  // decode steps the cluster kernel leaves: tensor-core attention
       if (cuda.name == "cuda_alt") {
         options.quant_tile_tokens = 256;
         options.u4_tile_tokens = 256;  // u4_g128 products on the 4-bit tile instead,
@@ -66,6 +72,8 @@ std::vector<Backend> available_backends() {
         options.decode_cluster = false;  // short decode steps on the fused kernel
         options.moe_route_in_router = false;
         options.quant_mmq_tokens = 0;
+        options.quant_mmq_share_act = false;
+        options.decode_mma_tokens = 0;  // every decode step on the fused kernel
         options.rope_token_warps = true;
         options.prefill_short_tiles = true;
         cuda.block_weight_providers_only = true;

@@ -952,11 +952,12 @@ struct DecodeKernelCase {
   bool bias;
 };
 
-class CudaDecodeKernelTest : public testing::TestWithParam<DecodeKernelCase> {};
+// The kernel compared with the fused one: the cluster kernel, or the
+// tensor-core kernel (launch_attention_decode_mma) in one split or in a
+// split per 64 positions (merged by the combine launch).
+enum class DecodeCandidate { kCluster, kMmaOneSplit, kMmaSplits };
 
-TEST_P(CudaDecodeKernelTest, ClusterMatchesFused) {
-  SKIP_WITHOUT_GPU();
-  const DecodeKernelCase dc = GetParam();
+void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   const int hd = dc.head_dim, nkv = 2, nh = nkv * dc.group, ps = dc.page_size;
   const int q_stride = dc.gate ? 2 * hd : hd, q_row = nh * q_stride;
   const DType act = dc.act;
@@ -1028,7 +1029,11 @@ TEST_P(CudaDecodeKernelTest, ClusterMatchesFused) {
     a.inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(a.rope_dim));
   ASSERT_TRUE(cuda::attention_decode_fused_supported(a, act));
   const int csplits = cuda::attention_decode_cluster_splits(a, act, tokens, dc.bound);
-  ASSERT_EQ(csplits, (dc.bound + 63) / 64);
+  if (cand == DecodeCandidate::kCluster) {
+    ASSERT_EQ(csplits, (dc.bound + 63) / 64);
+  } else {
+    ASSERT_TRUE(cuda::attention_decode_mma_supported(a, act));
+  }
 
   std::vector<void*> allocs;
   auto dev = [&](const auto& host) {
@@ -1070,9 +1075,17 @@ TEST_P(CudaDecodeKernelTest, ClusterMatchesFused) {
       kc[0], vc[0], outs[0], splits, d_partials, d_counters, static_cast<int64_t>(counters.size()),
       /*pdl=*/false);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
-  st = cuda::launch_attention_decode_cluster(nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act,
-                                             d_qn, d_kn, act, d_qb, d_kb, d_vb, act, kc[1], vc[1],
-                                             outs[1], csplits, /*pdl=*/false);
+  if (cand == DecodeCandidate::kCluster) {
+    st = cuda::launch_attention_decode_cluster(nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act,
+                                               d_qn, d_kn, act, d_qb, d_kb, d_vb, act, kc[1],
+                                               vc[1], outs[1], csplits, /*pdl=*/false);
+  } else {
+    const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
+    float* d_mpartials = dev(partials);
+    st = cuda::launch_attention_decode_mma(nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act, d_qn,
+                                           d_kn, act, d_qb, d_kb, d_vb, act, kc[1], vc[1],
+                                           outs[1], msplits, d_mpartials, /*pdl=*/false);
+  }
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint16_t> out_h[2], kc_out[2], vc_out[2];
@@ -1112,10 +1125,17 @@ TEST_P(CudaDecodeKernelTest, ClusterMatchesFused) {
                     << ", first at token " << (first < 0 ? -1 : first / (nh * hd)) << " head "
                     << (first < 0 ? -1 : first / hd % nh) << " d " << (first < 0 ? -1 : first % hd)
                     << ": fused " << (first < 0 ? 0.0f : load_as_f32(out_h[0].data(), act, first))
-                    << ", cluster " << (first < 0 ? 0.0f : load_as_f32(out_h[1].data(), act, first));
+                    << ", other " << (first < 0 ? 0.0f : load_as_f32(out_h[1].data(), act, first));
   // The padding row's outputs are zero.
   for (int i = 0; i < nh * hd; ++i)
     EXPECT_EQ(load_as_f32(out_h[1].data(), act, static_cast<int64_t>(tokens - 1) * nh * hd + i), 0.0f);
+}
+
+class CudaDecodeKernelTest : public testing::TestWithParam<DecodeKernelCase> {};
+
+TEST_P(CudaDecodeKernelTest, ClusterMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kCluster);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -1126,6 +1146,40 @@ INSTANTIATE_TEST_SUITE_P(
                     DecodeKernelCase{64, DType::kBF16, 2, false, 5, 256, false, true},
                     DecodeKernelCase{256, DType::kBF16, 6, true, 16, 256, true, false},
                     DecodeKernelCase{256, DType::kF16, 4, true, 3, 512, false, true}),
+    [](const testing::TestParamInfo<DecodeKernelCase>& info) {
+      const DecodeKernelCase& c = info.param;
+      return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) + "_g" +
+             std::to_string(c.group) + (c.gate ? "_gate" : "") + "_page" +
+             std::to_string(c.page_size) + "_bound" + std::to_string(c.bound) +
+             (c.partial_rope ? "_partial" : "") + (c.bias ? "_bias" : "");
+    });
+
+// The tensor-core decode attention (Tuning::cuda_decode_mma_tokens) against
+// the fused kernel on the same steps, in one split and in a split per 64
+// positions; groups up to 16 query heads a KV head (the rows 8-15 of its
+// tiles from 9 heads on).
+class CudaDecodeMmaTest : public testing::TestWithParam<DecodeKernelCase> {};
+
+TEST_P(CudaDecodeMmaTest, OneSplitMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kMmaOneSplit);
+}
+
+TEST_P(CudaDecodeMmaTest, SplitsMatchFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kMmaSplits);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaDecodeMmaTest,
+    testing::Values(DecodeKernelCase{128, DType::kBF16, 4, false, 16, 256, false, false},
+                    DecodeKernelCase{128, DType::kBF16, 3, true, 7, 512, false, true},
+                    DecodeKernelCase{128, DType::kF16, 6, false, 16, 512, true, false},
+                    DecodeKernelCase{128, DType::kBF16, 8, true, 16, 256, false, true},
+                    DecodeKernelCase{128, DType::kBF16, 16, false, 5, 512, false, false},
+                    DecodeKernelCase{64, DType::kBF16, 2, false, 5, 256, false, true},
+                    DecodeKernelCase{64, DType::kF16, 12, true, 16, 256, true, true},
+                    DecodeKernelCase{128, DType::kBF16, 1, false, 16, 1024, false, false}),
     [](const testing::TestParamInfo<DecodeKernelCase>& info) {
       const DecodeKernelCase& c = info.param;
       return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) + "_g" +

@@ -166,6 +166,7 @@ TEST(CudaQuantMmqTest, ProductsOfOneInputQuantizeItOnce) {
   ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
   st.quant_dot = true;
   st.quant_mmq_tokens = 64;
+  st.quant_mmq_share_act = true;  // Tuning::cuda_quant_mmq_share_act
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<uint16_t> xh(static_cast<size_t>(m * k));

@@ -164,6 +164,26 @@ class CausalPagedAttention final : public Provider {
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,
                     b[kHidden].data, act, true, nullptr, DType::kF32, o_perm);
       }
+      if (st.decode_mma_tokens > 0 && t >= st.decode_mma_tokens &&
+          attention_decode_mma_supported(a, act)) {
+        // Larger steps: the tensor-core kernel (a block per KV head holds
+        // its whole group), splits merged by the combine launch.
+        const int msplits = fused_splits(t, nkv, st.meta.kv_len_bound, st.num_sms,
+                                         st.decode_split_positions);
+        float* mpartials = nullptr;
+        if (msplits > 1) {
+          mpartials = take_partials(ws, p, t * msplits);
+          FERRITE_RETURN_IF_ERROR(ws.status("cuda.causal_paged_attention: decode splits"));
+        }
+        FERRITE_RETURN_IF_ERROR(launch_attention_decode_mma(
+            st.stream, a, st.meta, page_size, t, q, k, v, act,
+            p.qk_norm ? b[kQNorm].data : nullptr, p.qk_norm ? b[kKNorm].data : nullptr, norm_dt,
+            b[kQBias].data, b[kKBias].data, b[kVBias].data, bias_dt, b[kKCache].data,
+            b[kVCache].data, attn, msplits, mpartials, /*pdl=*/false));
+        profile_mark(st.stream, "attention.o_proj", st.capturing);
+        return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,
+                    b[kHidden].data, act, true, nullptr, DType::kF32, o_perm);
+      }
       const int splits = fused_splits(t, nkv * fused_decode_parts(static_cast<int>(nh / nkv)),
                                       st.meta.kv_len_bound, st.num_sms,
                                       st.decode_split_positions);

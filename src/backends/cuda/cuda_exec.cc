@@ -74,12 +74,14 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.decode_split_positions = options_.decode_split_positions;
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.decode_cluster = options_.decode_cluster;
+    st_.decode_mma_tokens = options_.decode_mma_tokens;
     st_.rope_token_warps = options_.rope_token_warps;
     st_.prefill_short_tiles = options_.prefill_short_tiles;
     st_.dequant_slice_mib = options_.dequant_slice_mib;
     st_.quant_tile_tokens = options_.quant_tile_tokens;
     st_.quant_mmq_tokens = options_.quant_mmq_tokens;
     st_.quant_mmq_waves = options_.quant_mmq_waves;
+    st_.quant_mmq_share_act = options_.quant_mmq_share_act;
     st_.u4_tile_tokens = options_.u4_tile_tokens;
     st_.u4_tile_wgmma = options_.u4_tile_wgmma;
     st_.fp8_lt_tokens = options_.fp8_lt_tokens;

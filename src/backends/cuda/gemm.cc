@@ -365,7 +365,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
     // An earlier product of the same unchanged rows (not gathered: the
     // gather buffer holds another permutation's rows) left them quantized.
     const int group = quant_mmq_act_group(w_dt);
-    const bool held = st.fp8_act_same_x && !perm.table && st.mmq_x == x && st.mmq_m == m &&
+    const bool held = st.quant_mmq_share_act && st.fp8_act_same_x && !perm.table && st.mmq_x == x && st.mmq_m == m &&
                       st.mmq_k == k && st.mmq_group == group;
     st.mmq_x = nullptr;  // stale until the launch below succeeds
     FERRITE_RETURN_IF_ERROR(launch_quant_mmq(st.stream, st.num_sms, x, x_dt, m, k, w, w_dt, n,

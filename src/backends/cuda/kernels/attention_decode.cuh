@@ -56,4 +56,20 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const void* v_bias, DType bias_dt, void* k_cache,
                                        void* v_cache, void* out, int splits, bool pdl);
 
+// The same contract on the tensor cores (attention_decode_mma.cu): one
+// block of 4 warps per (token, KV head, split) with all the group's query
+// heads (up to 16) as the rows of mma.sync tiles over 16 positions at a
+// time; bf16 / f16, head_dim 64 or 128. Splits go through `partials` and
+// launch_attention_combine. Outputs agree with the fused kernel within the
+// activation type's rounding (P is rounded to it for the value product).
+// Tuning::cuda_decode_mma_tokens picks it for steps of that many tokens.
+bool attention_decode_mma_supported(const AttentionShape& a, DType act);
+Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
+                                   int32_t page_size, int64_t tokens, void* q, const void* k,
+                                   const void* v, DType act, const void* q_norm,
+                                   const void* k_norm, DType norm_dt, const void* q_bias,
+                                   const void* k_bias, const void* v_bias, DType bias_dt,
+                                   void* k_cache, void* v_cache, void* out, int splits,
+                                   float* partials, bool pdl);
+
 }  // namespace ferrite::cuda
