@@ -141,9 +141,11 @@ namespace ferrite {
   X(int64_t, cuda_decode_mma_tokens, "FERRITE_CUDA_DECODE_MMA_TOKENS", 0,                       \
     "CUDA: decode steps of at least this many tokens (that the cluster kernel does not take) "   \
     "run the tensor-core decode attention (kernels/attention_decode_mma.cu: a KV head's query "  \
-    "heads as the rows of mma tiles over 16 positions at a time, P rounded to the activation "   \
-    "type) instead of the fused kernel's per-lane dot products and warp sums (0: off). Written " \
-    "without a GPU: off until measured")                                                         \
+    "heads, up to 16, as the rows of mma.sync tiles over 16 positions at a time; P rounded to "  \
+    "the activation type, so not bitwise the fused kernel; bf16 / f16, head_dim 64 / 128) "      \
+    "instead of the fused kernel (0: off), whose per-lane dot products, score butterflies and " \
+    "per-position masks cost ~290 warp instructions a position at b64. Written without a GPU: " \
+    "off until measured")                                                                        \
   X(bool, cuda_rope_token_warps, "FERRITE_CUDA_ROPE_TOKEN_WARPS", false,                        \
     "CUDA: prompt steps' bias / q-k norm / RoPE / K-V write kernel takes a warp per token over "  \
     "all its heads (RoPE's cos / sin and the cache slot once a token, four heads' rows loaded "  \
@@ -177,8 +179,10 @@ namespace ferrite {
     "CUDA: the int8 tile splits k into the count that runs its blocks in the fewest waves x "     \
     "steps (kernels/quant_mmq.cuh, mmq_splits) instead of about 3 blocks an SM (0)")            \
   X(bool, cuda_quant_mmq_share_act, "FERRITE_CUDA_QUANT_MMQ_SHARE_ACT", false,                  \
-    "CUDA: the int8 tile's products of one unchanged input (Q, K and V; gate and up) quantize "  \
-    "it once (gemm.cc, quant_product; bitwise the same outputs). Off until measured on a GPU")  \
+    "CUDA: the int8 tile's products of one unchanged input (a stage's Q, K and V; gate and up) " \
+    "quantize it once instead of once a product (gemm.cc, quant_product; bitwise the same "      \
+    "outputs): 108 of the 253 quantization launches of a Qwen3-8B Q4_K_M b64 step. Written "     \
+    "without a GPU: off until measured")                                                         \
   X(int64_t, cuda_u4_tile_tokens, "FERRITE_CUDA_U4_TILE_TOKENS", 64,                            \
     "CUDA: products of 9 up to this many tokens on 4-bit (u4_g128: GPTQ / AWQ / "               \
     "compressed-tensors W4A16) weights with bf16 activations take the Marlin-class 4-bit tile "  \
