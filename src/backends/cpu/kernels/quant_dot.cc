@@ -414,9 +414,10 @@ void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, 
   const int64_t row_bytes = in / qdot::block_elems(f) * qdot::block_bytes(f);
   const auto* w0 = static_cast<const uint8_t*>(w) + o_begin * row_bytes;
 
-  // AMX panels for k-quants from one token granule on (the same bits as the
-  // tiles, so the switch changes no result).
-  const bool panels = k->panel != nullptr && qdot::panel_supports(f) && tokens >= qdot::kPanelTokens;
+  // Panels (AMX: k-quants and q8_0; AVX-512 VNNI: q8_0) from one token
+  // granule on (the same bits as the tiles, so the switch changes no result).
+  const bool panels = k->panel != nullptr && (k->panel_formats >> f & 1u) != 0 &&
+                      tokens >= qdot::kPanelTokens;
   const int64_t padded = panels ? qdot::round_up(tokens, qdot::kPanelTokens) : tokens;
 
   // The activations, quantized once (the calling thread's buffer); panel

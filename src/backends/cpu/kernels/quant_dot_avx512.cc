@@ -893,10 +893,109 @@ void tile(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8
   }
 }
 
+// --- q8_0 panels (AVX-512 VNNI and AMX) ------------------------------------------
+//
+// A call's 16 weight rows repacked once so that a vector lane is a row: per
+// 32-block b, vector kk (64 bytes) holds elements 4 kk .. 4 kk + 3 of each
+// of the 16 rows, with each row's 128 * sum(w) and dw. The prefill tiles
+// (toks_q8) keep a row's elements in the lanes instead and sum every
+// (row, token, block)'s 8 lanes in a shuffle tree; here one vpdpbusd of a
+// token's broadcast activation word against vector kk adds that word's
+// products to all 16 rows at once, and the block's exact integers come out
+// in the rows' lanes (no horizontal sums; llama.cpp's repacked Q4_0 rows
+// have the same idea). The integers and the f32 steps are the scalar
+// definition's (quant_dot.h): acc = fma(S_b, dw_b * dx_b, acc) per block.
+struct PanelBlock32 {
+  alignas(64) uint8_t b[8 * 64];
+  alignas(64) int32_t corr[16];
+  alignas(64) float dw[16];
+};
+static_assert(sizeof(PanelBlock32) == kPanelBlock32Bytes);
+
+// The panel of rows [0, nrows) (nrows <= 16; the lanes past it zero): one
+// gather of the 16 rows' word kk a block and vector.
+void pack_panel_q8(const uint8_t* w, int64_t row_bytes, int64_t nrows, int64_t nb,
+                   PanelBlock32* panel) {
+  const __mmask16 rmask = nrows >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << nrows) - 1);
+  const __m512i rows = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    PanelBlock32& P = panel[b];
+    const uint8_t* blk = w + b * 34;
+    __m512i corr = _mm512_setzero_si512();
+    for (int kk = 0; kk < 8; ++kk) {
+      const __m512i v =
+          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rmask, rows, blk + 2 + 4 * kk, 1);
+      _mm512_store_si512(P.b + 64 * kk, v);
+      corr = _mm512_dpbusd_epi32(corr, k128, v);  // 128 * sum(w), exact
+    }
+    _mm512_store_si512(P.corr, corr);
+    const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rmask, rows, blk, 1);
+    _mm512_store_ps(P.dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+  }
+}
+
+// q8_0 on the VNNI panel: passes of 8 tokens (activation rows padded to
+// kPanelTokens by the caller, so the pass reads past ntok safely), every
+// block's 8 weight vectors loaded once a pass and met by each token's 8
+// broadcast activation words (unsigned, q + 128: the panel's correction
+// removes the 128s).
+void panel_q8_vnni(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
+                   int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy,
+                   bool accumulate, void* scratch) {
+  constexpr int kT = 8;
+  static_assert(kPanelTokens % kT == 0, "passes stay inside the padded rows");
+  const Layout L = layout(kQ8_0, n);
+  const int64_t nb = n / 32;
+  auto* panel = static_cast<PanelBlock32*>(scratch);
+  pack_panel_q8(w, row_bytes, nrows, nb, panel);
+  const __mmask16 rmask = nrows >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << nrows) - 1);
+  for (int64_t t0 = 0; t0 < ntok; t0 += kT) {
+    const uint8_t* a0 = act + t0 * stride;
+    __m512 acc[kT];
+    for (int t = 0; t < kT; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const PanelBlock32& P = panel[b];
+      __m512i wv[8];
+      for (int kk = 0; kk < 8; ++kk) wv[kk] = _mm512_load_si512(P.b + 64 * kk);
+      const __m512i corr = _mm512_load_si512(P.corr);
+      const __m512 dw = _mm512_load_ps(P.dw);
+      const int64_t dxo = 16 * (b / 2) + 8 * (b % 2);
+#pragma GCC unroll 8
+      for (int t = 0; t < kT; ++t) {
+        const uint8_t* xa = a0 + t * stride;
+        const int32_t* xq = reinterpret_cast<const int32_t*>(xa + L.q + 32 * b);
+        __m512i v = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+#pragma GCC unroll 8
+        for (int kk = 0; kk < 8; ++kk) v = _mm512_dpbusd_epi32(v, _mm512_set1_epi32(xq[kk]), wv[kk]);
+        const float dx = reinterpret_cast<const float*>(xa + L.dx)[dxo];
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dw, _mm512_set1_ps(dx)),
+                                 acc[t]);
+      }
+    }
+    const int64_t nt = ntok - t0 < kT ? ntok - t0 : kT;
+    for (int t = 0; t < nt; ++t) {
+      float* yp = y + (t0 + t) * ldy;
+      __m512 v = acc[t];
+      if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(rmask, yp), v);
+      _mm512_mask_storeu_ps(yp, rmask, v);
+    }
+  }
+}
+
+void panel_vnni(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
+                int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
+                void* scratch) {
+  if (f == kQ8_0)
+    panel_q8_vnni(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate, scratch);
+}
+
 // AVX-512 VNNI without AMX: the interleaved k-quant layout (one scale
 // multiply a block and token); the AMX table keeps the contiguous
-// sub-blocks its panels load.
-const Kernels kAvx512 = {&quantize<true>, &tile<true>, nullptr};
+// sub-blocks its panels load. q8_0 prefill on the VNNI panels.
+const Kernels kAvx512 = {&quantize<true>, &tile<true>, &panel_vnni, kVnniPanelFormats};
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
 // --- AMX-INT8 panels (k-quants) -----------------------------------------------
@@ -1073,46 +1172,13 @@ void panel_k(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* 
 
 static_assert(sizeof(PanelBlock) == kPanelBlockBytes);
 
-// q8_0: per 32-block b (8 groups x 16 rows x 4 bytes), 128 * sum(w) and dw
-// per row.
-struct PanelBlock32 {
-  alignas(64) uint8_t b[8 * 64];
-  alignas(64) int32_t corr[16];
-  alignas(64) float dw[16];
-};
-static_assert(sizeof(PanelBlock32) == kPanelBlock32Bytes);
-
 void panel_q8(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
               int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
               void* scratch) {
   const Layout L = layout(kQ8_0, n);
   const int64_t nb = n / 32;
   auto* panel = static_cast<PanelBlock32*>(scratch);
-  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                         _mm256_set1_epi32(64));
-  const __m256i k128 = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < nb; ++b) {
-    PanelBlock32& P = panel[b];
-    for (int r = 0; r < 16; ++r) {
-      if (r >= nrows) {
-        for (int kk = 0; kk < 8; ++kk) std::memset(P.b + 64 * kk + 4 * r, 0, 4);
-        P.corr[r] = 0;
-        P.dw[r] = 0.0f;
-        continue;
-      }
-      const uint8_t* blk = w + r * row_bytes + b * 34;
-      const __m256i wv = ld256(blk + 2);
-      _mm256_i32scatter_epi32(P.b + 4 * r, idx, wv, 1);
-      // 128 * sum(w): the 8 lanes of 128 * (4-element sums), added.
-      const __m256i c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, wv);
-      alignas(32) int32_t lanes8[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes8), c);
-      int32_t sum = 0;
-      for (int j = 0; j < 8; ++j) sum += lanes8[j];
-      P.corr[r] = sum;
-      P.dw[r] = f16(blk);
-    }
-  }
+  pack_panel_q8(w, row_bytes, nrows, nb, panel);
   load_tile_config();
   alignas(64) int32_t cbuf[2][16][16];
   const __mmask16 rmask = nrows >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << nrows) - 1);
@@ -1171,7 +1237,7 @@ void panel(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint
   }
 }
 
-const Kernels kAmx = {&quantize<false>, &tile<false>, &panel};
+const Kernels kAmx = {&quantize<false>, &tile<false>, &panel, kAmxPanelFormats};
 #define FERRITE_QDOT_AMX 1
 #endif
 

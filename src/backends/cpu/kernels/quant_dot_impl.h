@@ -117,18 +117,22 @@ inline void k4_scales(const uint8_t* s, uint8_t* out) {
 //  quantize: row x (n elements) into `dst` (layout(f, n)).
 //  tile: y[t * ldy + r] (+)= the product of weight rows r < nrows (w, row
 //    `row_bytes` apart) with activation rows t < ntok (`act`, `stride` apart).
-//  panel: (nullable; AMX) the same products as `tile` for up to kPanelRows
-//    weight rows against ntok activation rows, the activation rows readable
-//    up to ntok rounded up to kPanelTokens (the caller pads with zero rows);
-//    only formats with panel_supports(f); `scratch`: panel_scratch_bytes,
-//    64-byte aligned, the calling thread's.
+//  panel: (nullable) the same products as `tile` for up to kPanelRows
+//    weight rows against ntok activation rows (kPanelTokens or more), the
+//    activation rows readable up to ntok rounded up to kPanelTokens (the
+//    caller pads with zero rows); the weight rows are repacked once per call
+//    into `scratch` (panel_scratch_bytes, 64-byte aligned, the calling
+//    thread's) so that a vector lane is a weight row. Only the formats whose
+//    bit (1 << f) is set in panel_formats: the AMX table's k-quants and
+//    q8_0 on AMX-INT8 tiles, the AVX-512 table's q8_0 on vpdpbusd.
 struct Kernels {
   void (*quantize)(int f, const float* x, int64_t n, uint8_t* dst);
   void (*tile)(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
                int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate);
   void (*panel)(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
                 int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
-                void* scratch);
+                void* scratch) = nullptr;
+  uint32_t panel_formats = 0;
 };
 
 // The panel kernels' shape: weight rows per call, token granule.
@@ -136,7 +140,8 @@ constexpr int64_t kPanelRows = 16;
 constexpr int64_t kPanelTokens = 16;
 constexpr int64_t kPanelBlockBytes = 5760;
 constexpr int64_t kPanelBlock32Bytes = 640;
-static constexpr bool panel_supports(int f) { return is_kquant(f) || f == kQ8_0; }
+constexpr uint32_t kAmxPanelFormats = 1u << kQ8_0 | 1u << kQ4_K | 1u << kQ5_K | 1u << kQ6_K;
+constexpr uint32_t kVnniPanelFormats = 1u << kQ8_0;
 // The panel scratch for rows of n elements.
 static constexpr int64_t panel_scratch_bytes(int f, int64_t n) {
   return f == kQ8_0 ? n / 32 * kPanelBlock32Bytes : n / 256 * kPanelBlockBytes;
