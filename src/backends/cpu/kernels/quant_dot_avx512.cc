@@ -985,11 +985,214 @@ void panel_q8_vnni(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uin
   }
 }
 
+// --- k-quant panels (AVX-512 VNNI) -------------------------------------------------
+//
+// One row group of a call, unpacked. Per 256-block: b (64 groups x 16
+// rows x 4 bytes), sc[p][row], mn[i][row] (two int16: q4_k / q5_k m_i
+// twice; q6_k sc_2i, sc_2i+1), dw / dmin per row. The AMX panels index sc
+// by the sub-block's position in their activation layout; the VNNI panels
+// by the natural sub-block (q4_k / q5_k: 8 of 32 elements; q6_k: 16 of 16).
+struct PanelBlock {
+  alignas(64) uint8_t b[64 * 64];
+  alignas(64) int32_t sc[16][16];
+  alignas(64) int32_t mn[8][16];
+  alignas(64) float dw[16];
+  alignas(64) float dmin[16];
+};
+
+// c[l] lane r = a[r] lane l: a 16 x 16 transposition of 32-bit lanes (64
+// shuffles: 32-bit and 64-bit unpacks within 128-bit lanes, then two rounds
+// of 128-bit lane shuffles).
+inline void transpose16(const __m512i (&a)[16], __m512i (&c)[16]) {
+  __m512i t[16], u[16];
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
+  }
+  // u[4 k + j], 128-bit lane q: rows 4 k .. 4 k + 3 at column 4 q + j.
+  for (int k = 0; k < 4; ++k) {
+    u[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);   // q 0, 2 of rows 0-7
+    const __m512i x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);   // q 1, 3
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
+    c[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    c[8 + j] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    c[4 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    c[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
+}
+
+// The VNNI panel of rows [0, nrows) (the lanes past it zero): each row's
+// block unpacked in the activation layout of the VNNI table (q4_k / q5_k
+// interleaved, unpack_il; q6_k natural, unpack), then per vector i the 16
+// rows transposed so that P.b's vector 16 i + l holds every row's weights
+// of the activations' word 16 i + l.
+template <int F>
+void pack_panel_vnni(const uint8_t* w, int64_t row_bytes, int64_t nrows, int64_t nblk,
+                     PanelBlock* pb) {
+  constexpr int64_t bb = block_bytes(F);
+  __m512i rows[4][16];
+  for (int64_t b = 0; b < nblk; ++b) {
+    PanelBlock& P = pb[b];
+    for (int r = 0; r < 16; ++r) {
+      if (r >= nrows) {
+        for (int i = 0; i < 4; ++i) rows[i][r] = _mm512_setzero_si512();
+        for (int j = 0; j < 16; ++j) P.sc[j][r] = 0;
+        for (int i = 0; i < 8; ++i) P.mn[i][r] = 0;
+        P.dw[r] = P.dmin[r] = 0.0f;
+        continue;
+      }
+      const uint8_t* blk = w + r * row_bytes + b * bb;
+      KBlock k;
+      if constexpr (F == kQ6_K) {
+        unpack<F>(blk, k);
+        const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+        for (int j = 0; j < 16; ++j) P.sc[j][r] = sc[j];
+        for (int i = 0; i < 8; ++i)
+          P.mn[i][r] = static_cast<int32_t>(static_cast<uint16_t>(static_cast<int16_t>(sc[2 * i])) |
+                                            static_cast<uint32_t>(static_cast<uint16_t>(
+                                                static_cast<int16_t>(sc[2 * i + 1])))
+                                                << 16);
+      } else {
+        unpack_il<F>(blk, k);
+        uint8_t sm[16];
+        k4_scales(blk + 4, sm);
+        for (int j = 0; j < 8; ++j) {
+          P.sc[j][r] = sm[j];
+          P.mn[j][r] = static_cast<int32_t>(sm[8 + j] | (sm[8 + j] << 16));
+        }
+      }
+      for (int i = 0; i < 4; ++i) rows[i][r] = k.w[i];
+      P.dw[r] = k.dw;
+      P.dmin[r] = k.dmin;
+    }
+    for (int i = 0; i < 4; ++i) {
+      __m512i c[16];
+      transpose16(rows[i], c);
+      for (int l = 0; l < 16; ++l) _mm512_store_si512(P.b + 64 * (16 * i + l), c[l]);
+    }
+  }
+}
+
+// k-quants on the VNNI panel: passes of kT tokens; per 256-block and
+// sub-block its weight vectors (loaded once a pass) meet each token's
+// broadcast activation words (the weights' codes are vpdpbusd's unsigned
+// operand, the activations its signed one), the sub-block's exact dot
+// products times the rows' scales (vpmulld) summed into S1; the mins (q4_k /
+// q5_k: S2 = sum_j m_j (bsum_2j + bsum_2j+1)) and q6_k's offset term (sum_j
+// sc_j bsum_j) as vpdpwssd of the rows' int16 pairs with the token's
+// bsum pairs; then the scalar definition's f32 steps with the rows in the
+// lanes: acc = fma(dw dx, S1, acc), accm = fma(dmin dx, S2, accm), y = acc -
+// accm.
+template <int F>
+void panel_k_vnni(const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
+                  int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
+                  void* scratch) {
+  constexpr bool kSix = F == kQ6_K;
+  constexpr int kT = 4;
+  static_assert(kPanelTokens % kT == 0, "passes stay inside the padded rows");
+  const Layout L = layout(F, n);
+  const int64_t nblk = n / 256;
+  auto* panel = static_cast<PanelBlock*>(scratch);
+  pack_panel_vnni<F>(w, row_bytes, nrows, nblk, panel);
+  const __mmask16 rmask = nrows >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << nrows) - 1);
+  const __m512i z = _mm512_setzero_si512();
+  for (int64_t t0 = 0; t0 < ntok; t0 += kT) {
+    const uint8_t* a0 = act + t0 * stride;
+    __m512 acc[kT], accm[kT];
+    for (int t = 0; t < kT; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; ++b) {
+      const PanelBlock& P = panel[b];
+      __m512i s1[kT];
+      for (int t = 0; t < kT; ++t) s1[t] = z;
+      if constexpr (kSix) {
+        // Sub-block j of 16: the natural words 4 j .. 4 j + 3.
+        for (int j = 0; j < 16; ++j) {
+          const __m512i sc = _mm512_load_si512(P.sc[j]);
+          __m512i wv[4];
+          for (int m = 0; m < 4; ++m) wv[m] = _mm512_load_si512(P.b + 64 * (4 * j + m));
+#pragma GCC unroll 4
+          for (int t = 0; t < kT; ++t) {
+            const auto* xq = reinterpret_cast<const int32_t*>(a0 + t * stride + L.q + 256 * b);
+            __m512i da = _mm512_dpbusd_epi32(z, wv[0], _mm512_set1_epi32(xq[4 * j]));
+            __m512i db = _mm512_dpbusd_epi32(z, wv[1], _mm512_set1_epi32(xq[4 * j + 1]));
+            da = _mm512_dpbusd_epi32(da, wv[2], _mm512_set1_epi32(xq[4 * j + 2]));
+            db = _mm512_dpbusd_epi32(db, wv[3], _mm512_set1_epi32(xq[4 * j + 3]));
+            s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(_mm512_add_epi32(da, db), sc));
+          }
+        }
+      } else {
+        // Sub-block j of 32: the layout's words 16 i + 2 j + e (i < 4, e < 2).
+        for (int j = 0; j < 8; ++j) {
+          const __m512i sc = _mm512_load_si512(P.sc[j]);
+          __m512i wv[8];
+          for (int i = 0; i < 4; ++i)
+            for (int e = 0; e < 2; ++e)
+              wv[2 * i + e] = _mm512_load_si512(P.b + 64 * (16 * i + 2 * j + e));
+#pragma GCC unroll 4
+          for (int t = 0; t < kT; ++t) {
+            const auto* xq = reinterpret_cast<const int32_t*>(a0 + t * stride + L.q + 256 * b);
+            __m512i da = z, db = z;
+            for (int i = 0; i < 4; ++i) {
+              da = _mm512_dpbusd_epi32(da, wv[2 * i], _mm512_set1_epi32(xq[16 * i + 2 * j]));
+              db = _mm512_dpbusd_epi32(db, wv[2 * i + 1], _mm512_set1_epi32(xq[16 * i + 2 * j + 1]));
+            }
+            s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(_mm512_add_epi32(da, db), sc));
+          }
+        }
+      }
+      const __m512 dw = _mm512_load_ps(P.dw), dmin = _mm512_load_ps(P.dmin);
+#pragma GCC unroll 4
+      for (int t = 0; t < kT; ++t) {
+        const uint8_t* xa = a0 + t * stride;
+        const auto* bs = reinterpret_cast<const int32_t*>(xa + L.bsum + 32 * b);  // int16 pairs
+        __m512i s2 = z;
+        for (int i = 0; i < 8; ++i)
+          s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512(P.mn[i]), _mm512_set1_epi32(bs[i]));
+        const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(xa + L.d)[b]);
+        if constexpr (kSix) {
+          // S1 = sum_j sc_j dot_j - 32 sum_j sc_j bsum_j (exact).
+          const __m512i v = _mm512_sub_epi32(s1[t], _mm512_slli_epi32(s2, 5));
+          acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(v), acc[t]);
+        } else {
+          acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(s1[t]), acc[t]);
+          accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(s2), accm[t]);
+        }
+      }
+    }
+    const int64_t nt = ntok - t0 < kT ? ntok - t0 : kT;
+    for (int t = 0; t < nt; ++t) {
+      float* yp = y + (t0 + t) * ldy;
+      __m512 v = _mm512_sub_ps(acc[t], accm[t]);
+      if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(rmask, yp), v);
+      _mm512_mask_storeu_ps(yp, rmask, v);
+    }
+  }
+}
+
 void panel_vnni(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const uint8_t* act,
                 int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
                 void* scratch) {
-  if (f == kQ8_0)
-    panel_q8_vnni(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate, scratch);
+  switch (f) {
+    case kQ8_0:
+      return panel_q8_vnni(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate, scratch);
+    case kQ4_K:
+      return panel_k_vnni<kQ4_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate,
+                                 scratch);
+    case kQ5_K:
+      return panel_k_vnni<kQ5_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate,
+                                 scratch);
+    case kQ6_K:
+      return panel_k_vnni<kQ6_K>(w, row_bytes, nrows, act, stride, ntok, n, y, ldy, accumulate,
+                                 scratch);
+    default: break;
+  }
 }
 
 // AVX-512 VNNI without AMX: the interleaved k-quant layout (one scale
@@ -1030,17 +1233,6 @@ inline void load_tile_config() {
   _tile_loadconfig(&c);
 }
 
-// One row group of a call, unpacked. Per 256-block: b (64 groups x 16
-// rows x 4 bytes), sc[p][row] (the scale of the sub-block at position p),
-// mn[i][row] (two int16: q4_k / q5_k m_i twice; q6_k sc_2i, sc_2i+1),
-// dw / dmin per row.
-struct PanelBlock {
-  alignas(64) uint8_t b[64 * 64];
-  alignas(64) int32_t sc[16][16];
-  alignas(64) int32_t mn[8][16];
-  alignas(64) float dw[16];
-  alignas(64) float dmin[16];
-};
 
 template <int F>
 void pack_panel(const uint8_t* w, int64_t row_bytes, int64_t nrows, int64_t nblk, PanelBlock* pb) {

@@ -141,7 +141,7 @@ constexpr int64_t kPanelTokens = 16;
 constexpr int64_t kPanelBlockBytes = 5760;
 constexpr int64_t kPanelBlock32Bytes = 640;
 constexpr uint32_t kAmxPanelFormats = 1u << kQ8_0 | 1u << kQ4_K | 1u << kQ5_K | 1u << kQ6_K;
-constexpr uint32_t kVnniPanelFormats = 1u << kQ8_0;
+constexpr uint32_t kVnniPanelFormats = 1u << kQ8_0 | 1u << kQ4_K | 1u << kQ5_K | 1u << kQ6_K;
 // The panel scratch for rows of n elements.
 static constexpr int64_t panel_scratch_bytes(int f, int64_t n) {
   return f == kQ8_0 ? n / 32 * kPanelBlock32Bytes : n / 256 * kPanelBlockBytes;
