@@ -138,6 +138,11 @@ namespace ferrite {
     "b1 (0 / 1): Qwen3-8B GPTQ-Int4 387.8 / 393.6 tokens/s, Q4_K_M 390.2 / 399.5, "              \
     "Qwen3-30B-A3B GPTQ-Int4 324.7 / 341.3 (larger steps and longer bounds take the fused "    \
     "kernel)")                                                                                    \
+  X(bool, cuda_decode_prefetch_o_proj, "FERRITE_CUDA_DECODE_PREFETCH_O_PROJ", false,            \
+    "CUDA: the decode attention kernels (fused, cluster, tensor-core) ask the L2 for the "       \
+    "output projection's weights while they run (each block a share, sm_90 bulk prefetch), so " \
+    "that the projection right after them, a weight-streaming GEMV at small batches, reads "    \
+    "them from L2. Written without a GPU: off until measured")                                   \
   X(int64_t, cuda_decode_mma_tokens, "FERRITE_CUDA_DECODE_MMA_TOKENS", 0,                       \
     "CUDA: decode steps of at least this many tokens (that the cluster kernel does not take) "   \
     "run the tensor-core decode attention (kernels/attention_decode_mma.cu: a KV head's query "  \

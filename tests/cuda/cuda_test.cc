@@ -1070,21 +1070,27 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   float* d_partials = dev(partials);
   const std::vector<int32_t> counters(static_cast<size_t>(tokens) * nkv * parts, 0);
   int32_t* d_counters = dev(counters);
+  // Every kernel also prefetches a range into L2 (Tuning::
+  // cuda_decode_prefetch_o_proj), here an unaligned one: a hint that must
+  // change nothing.
+  const uint16_t* d_pf = dev(vc_h);
+  const cuda::L2Prefetch pf{reinterpret_cast<const char*>(d_pf) + 3,
+                            static_cast<int64_t>(kv_elems * 2) - 5};
   Status st = cuda::launch_attention_decode_fused(
       nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act, d_qn, d_kn, act, d_qb, d_kb, d_vb, act,
       kc[0], vc[0], outs[0], splits, d_partials, d_counters, static_cast<int64_t>(counters.size()),
-      /*pdl=*/false);
+      /*pdl=*/false, /*scatter=*/false, pf);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   if (cand == DecodeCandidate::kCluster) {
     st = cuda::launch_attention_decode_cluster(nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act,
                                                d_qn, d_kn, act, d_qb, d_kb, d_vb, act, kc[1],
-                                               vc[1], outs[1], csplits, /*pdl=*/false);
+                                               vc[1], outs[1], csplits, /*pdl=*/false, pf);
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
     st = cuda::launch_attention_decode_mma(nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act, d_qn,
                                            d_kn, act, d_qb, d_kb, d_vb, act, kc[1], vc[1],
-                                           outs[1], msplits, d_mpartials, /*pdl=*/false);
+                                           outs[1], msplits, d_mpartials, /*pdl=*/false, pf);
   }
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

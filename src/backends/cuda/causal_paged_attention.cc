@@ -150,6 +150,11 @@ class CausalPagedAttention final : public Provider {
     if (st.meta.longest_run == 1 && attention_decode_fused_supported(a, act)) {
       // Decode step: norm / RoPE / K/V write and attention in one kernel.
       profile_mark(st.stream, "attention.core", st.capturing);
+      // The output projection's weights into L2 while it runs
+      // (Tuning::cuda_decode_prefetch_o_proj).
+      const L2Prefetch pf = st.decode_prefetch_o_proj
+                                ? L2Prefetch{b[kOProj].data, b[kOProj].nbytes()}
+                                : L2Prefetch{};
       // Short contexts: the cluster kernel (Tuning::cuda_decode_cluster).
       const int csplits = st.decode_cluster ? attention_decode_cluster_splits(
                                                   a, act, t, st.meta.kv_len_bound)
@@ -159,7 +164,7 @@ class CausalPagedAttention final : public Provider {
             st.stream, a, st.meta, page_size, t, q, k, v, act,
             p.qk_norm ? b[kQNorm].data : nullptr, p.qk_norm ? b[kKNorm].data : nullptr, norm_dt,
             b[kQBias].data, b[kKBias].data, b[kVBias].data, bias_dt, b[kKCache].data,
-            b[kVCache].data, attn, csplits, /*pdl=*/true));
+            b[kVCache].data, attn, csplits, /*pdl=*/true, pf));
         profile_mark(st.stream, "attention.o_proj", st.capturing);
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,
                     b[kHidden].data, act, true, nullptr, DType::kF32, o_perm);
@@ -179,7 +184,7 @@ class CausalPagedAttention final : public Provider {
             st.stream, a, st.meta, page_size, t, q, k, v, act,
             p.qk_norm ? b[kQNorm].data : nullptr, p.qk_norm ? b[kKNorm].data : nullptr, norm_dt,
             b[kQBias].data, b[kKBias].data, b[kVBias].data, bias_dt, b[kKCache].data,
-            b[kVCache].data, attn, msplits, mpartials, /*pdl=*/false));
+            b[kVCache].data, attn, msplits, mpartials, /*pdl=*/false, pf));
         profile_mark(st.stream, "attention.o_proj", st.capturing);
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,
                     b[kHidden].data, act, true, nullptr, DType::kF32, o_perm);
@@ -196,7 +201,7 @@ class CausalPagedAttention final : public Provider {
           st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
           p.qk_norm ? b[kKNorm].data : nullptr, norm_dt, b[kQBias].data, b[kKBias].data,
           b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data, attn, splits, partials,
-          st.split_counters, kSplitCounters, /*pdl=*/t <= 8, st.decode_reduce_scatter));
+          st.split_counters, kSplitCounters, /*pdl=*/t <= 8, st.decode_reduce_scatter, pf));
       profile_mark(st.stream, "attention.o_proj", st.capturing);
       return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
                   act, true, nullptr, DType::kF32, o_perm);

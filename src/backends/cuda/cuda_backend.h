@@ -63,6 +63,7 @@ struct CudaExecOptions {
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster
   int64_t decode_mma_tokens = 0;         // Tuning::cuda_decode_mma_tokens (0: off)
+  bool decode_prefetch_o_proj = false;   // Tuning::cuda_decode_prefetch_o_proj
   bool rope_token_warps = false;         // Tuning::cuda_rope_token_warps
   bool prefill_short_tiles = false;      // Tuning::cuda_prefill_short_tiles
   int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib

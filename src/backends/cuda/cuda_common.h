@@ -74,6 +74,7 @@ struct BackendState {
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
   int64_t decode_mma_tokens = 0;       // Tuning::cuda_decode_mma_tokens (0: off)
+  bool decode_prefetch_o_proj = false;  // Tuning::cuda_decode_prefetch_o_proj
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).

@@ -45,6 +45,7 @@ struct FusedWeights {
   const void* k_bias;
   const void* v_bias;
   int bias_dt;
+  L2Prefetch pf;
 };
 
 // Shared memory floats of the kernel for (HD, MAXG).
@@ -77,6 +78,11 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   float* o_w = den_s + MAXG;               // [kWarps, MAXG, HD]
 
   const int64_t t = blockIdx.x;
+  // The next product's weights into L2 (weights: no wait needed).
+  l2_prefetch_share(wts.pf.ptr, wts.pf.bytes,
+                    (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
+                        blockIdx.x,
+                    static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
   const int group = a.num_heads / a.num_kv_heads;
   const int parts = gridDim.y / a.num_kv_heads;  // fused_decode_parts(group)
   const int gsub = (group + parts - 1) / parts;  // <= MAXG
@@ -496,12 +502,14 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      const void* q_bias, const void* k_bias, const void* v_bias,
                                      DType bias_dt, void* k_cache, void* v_cache, void* out,
                                      int splits, float* partials, int32_t* split_counters,
-                                     int64_t num_counters, bool pdl, bool scatter) {
+                                     int64_t num_counters, bool pdl, bool scatter,
+                                     L2Prefetch prefetch) {
   if (tokens == 0) return Status::ok();
   if (!attention_decode_fused_supported(a, act))
     return unsupported("fused decode attention: bf16 / f16, head_dim 64 / 128 / 256");
   if (splits > 1 && !partials) return internal_error("fused decode attention: no partials");
-  const FusedWeights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt)};
+  const FusedWeights w{q_norm,  k_norm,          dt_code(norm_dt), q_bias,
+                       k_bias,  v_bias,          dt_code(bias_dt), prefetch};
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t blocks_y = static_cast<int64_t>(a.num_kv_heads) * fused_decode_parts(group);
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(blocks_y), splits);

@@ -14,6 +14,14 @@
 
 namespace ferrite::cuda {
 
+// A weight range the decode attention kernels ask the L2 to fetch while they
+// run (Tuning::cuda_decode_prefetch_o_proj: the output projection's weights,
+// read right after them): each block prefetches its share. Empty: nothing.
+struct L2Prefetch {
+  const void* ptr = nullptr;
+  int64_t bytes = 0;
+};
+
 // A decode step (every token its sequence's
 // newest position) in one kernel: what launch_qk_rope_kv does for the
 // token (bias, q/k norm, RoPE, the K/V write; q is not updated in place),
@@ -36,7 +44,8 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
                                      const void* q_bias, const void* k_bias, const void* v_bias,
                                      DType bias_dt, void* k_cache, void* v_cache, void* out,
                                      int splits, float* partials, int32_t* split_counters,
-                                     int64_t num_counters, bool pdl, bool scatter = false);
+                                     int64_t num_counters, bool pdl, bool scatter = false,
+                                     L2Prefetch prefetch = {});
 
 // The same contract for short contexts (attention_decode_cluster.cu): the
 // splits of each (token, KV head, part) are one thread-block cluster that
@@ -54,7 +63,8 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const void* q_norm, const void* k_norm, DType norm_dt,
                                        const void* q_bias, const void* k_bias,
                                        const void* v_bias, DType bias_dt, void* k_cache,
-                                       void* v_cache, void* out, int splits, bool pdl);
+                                       void* v_cache, void* out, int splits, bool pdl,
+                                       L2Prefetch prefetch = {});
 
 // The same contract on the tensor cores (attention_decode_mma.cu): one
 // block of 4 warps per (token, KV head, split) with all the group's query
@@ -70,6 +80,6 @@ Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a, cons
                                    const void* k_norm, DType norm_dt, const void* q_bias,
                                    const void* k_bias, const void* v_bias, DType bias_dt,
                                    void* k_cache, void* v_cache, void* out, int splits,
-                                   float* partials, bool pdl);
+                                   float* partials, bool pdl, L2Prefetch prefetch = {});
 
 }  // namespace ferrite::cuda

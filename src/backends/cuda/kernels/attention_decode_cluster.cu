@@ -55,6 +55,7 @@ struct Weights {
   const void* k_bias;
   const void* v_bias;
   int bias_dt;
+  L2Prefetch pf;
 };
 
 // Shared memory of a block: K and V rows [2][kPos][HD + 8] (T; 16 bytes of
@@ -105,6 +106,11 @@ __global__ void __launch_bounds__(kThreads)
 
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t t = blockIdx.x;
+  // The next product's weights into L2 (weights: no wait needed).
+  l2_prefetch_share(wts.pf.ptr, wts.pf.bytes,
+                    (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
+                        blockIdx.x,
+                    static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
   const int group = a.num_heads / a.num_kv_heads;
   const int parts = gridDim.y / a.num_kv_heads;
   const int gsub = (group + parts - 1) / parts;
@@ -391,12 +397,14 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const void* q_norm, const void* k_norm, DType norm_dt,
                                        const void* q_bias, const void* k_bias,
                                        const void* v_bias, DType bias_dt, void* k_cache,
-                                       void* v_cache, void* out, int splits, bool pdl) {
+                                       void* v_cache, void* out, int splits, bool pdl,
+                                       L2Prefetch prefetch) {
   if (tokens == 0) return Status::ok();
   if (splits < 1 || splits > kMaxCluster ||
       attention_decode_cluster_splits(a, act, tokens, static_cast<int64_t>(splits) * kPos) != splits)
     return unsupported("cluster decode attention: 1..8 tokens, 1..8 splits of 64 positions");
-  const Weights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt)};
+  const Weights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt),
+                  prefetch};
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t blocks_y = static_cast<int64_t>(a.num_kv_heads) * fused_decode_parts(group);
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(blocks_y),

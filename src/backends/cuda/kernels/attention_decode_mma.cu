@@ -53,6 +53,7 @@ struct MmaWeights {
   const void* k_bias;
   const void* v_bias;
   int bias_dt;
+  L2Prefetch pf;
 };
 
 // Element offset of (row r, column c; c a multiple of 8) in a [16][HD] tile
@@ -169,6 +170,11 @@ __global__ void __launch_bounds__(kThreads)
   float* o_w = reinterpret_cast<float*>(smem_raw);  // [kWarps][group][HD], after the loop
 
   const int64_t t = blockIdx.x;
+  // The next product's weights into L2 (weights: no wait needed).
+  l2_prefetch_share(wts.pf.ptr, wts.pf.bytes,
+                    (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
+                        blockIdx.x,
+                    static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
   const int group = a.num_heads / a.num_kv_heads;  // <= kRows
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int h0 = kvh * group;
@@ -513,14 +519,15 @@ Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a, cons
                                    const void* k_norm, DType norm_dt, const void* q_bias,
                                    const void* k_bias, const void* v_bias, DType bias_dt,
                                    void* k_cache, void* v_cache, void* out, int splits,
-                                   float* partials, bool pdl) {
+                                   float* partials, bool pdl, L2Prefetch prefetch) {
   if (tokens == 0) return Status::ok();
   if (!attention_decode_mma_supported(a, act))
     return unsupported("tensor-core decode attention: bf16 / f16, head_dim 64 / 128, up to 16 "
                        "query heads a KV head");
   if (splits < 1) return internal_error("tensor-core decode attention: splits < 1");
   if (splits > 1 && !partials) return internal_error("tensor-core decode attention: no partials");
-  const MmaWeights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt)};
+  const MmaWeights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt),
+                     prefetch};
   const bool hi = a.num_heads / a.num_kv_heads > 8;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(a.num_kv_heads),
                   static_cast<unsigned>(splits));
