@@ -416,8 +416,10 @@ void quant_matmul_rows(const float* x, int64_t ldx, int64_t tokens, int64_t in, 
 
   // Panels (AMX: k-quants and q8_0; AVX-512 VNNI: q8_0) from one token
   // granule on (the same bits as the tiles, so the switch changes no result).
+  const int64_t panel_tokens =
+      (k->panel_formats_from_32 >> f & 1u) != 0 ? 2 * qdot::kPanelTokens : qdot::kPanelTokens;
   const bool panels = k->panel != nullptr && (k->panel_formats >> f & 1u) != 0 &&
-                      tokens >= qdot::kPanelTokens;
+                      tokens >= panel_tokens;
   const int64_t padded = panels ? qdot::round_up(tokens, qdot::kPanelTokens) : tokens;
 
   // The activations, quantized once (the calling thread's buffer); panel

@@ -1198,7 +1198,8 @@ void panel_vnni(int f, const uint8_t* w, int64_t row_bytes, int64_t nrows, const
 // AVX-512 VNNI without AMX: the interleaved k-quant layout (one scale
 // multiply a block and token); the AMX table keeps the contiguous
 // sub-blocks its panels load. q8_0 prefill on the VNNI panels.
-const Kernels kAvx512 = {&quantize<true>, &tile<true>, &panel_vnni, kVnniPanelFormats};
+const Kernels kAvx512 = {&quantize<true>, &tile<true>, &panel_vnni, kVnniPanelFormats,
+                         1u << kQ8_0};
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
 // --- AMX-INT8 panels (k-quants) -----------------------------------------------

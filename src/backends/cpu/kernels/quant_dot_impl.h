@@ -133,6 +133,10 @@ struct Kernels {
                 int64_t stride, int64_t ntok, int64_t n, float* y, int64_t ldy, bool accumulate,
                 void* scratch) = nullptr;
   uint32_t panel_formats = 0;
+  // Of those, the formats whose panel pays for its repacking only from
+  // 2 * kPanelTokens tokens (the VNNI q8_0 panel's gathers: at 16 tokens
+  // it measured 27 % slower than the tiles, at 32 faster; session 29).
+  uint32_t panel_formats_from_32 = 0;
 };
 
 // The panel kernels' shape: weight rows per call, token granule.
