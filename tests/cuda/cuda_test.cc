@@ -952,6 +952,15 @@ struct DecodeKernelCase {
   bool bias;
 };
 
+// A readable test name for a case.
+std::string decode_case_name(const testing::TestParamInfo<DecodeKernelCase>& info) {
+  const DecodeKernelCase& c = info.param;
+  return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) + "_g" +
+         std::to_string(c.group) + (c.gate ? "_gate" : "") + "_page" +
+         std::to_string(c.page_size) + "_bound" + std::to_string(c.bound) +
+         (c.partial_rope ? "_partial" : "") + (c.bias ? "_bias" : "");
+}
+
 // The kernel compared with the fused one: the cluster kernel, or the
 // tensor-core kernel (launch_attention_decode_mma) in one split or in a
 // split per 64 positions (merged by the combine launch).
@@ -1076,21 +1085,37 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   const uint16_t* d_pf = dev(vc_h);
   const cuda::L2Prefetch pf{reinterpret_cast<const char*>(d_pf) + 3,
                             static_cast<int64_t>(kv_elems * 2) - 5};
-  Status st = cuda::launch_attention_decode_fused(
-      nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act, d_qn, d_kn, act, d_qb, d_kb, d_vb, act,
-      kc[0], vc[0], outs[0], splits, d_partials, d_counters, static_cast<int64_t>(counters.size()),
-      /*pdl=*/false, /*scatter=*/false, pf);
+  // The same step into each kernel's own caches and output.
+  cuda::DecodeAttentionIo io[2];
+  for (int i = 0; i < 2; ++i) {
+    io[i].meta = meta;
+    io[i].page_size = ps;
+    io[i].tokens = tokens;
+    io[i].q = d_q;
+    io[i].k = d_k;
+    io[i].v = d_v;
+    io[i].act = io[i].norm_dt = io[i].bias_dt = act;
+    io[i].q_norm = d_qn;
+    io[i].k_norm = d_kn;
+    io[i].q_bias = d_qb;
+    io[i].k_bias = d_kb;
+    io[i].v_bias = d_vb;
+    io[i].k_cache = kc[i];
+    io[i].v_cache = vc[i];
+    io[i].out = outs[i];
+    io[i].prefetch = pf;
+  }
+  Status st = cuda::launch_attention_decode_fused(nullptr, a, io[0], splits, d_partials,
+                                                  d_counters, static_cast<int64_t>(counters.size()),
+                                                  /*pdl=*/false, /*scatter=*/false);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   if (cand == DecodeCandidate::kCluster) {
-    st = cuda::launch_attention_decode_cluster(nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act,
-                                               d_qn, d_kn, act, d_qb, d_kb, d_vb, act, kc[1],
-                                               vc[1], outs[1], csplits, /*pdl=*/false, pf);
+    st = cuda::launch_attention_decode_cluster(nullptr, a, io[1], csplits, /*pdl=*/false);
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
-    st = cuda::launch_attention_decode_mma(nullptr, a, meta, ps, tokens, d_q, d_k, d_v, act, d_qn,
-                                           d_kn, act, d_qb, d_kb, d_vb, act, kc[1], vc[1],
-                                           outs[1], msplits, d_mpartials, /*pdl=*/false, pf);
+    st = cuda::launch_attention_decode_mma(nullptr, a, io[1], msplits, d_mpartials,
+                                           /*pdl=*/false);
   }
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -1152,13 +1177,7 @@ INSTANTIATE_TEST_SUITE_P(
                     DecodeKernelCase{64, DType::kBF16, 2, false, 5, 256, false, true},
                     DecodeKernelCase{256, DType::kBF16, 6, true, 16, 256, true, false},
                     DecodeKernelCase{256, DType::kF16, 4, true, 3, 512, false, true}),
-    [](const testing::TestParamInfo<DecodeKernelCase>& info) {
-      const DecodeKernelCase& c = info.param;
-      return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) + "_g" +
-             std::to_string(c.group) + (c.gate ? "_gate" : "") + "_page" +
-             std::to_string(c.page_size) + "_bound" + std::to_string(c.bound) +
-             (c.partial_rope ? "_partial" : "") + (c.bias ? "_bias" : "");
-    });
+    decode_case_name);
 
 // The tensor-core decode attention (Tuning::cuda_decode_mma_tokens) against
 // the fused kernel on the same steps, in one split and in a split per 64
@@ -1186,13 +1205,7 @@ INSTANTIATE_TEST_SUITE_P(
                     DecodeKernelCase{64, DType::kBF16, 2, false, 5, 256, false, true},
                     DecodeKernelCase{64, DType::kF16, 12, true, 16, 256, true, true},
                     DecodeKernelCase{128, DType::kBF16, 1, false, 16, 1024, false, false}),
-    [](const testing::TestParamInfo<DecodeKernelCase>& info) {
-      const DecodeKernelCase& c = info.param;
-      return "hd" + std::to_string(c.head_dim) + "_" + std::string(dtype_name(c.act)) + "_g" +
-             std::to_string(c.group) + (c.gate ? "_gate" : "") + "_page" +
-             std::to_string(c.page_size) + "_bound" + std::to_string(c.bound) +
-             (c.partial_rope ? "_partial" : "") + (c.bias ? "_bias" : "");
-    });
+    decode_case_name);
 
 }  // namespace
 }  // namespace ferrite

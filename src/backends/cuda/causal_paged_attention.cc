@@ -152,19 +152,32 @@ class CausalPagedAttention final : public Provider {
       profile_mark(st.stream, "attention.core", st.capturing);
       // The output projection's weights into L2 while it runs
       // (Tuning::cuda_decode_prefetch_o_proj).
-      const L2Prefetch pf = st.decode_prefetch_o_proj
-                                ? L2Prefetch{b[kOProj].data, b[kOProj].nbytes()}
-                                : L2Prefetch{};
+      DecodeAttentionIo io;
+      io.meta = st.meta;
+      io.page_size = page_size;
+      io.tokens = t;
+      io.q = q;
+      io.k = k;
+      io.v = v;
+      io.act = act;
+      io.q_norm = p.qk_norm ? b[kQNorm].data : nullptr;
+      io.k_norm = p.qk_norm ? b[kKNorm].data : nullptr;
+      io.norm_dt = norm_dt;
+      io.q_bias = b[kQBias].data;
+      io.k_bias = b[kKBias].data;
+      io.v_bias = b[kVBias].data;
+      io.bias_dt = bias_dt;
+      io.k_cache = b[kKCache].data;
+      io.v_cache = b[kVCache].data;
+      io.out = attn;
+      if (st.decode_prefetch_o_proj) io.prefetch = L2Prefetch{b[kOProj].data, b[kOProj].nbytes()};
       // Short contexts: the cluster kernel (Tuning::cuda_decode_cluster).
       const int csplits = st.decode_cluster ? attention_decode_cluster_splits(
                                                   a, act, t, st.meta.kv_len_bound)
                                             : 0;
       if (csplits > 0) {
-        FERRITE_RETURN_IF_ERROR(launch_attention_decode_cluster(
-            st.stream, a, st.meta, page_size, t, q, k, v, act,
-            p.qk_norm ? b[kQNorm].data : nullptr, p.qk_norm ? b[kKNorm].data : nullptr, norm_dt,
-            b[kQBias].data, b[kKBias].data, b[kVBias].data, bias_dt, b[kKCache].data,
-            b[kVCache].data, attn, csplits, /*pdl=*/true, pf));
+        FERRITE_RETURN_IF_ERROR(
+            launch_attention_decode_cluster(st.stream, a, io, csplits, /*pdl=*/true));
         profile_mark(st.stream, "attention.o_proj", st.capturing);
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,
                     b[kHidden].data, act, true, nullptr, DType::kF32, o_perm);
@@ -180,11 +193,8 @@ class CausalPagedAttention final : public Provider {
           mpartials = take_partials(ws, p, t * msplits);
           FERRITE_RETURN_IF_ERROR(ws.status("cuda.causal_paged_attention: decode splits"));
         }
-        FERRITE_RETURN_IF_ERROR(launch_attention_decode_mma(
-            st.stream, a, st.meta, page_size, t, q, k, v, act,
-            p.qk_norm ? b[kQNorm].data : nullptr, p.qk_norm ? b[kKNorm].data : nullptr, norm_dt,
-            b[kQBias].data, b[kKBias].data, b[kVBias].data, bias_dt, b[kKCache].data,
-            b[kVCache].data, attn, msplits, mpartials, /*pdl=*/false, pf));
+        FERRITE_RETURN_IF_ERROR(
+            launch_attention_decode_mma(st.stream, a, io, msplits, mpartials, /*pdl=*/false));
         profile_mark(st.stream, "attention.o_proj", st.capturing);
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,
                     b[kHidden].data, act, true, nullptr, DType::kF32, o_perm);
@@ -198,10 +208,8 @@ class CausalPagedAttention final : public Provider {
         FERRITE_RETURN_IF_ERROR(ws.status("cuda.causal_paged_attention: decode splits"));
       }
       FERRITE_RETURN_IF_ERROR(launch_attention_decode_fused(
-          st.stream, a, st.meta, page_size, t, q, k, v, act, p.qk_norm ? b[kQNorm].data : nullptr,
-          p.qk_norm ? b[kKNorm].data : nullptr, norm_dt, b[kQBias].data, b[kKBias].data,
-          b[kVBias].data, bias_dt, b[kKCache].data, b[kVCache].data, attn, splits, partials,
-          st.split_counters, kSplitCounters, /*pdl=*/t <= 8, st.decode_reduce_scatter, pf));
+          st.stream, a, io, splits, partials, st.split_counters, kSplitCounters,
+          /*pdl=*/t <= 8, st.decode_reduce_scatter));
       profile_mark(st.stream, "attention.o_proj", st.capturing);
       return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H, b[kHidden].data,
                   act, true, nullptr, DType::kF32, o_perm);

@@ -37,17 +37,6 @@ namespace {
 
 constexpr int kWarps = 8;
 
-struct FusedWeights {
-  const void* q_norm;
-  const void* k_norm;
-  int norm_dt;
-  const void* q_bias;
-  const void* k_bias;
-  const void* v_bias;
-  int bias_dt;
-  L2Prefetch pf;
-};
-
 // Shared memory floats of the kernel for (HD, MAXG).
 template <int HD, int MAXG>
 constexpr int fused_smem_floats() {
@@ -62,7 +51,7 @@ constexpr int fused_smem_floats() {
 template <typename T, int HD, int MAXG, bool kScatter = false>
 __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     attention_decode_fused_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
-                                  const T* k, const T* v, FusedWeights wts, T* k_cache,
+                                  const T* k, const T* v, DecodeWeights wts, T* k_cache,
                                   T* v_cache, T* out, int splits, float* partials,
                                   int32_t* counters) {
   constexpr int D = HD / 32;                  // dims per lane
@@ -79,10 +68,7 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
 
   const int64_t t = blockIdx.x;
   // The next product's weights into L2 (weights: no wait needed).
-  l2_prefetch_share(wts.pf.ptr, wts.pf.bytes,
-                    (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
-                        blockIdx.x,
-                    static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
+  l2_prefetch_grid_share(wts.pf.ptr, wts.pf.bytes);
   const int group = a.num_heads / a.num_kv_heads;
   const int parts = gridDim.y / a.num_kv_heads;  // fused_decode_parts(group)
   const int gsub = (group + parts - 1) / parts;  // <= MAXG
@@ -458,33 +444,35 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
 
 template <typename T, int HD, int MAXG>
 cudaError_t launch_fused(dim3 grid, cudaStream_t s, bool pdl, const AttentionShape& a,
-                         const StepMeta& meta, int32_t page_size, void* q, const void* k,
-                         const void* v, const FusedWeights& w, void* k_cache, void* v_cache,
-                         void* out, int splits, float* partials, int32_t* counters,
-                         bool scatter) {
+                         const DecodeAttentionIo& io, int splits, float* partials,
+                         int32_t* counters, bool scatter) {
   auto kern = scatter ? attention_decode_fused_kernel<T, HD, MAXG, true>
                       : attention_decode_fused_kernel<T, HD, MAXG, false>;
   const size_t smem = sizeof(float) * fused_smem_floats<HD, MAXG>();
   if (smem > 48 * 1024) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  return launch_maybe_pdl(pdl, kern, grid, kWarps * 32, smem, s, a, meta, page_size,
-                          static_cast<T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), w,
-                          static_cast<T*>(k_cache), static_cast<T*>(v_cache), static_cast<T*>(out),
-                          splits, partials, counters);
+  return launch_maybe_pdl(pdl, kern, grid, kWarps * 32, smem, s, a, io.meta, io.page_size,
+                          static_cast<T*>(io.q), static_cast<const T*>(io.k),
+                          static_cast<const T*>(io.v), decode_weights(io),
+                          static_cast<T*>(io.k_cache), static_cast<T*>(io.v_cache),
+                          static_cast<T*>(io.out), splits, partials, counters);
 }
 
 template <typename T, int HD>
 cudaError_t launch_fused_group(int group, dim3 grid, cudaStream_t s, bool pdl,
-                               const AttentionShape& a, const StepMeta& meta, int32_t page_size,
-                               void* q, const void* k, const void* v, const FusedWeights& w,
-                               void* k_cache, void* v_cache, void* out, int splits,
+                               const AttentionShape& a, const DecodeAttentionIo& io, int splits,
                                float* partials, int32_t* counters, bool scatter) {
   const int parts = fused_decode_parts(group);
   if ((group + parts - 1) / parts <= 2)
-    return launch_fused<T, HD, 2>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
-  return launch_fused<T, HD, 4>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
+    return launch_fused<T, HD, 2>(grid, s, pdl, a, io, splits, partials, counters, scatter);
+  return launch_fused<T, HD, 4>(grid, s, pdl, a, io, splits, partials, counters, scatter);
 }
 
 }  // namespace
+
+DecodeWeights decode_weights(const DecodeAttentionIo& io) {
+  return DecodeWeights{io.q_norm, io.k_norm, dt_code(io.norm_dt), io.q_bias, io.k_bias,
+                       io.v_bias, dt_code(io.bias_dt), io.prefetch};
+}
 
 int fused_decode_parts(int group) { return (group + 3) / 4; }
 
@@ -496,42 +484,36 @@ bool attention_decode_fused_supported(const AttentionShape& a, DType act) {
 }
 
 Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
-                                     const StepMeta& meta, int32_t page_size, int64_t tokens,
-                                     void* q, const void* k, const void* v, DType act,
-                                     const void* q_norm, const void* k_norm, DType norm_dt,
-                                     const void* q_bias, const void* k_bias, const void* v_bias,
-                                     DType bias_dt, void* k_cache, void* v_cache, void* out,
-                                     int splits, float* partials, int32_t* split_counters,
-                                     int64_t num_counters, bool pdl, bool scatter,
-                                     L2Prefetch prefetch) {
+                                     const DecodeAttentionIo& io, int splits, float* partials,
+                                     int32_t* split_counters, int64_t num_counters, bool pdl,
+                                     bool scatter) {
+  const int64_t tokens = io.tokens;
   if (tokens == 0) return Status::ok();
-  if (!attention_decode_fused_supported(a, act))
+  if (!attention_decode_fused_supported(a, io.act))
     return unsupported("fused decode attention: bf16 / f16, head_dim 64 / 128 / 256");
   if (splits > 1 && !partials) return internal_error("fused decode attention: no partials");
-  const FusedWeights w{q_norm,  k_norm,          dt_code(norm_dt), q_bias,
-                       k_bias,  v_bias,          dt_code(bias_dt), prefetch};
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t blocks_y = static_cast<int64_t>(a.num_kv_heads) * fused_decode_parts(group);
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(blocks_y), splits);
   int32_t* counters =
       split_counters && tokens * blocks_y <= num_counters ? split_counters : nullptr;
   cudaError_t e = cudaSuccess;
-  bool ok = dispatch_float(act, [&](auto ta) {
+  bool ok = dispatch_float(io.act, [&](auto ta) {
     using T = decltype(ta);
     if constexpr (!std::is_same_v<T, float>) {
       if (a.head_dim == 64)
-        e = launch_fused_group<T, 64>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
+        e = launch_fused_group<T, 64>(group, grid, s, pdl, a, io, splits, partials, counters, scatter);
       else if (a.head_dim == 128)
-        e = launch_fused_group<T, 128>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
+        e = launch_fused_group<T, 128>(group, grid, s, pdl, a, io, splits, partials, counters, scatter);
       else
-        e = launch_fused_group<T, 256>(group, grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out, splits, partials, counters, scatter);
+        e = launch_fused_group<T, 256>(group, grid, s, pdl, a, io, splits, partials, counters, scatter);
     }
   });
-  if (!ok) return bad_dtype("fused decode attention", act);
+  if (!ok) return bad_dtype("fused decode attention", io.act);
   if (e != cudaSuccess) return cuda_error(e, "fused decode attention launch");
   FERRITE_RETURN_IF_ERROR(check_launch("attention_decode_fused"));
   if (splits > 1 && !counters)
-    return launch_attention_combine(s, a, tokens, q, act, out, splits, partials);
+    return launch_attention_combine(s, a, tokens, io.q, io.act, io.out, splits, partials);
   return Status::ok();
 }
 

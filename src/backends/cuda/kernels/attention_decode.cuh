@@ -22,6 +22,48 @@ struct L2Prefetch {
   int64_t bytes = 0;
 };
 
+// What every decode attention launcher below reads and writes besides its
+// split plan: a step of `tokens` tokens (each its sequence's newest
+// position) with its metadata and page size, the step's new q / k / v rows
+// (act: bf16 / f16; q is not updated in place), the q / k norm weights
+// (null: no norm) and the q / k / v biases (null: none) with their dtypes,
+// the paged K / V caches the new rows are written into, the attention
+// output, and the L2 prefetch the kernels issue while they run.
+struct DecodeAttentionIo {
+  StepMeta meta;
+  int32_t page_size = 0;
+  int64_t tokens = 0;
+  void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  DType act = DType::kBF16;
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  DType norm_dt = DType::kBF16;
+  const void* q_bias = nullptr;
+  const void* k_bias = nullptr;
+  const void* v_bias = nullptr;
+  DType bias_dt = DType::kBF16;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  void* out = nullptr;
+  L2Prefetch prefetch;
+};
+
+// The decode kernels' argument for the norm / bias weights and the
+// prefetch of a DecodeAttentionIo (dtypes as cuda_types.cuh's dt_code).
+struct DecodeWeights {
+  const void* q_norm;
+  const void* k_norm;
+  int norm_dt;
+  const void* q_bias;
+  const void* k_bias;
+  const void* v_bias;
+  int bias_dt;
+  L2Prefetch pf;
+};
+DecodeWeights decode_weights(const DecodeAttentionIo& io);
+
 // A decode step (every token its sequence's
 // newest position) in one kernel: what launch_qk_rope_kv does for the
 // token (bias, q/k norm, RoPE, the K/V write; q is not updated in place),
@@ -38,14 +80,9 @@ struct L2Prefetch {
 bool attention_decode_fused_supported(const AttentionShape& a, DType act);
 int fused_decode_parts(int group);
 Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
-                                     const StepMeta& meta, int32_t page_size, int64_t tokens,
-                                     void* q, const void* k, const void* v, DType act,
-                                     const void* q_norm, const void* k_norm, DType norm_dt,
-                                     const void* q_bias, const void* k_bias, const void* v_bias,
-                                     DType bias_dt, void* k_cache, void* v_cache, void* out,
-                                     int splits, float* partials, int32_t* split_counters,
-                                     int64_t num_counters, bool pdl, bool scatter = false,
-                                     L2Prefetch prefetch = {});
+                                     const DecodeAttentionIo& io, int splits, float* partials,
+                                     int32_t* split_counters, int64_t num_counters, bool pdl,
+                                     bool scatter = false);
 
 // The same contract for short contexts (attention_decode_cluster.cu): the
 // splits of each (token, KV head, part) are one thread-block cluster that
@@ -58,13 +95,7 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
 int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t tokens,
                                     int64_t kv_len_bound);
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
-                                       const StepMeta& meta, int32_t page_size, int64_t tokens,
-                                       void* q, const void* k, const void* v, DType act,
-                                       const void* q_norm, const void* k_norm, DType norm_dt,
-                                       const void* q_bias, const void* k_bias,
-                                       const void* v_bias, DType bias_dt, void* k_cache,
-                                       void* v_cache, void* out, int splits, bool pdl,
-                                       L2Prefetch prefetch = {});
+                                       const DecodeAttentionIo& io, int splits, bool pdl);
 
 // The same contract on the tensor cores (attention_decode_mma.cu): one
 // block of 4 warps per (token, KV head, split) with all the group's query
@@ -74,12 +105,8 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
 // activation type's rounding (P is rounded to it for the value product).
 // Tuning::cuda_decode_mma_tokens picks it for steps of that many tokens.
 bool attention_decode_mma_supported(const AttentionShape& a, DType act);
-Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
-                                   int32_t page_size, int64_t tokens, void* q, const void* k,
-                                   const void* v, DType act, const void* q_norm,
-                                   const void* k_norm, DType norm_dt, const void* q_bias,
-                                   const void* k_bias, const void* v_bias, DType bias_dt,
-                                   void* k_cache, void* v_cache, void* out, int splits,
-                                   float* partials, bool pdl, L2Prefetch prefetch = {});
+Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a,
+                                   const DecodeAttentionIo& io, int splits, float* partials,
+                                   bool pdl);
 
 }  // namespace ferrite::cuda

@@ -47,17 +47,6 @@ constexpr int kPos = 64;         // positions a block (= a split) at most
 constexpr int kMaxCluster = 8;   // splits a (token, KV head, part): a portable cluster
 constexpr int kMaxHeads = 4;     // query heads a block (fused_decode_parts)
 
-struct Weights {
-  const void* q_norm;
-  const void* k_norm;
-  int norm_dt;
-  const void* q_bias;
-  const void* k_bias;
-  const void* v_bias;
-  int bias_dt;
-  L2Prefetch pf;
-};
-
 // Shared memory of a block: K and V rows [2][kPos][HD + 8] (T; 16 bytes of
 // padding a row: row r starts 4 banks after row r - 1), then floats: q
 // [kMaxHeads][HD] (roped, rounded, scaled), P [kMaxHeads][kPos], the
@@ -89,7 +78,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
-                                    const T* k, const T* v, Weights wts, T* k_cache,
+                                    const T* k, const T* v, DecodeWeights wts, T* k_cache,
                                     T* v_cache, T* out) {
   constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
   constexpr int RS = row_elems<HD>();  // shared row stride (elements)
@@ -107,10 +96,7 @@ __global__ void __launch_bounds__(kThreads)
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t t = blockIdx.x;
   // The next product's weights into L2 (weights: no wait needed).
-  l2_prefetch_share(wts.pf.ptr, wts.pf.bytes,
-                    (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
-                        blockIdx.x,
-                    static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
+  l2_prefetch_grid_share(wts.pf.ptr, wts.pf.bytes);
   const int group = a.num_heads / a.num_kv_heads;
   const int parts = gridDim.y / a.num_kv_heads;
   const int gsub = (group + parts - 1) / parts;
@@ -350,9 +336,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, int HD>
 cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
-                           const AttentionShape& a, const StepMeta& meta, int32_t page_size,
-                           void* q, const void* k, const void* v, const Weights& w,
-                           void* k_cache, void* v_cache, void* out) {
+                           const AttentionShape& a, const DecodeAttentionIo& io) {
   auto kern = attention_decode_cluster_kernel<T, HD>;
   constexpr size_t smem = smem_bytes<T, HD>();
   if constexpr (smem > 48 * 1024) {
@@ -374,10 +358,10 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
   cfg.stream = s;
   cfg.attrs = attr;
   cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, kern, a, meta, page_size, static_cast<T*>(q),
-                            static_cast<const T*>(k), static_cast<const T*>(v), w,
-                            static_cast<T*>(k_cache), static_cast<T*>(v_cache),
-                            static_cast<T*>(out));
+  return cudaLaunchKernelEx(&cfg, kern, a, io.meta, io.page_size, static_cast<T*>(io.q),
+                            static_cast<const T*>(io.k), static_cast<const T*>(io.v),
+                            decode_weights(io), static_cast<T*>(io.k_cache),
+                            static_cast<T*>(io.v_cache), static_cast<T*>(io.out));
 }
 
 }  // namespace
@@ -392,36 +376,30 @@ int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t 
 }
 
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
-                                       const StepMeta& meta, int32_t page_size, int64_t tokens,
-                                       void* q, const void* k, const void* v, DType act,
-                                       const void* q_norm, const void* k_norm, DType norm_dt,
-                                       const void* q_bias, const void* k_bias,
-                                       const void* v_bias, DType bias_dt, void* k_cache,
-                                       void* v_cache, void* out, int splits, bool pdl,
-                                       L2Prefetch prefetch) {
+                                       const DecodeAttentionIo& io, int splits, bool pdl) {
+  const int64_t tokens = io.tokens;
   if (tokens == 0) return Status::ok();
   if (splits < 1 || splits > kMaxCluster ||
-      attention_decode_cluster_splits(a, act, tokens, static_cast<int64_t>(splits) * kPos) != splits)
+      attention_decode_cluster_splits(a, io.act, tokens, static_cast<int64_t>(splits) * kPos) !=
+          splits)
     return unsupported("cluster decode attention: 1..8 tokens, 1..8 splits of 64 positions");
-  const Weights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt),
-                  prefetch};
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t blocks_y = static_cast<int64_t>(a.num_kv_heads) * fused_decode_parts(group);
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(blocks_y),
                   static_cast<unsigned>(splits));
   cudaError_t e = cudaSuccess;
-  const bool ok = dispatch_float(act, [&](auto ta) {
+  const bool ok = dispatch_float(io.act, [&](auto ta) {
     using T = decltype(ta);
     if constexpr (!std::is_same_v<T, float>) {
       if (a.head_dim == 64)
-        e = launch_cluster<T, 64>(grid, splits, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out);
+        e = launch_cluster<T, 64>(grid, splits, s, pdl, a, io);
       else if (a.head_dim == 128)
-        e = launch_cluster<T, 128>(grid, splits, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out);
+        e = launch_cluster<T, 128>(grid, splits, s, pdl, a, io);
       else
-        e = launch_cluster<T, 256>(grid, splits, s, pdl, a, meta, page_size, q, k, v, w, k_cache, v_cache, out);
+        e = launch_cluster<T, 256>(grid, splits, s, pdl, a, io);
     }
   });
-  if (!ok) return bad_dtype("cluster decode attention", act);
+  if (!ok) return bad_dtype("cluster decode attention", io.act);
   if (e != cudaSuccess) return cuda_error(e, "cluster decode attention launch");
   return check_launch("attention_decode_cluster");
 }

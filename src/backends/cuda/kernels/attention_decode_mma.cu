@@ -45,17 +45,6 @@ constexpr int kTileKeys = 16;  // positions a warp takes at a time (the P V mma'
 constexpr int kStages = 2;     // a warp's ring of K/V tiles
 constexpr unsigned kFull = 0xffffffffu;
 
-struct MmaWeights {
-  const void* q_norm;
-  const void* k_norm;
-  int norm_dt;
-  const void* q_bias;
-  const void* k_bias;
-  const void* v_bias;
-  int bias_dt;
-  L2Prefetch pf;
-};
-
 // Element offset of (row r, column c; c a multiple of 8) in a [16][HD] tile
 // whose 16-byte chunks are XOR-swizzled by the row's low 3 bits: the 8 rows
 // an 8x8 ldmatrix reads land in 8 distinct bank groups (HD >= 64).
@@ -152,7 +141,7 @@ __device__ __forceinline__ void softmax_row(RowState<HD>& st, const float (&s)[2
 template <typename T, int HD, bool kHi>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_mma_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
-                                const T* k, const T* v, MmaWeights wts, T* k_cache, T* v_cache,
+                                const T* k, const T* v, DecodeWeights wts, T* k_cache, T* v_cache,
                                 T* out, int splits, float* partials) {
   constexpr int D = HD / 32;      // dims per lane in the prologue
   constexpr int C = HD / 8;       // 16-byte chunks of a K / V row
@@ -171,10 +160,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const int64_t t = blockIdx.x;
   // The next product's weights into L2 (weights: no wait needed).
-  l2_prefetch_share(wts.pf.ptr, wts.pf.bytes,
-                    (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
-                        blockIdx.x,
-                    static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
+  l2_prefetch_grid_share(wts.pf.ptr, wts.pf.bytes);
   const int group = a.num_heads / a.num_kv_heads;  // <= kRows
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int h0 = kvh * group;
@@ -488,9 +474,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, int HD, bool kHi>
 cudaError_t launch_mma(dim3 grid, cudaStream_t s, bool pdl, const AttentionShape& a,
-                       const StepMeta& meta, int32_t page_size, void* q, const void* k,
-                       const void* v, const MmaWeights& w, void* k_cache, void* v_cache,
-                       void* out, int splits, float* partials) {
+                       const DecodeAttentionIo& io, int splits, float* partials) {
   auto kern = attention_decode_mma_kernel<T, HD, kHi>;
   constexpr size_t smem = mma_smem_bytes<HD, kHi ? 16 : 8>();
   if (smem > 48 * 1024) {
@@ -498,10 +482,11 @@ cudaError_t launch_mma(dim3 grid, cudaStream_t s, bool pdl, const AttentionShape
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
   }
-  return launch_maybe_pdl(pdl, kern, grid, kThreads, smem, s, a, meta, page_size,
-                          static_cast<T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), w,
-                          static_cast<T*>(k_cache), static_cast<T*>(v_cache), static_cast<T*>(out),
-                          splits, partials);
+  return launch_maybe_pdl(pdl, kern, grid, kThreads, smem, s, a, io.meta, io.page_size,
+                          static_cast<T*>(io.q), static_cast<const T*>(io.k),
+                          static_cast<const T*>(io.v), decode_weights(io),
+                          static_cast<T*>(io.k_cache), static_cast<T*>(io.v_cache),
+                          static_cast<T*>(io.out), splits, partials);
 }
 
 }  // namespace
@@ -513,21 +498,16 @@ bool attention_decode_mma_supported(const AttentionShape& a, DType act) {
          a.rope_dim <= a.head_dim;
 }
 
-Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a, const StepMeta& meta,
-                                   int32_t page_size, int64_t tokens, void* q, const void* k,
-                                   const void* v, DType act, const void* q_norm,
-                                   const void* k_norm, DType norm_dt, const void* q_bias,
-                                   const void* k_bias, const void* v_bias, DType bias_dt,
-                                   void* k_cache, void* v_cache, void* out, int splits,
-                                   float* partials, bool pdl, L2Prefetch prefetch) {
+Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a,
+                                   const DecodeAttentionIo& io, int splits, float* partials,
+                                   bool pdl) {
+  const int64_t tokens = io.tokens;
   if (tokens == 0) return Status::ok();
-  if (!attention_decode_mma_supported(a, act))
+  if (!attention_decode_mma_supported(a, io.act))
     return unsupported("tensor-core decode attention: bf16 / f16, head_dim 64 / 128, up to 16 "
                        "query heads a KV head");
   if (splits < 1) return internal_error("tensor-core decode attention: splits < 1");
   if (splits > 1 && !partials) return internal_error("tensor-core decode attention: no partials");
-  const MmaWeights w{q_norm, k_norm, dt_code(norm_dt), q_bias, k_bias, v_bias, dt_code(bias_dt),
-                     prefetch};
   const bool hi = a.num_heads / a.num_kv_heads > 8;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(a.num_kv_heads),
                   static_cast<unsigned>(splits));
@@ -535,12 +515,10 @@ Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a, cons
   auto go = [&](auto ta, auto hd) {
     using T = decltype(ta);
     constexpr int HD = decltype(hd)::value;
-    e = hi ? launch_mma<T, HD, true>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache,
-                                     v_cache, out, splits, partials)
-           : launch_mma<T, HD, false>(grid, s, pdl, a, meta, page_size, q, k, v, w, k_cache,
-                                      v_cache, out, splits, partials);
+    e = hi ? launch_mma<T, HD, true>(grid, s, pdl, a, io, splits, partials)
+           : launch_mma<T, HD, false>(grid, s, pdl, a, io, splits, partials);
   };
-  bool ok = dispatch_float(act, [&](auto ta) {
+  bool ok = dispatch_float(io.act, [&](auto ta) {
     using T = decltype(ta);
     if constexpr (!std::is_same_v<T, float>) {
       if (a.head_dim == 64)
@@ -549,10 +527,11 @@ Status launch_attention_decode_mma(cudaStream_t s, const AttentionShape& a, cons
         go(T{}, std::integral_constant<int, 128>{});
     }
   });
-  if (!ok) return bad_dtype("tensor-core decode attention", act);
+  if (!ok) return bad_dtype("tensor-core decode attention", io.act);
   if (e != cudaSuccess) return cuda_error(e, "tensor-core decode attention launch");
   FERRITE_RETURN_IF_ERROR(check_launch("attention_decode_mma"));
-  if (splits > 1) return launch_attention_combine(s, a, tokens, q, act, out, splits, partials);
+  if (splits > 1)
+    return launch_attention_combine(s, a, tokens, io.q, io.act, io.out, splits, partials);
   return Status::ok();
 }
 

@@ -241,6 +241,14 @@ __device__ __forceinline__ void l2_prefetch_share(const void* ptr, int64_t bytes
 #endif
 }
 
+// l2_prefetch_share with the whole grid as the parts (this block's linear
+// index among them): every block of a kernel calls it once.
+__device__ __forceinline__ void l2_prefetch_grid_share(const void* ptr, int64_t bytes) {
+  const int64_t part =
+      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  l2_prefetch_share(ptr, bytes, part, static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
+}
+
 inline Status bad_dtype(const char* what, DType dt) {
   return unsupported(std::string(what) + ": dtype " + std::string(dtype_name(dt)));
 }
