@@ -277,7 +277,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
     co.decode_cluster = options.tuning.cuda_decode_cluster;
     co.decode_mma_tokens = options.tuning.cuda_decode_mma_tokens;
-    co.decode_prefetch_o_proj = options.tuning.cuda_decode_prefetch_o_proj;
     co.rope_token_warps = options.tuning.cuda_rope_token_warps;
     co.prefill_short_tiles = options.tuning.cuda_prefill_short_tiles;
     co.dequant_slice_mib = options.tuning.cuda_dequant_slice_mib;

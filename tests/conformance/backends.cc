@@ -62,7 +62,6 @@ std::vector<Backend> available_backends() {
       options.quant_mmq_tokens = 64;       // q4_k / q6_k / q8_0 products of 9-64 tokens: int8 tile
       options.quant_mmq_share_act = true;  // Q / K / V and gate / up quantize their input once
       options.decode_mma_tokens = 1;  // decode steps the cluster kernel leaves: tensor-core attention
-      options.decode_prefetch_o_proj = true;  // the decode attention prefetches o_proj into L2
       if (cuda.name == "cuda_alt") {
         options.quant_tile_tokens = 256;
         options.u4_tile_tokens = 256;  // u4_g128 products on the 4-bit tile instead,

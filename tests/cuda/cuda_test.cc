@@ -1079,12 +1079,6 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   float* d_partials = dev(partials);
   const std::vector<int32_t> counters(static_cast<size_t>(tokens) * nkv * parts, 0);
   int32_t* d_counters = dev(counters);
-  // Every kernel also prefetches a range into L2 (Tuning::
-  // cuda_decode_prefetch_o_proj), here an unaligned one: a hint that must
-  // change nothing.
-  const uint16_t* d_pf = dev(vc_h);
-  const cuda::L2Prefetch pf{reinterpret_cast<const char*>(d_pf) + 3,
-                            static_cast<int64_t>(kv_elems * 2) - 5};
   // The same step into each kernel's own caches and output.
   cuda::DecodeAttentionIo io[2];
   for (int i = 0; i < 2; ++i) {
@@ -1103,7 +1097,6 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
     io[i].k_cache = kc[i];
     io[i].v_cache = vc[i];
     io[i].out = outs[i];
-    io[i].prefetch = pf;
   }
   Status st = cuda::launch_attention_decode_fused(nullptr, a, io[0], splits, d_partials,
                                                   d_counters, static_cast<int64_t>(counters.size()),

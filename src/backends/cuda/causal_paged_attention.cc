@@ -150,8 +150,6 @@ class CausalPagedAttention final : public Provider {
     if (st.meta.longest_run == 1 && attention_decode_fused_supported(a, act)) {
       // Decode step: norm / RoPE / K/V write and attention in one kernel.
       profile_mark(st.stream, "attention.core", st.capturing);
-      // The output projection's weights into L2 while it runs
-      // (Tuning::cuda_decode_prefetch_o_proj).
       DecodeAttentionIo io;
       io.meta = st.meta;
       io.page_size = page_size;
@@ -170,7 +168,6 @@ class CausalPagedAttention final : public Provider {
       io.k_cache = b[kKCache].data;
       io.v_cache = b[kVCache].data;
       io.out = attn;
-      if (st.decode_prefetch_o_proj) io.prefetch = L2Prefetch{b[kOProj].data, b[kOProj].nbytes()};
       // Short contexts: the cluster kernel (Tuning::cuda_decode_cluster).
       const int csplits = st.decode_cluster ? attention_decode_cluster_splits(
                                                   a, act, t, st.meta.kv_len_bound)

@@ -73,8 +73,7 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
-  int64_t decode_mma_tokens = 0;       // Tuning::cuda_decode_mma_tokens (0: off)
-  bool decode_prefetch_o_proj = false;  // Tuning::cuda_decode_prefetch_o_proj
+  int64_t decode_mma_tokens = 9;       // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)
   // Tuning::cuda_dequant_slice_mib (gemm.cc, quant_product).
@@ -93,7 +92,7 @@ struct BackendState {
   // What mmq's scratch holds: x (m x k) quantized per mmq_group, as the last
   // product left it. Reused while fp8_act_same_x says x is unchanged (the
   // products of one gemm_projections call: Q, K and V; gate and up).
-  bool quant_mmq_share_act = false;  // Tuning::cuda_quant_mmq_share_act
+  bool quant_mmq_share_act = true;   // Tuning::cuda_quant_mmq_share_act
   const void* mmq_x = nullptr;
   int64_t mmq_m = 0, mmq_k = 0;
   int mmq_group = 0;

@@ -75,7 +75,6 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.decode_cluster = options_.decode_cluster;
     st_.decode_mma_tokens = options_.decode_mma_tokens;
-    st_.decode_prefetch_o_proj = options_.decode_prefetch_o_proj;
     st_.rope_token_warps = options_.rope_token_warps;
     st_.prefill_short_tiles = options_.prefill_short_tiles;
     st_.dequant_slice_mib = options_.dequant_slice_mib;

@@ -67,8 +67,6 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   float* o_w = den_s + MAXG;               // [kWarps, MAXG, HD]
 
   const int64_t t = blockIdx.x;
-  // The next product's weights into L2 (weights: no wait needed).
-  l2_prefetch_grid_share(wts.pf.ptr, wts.pf.bytes);
   const int group = a.num_heads / a.num_kv_heads;
   const int parts = gridDim.y / a.num_kv_heads;  // fused_decode_parts(group)
   const int gsub = (group + parts - 1) / parts;  // <= MAXG
@@ -471,7 +469,7 @@ cudaError_t launch_fused_group(int group, dim3 grid, cudaStream_t s, bool pdl,
 
 DecodeWeights decode_weights(const DecodeAttentionIo& io) {
   return DecodeWeights{io.q_norm, io.k_norm, dt_code(io.norm_dt), io.q_bias, io.k_bias,
-                       io.v_bias, dt_code(io.bias_dt), io.prefetch};
+                       io.v_bias, dt_code(io.bias_dt)};
 }
 
 int fused_decode_parts(int group) { return (group + 3) / 4; }

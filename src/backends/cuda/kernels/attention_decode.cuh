@@ -14,21 +14,13 @@
 
 namespace ferrite::cuda {
 
-// A weight range the decode attention kernels ask the L2 to fetch while they
-// run (Tuning::cuda_decode_prefetch_o_proj: the output projection's weights,
-// read right after them): each block prefetches its share. Empty: nothing.
-struct L2Prefetch {
-  const void* ptr = nullptr;
-  int64_t bytes = 0;
-};
-
 // What every decode attention launcher below reads and writes besides its
 // split plan: a step of `tokens` tokens (each its sequence's newest
 // position) with its metadata and page size, the step's new q / k / v rows
 // (act: bf16 / f16; q is not updated in place), the q / k norm weights
 // (null: no norm) and the q / k / v biases (null: none) with their dtypes,
-// the paged K / V caches the new rows are written into, the attention
-// output, and the L2 prefetch the kernels issue while they run.
+// the paged K / V caches the new rows are written into, and the attention
+// output.
 struct DecodeAttentionIo {
   StepMeta meta;
   int32_t page_size = 0;
@@ -47,11 +39,10 @@ struct DecodeAttentionIo {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   void* out = nullptr;
-  L2Prefetch prefetch;
 };
 
-// The decode kernels' argument for the norm / bias weights and the
-// prefetch of a DecodeAttentionIo (dtypes as cuda_types.cuh's dt_code).
+// The decode kernels' argument for the norm and bias weights of a
+// DecodeAttentionIo (dtypes as cuda_types.cuh's dt_code).
 struct DecodeWeights {
   const void* q_norm;
   const void* k_norm;
@@ -60,7 +51,6 @@ struct DecodeWeights {
   const void* k_bias;
   const void* v_bias;
   int bias_dt;
-  L2Prefetch pf;
 };
 DecodeWeights decode_weights(const DecodeAttentionIo& io);
 

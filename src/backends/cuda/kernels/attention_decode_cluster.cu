@@ -95,8 +95,6 @@ __global__ void __launch_bounds__(kThreads)
 
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t t = blockIdx.x;
-  // The next product's weights into L2 (weights: no wait needed).
-  l2_prefetch_grid_share(wts.pf.ptr, wts.pf.bytes);
   const int group = a.num_heads / a.num_kv_heads;
   const int parts = gridDim.y / a.num_kv_heads;
   const int gsub = (group + parts - 1) / parts;

@@ -159,8 +159,6 @@ __global__ void __launch_bounds__(kThreads)
   float* o_w = reinterpret_cast<float*>(smem_raw);  // [kWarps][group][HD], after the loop
 
   const int64_t t = blockIdx.x;
-  // The next product's weights into L2 (weights: no wait needed).
-  l2_prefetch_grid_share(wts.pf.ptr, wts.pf.bytes);
   const int group = a.num_heads / a.num_kv_heads;  // <= kRows
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int h0 = kvh * group;

@@ -217,38 +217,6 @@ cudaError_t launch_pdl_weights(void (*kernel)(KArgs...), dim3 grid, dim3 block, 
                           std::forward<Args>(args)...);
 }
 
-// A weight range [ptr, ptr + bytes) pulled into L2 while a latency-bound
-// kernel runs (the decode attention ahead of the output projection that
-// reads it next, attention_decode.cuh's L2Prefetch): block `part` of
-// `parts` has thread 0 issue sm_90 bulk L2 prefetches of its share of the
-// range's whole 16-byte units (64 KiB a request). A hint: no memory effects.
-__device__ __forceinline__ void l2_prefetch_share(const void* ptr, int64_t bytes, int64_t part,
-                                                  int64_t parts) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (bytes <= 0 || threadIdx.x != 0 || parts <= 0) return;
-  const uint64_t lo = (reinterpret_cast<uint64_t>(ptr) + 15) & ~uint64_t{15};
-  const uint64_t hi = (reinterpret_cast<uint64_t>(ptr) + static_cast<uint64_t>(bytes)) &
-                      ~uint64_t{15};
-  if (hi <= lo) return;
-  const uint64_t share = ((hi - lo) / static_cast<uint64_t>(parts) + 16) & ~uint64_t{15};
-  const uint64_t begin = lo + static_cast<uint64_t>(part) * share;
-  const uint64_t end = begin + share < hi ? begin + share : hi;
-  constexpr uint64_t kRequest = 64 << 10;
-  for (uint64_t p = begin; p < end; p += kRequest) {
-    const uint32_t n = static_cast<uint32_t>(end - p < kRequest ? end - p : kRequest);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
-  }
-#endif
-}
-
-// l2_prefetch_share with the whole grid as the parts (this block's linear
-// index among them): every block of a kernel calls it once.
-__device__ __forceinline__ void l2_prefetch_grid_share(const void* ptr, int64_t bytes) {
-  const int64_t part =
-      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  l2_prefetch_share(ptr, bytes, part, static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z);
-}
-
 inline Status bad_dtype(const char* what, DType dt) {
   return unsupported(std::string(what) + ": dtype " + std::string(dtype_name(dt)));
 }
