@@ -1081,23 +1081,24 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   int32_t* d_counters = dev(counters);
   // The same step into each kernel's own caches and output.
   cuda::DecodeAttentionIo io[2];
-  for (int i = 0; i < 2; ++i) {
-    io[i].meta = meta;
-    io[i].page_size = ps;
-    io[i].tokens = tokens;
-    io[i].q = d_q;
-    io[i].k = d_k;
-    io[i].v = d_v;
-    io[i].act = io[i].norm_dt = io[i].bias_dt = act;
-    io[i].q_norm = d_qn;
-    io[i].k_norm = d_kn;
-    io[i].q_bias = d_qb;
-    io[i].k_bias = d_kb;
-    io[i].v_bias = d_vb;
-    io[i].k_cache = kc[i];
-    io[i].v_cache = vc[i];
-    io[i].out = outs[i];
-  }
+  for (int i = 0; i < 2; ++i)
+    io[i] = {.meta = meta,
+             .page_size = ps,
+             .tokens = tokens,
+             .q = d_q,
+             .k = d_k,
+             .v = d_v,
+             .act = act,
+             .q_norm = d_qn,
+             .k_norm = d_kn,
+             .norm_dt = act,
+             .q_bias = d_qb,
+             .k_bias = d_kb,
+             .v_bias = d_vb,
+             .bias_dt = act,
+             .k_cache = kc[i],
+             .v_cache = vc[i],
+             .out = outs[i]};
   Status st = cuda::launch_attention_decode_fused(nullptr, a, io[0], splits, d_partials,
                                                   d_counters, static_cast<int64_t>(counters.size()),
                                                   /*pdl=*/false, /*scatter=*/false);

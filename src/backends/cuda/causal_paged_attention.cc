@@ -150,24 +150,23 @@ class CausalPagedAttention final : public Provider {
     if (st.meta.longest_run == 1 && attention_decode_fused_supported(a, act)) {
       // Decode step: norm / RoPE / K/V write and attention in one kernel.
       profile_mark(st.stream, "attention.core", st.capturing);
-      DecodeAttentionIo io;
-      io.meta = st.meta;
-      io.page_size = page_size;
-      io.tokens = t;
-      io.q = q;
-      io.k = k;
-      io.v = v;
-      io.act = act;
-      io.q_norm = p.qk_norm ? b[kQNorm].data : nullptr;
-      io.k_norm = p.qk_norm ? b[kKNorm].data : nullptr;
-      io.norm_dt = norm_dt;
-      io.q_bias = b[kQBias].data;
-      io.k_bias = b[kKBias].data;
-      io.v_bias = b[kVBias].data;
-      io.bias_dt = bias_dt;
-      io.k_cache = b[kKCache].data;
-      io.v_cache = b[kVCache].data;
-      io.out = attn;
+      const DecodeAttentionIo io{.meta = st.meta,
+                                 .page_size = page_size,
+                                 .tokens = t,
+                                 .q = q,
+                                 .k = k,
+                                 .v = v,
+                                 .act = act,
+                                 .q_norm = p.qk_norm ? b[kQNorm].data : nullptr,
+                                 .k_norm = p.qk_norm ? b[kKNorm].data : nullptr,
+                                 .norm_dt = norm_dt,
+                                 .q_bias = b[kQBias].data,
+                                 .k_bias = b[kKBias].data,
+                                 .v_bias = b[kVBias].data,
+                                 .bias_dt = bias_dt,
+                                 .k_cache = b[kKCache].data,
+                                 .v_cache = b[kVCache].data,
+                                 .out = attn};
       // Short contexts: the cluster kernel (Tuning::cuda_decode_cluster).
       const int csplits = st.decode_cluster ? attention_decode_cluster_splits(
                                                   a, act, t, st.meta.kv_len_bound)
