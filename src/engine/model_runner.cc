@@ -282,6 +282,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.dequant_slice_mib = options.tuning.cuda_dequant_slice_mib;
     co.quant_tile_tokens = options.tuning.cuda_quant_tile_tokens;
     co.quant_mmq_tokens = options.tuning.cuda_quant_mmq_tokens;
+    co.quant_mmq_min_tokens = options.tuning.cuda_quant_mmq_min_tokens;
     co.quant_mmq_waves = options.tuning.cuda_quant_mmq_waves;
     co.quant_mmq_share_act = options.tuning.cuda_quant_mmq_share_act;
     co.u4_tile_tokens = options.tuning.cuda_u4_tile_tokens;

@@ -58,6 +58,8 @@ Result<Tuning> Tuning::from_environment(const std::function<const char*(const ch
   if (t.threads > 1024) return invalid_argument("FERRITE_THREADS must be in [0, 1024]");
   if (t.cuda_quant_mmq_tokens > 64)
     return invalid_argument("FERRITE_CUDA_QUANT_MMQ_TOKENS must be in [0, 64]");
+  if (t.cuda_quant_mmq_min_tokens < 1 || t.cuda_quant_mmq_min_tokens > 9)
+    return invalid_argument("FERRITE_CUDA_QUANT_MMQ_MIN_TOKENS must be in [1, 9]");
   if (t.cuda_moe_gate_up_warp_outputs != 1 && t.cuda_moe_gate_up_warp_outputs != 2 &&
       t.cuda_moe_gate_up_warp_outputs != 4)
     return invalid_argument("FERRITE_CUDA_MOE_GATE_UP_WARP_OUTPUTS must be 1, 2 or 4");

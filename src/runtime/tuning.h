@@ -176,6 +176,13 @@ namespace ferrite {
     "int32 sums) ahead of the bf16 tile and dequantize + cuBLASLt (0: off). H200, Qwen3-8B, "   \
     "off / 64, tok/s: Q4_K_M b16 1,701 / 2,043, b32 2,809 / 3,518, b64 4,413 / 5,428; Q8_0 "    \
     "b16 1,693 / 2,016, b32 2,792 / 3,406, b64 4,812 / 5,229")                                  \
+  X(int64_t, cuda_quant_mmq_min_tokens, "FERRITE_CUDA_QUANT_MMQ_MIN_TOKENS", 9,                 \
+    "CUDA: the fewest tokens (1-9) of a q4_k / q6_k / q8_0 product that the int8 tile above "     \
+    "takes: products of fewer run the fused decode GEMV (norm, quantization and SwiGLU in its "  \
+    "launch, dp4a on CUDA cores), of this many up to cuda_quant_mmq_tokens the tile (the norm "  \
+    "and SwiGLU then in launches of their own). The GEMV's dot products grow with the tokens, "  \
+    "the tile's mma hardly: Qwen3-8B's b8 step took longer than its b16 step (H100, Q4_K_M 8.4 " \
+    "against 6.7 ms)")                                                                           \
   X(bool, cuda_quant_mmq_waves, "FERRITE_CUDA_QUANT_MMQ_WAVES", true,                            \
     "CUDA: the int8 tile splits k into the count that runs its blocks in the fewest waves x "     \
     "steps (kernels/quant_mmq.cuh, mmq_splits) instead of about 3 blocks an SM (0)")            \

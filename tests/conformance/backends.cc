@@ -59,7 +59,8 @@ std::vector<Backend> available_backends() {
       options.moe_fused_tokens = 32;
       options.decode_cluster = true;  // short decode steps on the cluster kernel
       options.moe_route_in_router = true;  // routing + sort in the norm + router launch
-      options.quant_mmq_tokens = 64;       // q4_k / q6_k / q8_0 products of 9-64 tokens: int8 tile
+      options.quant_mmq_tokens = 64;       // q4_k / q6_k / q8_0 products of 2-64 tokens: int8 tile
+      options.quant_mmq_min_tokens = 2;    // (one token: the fused GEMV)
       options.quant_mmq_share_act = true;  // Q / K / V and gate / up quantize their input once
       options.decode_mma_tokens = 1;  // decode steps the cluster kernel leaves: tensor-core attention
       if (cuda.name == "cuda_alt") {

@@ -1,4 +1,4 @@
-// Products of 9 to 64 tokens on q4_k / q6_k / q8_0 weights through the int8 tensor-core
+// Products of 1 to 64 tokens on q4_k / q6_k / q8_0 weights through the int8 tensor-core
 // tile (kernels/quant_mmq.cuh, Tuning::cuda_quant_mmq_tokens) by gemm(),
 // against an f64 host product of the weights dequantized in f32 and the
 // activations quantized on the host exactly as the kernel does (int8 per
@@ -99,6 +99,7 @@ void run_case(DType w_dt, const MmqCase& c, std::mt19937& rng) {
   ASSERT_EQ(cudaStreamCreate(&st.stream), cudaSuccess);
   st.quant_dot = true;
   st.quant_mmq_tokens = 64;  // gemm_init allocates its buffers
+  st.quant_mmq_min_tokens = 1;  // decode token counts too (Tuning::cuda_quant_mmq_min_tokens)
   ASSERT_TRUE(cuda::gemm_init(st).is_ok());
   // The wave rule's splits, then the older rule's.
   for (bool waves : {true, false}) {
@@ -141,6 +142,9 @@ TEST(CudaQuantMmqTest, MatchesTheHostProductOfTheQuantizedActivations) {
   if (!cuda_device_present(&why)) GTEST_SKIP() << "no GPU: " << why;
   std::mt19937 rng(1234);
   const MmqCase cases[] = {
+      {1, 64, 256, DType::kF32, false},     // one token (a decode step)
+      {5, 100, 512, DType::kBF16, true},    // a part of one 8-token tile, accumulate + bias
+      {8, 130, 768, DType::kF32, true},     // one whole 8-token tile
       {9, 64, 256, DType::kF32, false},     // one 256-block, one row block: one split,
                                             // written directly
       {16, 100, 256, DType::kBF16, true},   // the same with accumulate + bias

@@ -68,6 +68,7 @@ struct CudaExecOptions {
   int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib
   int64_t quant_tile_tokens = 32;       // Tuning::cuda_quant_tile_tokens (0: off)
   int64_t quant_mmq_tokens = 64;        // Tuning::cuda_quant_mmq_tokens (0: off)
+  int64_t quant_mmq_min_tokens = 9;     // Tuning::cuda_quant_mmq_min_tokens
   bool quant_mmq_waves = true;          // Tuning::cuda_quant_mmq_waves
   bool quant_mmq_share_act = true;      // Tuning::cuda_quant_mmq_share_act
   int64_t u4_tile_tokens = 64;          // Tuning::cuda_u4_tile_tokens (0: off)

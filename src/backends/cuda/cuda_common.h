@@ -83,10 +83,12 @@ struct BackendState {
   // whose split-k partial sums and arrival counters live in tile_partials /
   // tile_counters (allocated at init, so decode graphs can point into them).
   int64_t quant_tile_tokens = 32;
-  // Tuning::cuda_quant_mmq_tokens (gemm.cc, quant_product): products of 9 ..
-  // this many tokens on q4_k weights through kernels/quant_mmq.cuh, whose
-  // fixed buffers are mmq (allocated at init when it is on).
+  // Tuning::cuda_quant_mmq_tokens and cuda_quant_mmq_min_tokens (gemm.cc,
+  // quant_product, mmq_takes): products of quant_mmq_min_tokens .. this many
+  // tokens on q4_k / q6_k / q8_0 weights through kernels/quant_mmq.cuh,
+  // whose fixed buffers are mmq (allocated at init when it is on).
   int64_t quant_mmq_tokens = 0;
+  int64_t quant_mmq_min_tokens = 9;
   bool quant_mmq_waves = true;      // Tuning::cuda_quant_mmq_waves (mmq_splits)
   QuantMmqScratch mmq;
   // What mmq's scratch holds: x (m x k) quantized per mmq_group, as the last

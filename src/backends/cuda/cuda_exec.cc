@@ -80,6 +80,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.dequant_slice_mib = options_.dequant_slice_mib;
     st_.quant_tile_tokens = options_.quant_tile_tokens;
     st_.quant_mmq_tokens = options_.quant_mmq_tokens;
+    st_.quant_mmq_min_tokens = options_.quant_mmq_min_tokens;
     st_.quant_mmq_waves = options_.quant_mmq_waves;
     st_.quant_mmq_share_act = options_.quant_mmq_share_act;
     st_.u4_tile_tokens = options_.u4_tile_tokens;

@@ -318,7 +318,9 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
   // Up to 8 tokens: the integer GEMV (fused with the activations'
   // quantization, else after a quantize launch); 9 to 64 tokens the bf16
   // tile, beyond dequantize + cuBLASLt (each the faster there, measured:
-  // Tuning::cuda_quant_tile_tokens).
+  // Tuning::cuda_quant_tile_tokens). Ahead of these, q4_k / q6_k / q8_0
+  // products of cuda_quant_mmq_min_tokens to cuda_quant_mmq_tokens take the
+  // int8 tile (mmq_takes).
   if (quant_fused_enabled(st, w_dt, m)) {
     const QuantGemvSegment seg{w, out, n};
     QuantGemvArgs a;
@@ -344,7 +346,8 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
         launch_gather_columns(st.stream, x, perm.table, perm.scratch, x_dt, m, k));
     x = perm.scratch;
   }
-  if (st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&
+  const bool mmq = mmq_takes(st, w_dt, m) && quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt);
+  if (!mmq && st.quant_dot && m <= kQuantGemvMaxTokens && m * k <= st.q8_capacity &&
       quant_gemv_q8_supported(w_dt, w, k, out_dt))
     return launch_quant_gemv_q8(st.stream, x, x_dt, m, k, w, w_dt, n, out, out_dt, accumulate, bias,
                                 bias_dt, st.q8_x, st.q8_d);
@@ -360,8 +363,7 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
                           accumulate, bias, bias_dt, scratch, st.u4_tile_wgmma,
                           st.u4_tile_stage_steps);
   }
-  if (st.quant_dot && m > kQuantGemvMaxTokens && m <= st.quant_mmq_tokens && st.mmq.xq &&
-      quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt)) {
+  if (mmq) {
     // An earlier product of the same unchanged rows (not gathered: the
     // gather buffer holds another permutation's rows) left them quantized.
     const int group = quant_mmq_act_group(w_dt);
@@ -462,7 +464,12 @@ Status quant_product(BackendState& st, const void* x, DType x_dt, int64_t m, int
 
 bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m) {
   return st.quant_dot && st.quant_fused && m <= kQuantGemvMaxTokens && dtype_is_quantized(w_dt) &&
-         (w_dt != DType::kF8B128 || st.quant_fused_fp8);
+         (w_dt != DType::kF8B128 || st.quant_fused_fp8) && !mmq_takes(st, w_dt, m);
+}
+
+bool mmq_takes(const BackendState& st, DType w_dt, int64_t m) {
+  return st.quant_dot && st.mmq.xq && m >= st.quant_mmq_min_tokens && m <= st.quant_mmq_tokens &&
+         (w_dt == DType::kQ4_K || w_dt == DType::kQ6_K || w_dt == DType::kQ8_0);
 }
 
 void set_gemv_paths(const BackendState& st, QuantGemvArgs& a) {

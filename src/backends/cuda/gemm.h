@@ -45,9 +45,15 @@ Result<bool> ensure_q8_capacity(BackendState& st, int64_t elems);
 // Whether a decode product of m tokens on block weights of w_dt may take the
 // fused GEMV (kernels/quant_gemv.cuh): Tuning::cuda_quant_dot and
 // cuda_quant_fused, and for e4m3 weights cuda_quant_fused_fp8; the kernel's
-// own shape checks (quant_gemv_fused_supported) come after. The one place of
-// this policy for gemm() and normed_projections().
+// own shape checks (quant_gemv_fused_supported) come after; not the products
+// that mmq_takes. The one place of this policy for gemm() and
+// normed_projections().
 bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m);
+// Whether a product of m tokens on w_dt goes to the int8 tile
+// (kernels/quant_mmq.cuh) by the token range (Tuning::cuda_quant_mmq_min_tokens
+// .. cuda_quant_mmq_tokens) and format (q4_k / q6_k / q8_0); the tile's own
+// shape checks (quant_mmq_supported) come after.
+bool mmq_takes(const BackendState& st, DType w_dt, int64_t m);
 // Sets the path choices of such a product's QuantGemvArgs (a.w_dt and a.m
 // set): the bulk-copy kernel (Tuning::cuda_quant_stream_tokens / _blocks),
 // the tensor-core kernel (cuda_quant_mma_fp8 / _u4 for e4m3 / 4-bit

@@ -1000,6 +1000,19 @@ struct PanelBlock {
   alignas(64) float dmin[16];
 };
 
+// Row r of a q6_k block's panel scales (both panels' layout): the 16 int8
+// sub-block scales, and their pairs (sc_2i, sc_2i+1) as two int16 in mn[i]
+// for the offset term's vpdpwssd.
+inline void q6k_panel_scales(const uint8_t* blk, int r, PanelBlock& P) {
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+  for (int j = 0; j < 16; ++j) P.sc[j][r] = sc[j];
+  for (int i = 0; i < 8; ++i)
+    P.mn[i][r] = static_cast<int32_t>(static_cast<uint16_t>(static_cast<int16_t>(sc[2 * i])) |
+                                      static_cast<uint32_t>(static_cast<uint16_t>(
+                                          static_cast<int16_t>(sc[2 * i + 1])))
+                                          << 16);
+}
+
 // c[l] lane r = a[r] lane l: a 16 x 16 transposition of 32-bit lanes (64
 // shuffles: 32-bit and 64-bit unpacks within 128-bit lanes, then two rounds
 // of 128-bit lane shuffles).
@@ -1052,13 +1065,7 @@ void pack_panel_vnni(const uint8_t* w, int64_t row_bytes, int64_t nrows, int64_t
       KBlock k;
       if constexpr (F == kQ6_K) {
         unpack<F>(blk, k);
-        const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
-        for (int j = 0; j < 16; ++j) P.sc[j][r] = sc[j];
-        for (int i = 0; i < 8; ++i)
-          P.mn[i][r] = static_cast<int32_t>(static_cast<uint16_t>(static_cast<int16_t>(sc[2 * i])) |
-                                            static_cast<uint32_t>(static_cast<uint16_t>(
-                                                static_cast<int16_t>(sc[2 * i + 1])))
-                                                << 16);
+        q6k_panel_scales(blk, r, P);
       } else {
         unpack_il<F>(blk, k);
         uint8_t sm[16];
@@ -1259,13 +1266,7 @@ void pack_panel(const uint8_t* w, int64_t row_bytes, int64_t nrows, int64_t nblk
       P.dw[r] = k.dw;
       P.dmin[r] = k.dmin;
       if constexpr (F == kQ6_K) {
-        const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
-        for (int p = 0; p < 16; ++p) P.sc[p][r] = sc[p];
-        for (int i = 0; i < 8; ++i)
-          P.mn[i][r] = static_cast<int32_t>(static_cast<uint16_t>(static_cast<int16_t>(sc[2 * i])) |
-                                            static_cast<uint32_t>(static_cast<uint16_t>(
-                                                static_cast<int16_t>(sc[2 * i + 1])))
-                                                << 16);
+        q6k_panel_scales(blk, r, P);
       } else {
         uint8_t sm[16];
         k4_scales(blk + 4, sm);

@@ -628,7 +628,7 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
   const uintptr_t align = staged ? 15 : (w_dt == DType::kQ6_K ? 1 : 0);
   return (staged || w_dt == DType::kQ6_K) &&
          (reinterpret_cast<uintptr_t>(w) & align) == 0 && k % 256 == 0 &&
-         k > 0 && k <= kMmqMaxK && m > 8 && m <= kMmqMaxTokens && n > 0 && is_float(x_dt) &&
+         k > 0 && k <= kMmqMaxK && m > 0 && m <= kMmqMaxTokens && n > 0 && is_float(x_dt) &&
          is_float(out_dt);
 }
 
@@ -640,7 +640,7 @@ Status launch_quant_mmq(cudaStream_t s, int num_sms, const void* x, DType x_dt, 
                         const QuantMmqScratch& sc, const MmqOptions& opt) {
   if (!quant_mmq_supported(x_dt, w_dt, w, m, k, n, out_dt))
     return unsupported("quant mmq: q4_k / q6_k / q8_0 weights, k a multiple of 256 up to 65,536, "
-                       "9..64 tokens, float activations and outputs");
+                       "1..64 tokens, float activations and outputs");
   if (!sc.xq || !sc.partials) return internal_error("quant mmq: no scratch");
   // 1. The activations (per 32 for q8_0, else per 256), unless the scratch
   // holds them already.

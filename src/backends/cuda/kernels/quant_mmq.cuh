@@ -1,5 +1,5 @@
-// Products of 9 to 64 tokens on q4_k, q6_k and q8_0 block weights on the int8
-// tensor cores (Tuning::cuda_quant_mmq_tokens):
+// Products of up to 64 tokens on q4_k, q6_k and q8_0 block weights on the int8
+// tensor cores (Tuning::cuda_quant_mmq_min_tokens .. cuda_quant_mmq_tokens):
 //
 //   out[t, r] (= or +=) sum_e w[r, e] x'[t, e] (+ bias[r])
 //
@@ -56,7 +56,7 @@ void quant_mmq_free(QuantMmqScratch* sc);
 
 // True when launch_quant_mmq runs this product: q4_k or q8_0 (16-byte aligned)
 // or q6_k (2-byte aligned) weights, k a multiple of 256 up to kMmqMaxK,
-// 9..kMmqMaxTokens tokens, x f32 / bf16 / f16, out f32 / bf16 / f16 (k is
+// 1..kMmqMaxTokens tokens, x f32 / bf16 / f16, out f32 / bf16 / f16 (k is
 // split only as far as the partial sums' room, kMmqPartialFloats, allows;
 // one split writes the outputs directly).
 bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64_t k, int64_t n,
