@@ -802,9 +802,16 @@ class Interp {
           if (x == INT64_MIN) throw JinjaError("integer overflow in //");
           return Value(-x);
         }
-        int64_t q = x / y;
-        if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
-        return op == "//" ? Value(q) : Value(x - q * y);
+        // Floor division: C++ truncates, so a nonzero remainder of the
+        // other sign than y moves q down by one and r up by y (r + y cannot
+        // overflow: they have opposite signs; x - q * y could, for
+        // INT64_MIN % 7).
+        int64_t q = x / y, r = x % y;
+        if (r != 0 && ((r < 0) != (y < 0))) {
+          --q;
+          r += y;
+        }
+        return op == "//" ? Value(q) : Value(r);
       }
       if (op == "**") {
         if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));

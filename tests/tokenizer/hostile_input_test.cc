@@ -314,6 +314,14 @@ TEST(HostileTemplates, ArithmeticIsPythonOrAnError) {
                             &out)
                   .is_ok());
   EXPECT_EQ(out, "-4 1 -1 -7 0 9223372036854775806 -9223372036854775808");
+  // Floor division and modulo at INT64_MIN with a remainder (Python: 6 and
+  // -1317624576693539402; -1 % 7 == 6, 1 % -7 == -6).
+  ASSERT_TRUE(render_status("{{ (-9223372036854775807 - 1) % 7 }} "
+                            "{{ (-9223372036854775807 - 1) // 7 }} {{ -1 % 7 }} {{ 1 % -7 }} "
+                            "{{ 9223372036854775807 % -2 }} {{ 9223372036854775807 // -2 }}",
+                            &out)
+                  .is_ok());
+  EXPECT_EQ(out, "6 -1317624576693539402 6 -6 -1 -4611686018427387904");
   expect_clean_error(render_status("{{ 1 / 0 }}"), "division by zero");
   expect_clean_error(render_status("{{ 3037000500 * 3037000500 }}"), "integer overflow in *");
   expect_clean_error(render_status("{{ 3 ** 40 }}"), "integer overflow in **");
