@@ -12,6 +12,11 @@
 #     overlap of the previous phase's tail, as under ncu but without its replay overhead). At
 #     small batches an eager step is bound by the host's launches, so the phases' times there
 #     include launch gaps: read them at b8+ or next to the ncu table, not as b1 kernel times.
+#   TIMELINE="model:quant:batch ..." (after PROFILE): the real timeline of the replayed decode
+#     graphs (bench/cuda/kernel_timeline.cc, a CUPTI injection library: every kernel's start
+#     and end with the overlaps PDL gives), summarised by scripts/timeline_summary.py: the
+#     step's period, each kernel's summed and exposed time, the first TIMELINE_KERNELS (default
+#     16) kernels of a step in order; ferrite bench's own decode tok/s traced and untraced.
 # Builds build-gpu (ferrite) when missing. Run bash scripts/gpu_prebuild.sh first and carry
 # [".deb", ".gpu-prebuilt"]. Output: $OUT/step_probe.txt (and its end on stdout).
 set -uo pipefail
@@ -52,6 +57,23 @@ for spec in ${PROFILE:-}; do
     --gen-len 64 --max-num-seqs "$batch" --kv-cache-gib 4 --max-model-len 8192 \
     --model "$ROOT/configs/$model" $(weights "$quant") > "$OUT/profile-$model-$quant-$batch.txt" 2>&1
   grep -vE "^(prefill|mixed)" "$OUT/profile-$model-$quant-$batch.txt" | head -40 | tee -a "$T"
+done
+for spec in ${TIMELINE:-}; do
+  IFS=: read -r model quant batch <<< "$spec"
+  tag="$model-$quant-$batch"
+  ninja -C "$BUILD" kernel_timeline >> "$OUT/build.log" 2>&1 || { echo "no kernel_timeline" | tee -a "$T"; break; }
+  echo "== timeline $model $quant batch $batch (replayed decode graphs)" | tee -a "$T"
+  for traced in 0 1; do
+    env $([ $traced = 1 ] && echo "CUDA_INJECTION64_PATH=$BUILD/bench/cuda/libkernel_timeline.so") \
+      FERRITE_TIMELINE_OUT="$OUT/timeline-$tag.csv" timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench \
+      --device cuda --dummy-weights -r 1 --batch "$batch" --prompt-len 16 --decode-prompt-len 128 \
+      --gen-len 64 --max-num-seqs "$batch" --kv-cache-gib 4 --max-model-len 8192 \
+      --model "$ROOT/configs/$model" $(weights "$quant") 2>&1 | grep -E "^decode|error|kernel_timeline" |
+      sed "s/^/traced=$traced /" | tee -a "$T"
+  done
+  python3 "$ROOT/scripts/timeline_summary.py" "$OUT/timeline-$tag.csv" \
+    --kernels "${TIMELINE_KERNELS:-16}" 2>&1 | tee -a "$T"
+  xz -T0 "$OUT/timeline-$tag.csv"
 done
 NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
 for spec in ${STEPS-qwen3-8b:gptq-int4:1}; do

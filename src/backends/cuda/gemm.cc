@@ -469,7 +469,7 @@ bool quant_fused_enabled(const BackendState& st, DType w_dt, int64_t m) {
 
 bool mmq_takes(const BackendState& st, DType w_dt, int64_t m) {
   return st.quant_dot && st.mmq.xq && m >= st.quant_mmq_min_tokens && m <= st.quant_mmq_tokens &&
-         (w_dt == DType::kQ4_K || w_dt == DType::kQ6_K || w_dt == DType::kQ8_0);
+         quant_mmq_format(w_dt);
 }
 
 void set_gemv_paths(const BackendState& st, QuantGemvArgs& a) {

@@ -625,8 +625,8 @@ bool quant_mmq_supported(DType x_dt, DType w_dt, const void* w, int64_t m, int64
   // q4_k / q8_0 blocks go to shared memory by 16-byte asynchronous copies;
   // q6_k's are read as 16-bit halves.
   const bool staged = w_dt == DType::kQ4_K || w_dt == DType::kQ8_0;
-  const uintptr_t align = staged ? 15 : (w_dt == DType::kQ6_K ? 1 : 0);
-  return (staged || w_dt == DType::kQ6_K) &&
+  const uintptr_t align = staged ? 15 : 1;
+  return quant_mmq_format(w_dt) &&
          (reinterpret_cast<uintptr_t>(w) & align) == 0 && k % 256 == 0 &&
          k > 0 && k <= kMmqMaxK && m > 0 && m <= kMmqMaxTokens && n > 0 && is_float(x_dt) &&
          is_float(out_dt);

@@ -54,6 +54,12 @@ struct QuantMmqScratch {
 Status quant_mmq_alloc(QuantMmqScratch* sc);
 void quant_mmq_free(QuantMmqScratch* sc);
 
+// The weight formats the tile has: q4_k, q6_k and q8_0 blocks. The one list
+// of them, for quant_mmq_supported and for the caller's routing (mmq_takes).
+constexpr bool quant_mmq_format(DType w_dt) {
+  return w_dt == DType::kQ4_K || w_dt == DType::kQ6_K || w_dt == DType::kQ8_0;
+}
+
 // True when launch_quant_mmq runs this product: q4_k or q8_0 (16-byte aligned)
 // or q6_k (2-byte aligned) weights, k a multiple of 256 up to kMmqMaxK,
 // 1..kMmqMaxTokens tokens, x f32 / bf16 / f16, out f32 / bf16 / f16 (k is
