@@ -12,7 +12,7 @@
 #     overlap of the previous phase's tail, as under ncu but without its replay overhead). At
 #     small batches an eager step is bound by the host's launches, so the phases' times there
 #     include launch gaps: read them at b8+ or next to the ncu table, not as b1 kernel times.
-#   TIMELINE="model:quant:batch ..." (after PROFILE): the real timeline of the replayed decode
+#   TIMELINE="model:quant:batch[:VAR=value] ..." (after PROFILE): the real timeline of the replayed decode
 #     graphs (bench/cuda/kernel_timeline.cc, a CUPTI injection library: every kernel's start
 #     and end with the overlaps PDL gives), summarised by scripts/timeline_summary.py: the
 #     step's period, each kernel's summed and exposed time, the first TIMELINE_KERNELS (default
@@ -59,15 +59,17 @@ for spec in ${PROFILE:-}; do
   grep -vE "^(prefill|mixed)" "$OUT/profile-$model-$quant-$batch.txt" | head -40 | tee -a "$T"
 done
 for spec in ${TIMELINE:-}; do
-  IFS=: read -r model quant batch <<< "$spec"
-  tag="$model-$quant-$batch"
+  IFS=: read -r model quant batch setting <<< "$spec"
+  setting=${setting:-FERRITE_TIMELINE_SETTING=none}
+  tag="$model-$quant-$batch-${setting//[^A-Za-z0-9_=]/}"
   ninja -C "$BUILD" kernel_timeline >> "$OUT/build.log" 2>&1 || { echo "no kernel_timeline" | tee -a "$T"; break; }
-  echo "== timeline $model $quant batch $batch (replayed decode graphs)" | tee -a "$T"
+  echo "== timeline $model $quant batch $batch $setting (replayed decode graphs)" | tee -a "$T"
   for traced in 0 1; do
-    env $([ $traced = 1 ] && echo "CUDA_INJECTION64_PATH=$BUILD/bench/cuda/libkernel_timeline.so") \
+    env "$setting" $([ $traced = 1 ] && echo "CUDA_INJECTION64_PATH=$BUILD/bench/cuda/libkernel_timeline.so") \
       FERRITE_TIMELINE_OUT="$OUT/timeline-$tag.csv" timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench \
-      --device cuda --dummy-weights -r 1 --batch "$batch" --prompt-len 16 --decode-prompt-len 128 \
+      --device cuda --dummy-weights -r 1 --batch "$batch" --prompt-len 16 \
       --gen-len 64 --max-num-seqs "$batch" --kv-cache-gib 4 --max-model-len 8192 \
+      --decode-prompt-len "${TIMELINE_DECODE_PROMPT:-128}" \
       --model "$ROOT/configs/$model" $(weights "$quant") 2>&1 | grep -E "^decode|error|kernel_timeline" |
       sed "s/^/traced=$traced /" | tee -a "$T"
   done

@@ -129,6 +129,15 @@ namespace ferrite {
     "once for all heads; bitwise the same outputs (the CUDA conformance checks it). Measured "   \
     "neutral on the H200, Qwen3-8B FP8 b1 / b8 300.4 / 1,534 against 300.2 / 1,514 tokens/s, "  \
     "so off")                                                                                     \
+  X(int64_t, cuda_decode_colocate, "FERRITE_CUDA_DECODE_COLOCATE", 0,                          \
+    "CUDA: at one token, blocks of the cluster decode attention (cuda_decode_cluster) and of "   \
+    "the bulk-copy decode GEMVs (cuda_quant_stream_tokens) share SMs: 1: the attention "         \
+    "prefers the largest shared-memory carveout, as the GEMVs take (an SM need not drain and "    \
+    "reconfigure between them); 2: also the GEMVs leave room for an attention block of "          \
+    "head_dim up to 128 (20 warps instead of 24 and ~41 KiB less ring), so the attention's "      \
+    "blocks start beside the Q/K/V projection, copying their cached K/V rows before its end, and " \
+    "the output projection's beside the attention's, its weights in flight during it (results "   \
+    "are bitwise equal; 0: neither)")                                                             \
   X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \
     "CUDA: decode steps of up to 8 tokens whose length bound is at most 512 positions take the "  \
     "cluster decode attention (each KV head's splits of up to 64 positions one thread-block "     \

@@ -73,6 +73,7 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
+  int64_t decode_colocate = 0;         // Tuning::cuda_decode_colocate (0, 1, 2)
   int64_t decode_mma_tokens = 9;       // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)

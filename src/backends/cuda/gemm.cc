@@ -476,6 +476,7 @@ void set_gemv_paths(const BackendState& st, QuantGemvArgs& a) {
   a.stream = a.m <= st.quant_stream_tokens;
   a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
   a.stream_item_steps = static_cast<int>(st.quant_stream_item_steps);
+  a.stream_attention_room = st.decode_colocate >= 2;
   const int64_t from = a.w_dt == DType::kF8B128   ? st.quant_mma_fp8
                        : a.w_dt == DType::kU4G128 ? st.quant_mma_u4
                                                   : 0;

@@ -84,8 +84,16 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
 // attention_decode_fused_supported rejects). No partials or counters.
 int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t tokens,
                                     int64_t kv_len_bound);
+// max_carveout: the kernel prefers the largest shared-memory carveout (the
+// bulk-copy GEMVs' configuration), so that its blocks may start on SMs
+// still running theirs (Tuning::cuda_decode_colocate).
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
-                                       const DecodeAttentionIo& io, int splits, bool pdl);
+                                       const DecodeAttentionIo& io, int splits, bool pdl,
+                                       bool max_carveout = false);
+// The shared memory an SM must have free for one block of the cluster
+// kernel with head_dim up to 128 (its dynamic shared memory and the
+// runtime's reserve a block).
+size_t attention_decode_cluster_room();
 
 // The same contract on the tensor cores (attention_decode_mma.cu): one
 // block of 4 warps per (token, KV head, split) with all the group's query

@@ -33,6 +33,8 @@
 // sums run in another order (equal up to f32 rounding).
 #include <cooperative_groups.h>
 
+#include <algorithm>
+
 #include "backends/cuda/kernels/attention_decode.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
 
@@ -333,7 +335,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int HD>
-cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
+cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl, bool max_carveout,
                            const AttentionShape& a, const DecodeAttentionIo& io) {
   auto kern = attention_decode_cluster_kernel<T, HD>;
   constexpr size_t smem = smem_bytes<T, HD>();
@@ -341,6 +343,16 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
     static const cudaError_t opted =
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (opted != cudaSuccess) return opted;
+  }
+  // The carveout preference is the kernel's, not the launch's: set it when
+  // it changes (-1: the driver's choice, the default).
+  static int carveout = -1;
+  const int want = max_carveout ? static_cast<int>(cudaSharedmemCarveoutMaxShared) : -1;
+  if (want != carveout) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, want);
+    if (e != cudaSuccess) return e;
+    carveout = want;
   }
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -373,8 +385,13 @@ int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t 
   return splits <= kMaxCluster ? static_cast<int>(splits) : 0;
 }
 
+size_t attention_decode_cluster_room() {
+  return std::max(smem_bytes<__nv_bfloat16, 128>(), smem_bytes<__half, 128>()) + 1024;
+}
+
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
-                                       const DecodeAttentionIo& io, int splits, bool pdl) {
+                                       const DecodeAttentionIo& io, int splits, bool pdl,
+                                       bool max_carveout) {
   const int64_t tokens = io.tokens;
   if (tokens == 0) return Status::ok();
   if (splits < 1 || splits > kMaxCluster ||
@@ -390,11 +407,11 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
     using T = decltype(ta);
     if constexpr (!std::is_same_v<T, float>) {
       if (a.head_dim == 64)
-        e = launch_cluster<T, 64>(grid, splits, s, pdl, a, io);
+        e = launch_cluster<T, 64>(grid, splits, s, pdl, max_carveout, a, io);
       else if (a.head_dim == 128)
-        e = launch_cluster<T, 128>(grid, splits, s, pdl, a, io);
+        e = launch_cluster<T, 128>(grid, splits, s, pdl, max_carveout, a, io);
       else
-        e = launch_cluster<T, 256>(grid, splits, s, pdl, a, io);
+        e = launch_cluster<T, 256>(grid, splits, s, pdl, max_carveout, a, io);
     }
   });
   if (!ok) return bad_dtype("cluster decode attention", io.act);

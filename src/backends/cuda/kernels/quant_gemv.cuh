@@ -73,6 +73,12 @@ struct QuantGemvArgs {
   // token (Tuning::cuda_quant_stream_item_steps); the kernel takes the
   // largest up to this that leaves a warp at least two ring slots.
   int stream_item_steps = 4;
+  // At one token, the bulk-copy kernel leaves room on every SM for a block
+  // of the cluster decode attention of head_dim up to 128 (20 warps instead
+  // of 24, attention_decode_cluster_room() less shared memory; Tuning::
+  // cuda_decode_colocate 2): the attention's blocks then start beside the
+  // Q/K/V projection's, and the output projection's beside the attention's.
+  bool stream_attention_room = false;
   // The tensor-core kernel (quant_gemv_mma.cu) where quant_gemv_mma_supported
   // holds: f8_e4m3_b128 / u4_g128 weights, bf16 / f16 x. Not bitwise equal to
   // the others: f16 activations under a per-token scale instead of 8-bit

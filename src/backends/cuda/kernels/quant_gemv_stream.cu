@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backends/cuda/kernels/attention_decode.cuh"
 #include "backends/cuda/kernels/bulk_copy.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/occupancy.cuh"
@@ -213,14 +214,21 @@ StreamShape stream_shape(const QuantGemvArgs& a, int mul) {
   const int f = qfmt(a.w_dt);
   sh.blocks_per_sm = a.stream_blocks >= 2 ? 2 : 1;
   sh.warps = stream_warps(a.m == 1 ? 1 : 8) / sh.blocks_per_sm;
+  // Room for a cluster attention block (256 threads of at most 48
+  // registers) beside this one: 20 warps of at most 80 registers leave
+  // 14,336 of an SM's 65,536.
+  const bool room = a.stream_attention_room && a.m == 1 && sh.blocks_per_sm == 1;
+  if (room) sh.warps = 20;
   const size_t staged = staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1));
   const int item = item_bytes_of(f, mul);
   const size_t slot = static_cast<size_t>(kRows) * item + sizeof(uint64_t);  // + its barrier
   // Each block's share of the SM less 1 KiB the runtime reserves a block
   // and 1 KiB for the kernel's static shared memory (stage_x's reductions).
-  const size_t cap = std::min<size_t>(static_cast<size_t>(max_dynamic_smem()),
-                                      static_cast<size_t>(smem_per_sm()) / sh.blocks_per_sm) -
-                     2048;
+  size_t cap = std::min<size_t>(static_cast<size_t>(max_dynamic_smem()),
+                                static_cast<size_t>(smem_per_sm()) / sh.blocks_per_sm) -
+               2048;
+  if (room) cap = std::min(cap, static_cast<size_t>(smem_per_sm()) - 2048 -
+                                    attention_decode_cluster_room());
   if (cap < staged + 2 * sh.warps * slot) return sh;
   const FusedParams p = fused_params(a);
   sh.grid = static_cast<int>(std::max<int64_t>(
