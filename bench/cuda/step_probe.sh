@@ -61,7 +61,7 @@ done
 for spec in ${TIMELINE:-}; do
   IFS=: read -r model quant batch setting <<< "$spec"
   setting=${setting:-FERRITE_TIMELINE_SETTING=none}
-  tag="$model-$quant-$batch-${setting//[^A-Za-z0-9_=]/}"
+  tag="$model-$quant-$batch-${setting//[^A-Za-z0-9_]/}"
   ninja -C "$BUILD" kernel_timeline >> "$OUT/build.log" 2>&1 || { echo "no kernel_timeline" | tee -a "$T"; break; }
   echo "== timeline $model $quant batch $batch $setting (replayed decode graphs)" | tee -a "$T"
   for traced in 0 1; do
