@@ -129,15 +129,16 @@ namespace ferrite {
     "once for all heads; bitwise the same outputs (the CUDA conformance checks it). Measured "   \
     "neutral on the H200, Qwen3-8B FP8 b1 / b8 300.4 / 1,534 against 300.2 / 1,514 tokens/s, "  \
     "so off")                                                                                     \
-  X(int64_t, cuda_decode_colocate, "FERRITE_CUDA_DECODE_COLOCATE", 0,                          \
+  X(int64_t, cuda_decode_colocate, "FERRITE_CUDA_DECODE_COLOCATE", 2,                          \
     "CUDA: at one token, blocks of the cluster decode attention (cuda_decode_cluster) and of "   \
     "the bulk-copy decode GEMVs (cuda_quant_stream_tokens) share SMs: 1: the attention "         \
-    "prefers the largest shared-memory carveout, as the GEMVs take (an SM need not drain and "    \
-    "reconfigure between them); 2: also the GEMVs leave room for an attention block of "          \
-    "head_dim up to 128 (20 warps instead of 24 and ~41 KiB less ring), so the attention's "      \
-    "blocks start beside the Q/K/V projection, copying their cached K/V rows before its end, and " \
-    "the output projection's beside the attention's, its weights in flight during it (results "   \
-    "are bitwise equal; 0: neither)")                                                             \
+    "prefers the largest shared-memory carveout, as the GEMVs take; 2: also the GEMVs on "       \
+    "weights of under 8 bits (not q8_0) leave room for an attention block of head_dim up to 128 " \
+    "(20 warps instead of 24 and ~41 KiB less ring), so the attention's blocks start beside the " \
+    "Q/K/V projection, copying their cached K/V rows before its end, and the output "            \
+    "projection's beside the attention's (results are bitwise equal; 0: neither). H200, b1 "     \
+    "tokens/s, 0 / 2: Qwen3-8B Q4_K_M 400.0 / 427.4, GPTQ-Int4 384.6 / 416.3 (1: 396.8 on "        \
+    "Q4_K_M); room on q8_0 too lost (Q8_0 332.3 / 315.8); Qwen3-30B-A3B Q4_K_M 354.0 / 346.2")   \
   X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \
     "CUDA: decode steps of up to 8 tokens whose length bound is at most 512 positions take the "  \
     "cluster decode attention (each KV head's splits of up to 64 positions one thread-block "     \
@@ -185,13 +186,14 @@ namespace ferrite {
     "int32 sums) ahead of the bf16 tile and dequantize + cuBLASLt (0: off). H200, Qwen3-8B, "   \
     "off / 64, tok/s: Q4_K_M b16 1,701 / 2,043, b32 2,809 / 3,518, b64 4,413 / 5,428; Q8_0 "    \
     "b16 1,693 / 2,016, b32 2,792 / 3,406, b64 4,812 / 5,229")                                  \
-  X(int64_t, cuda_quant_mmq_min_tokens, "FERRITE_CUDA_QUANT_MMQ_MIN_TOKENS", 9,                 \
+  X(int64_t, cuda_quant_mmq_min_tokens, "FERRITE_CUDA_QUANT_MMQ_MIN_TOKENS", 5,                 \
     "CUDA: the fewest tokens (1-9) of a q4_k / q6_k / q8_0 product that the int8 tile above "     \
     "takes: products of fewer run the fused decode GEMV (norm, quantization and SwiGLU in its "  \
     "launch, dp4a on CUDA cores), of this many up to cuda_quant_mmq_tokens the tile (the norm "  \
     "and SwiGLU then in launches of their own). The GEMV's dot products grow with the tokens, "  \
-    "the tile's mma hardly: Qwen3-8B's b8 step took longer than its b16 step (H100, Q4_K_M 8.4 " \
-    "against 6.7 ms)")                                                                           \
+    "the tile's mma hardly. Qwen3-8B decode tokens/s (9 / this): H200, from 5, Q4_K_M b5 610.8 " \
+    "/ 909.6, b7 853.1 / 1,277; Q8_0 b5 692.3 / 964.1, b7 958.4 / 1,331; H100, from 2, Q4_K_M " \
+    "b4 771.4 / 738.3, b8 960.7 / 1,433 (the tile loses at 2-4 tokens)")                          \
   X(bool, cuda_quant_mmq_waves, "FERRITE_CUDA_QUANT_MMQ_WAVES", true,                            \
     "CUDA: the int8 tile splits k into the count that runs its blocks in the fewest waves x "     \
     "steps (kernels/quant_mmq.cuh, mmq_splits) instead of about 3 blocks an SM (0)")            \

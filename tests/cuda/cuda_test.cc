@@ -574,7 +574,8 @@ TEST(CudaMoeMmaBlocksTest, BitwiseEqualToTheDequantizedExperts) {
 // The bulk-copy decode GEMV (Tuning::cuda_quant_stream_tokens, default 8),
 // at one and two blocks an SM and with items of 4 (the default), 2 and 1 warp
 // iterations at one token (Tuning::cuda_quant_stream_item_steps: at k = 2,048
-// a 4-step item is longer than a u4_g128 / q8_0 row, the tail case), against the
+// a 4-step item is longer than a u4_g128 / q8_0 row, the tail case), with and
+// without room for the cluster attention (20 or 24 warps), against the
 // register-streaming one (0), on
 // dummy weights of a Qwen3 shape
 // whose rows are 16-byte multiples in every block format (hidden and
@@ -605,10 +606,12 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
     SCOPED_TRACE(std::string(dtype_name(fmt.dt)) + (fmt.k_m_mix ? " (Q4_K_M mix)" : ""));
     // 0: bulk copies, one block an SM; 1: registers; 2: bulk copies, two
     // blocks an SM (Tuning::cuda_quant_stream_blocks); 3, 4: items of 2, 1
-    // warp iterations (else 4).
-    constexpr int kForms = 5;
+    // warp iterations (else 4); 5: one-token GEMVs without room for the
+    // cluster attention's blocks (Tuning::cuda_decode_colocate 0; else 2).
+    constexpr int kForms = 6;
     const char* const form_names[kForms] = {"bulk copies", "registers", "two blocks an SM",
-                                            "2-step items", "1-step items"};
+                                            "2-step items", "1-step items",
+                                            "no room for the attention"};
     std::vector<float> logits[kForms][2];
     for (int f = 0; f < kForms; ++f) {
       RunnerOptions o = cuda_options(dir, DType::kBF16);
@@ -619,6 +622,7 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
       o.tuning.cuda_quant_stream_tokens = f == 1 ? 0 : 8;
       o.tuning.cuda_quant_stream_blocks = f == 2 ? 2 : 1;
       o.tuning.cuda_quant_stream_item_steps = f == 3 ? 2 : (f == 4 ? 1 : 4);
+      o.tuning.cuda_decode_colocate = f == 5 ? 0 : 2;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();

@@ -62,14 +62,14 @@ struct CudaExecOptions {
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster
-  int64_t decode_colocate = 0;           // Tuning::cuda_decode_colocate (0, 1, 2)
+  int64_t decode_colocate = 2;           // Tuning::cuda_decode_colocate (0, 1, 2)
   int64_t decode_mma_tokens = 9;         // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;         // Tuning::cuda_rope_token_warps
   bool prefill_short_tiles = false;      // Tuning::cuda_prefill_short_tiles
   int64_t dequant_slice_mib = 512;      // Tuning::cuda_dequant_slice_mib
   int64_t quant_tile_tokens = 32;       // Tuning::cuda_quant_tile_tokens (0: off)
   int64_t quant_mmq_tokens = 64;        // Tuning::cuda_quant_mmq_tokens (0: off)
-  int64_t quant_mmq_min_tokens = 9;     // Tuning::cuda_quant_mmq_min_tokens
+  int64_t quant_mmq_min_tokens = 5;     // Tuning::cuda_quant_mmq_min_tokens
   bool quant_mmq_waves = true;          // Tuning::cuda_quant_mmq_waves
   bool quant_mmq_share_act = true;      // Tuning::cuda_quant_mmq_share_act
   int64_t u4_tile_tokens = 64;          // Tuning::cuda_u4_tile_tokens (0: off)

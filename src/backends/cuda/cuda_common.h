@@ -73,7 +73,7 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
-  int64_t decode_colocate = 0;         // Tuning::cuda_decode_colocate (0, 1, 2)
+  int64_t decode_colocate = 2;         // Tuning::cuda_decode_colocate (0, 1, 2)
   int64_t decode_mma_tokens = 9;       // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)
@@ -89,7 +89,7 @@ struct BackendState {
   // tokens on q4_k / q6_k / q8_0 weights through kernels/quant_mmq.cuh,
   // whose fixed buffers are mmq (allocated at init when it is on).
   int64_t quant_mmq_tokens = 0;
-  int64_t quant_mmq_min_tokens = 9;
+  int64_t quant_mmq_min_tokens = 5;
   bool quant_mmq_waves = true;      // Tuning::cuda_quant_mmq_waves (mmq_splits)
   QuantMmqScratch mmq;
   // What mmq's scratch holds: x (m x k) quantized per mmq_group, as the last
