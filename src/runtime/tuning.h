@@ -136,7 +136,9 @@ namespace ferrite {
     "weights of under 8 bits (not q8_0) leave room for an attention block of head_dim up to 128 " \
     "(20 warps instead of 24 and ~41 KiB less ring), so the attention's blocks start beside the " \
     "Q/K/V projection, copying their cached K/V rows before its end, and the output "            \
-    "projection's beside the attention's (results are bitwise equal; 0: neither). H200, b1 "     \
+    "projection's beside the attention's (results are bitwise equal; 0: neither); 3: as 2, but " \
+    "only the Q/K/V and output projections of layers whose step the cluster attention takes "     \
+    "leave room (not yet measured). H200, b1 "                                                     \
     "tokens/s, 0 / 2: Qwen3-8B Q4_K_M 400.0 / 427.4, GPTQ-Int4 384.6 / 416.3 (1: 396.8 on "        \
     "Q4_K_M); room on q8_0 too lost (Q8_0 332.3 / 315.8); Qwen3-30B-A3B Q4_K_M 354.0 / 346.2")   \
   X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \

@@ -607,11 +607,13 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
     // 0: bulk copies, one block an SM; 1: registers; 2: bulk copies, two
     // blocks an SM (Tuning::cuda_quant_stream_blocks); 3, 4: items of 2, 1
     // warp iterations (else 4); 5: one-token GEMVs without room for the
-    // cluster attention's blocks (Tuning::cuda_decode_colocate 0; else 2).
-    constexpr int kForms = 6;
+    // cluster attention's blocks (Tuning::cuda_decode_colocate 0; else 2);
+    // 6: room in the attention's own projections only (3).
+    constexpr int kForms = 7;
     const char* const form_names[kForms] = {"bulk copies", "registers", "two blocks an SM",
                                             "2-step items", "1-step items",
-                                            "no room for the attention"};
+                                            "no room for the attention",
+                                            "room beside the attention only"};
     std::vector<float> logits[kForms][2];
     for (int f = 0; f < kForms; ++f) {
       RunnerOptions o = cuda_options(dir, DType::kBF16);
@@ -622,7 +624,7 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
       o.tuning.cuda_quant_stream_tokens = f == 1 ? 0 : 8;
       o.tuning.cuda_quant_stream_blocks = f == 2 ? 2 : 1;
       o.tuning.cuda_quant_stream_item_steps = f == 3 ? 2 : (f == 4 ? 1 : 4);
-      o.tuning.cuda_decode_colocate = f == 5 ? 0 : 2;
+      o.tuning.cuda_decode_colocate = f == 5 ? 0 : (f == 6 ? 3 : 2);
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();

@@ -73,7 +73,10 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
-  int64_t decode_colocate = 2;         // Tuning::cuda_decode_colocate (0, 1, 2)
+  int64_t decode_colocate = 2;         // Tuning::cuda_decode_colocate (0-3)
+  // Set by the attention provider around its Q/K/V and output projections
+  // when the cluster kernel takes the step (decode_colocate 3).
+  bool gemv_beside_attention = false;
   int64_t decode_mma_tokens = 9;       // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)

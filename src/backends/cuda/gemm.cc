@@ -479,7 +479,10 @@ void set_gemv_paths(const BackendState& st, QuantGemvArgs& a) {
   // Not on q8_0 weights: there the GEMVs' lost warps and ring cost more
   // than the attention gains (H200, Qwen3-8B Q8_0 b1 332.3 against 315.8
   // tokens/s with room; Q4_K_M 400.0 against 427.4).
-  a.stream_attention_room = st.decode_colocate >= 2 && a.w_dt != DType::kQ8_0;
+  // 3: only the projections beside the attention (st.gemv_beside_attention).
+  const bool room = st.decode_colocate == 2 ||
+                    (st.decode_colocate >= 3 && st.gemv_beside_attention);
+  a.stream_attention_room = room && a.w_dt != DType::kQ8_0;
   const int64_t from = a.w_dt == DType::kF8B128   ? st.quant_mma_fp8
                        : a.w_dt == DType::kU4G128 ? st.quant_mma_u4
                                                   : 0;
