@@ -133,7 +133,8 @@ namespace ferrite {
     "CUDA: at one token, blocks of the cluster decode attention (cuda_decode_cluster) and of "   \
     "the bulk-copy decode GEMVs (cuda_quant_stream_tokens) share SMs: 1: the attention "         \
     "prefers the largest shared-memory carveout, as the GEMVs take; 2: also the GEMVs on "       \
-    "weights of under 8 bits (not q8_0) leave room for an attention block of head_dim up to 128 " \
+    "weights of under 8 bits (not q8_0) of steps the cluster attention takes (length bound up "  \
+    "to 512, head_dim up to 128) leave room for one of its blocks "                               \
     "(20 warps instead of 24 and ~41 KiB less ring), so the attention's blocks start beside the " \
     "Q/K/V projection, copying their cached K/V rows before its end, and the output "            \
     "projection's beside the attention's (results are bitwise equal; 0: neither); 3: as 2, but " \

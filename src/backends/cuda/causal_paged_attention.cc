@@ -140,6 +140,7 @@ class CausalPagedAttention final : public Provider {
     void* v = sc.v;
     void* attn = sc.attn;
 
+    st.attention_fits_beside = hd <= 128;
     // Tuning::cuda_decode_colocate 3: only this layer's Q/K/V and output
     // projections leave room for the cluster attention's blocks, when it
     // takes the step (reset on every return).
@@ -147,7 +148,7 @@ class CausalPagedAttention final : public Provider {
       bool& flag;
       ~BesideAttention() { flag = false; }
     } beside{st.gemv_beside_attention};
-    beside.flag = st.decode_colocate >= 3 && t == 1 && st.meta.longest_run == 1 &&
+    beside.flag = st.decode_colocate >= 3 && t == 1 && st.meta.longest_run == 1 && hd <= 128 &&
                   st.decode_cluster && attention_decode_fused_supported(a, act) &&
                   attention_decode_cluster_splits(a, act, t, st.meta.kv_len_bound) > 0;
     profile_mark(st.stream, "attention.qkv", st.capturing);

@@ -77,6 +77,10 @@ struct BackendState {
   // Set by the attention provider around its Q/K/V and output projections
   // when the cluster kernel takes the step (decode_colocate 3).
   bool gemv_beside_attention = false;
+  // Set by the attention provider: its layers' cluster attention blocks fit
+  // beside a GEMV block that leaves attention_decode_cluster_room() (head_dim
+  // up to 128; decode_colocate 2).
+  bool attention_fits_beside = false;
   int64_t decode_mma_tokens = 9;       // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)

@@ -84,6 +84,8 @@ Status launch_attention_decode_fused(cudaStream_t s, const AttentionShape& a,
 // attention_decode_fused_supported rejects). No partials or counters.
 int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t tokens,
                                     int64_t kv_len_bound);
+// The longest length bound the cluster kernel takes (8 splits of 64).
+constexpr int64_t kAttentionClusterMaxPositions = 512;
 // max_carveout: the kernel prefers the largest shared-memory carveout (the
 // bulk-copy GEMVs' configuration), so that its blocks may start on SMs
 // still running theirs (Tuning::cuda_decode_colocate).

@@ -48,6 +48,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPos = 64;         // positions a block (= a split) at most
 constexpr int kMaxCluster = 8;   // splits a (token, KV head, part): a portable cluster
 constexpr int kMaxHeads = 4;     // query heads a block (fused_decode_parts)
+static_assert(kMaxCluster * kPos == kAttentionClusterMaxPositions, "the header's bound");
 
 // Shared memory of a block: K and V rows [2][kPos][HD + 8] (T; 16 bytes of
 // padding a row: row r starts 4 banks after row r - 1), then floats: q

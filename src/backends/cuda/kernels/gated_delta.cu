@@ -602,15 +602,14 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
   // The gated RMSNorm times silu(z), a warp per (token, value head).
   const int64_t rows = tokens * g.hv;
   if (rows == 0) return Status::ok();
-  Status st = Status::ok();
-  dispatch_float(act, [&](auto tag) {
+  const bool ok = dispatch_float(act, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kWarps = 4;
     gated_norm_kernel<T><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0,
                            s>>>(g, rows, x, z, norm, dt_code(norm_dt), static_cast<T*>(y));
-    st = check_launch("gated_norm_kernel");
   });
-  return st;
+  if (!ok) return bad_dtype("gated norm activation", act);
+  return check_launch("gated_norm_kernel");
 }
 
 }  // namespace ferrite::cuda
