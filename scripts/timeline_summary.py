@@ -93,7 +93,6 @@ def main():
     exposed = defaultdict(float)
     count = defaultdict(int)
     for s in steps:
-        t0 = s[0][0]
         for k in s:
             summed[k[2]] += (k[1] - k[0]) / len(steps)
             count[k[2]] += 1
@@ -103,7 +102,6 @@ def main():
             running = [k for k in s if k[0] <= lo and k[1] >= hi]
             who = min(running)[2] if running else "(idle)"
             exposed[who] += (hi - lo) / len(steps)
-        del t0
     span = statistics.median(spans)
     print(f"\n{'kernel':44s} {'a step':>6s} {'summed us':>10s} {'exposed us':>10s} {'share':>6s}")
     for n in sorted(exposed, key=lambda n: -exposed[n]):

@@ -140,17 +140,21 @@ class CausalPagedAttention final : public Provider {
     void* v = sc.v;
     void* attn = sc.attn;
 
+    // The decode kernels, decided before the projections: with the cluster
+    // kernel (short contexts, Tuning::cuda_decode_cluster) the GEMVs may
+    // leave room for its blocks (Tuning::cuda_decode_colocate).
+    const bool fused_decode = st.meta.longest_run == 1 && attention_decode_fused_supported(a, act);
+    const int csplits = fused_decode && st.decode_cluster
+                            ? attention_decode_cluster_splits(a, act, t, st.meta.kv_len_bound)
+                            : 0;
     st.attention_fits_beside = hd <= 128;
-    // Tuning::cuda_decode_colocate 3: only this layer's Q/K/V and output
-    // projections leave room for the cluster attention's blocks, when it
-    // takes the step (reset on every return).
+    // Mode 3: only this layer's Q/K/V and output projections leave room, at
+    // one token (reset on every return).
     struct BesideAttention {
       bool& flag;
       ~BesideAttention() { flag = false; }
     } beside{st.gemv_beside_attention};
-    beside.flag = st.decode_colocate >= 3 && t == 1 && st.meta.longest_run == 1 && hd <= 128 &&
-                  st.decode_cluster && attention_decode_fused_supported(a, act) &&
-                  attention_decode_cluster_splits(a, act, t, st.meta.kv_len_bound) > 0;
+    beside.flag = st.decode_colocate >= 3 && t == 1 && csplits > 0 && st.attention_fits_beside;
     profile_mark(st.stream, "attention.qkv", st.capturing);
     FERRITE_RETURN_IF_ERROR(normed_projections(
         st, b[kHidden].data, act, t, H, b[kInputNorm], a.eps, p.zero_centred, sc.n,
@@ -158,7 +162,7 @@ class CausalPagedAttention final : public Provider {
         /*swiglu=*/false, sc.perm));
     const DType norm_dt = b[kQNorm].data ? b[kQNorm].dtype : b[kInputNorm].dtype;
     const DType bias_dt = b[kQBias].data ? b[kQBias].dtype : norm_dt;
-    if (st.meta.longest_run == 1 && attention_decode_fused_supported(a, act)) {
+    if (fused_decode) {
       // Decode step: norm / RoPE / K/V write and attention in one kernel.
       profile_mark(st.stream, "attention.core", st.capturing);
       const DecodeAttentionIo io{.meta = st.meta,
@@ -178,10 +182,7 @@ class CausalPagedAttention final : public Provider {
                                  .k_cache = b[kKCache].data,
                                  .v_cache = b[kVCache].data,
                                  .out = attn};
-      // Short contexts: the cluster kernel (Tuning::cuda_decode_cluster).
-      const int csplits = st.decode_cluster ? attention_decode_cluster_splits(
-                                                  a, act, t, st.meta.kv_len_bound)
-                                            : 0;
+      // Short contexts: the cluster kernel.
       if (csplits > 0) {
         FERRITE_RETURN_IF_ERROR(
             launch_attention_decode_cluster(st.stream, a, io, csplits, /*pdl=*/true,
