@@ -45,14 +45,19 @@ if [ ! -f /tmp/peer/built ]; then
     cmake --build build -j 12 --target llama-bench llama-batched-bench llama-quantize \
       > /tmp/peer/build.log 2>&1 && touch /tmp/peer/built ) &
 fi
-if [ ! -f /tmp/peer/twin/model-f16.gguf ]; then
+# The dense twin only when dense rows are asked for (PEER_DENSE=0 with PEER_MOE=1 skips its
+# 16 GB F16 file and two quantizations, ~4 minutes).
+DENSE="${PEER_DENSE:-1}"
+stamp() { echo "-- $(date +%T) $*" >> "$S"; }  # progress, so that a cut-off run shows where
+stamp "preparing (llama.cpp build, dense twin: $DENSE)"
+if [ "$DENSE" = 1 ] && [ ! -f /tmp/peer/twin/model-f16.gguf ]; then
   gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/peer/tok.json &&
   python3 "$G/twin_weights.py" qwen3-8b /tmp/peer/twin /tmp/peer/tok.json f16 > /tmp/peer/twin.log 2>&1 &
 fi
 wait
 [ -f /tmp/peer/built ] || { echo "llama.cpp build failed: /tmp/peer/build.log" | tee -a "$S"; exit 1; }
 L=/tmp/peer/llama.cpp/build/bin
-for q in q4_k_m q8_0; do
+for q in $([ "$DENSE" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
   [ -f /tmp/peer/twin/$q.gguf ] || { "$L/llama-quantize" /tmp/peer/twin/model-f16.gguf \
     /tmp/peer/twin/$q.gguf.part "$(echo $q | tr a-z A-Z)" 16 > /tmp/peer/quantize-$q.log 2>&1 &&
     mv /tmp/peer/twin/$q.gguf.part /tmp/peer/twin/$q.gguf; } &
@@ -60,8 +65,9 @@ done
 wait
 touch /tmp/peer/prepared
 flock -u 9
+stamp "prepared"
 [ "${1:-}" = "--prepare" ] && exit 0
-for q in $([ "${PEER_DENSE:-1}" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
+for q in $([ "$DENSE" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
   F=/tmp/peer/twin/$q.gguf
   echo "== llama.cpp $q" >> "$S"
   timeout 150 "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p 4096 -n 128 -r 2 -o md 2>&1 | grep -E "^\|" >> "$S"
@@ -85,6 +91,7 @@ if [ "${PEER_MOE:-0}" = 1 ]; then
       "$L/llama-quantize" --allow-requantize $M/q8_0.gguf $M/q4_k_m.gguf Q4_K_M 16 > $M/quantize.log 2>&1 &&
       rm -f $M/q8_0.gguf
   fi
+  stamp "MoE twin ready"
   F=$M/q4_k_m.gguf
   echo "== llama.cpp qwen3-30b-a3b q4_k_m" >> "$S"
   timeout 200 "$L/llama-bench" -m "$F" -ngl 99 -fa 1 -p 4096 -n 128 -r 1 -o md 2>&1 | grep -E "^\|" >> "$S"
