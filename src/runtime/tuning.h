@@ -119,6 +119,14 @@ namespace ferrite {
     "own, and that launch is a programmatic dependent (its weights loaded before it waits); "    \
     "results are bitwise equal. Loses on the H200: Qwen3-30B-A3B Q4_K_M b1 355.3 tok/s off, "  \
     "341.5 on (b8 897.6 / 897.9; not profiled)")                                                \
+  X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", true,                \
+    "CUDA: with cuda_moe_fused_tokens, steps of up to 32 (token, expert) pairs on the fused "     \
+    "block-format experts route and sort in every block of the gate/up launch (one warp, ~1 us) " \
+    "instead of a launch of their own (~5 us a MoE layer at batch 1); results are bitwise equal") \
+  X(bool, cuda_moe_router_pdl, "FERRITE_CUDA_MOE_ROUTER_PDL", false,                            \
+    "CUDA: with cuda_moe_fused_tokens, the norm + router launch is a programmatic dependent of "  \
+    "the kernel before it (the output projection): its blocks may start, and load their router " \
+    "weights, before that kernel ends (results are bitwise equal)")                               \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \
@@ -132,16 +140,15 @@ namespace ferrite {
   X(int64_t, cuda_decode_colocate, "FERRITE_CUDA_DECODE_COLOCATE", 2,                          \
     "CUDA: at one token, blocks of the cluster decode attention (cuda_decode_cluster) and of "   \
     "the bulk-copy decode GEMVs (cuda_quant_stream_tokens) share SMs: 1: the attention "         \
-    "prefers the largest shared-memory carveout, as the GEMVs take; 2: also the GEMVs on "       \
-    "weights of under 8 bits (not q8_0) of steps the cluster attention takes (length bound up "  \
-    "to 512, head_dim up to 128) leave room for one of its blocks "                               \
-    "(20 warps instead of 24 and ~41 KiB less ring), so the attention's blocks start beside the " \
-    "Q/K/V projection, copying their cached K/V rows before its end, and the output "            \
-    "projection's beside the attention's (results are bitwise equal; 0: neither); 3: as 2, but " \
-    "only the Q/K/V and output projections of layers whose step the cluster attention takes "     \
-    "leave room (not yet measured). H200, b1 "                                                     \
-    "tokens/s, 0 / 2: Qwen3-8B Q4_K_M 400.0 / 427.4, GPTQ-Int4 384.6 / 416.3 (1: 396.8 on "        \
-    "Q4_K_M); room on q8_0 too lost (Q8_0 332.3 / 315.8); Qwen3-30B-A3B Q4_K_M 354.0 / 346.2")   \
+    "prefers the largest shared-memory carveout, as the GEMVs take; 2: also the Q/K/V and "       \
+    "output projections of layers whose step the cluster attention takes (length bound up to "  \
+    "512, head_dim up to 128), on weights of under 8 bits (not q8_0), leave room for one of its " \
+    "blocks (20 warps instead of 24 and ~41 KiB less ring), so the attention's blocks start "     \
+    "beside the Q/K/V projection, copying their cached K/V rows before its end, and the output " \
+    "projection's beside the attention's (results are bitwise equal; 0: neither). b1 tokens/s, " \
+    "H200, 0 / room in every one-token GEMV of such steps (session 31's mode 2): Qwen3-8B "       \
+    "Q4_K_M 400.0 / 427.4, GPTQ-Int4 384.6 / 416.3, Q8_0 332.3 / 315.8 (hence not q8_0); H100, " \
+    "that / 2: Qwen3-8B Q4_K_M 382.8 / 387.6, Qwen3-30B-A3B Q4_K_M 331.1 / 331.9 (1: 336.5)")   \
   X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \
     "CUDA: decode steps of up to 8 tokens whose length bound is at most 512 positions take the "  \
     "cluster decode attention (each KV head's splits of up to 64 positions one thread-block "     \

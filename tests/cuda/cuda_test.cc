@@ -491,10 +491,11 @@ void prefill_then_decode(ModelRunner& runner, const std::vector<std::vector<uint
 // fused gate/up and down + combine), bf16 experts (norm + router and
 // routing + sort fused) and a shared expert (qwen3_5_moe). The fused
 // gate/up runs at 1, 2 and 4 outputs a warp (Tuning::
-// cuda_moe_gate_up_warp_outputs), and with routing + sort in the router's
+// cuda_moe_gate_up_warp_outputs), with routing + sort in the router's
 // launch (Tuning::cuda_moe_route_in_router: its last block, a programmatic
-// dependent launch), eager and replayed from a graph: every variant bitwise
-// the unfused step.
+// dependent launch) and in every block of the gate/up launch (Tuning::
+// cuda_moe_route_in_experts; block-format experts only), eager and replayed
+// from a graph: every variant bitwise the unfused step.
 TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -504,17 +505,21 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       {kModelsDir + "qwen3_5_moe", DType::kBF16}};
   const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
   // Variant 0: one launch a stage; 1..3: fused, gate/up at 1, 2, 4 outputs a
-  // warp; 4, 5: fused, routing in the router's launch, eager and graphs.
-  constexpr int kVariants = 6;
-  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4};
+  // warp; 4, 5: fused, routing in the router's launch, eager and graphs;
+  // 6, 7: fused, routing in the gate/up launch, eager and graphs (7 with
+  // the norm + router launch a programmatic dependent, cuda_moe_router_pdl).
+  constexpr int kVariants = 8;
+  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4, 4, 1};
   for (const auto& [path, act] : models) {
     std::vector<float> logits[kVariants];
     for (int f = 0; f < kVariants; ++f) {
       RunnerOptions o = cuda_options(path, act);
-      o.tuning.cuda_graphs = f == 5;
+      o.tuning.cuda_graphs = f == 5 || f == 7;
       o.tuning.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
       o.tuning.cuda_moe_gate_up_warp_outputs = kWarpOutputs[f];
-      o.tuning.cuda_moe_route_in_router = f >= 4;
+      o.tuning.cuda_moe_route_in_router = f == 4 || f == 5;
+      o.tuning.cuda_moe_route_in_experts = f >= 6;
+      o.tuning.cuda_moe_router_pdl = f == 7;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
@@ -527,7 +532,9 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
           << path << " " << dtype_name(act) << ": the fused decode step differs (variant " << f
           << ": gate/up at " << kWarpOutputs[f] << " outputs a warp"
-          << (f >= 4 ? ", routing in the router" : "") << (f == 5 ? ", graphs" : "") << ")";
+          << (f == 4 || f == 5 ? ", routing in the router" : "")
+          << (f >= 6 ? ", routing in the gate/up launch" : "")
+          << (f == 5 || f == 7 ? ", graphs" : "") << (f == 7 ? ", router pdl" : "") << ")";
     }
   }
 }
@@ -607,13 +614,12 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
     // 0: bulk copies, one block an SM; 1: registers; 2: bulk copies, two
     // blocks an SM (Tuning::cuda_quant_stream_blocks); 3, 4: items of 2, 1
     // warp iterations (else 4); 5: one-token GEMVs without room for the
-    // cluster attention's blocks (Tuning::cuda_decode_colocate 0; else 2);
-    // 6: room in the attention's own projections only (3).
-    constexpr int kForms = 7;
+    // cluster attention's blocks (Tuning::cuda_decode_colocate 0; else 2:
+    // room in the attention's own projections).
+    constexpr int kForms = 6;
     const char* const form_names[kForms] = {"bulk copies", "registers", "two blocks an SM",
                                             "2-step items", "1-step items",
-                                            "no room for the attention",
-                                            "room beside the attention only"};
+                                            "no room for the attention"};
     std::vector<float> logits[kForms][2];
     for (int f = 0; f < kForms; ++f) {
       RunnerOptions o = cuda_options(dir, DType::kBF16);
@@ -624,7 +630,7 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
       o.tuning.cuda_quant_stream_tokens = f == 1 ? 0 : 8;
       o.tuning.cuda_quant_stream_blocks = f == 2 ? 2 : 1;
       o.tuning.cuda_quant_stream_item_steps = f == 3 ? 2 : (f == 4 ? 1 : 4);
-      o.tuning.cuda_decode_colocate = f == 5 ? 0 : (f == 6 ? 3 : 2);
+      o.tuning.cuda_decode_colocate = f == 5 ? 0 : 2;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();

@@ -28,7 +28,7 @@ TEST(TuningTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(t->threads, 0);
   EXPECT_TRUE(t->cuda_graphs);
   EXPECT_FALSE(t->profile);
-  EXPECT_EQ(t->to_string(), "threads=0 cpu_quant_dot=1 cpu_quant_isa=0 cuda_graphs=1 cuda_quant_dot=1 cuda_quant_fused=1 cuda_quant_fused_fp8=1 cuda_quant_stream_tokens=8 cuda_quant_stream_blocks=1 cuda_quant_stream_item_steps=4 cuda_quant_mma_fp8=1 cuda_quant_mma_u4=5 cuda_quant_mma_fp8_act=0 cuda_quant_mma_smem_kib=0 cuda_moe_dequant=512 cuda_moe_mma_fp8=1 cuda_moe_mma_u4=9 cuda_moe_fused_tokens=8 cuda_moe_gate_up_warp_outputs=4 cuda_moe_route_in_router=0 cuda_decode_split_positions=64 cuda_decode_reduce_scatter=0 cuda_decode_colocate=2 cuda_decode_cluster=1 cuda_decode_mma_tokens=9 cuda_rope_token_warps=0 cuda_prefill_short_tiles=0 cuda_dequant_slice_mib=512 cuda_quant_tile_tokens=32 cuda_quant_mmq_tokens=64 cuda_quant_mmq_min_tokens=5 cuda_quant_mmq_waves=1 cuda_quant_mmq_share_act=1 cuda_u4_tile_tokens=64 cuda_u4_tile_wgmma=0 cuda_fp8_lt_tokens=128 profile=0 ncu_decode_step=0");
+  EXPECT_EQ(t->to_string(), "threads=0 cpu_quant_dot=1 cpu_quant_isa=0 cuda_graphs=1 cuda_quant_dot=1 cuda_quant_fused=1 cuda_quant_fused_fp8=1 cuda_quant_stream_tokens=8 cuda_quant_stream_blocks=1 cuda_quant_stream_item_steps=4 cuda_quant_mma_fp8=1 cuda_quant_mma_u4=5 cuda_quant_mma_fp8_act=0 cuda_quant_mma_smem_kib=0 cuda_moe_dequant=512 cuda_moe_mma_fp8=1 cuda_moe_mma_u4=9 cuda_moe_fused_tokens=8 cuda_moe_gate_up_warp_outputs=4 cuda_moe_route_in_router=0 cuda_moe_route_in_experts=1 cuda_moe_router_pdl=0 cuda_decode_split_positions=64 cuda_decode_reduce_scatter=0 cuda_decode_colocate=2 cuda_decode_cluster=1 cuda_decode_mma_tokens=9 cuda_rope_token_warps=0 cuda_prefill_short_tiles=0 cuda_dequant_slice_mib=512 cuda_quant_tile_tokens=32 cuda_quant_mmq_tokens=64 cuda_quant_mmq_min_tokens=5 cuda_quant_mmq_waves=1 cuda_quant_mmq_share_act=1 cuda_u4_tile_tokens=64 cuda_u4_tile_wgmma=0 cuda_fp8_lt_tokens=128 profile=0 ncu_decode_step=0");
 }
 
 TEST(TuningTest, EnvironmentOverridesEachKnob) {
@@ -49,7 +49,8 @@ TEST(TuningTest, MalformedValuesAreErrorsNamingTheVariable) {
            {"FERRITE_THREADS", "-2"},
            {"FERRITE_THREADS", "2000"},
            {"FERRITE_CUDA_GRAPHS", "maybe"},
-           {"FERRITE_CUDA_MOE_GATE_UP_WARP_OUTPUTS", "3"}}) {
+           {"FERRITE_CUDA_MOE_GATE_UP_WARP_OUTPUTS", "3"},
+           {"FERRITE_CUDA_DECODE_COLOCATE", "3"}}) {
     auto t = Tuning::from_environment(env({{var, value}}));
     ASSERT_FALSE(t.is_ok()) << var << "=" << value;
     EXPECT_NE(t.status().message().find(var), std::string::npos) << t.status().to_string();

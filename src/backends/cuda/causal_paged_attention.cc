@@ -147,14 +147,15 @@ class CausalPagedAttention final : public Provider {
     const int csplits = fused_decode && st.decode_cluster
                             ? attention_decode_cluster_splits(a, act, t, st.meta.kv_len_bound)
                             : 0;
-    st.attention_fits_beside = hd <= 128;
-    // Mode 3: only this layer's Q/K/V and output projections leave room, at
-    // one token (reset on every return).
+    // Colocation 2: this layer's Q/K/V and output projections leave room
+    // for one of its blocks (head_dim up to 128: the room
+    // attention_decode_cluster_room() is sized for), at one token (reset on
+    // every return).
     struct BesideAttention {
       bool& flag;
       ~BesideAttention() { flag = false; }
     } beside{st.gemv_beside_attention};
-    beside.flag = st.decode_colocate >= 3 && t == 1 && csplits > 0 && st.attention_fits_beside;
+    beside.flag = st.decode_colocate >= 2 && t == 1 && csplits > 0 && hd <= 128;
     profile_mark(st.stream, "attention.qkv", st.capturing);
     FERRITE_RETURN_IF_ERROR(normed_projections(
         st, b[kHidden].data, act, t, H, b[kInputNorm], a.eps, p.zero_centred, sc.n,

@@ -59,10 +59,12 @@ struct CudaExecOptions {
   int64_t moe_fused_tokens = 8;
   int64_t moe_gate_up_warp_outputs = 4;  // Tuning::cuda_moe_gate_up_warp_outputs (1, 2, 4)
   bool moe_route_in_router = false;      // Tuning::cuda_moe_route_in_router
+  bool moe_route_in_experts = true;      // Tuning::cuda_moe_route_in_experts
+  bool moe_router_pdl = false;           // Tuning::cuda_moe_router_pdl
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster
-  int64_t decode_colocate = 2;           // Tuning::cuda_decode_colocate (0-3)
+  int64_t decode_colocate = 2;           // Tuning::cuda_decode_colocate (0-2)
   int64_t decode_mma_tokens = 9;         // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;         // Tuning::cuda_rope_token_warps
   bool prefill_short_tiles = false;      // Tuning::cuda_prefill_short_tiles

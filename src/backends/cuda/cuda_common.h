@@ -66,6 +66,8 @@ struct BackendState {
   int64_t moe_fused_tokens = 8;
   int64_t moe_gate_up_warp_outputs = 4;  // Tuning::cuda_moe_gate_up_warp_outputs (1, 2, 4)
   bool moe_route_in_router = false;      // Tuning::cuda_moe_route_in_router
+  bool moe_route_in_experts = true;      // Tuning::cuda_moe_route_in_experts
+  bool moe_router_pdl = false;           // Tuning::cuda_moe_router_pdl
   // One int at zero between launches: the arrival counter of the norm +
   // router launch that also routes (launch_moe_norm_router's `route`).
   int32_t* moe_route_counter = nullptr;
@@ -73,14 +75,12 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
-  int64_t decode_colocate = 2;         // Tuning::cuda_decode_colocate (0-3)
+  int64_t decode_colocate = 2;         // Tuning::cuda_decode_colocate (0-2)
   // Set by the attention provider around its Q/K/V and output projections
-  // when the cluster kernel takes the step (decode_colocate 3).
+  // when the cluster kernel takes the one-token step and its blocks fit
+  // beside a GEMV block that leaves attention_decode_cluster_room()
+  // (head_dim up to 128; decode_colocate 2).
   bool gemv_beside_attention = false;
-  // Set by the attention provider: its layers' cluster attention blocks fit
-  // beside a GEMV block that leaves attention_decode_cluster_room() (head_dim
-  // up to 128; decode_colocate 2).
-  bool attention_fits_beside = false;
   int64_t decode_mma_tokens = 9;       // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;       // Tuning::cuda_rope_token_warps (launch_qk_rope_kv)
   bool prefill_short_tiles = false;    // Tuning::cuda_prefill_short_tiles (attention_prefill)

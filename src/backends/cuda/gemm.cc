@@ -10,7 +10,6 @@
 #include <string>
 #include <tuple>
 
-#include "backends/cuda/kernels/attention_decode.cuh"
 #include "backends/cuda/kernels/fp8_block_gemm.cuh"
 #include "backends/cuda/kernels/elementwise.cuh"
 #include "backends/cuda/kernels/gemm.cuh"
@@ -477,18 +476,13 @@ void set_gemv_paths(const BackendState& st, QuantGemvArgs& a) {
   a.stream = a.m <= st.quant_stream_tokens;
   a.stream_blocks = static_cast<int>(st.quant_stream_blocks);
   a.stream_item_steps = static_cast<int>(st.quant_stream_item_steps);
-  // Room for the cluster attention's blocks (Tuning::cuda_decode_colocate):
-  // 2: every one-token GEMV of a step the cluster attention takes (its
-  // length bound) where its blocks fit (head_dim up to 128); 3: only the
-  // projections beside the attention (st.gemv_beside_attention).
-  const bool cluster_step = st.decode_cluster && st.attention_fits_beside && a.m == 1 &&
-                            st.meta.kv_len_bound <= kAttentionClusterMaxPositions;
-  const bool room = (st.decode_colocate == 2 && cluster_step) ||
-                    (st.decode_colocate >= 3 && st.gemv_beside_attention);
-  // Not on q8_0 weights: there the GEMVs' lost warps and ring cost more
-  // than the attention gains (H200, Qwen3-8B Q8_0 b1 332.3 against 315.8
-  // tokens/s with room; Q4_K_M 400.0 against 427.4).
-  a.stream_attention_room = room && a.w_dt != DType::kQ8_0;
+  // Room for the cluster attention's blocks (Tuning::cuda_decode_colocate
+  // 2): the projections beside it (st.gemv_beside_attention, set by the
+  // attention provider). Not on q8_0 weights: there the GEMVs' lost warps
+  // and ring cost more than the attention gains (H200, Qwen3-8B Q8_0 b1
+  // 332.3 against 315.8 tokens/s with room in every one-token GEMV;
+  // Q4_K_M 400.0 against 427.4).
+  a.stream_attention_room = st.gemv_beside_attention && a.w_dt != DType::kQ8_0;
   const int64_t from = a.w_dt == DType::kF8B128   ? st.quant_mma_fp8
                        : a.w_dt == DType::kU4G128 ? st.quant_mma_u4
                                                   : 0;
