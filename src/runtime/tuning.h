@@ -119,14 +119,6 @@ namespace ferrite {
     "own, and that launch is a programmatic dependent (its weights loaded before it waits); "    \
     "results are bitwise equal. Loses on the H200: Qwen3-30B-A3B Q4_K_M b1 355.3 tok/s off, "  \
     "341.5 on (b8 897.6 / 897.9; not profiled)")                                                \
-  X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", true,                \
-    "CUDA: with cuda_moe_fused_tokens, steps of up to 32 (token, expert) pairs on the fused "     \
-    "block-format experts route and sort in every block of the gate/up launch (one warp, ~1 us) " \
-    "instead of a launch of their own (~5 us a MoE layer at batch 1); results are bitwise equal") \
-  X(bool, cuda_moe_router_pdl, "FERRITE_CUDA_MOE_ROUTER_PDL", false,                            \
-    "CUDA: with cuda_moe_fused_tokens, the norm + router launch is a programmatic dependent of "  \
-    "the kernel before it (the output projection): its blocks may start, and load their router " \
-    "weights, before that kernel ends (results are bitwise equal)")                               \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

@@ -246,22 +246,15 @@ class RoutedMoe final : public Provider {
           static_cast<float>(p.eps), p.zero_centred, fuse_experts ? sc.xq : nullptr,
           fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits,
           gate_in_router ? b[routed_shared_swiglu_moe::kSharedExpertGate].data : nullptr,
-          gate_in_router ? sgate : nullptr, route_in_router ? &route : nullptr,
-          st.moe_router_pdl));
+          gate_in_router ? sgate : nullptr, route_in_router ? &route : nullptr));
     } else {
       FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32, n_act,
                                               b[kNorm].data, b[kNorm].dtype, t, H,
                                               static_cast<float>(p.eps), p.zero_centred));
       FERRITE_RETURN_IF_ERROR(logits_of(b[kRouter].data, b[kRouter].dtype, E, logits));
     }
-    // ... or in every block of the fused gate/up launch (Tuning::
-    // cuda_moe_route_in_experts): the routing launch's ~5 us a layer at
-    // batch 1 become ~1 us of one warp inside the experts' first launch.
-    const bool route_in_experts = fuse_experts && fuse_route && !route_in_router &&
-                                  st.moe_route_in_experts &&
-                                  moe_expert_route_supported(t, E, K);
-    if (route_in_router || route_in_experts) {
-      // done by the router's or the gate/up launch
+    if (route_in_router) {
+      // done by the router's launch
     } else if (fuse_route) {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
                                                     ids, weights, row_tile, offsets, slot_of,
@@ -298,26 +291,10 @@ class RoutedMoe final : public Provider {
       profile_mark(st.stream, "moe.experts", st.capturing);
       auto* hq = static_cast<int8_t*>(mid);
       auto* hd = reinterpret_cast<float*>(hq + tk * I);
-      MoeExpertRoute route;
-      if (route_in_experts) {
-        route.logits = logits;
-        route.tokens = t;
-        route.experts = E;
-        route.sort.top_k = K;
-        route.sort.normalize = p.normalize_topk;
-        route.sort.row_tile = row_tile;
-        route.sort.ids = ids;
-        route.sort.weights = weights;
-        route.sort.offsets = offsets;
-        route.sort.slot_of = slot_of;
-        route.sort.row_pair = row_pair;
-        route.sort.tiles = tiles;
-        route.sort.tile_count = tile_count;
-      }
-      FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(
-          st.stream, sc.xq, sc.xd, H, row_pair, K, gate_up_w, b[kGateUp].dtype, I, tiles,
-          tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs),
-          route_in_experts ? &route : nullptr));
+      FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(st.stream, sc.xq, sc.xd, H, row_pair,
+                                                       K, gate_up_w, b[kGateUp].dtype, I, tiles,
+                                                       tile_count, max_tiles, hq, hd,
+                                                       static_cast<int>(st.moe_gate_up_warp_outputs)));
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
                                            ids, slot_of, weights, sgate, sout, b[kHidden].data,
                                            act);

@@ -9,7 +9,6 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
-#include "backends/cuda/kernels/moe_route.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/quant_moe_decode.cuh"
 
@@ -53,77 +52,20 @@ using MoeDot = typename MoeDotOf<F>::type;
 // two of 512 or of 256 (up to 64 / 128 registers a thread).
 constexpr int gate_up_min_blocks(int wo) { return wo == 1 ? 1 : 2; }
 
-// Routing + sort inside the gate/up launch (kRoute; Tuning::
-// cuda_moe_route_in_experts): the router's logits and where block (0, 0)
-// writes the routing for the launches after it (down + combine reads ids,
-// slot_of and weights); every other block routes into its shared memory.
-struct GateUpRoute {
-  const float* logits;
-  int tokens, experts, row_tile;
-  bool normalize;
-  int32_t* ids;
-  float* weights;
-  int32_t* offsets;
-  int32_t* slot_of;
-  int32_t* row_pair;
-  int4* tiles;
-  int32_t* tile_count;
-};
-
-// A block's own routing (kRoute, blocks other than (0, 0)): at most 32
-// pairs, so at most 32 tiles.
-struct GateUpRouteScratch {
-  int32_t ids[32], slot_of[32], row_pair[32], sid[32];
-  float weights[32], sorted_p[32];
-  int4 tiles[32];
-  int32_t tile_count;
-};
-
-// Warp 0's routing of a kRoute block, out of line: its registers (the
-// cached logits, the selections) stay out of the expert loop's allocation.
-__device__ __noinline__ void gate_up_route(const GateUpRoute& route, int top_k, bool lead,
-                                           GateUpRouteScratch& own, int32_t* row_pair,
-                                           int4* tiles, int32_t* tile_count) {
-  route_sort_warp(route.logits, route.tokens, route.experts, top_k, route.normalize,
-                  lead ? route.ids : own.ids, lead ? route.weights : own.weights, route.row_tile,
-                  lead ? route.offsets : nullptr, lead ? route.slot_of : own.slot_of, row_pair,
-                  tiles, tile_count, own.sorted_p, own.sid);
-}
-
-template <int F, int kWarpOuts, bool kRoute>
+template <int F, int kWarpOuts>
 __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts))
     quant_moe_gate_up_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                             int64_t H, const int32_t* __restrict__ row_pair_in, int top_k,
+                             int64_t H, const int32_t* __restrict__ row_pair, int top_k,
                              const uint8_t* __restrict__ w, int64_t row_bytes, int64_t I,
-                             const int32_t* __restrict__ tiles_in,
-                             const int32_t* __restrict__ tile_count_in, int8_t* __restrict__ hq,
-                             float* __restrict__ hd, GateUpRoute route) {
+                             const int32_t* __restrict__ tiles,
+                             const int32_t* __restrict__ tile_count, int8_t* __restrict__ hq,
+                             float* __restrict__ hd) {
   using Fmt = MoeDot<F>;
   constexpr int kPerIter = 32 / Fmt::kLanes, WO = kWarpOuts;
   // Rows a chunk: fewer with more outputs a warp (their sums stay in registers).
   constexpr int M = WO == 1 ? kGateUpRows : kGateUpRows / 2;
   static_assert(32 / WO >= M, "a warp per row of the chunk quantizes it");
   __shared__ float hs[M][32];
-  const int32_t* row_pair = row_pair_in;
-  const int32_t* tiles = tiles_in;
-  const int32_t* tile_count = tile_count_in;
-  if constexpr (kRoute) {
-    // Warp 0 routes and sorts (route_sort_warp, as the launch it replaces)
-    // while the other warps wait: ~1 us against a launch of its own.
-    // Block (0, 0) writes the step's routing buffers and reads its tiles
-    // back from them (plain loads: written in this launch); the others keep
-    // theirs in shared memory.
-    __shared__ GateUpRouteScratch own;
-    const bool lead = blockIdx.x == 0 && blockIdx.y == 0;
-    int4* tl = lead ? route.tiles : own.tiles;
-    int32_t* rp = lead ? route.row_pair : own.row_pair;
-    int32_t* tc = lead ? route.tile_count : &own.tile_count;
-    if (threadIdx.x < 32) gate_up_route(route, top_k, lead, own, rp, tl, tc);
-    __syncthreads();
-    row_pair = rp;
-    tiles = reinterpret_cast<const int32_t*>(tl);
-    tile_count = tc;
-  }
   const int tile = blockIdx.y;
   if (tile >= *tile_count) return;  // the whole block
   const int e = tiles[4 * tile], r0 = tiles[4 * tile + 1], nr = tiles[4 * tile + 2];
@@ -285,47 +227,15 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
   return q8_rows(gate_up_dt, hidden) && q8_rows(down_dt, intermediate);
 }
 
-bool moe_expert_route_supported(int64_t tokens, int64_t experts, int64_t top_k) {
-  return tokens >= 1 && top_k >= 1 && top_k <= kMaxTopK && top_k <= experts &&
-         experts <= kMoeMaxExperts && tokens * top_k <= 32;
-}
-
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd, int warp_outputs, const MoeExpertRoute* route) {
+                                float* hd, int warp_outputs) {
   if (!q8_rows(w_dt, H) || I <= 0 || I % 32 != 0)
     return unsupported("fused moe gate/up: block weights with rows of whole blocks");
   if (warp_outputs != 1 && warp_outputs != 2 && warp_outputs != 4)
     return invalid_argument("fused moe gate/up: outputs a warp must be 1, 2 or 4");
-  GateUpRoute r{};
-  if (route) {
-    if (!moe_expert_route_supported(route->tokens, route->experts, top_k))
-      return unsupported("fused moe gate/up: routing in the launch takes 1..32 (token, expert) "
-                         "pairs, top_k <= experts <= 4096");
-    if (route->logits == nullptr || route->sort.ids == nullptr ||
-        route->sort.weights == nullptr || route->sort.offsets == nullptr ||
-        route->sort.slot_of == nullptr || route->sort.row_pair == nullptr ||
-        route->sort.tiles == nullptr || route->sort.tile_count == nullptr ||
-        route->sort.row_tile < 1)
-      return invalid_argument("fused moe gate/up: routing in the launch needs every buffer");
-    if (row_pair != route->sort.row_pair || tiles != route->sort.tiles ||
-        tile_count != route->sort.tile_count)
-      return invalid_argument("fused moe gate/up: the tile table must be the routing's");
-    r = GateUpRoute{route->logits,
-                    static_cast<int>(route->tokens),
-                    static_cast<int>(route->experts),
-                    route->sort.row_tile,
-                    route->sort.normalize,
-                    route->sort.ids,
-                    route->sort.weights,
-                    route->sort.offsets,
-                    route->sort.slot_of,
-                    route->sort.row_pair,
-                    reinterpret_cast<int4*>(route->sort.tiles),
-                    route->sort.tile_count};
-  }
   if (max_tiles == 0) return Status::ok();
   if (max_tiles > 65535) return unsupported("fused moe gate/up: too many row tiles");
   const int64_t row_bytes = dtype_bytes(w_dt, H);
@@ -336,17 +246,9 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
     if constexpr (F != kFmtF8B128) {
       auto go = [&](auto wo) {
         constexpr int WO = decltype(wo)::value;
-        // With routing in the launch the tile table is written by it: the
-        // kernel then reads it only through `r` (not the restrict-qualified
-        // read-only parameters).
-        if (route)
-          quant_moe_gate_up_kernel<F, WO, true><<<grid, 1024 / WO, 0, s>>>(
-              xq, xd, H, nullptr, static_cast<int>(top_k), wb, row_bytes, I, nullptr, nullptr,
-              hq, hd, r);
-        else
-          quant_moe_gate_up_kernel<F, WO, false><<<grid, 1024 / WO, 0, s>>>(
-              xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles, tile_count,
-              hq, hd, r);
+        quant_moe_gate_up_kernel<F, WO><<<grid, 1024 / WO, 0, s>>>(
+            xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles, tile_count,
+            hq, hd);
       };
       if (warp_outputs == 4)
         go(std::integral_constant<int, 4>{});
