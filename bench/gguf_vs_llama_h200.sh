@@ -18,7 +18,8 @@
 # FERRITE_AB_OFF="VAR=0 ...": each also runs ferrite's bench once more with that variable set
 # (e.g. FERRITE_CUDA_QUANT_FUSED=0, the A/B of the fused decode GEMV).
 # PEER_QUANTS: the dense files measured (default "q4_k_m q8_0").
-# PEER_MOE=1: afterwards (or alone, with PEER_DENSE=0) the Qwen3-30B-A3B-shape Q4_K_M target:
+# PEER_MOE=1: afterwards (or alone, with PEER_DENSE=0, when `--prepare` makes the MoE twin
+# too) the Qwen3-30B-A3B-shape Q4_K_M target:
 # bench/twin_moe_gguf.py writes the MoE twin in Q8_0 (32 GB; the dense twin files are deleted
 # first for disk), llama-quantize --allow-requantize makes Q4_K_M, then llama-bench (tg128,
 # pp4096), llama-batched-bench (B = 1, 8, 32) and ferrite bench (b1 / 8 / 32, prefill 4096).
@@ -63,6 +64,20 @@ for q in $([ "$DENSE" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
     mv /tmp/peer/twin/$q.gguf.part /tmp/peer/twin/$q.gguf; } &
 done
 wait
+M=/tmp/peer/moe
+# The MoE twin (bench/twin_moe_gguf.py writes Q8_0, llama-quantize makes
+# Q4_K_M); the dense twin's files go first for disk.
+moe_twin() {
+  [ -f $M/q4_k_m.gguf ] && return 0
+  rm -rf /tmp/peer/twin && mkdir -p $M
+  [ -f /tmp/peer/tok.json ] || gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/peer/tok.json
+  python3 "$ROOT/bench/twin_moe_gguf.py" $M/q8_0.gguf /tmp/peer/tok.json "$G/twin_weights.py" \
+    > $M/twin.log 2>&1 &&
+    "$L/llama-quantize" --allow-requantize $M/q8_0.gguf $M/q4_k_m.gguf Q4_K_M 16 > $M/quantize.log 2>&1 &&
+    rm -f $M/q8_0.gguf
+}
+# Without dense rows the MoE twin is part of the preparation (so `--prepare` makes it).
+[ "$DENSE" = 1 ] || [ "${PEER_MOE:-0}" != 1 ] || moe_twin
 touch /tmp/peer/prepared
 flock -u 9
 stamp "prepared"
@@ -82,15 +97,7 @@ for q in $([ "$DENSE" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
   done
 done
 if [ "${PEER_MOE:-0}" = 1 ]; then
-  M=/tmp/peer/moe
-  if [ ! -f $M/q4_k_m.gguf ]; then
-    rm -rf /tmp/peer/twin && mkdir -p $M
-    [ -f /tmp/peer/tok.json ] || gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/peer/tok.json
-    python3 "$ROOT/bench/twin_moe_gguf.py" $M/q8_0.gguf /tmp/peer/tok.json "$G/twin_weights.py" \
-      > $M/twin.log 2>&1 &&
-      "$L/llama-quantize" --allow-requantize $M/q8_0.gguf $M/q4_k_m.gguf Q4_K_M 16 > $M/quantize.log 2>&1 &&
-      rm -f $M/q8_0.gguf
-  fi
+  moe_twin
   stamp "MoE twin ready"
   F=$M/q4_k_m.gguf
   echo "== llama.cpp qwen3-30b-a3b q4_k_m" >> "$S"

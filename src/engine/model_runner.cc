@@ -269,6 +269,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.moe_mma_u4 = options.tuning.cuda_moe_mma_u4;
     co.quant_stream_blocks = options.tuning.cuda_quant_stream_blocks;
     co.quant_stream_item_steps = options.tuning.cuda_quant_stream_item_steps;
+    co.quant_stream_mixed = options.tuning.cuda_quant_stream_mixed;
     co.moe_dequant = options.tuning.cuda_moe_dequant;
     co.moe_fused_tokens = options.tuning.cuda_moe_fused_tokens;
     co.moe_gate_up_warp_outputs = options.tuning.cuda_moe_gate_up_warp_outputs;

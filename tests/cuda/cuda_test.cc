@@ -608,11 +608,14 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
     // blocks an SM (Tuning::cuda_quant_stream_blocks); 3, 4: items of 2, 1
     // warp iterations (else 4); 5: one-token GEMVs without room for the
     // cluster attention's blocks (Tuning::cuda_decode_colocate 0; else 2:
-    // room in the attention's own projections).
-    constexpr int kForms = 6;
+    // room in the attention's own projections); 6: a Q4_K_M layer's Q/K/V
+    // (q4_k, q6_k) in one launch at one token (Tuning::
+    // cuda_quant_stream_mixed; the other formats run as form 0).
+    constexpr int kForms = 7;
     const char* const form_names[kForms] = {"bulk copies", "registers", "two blocks an SM",
                                             "2-step items", "1-step items",
-                                            "no room for the attention"};
+                                            "no room for the attention",
+                                            "two formats in one launch"};
     std::vector<float> logits[kForms][2];
     for (int f = 0; f < kForms; ++f) {
       RunnerOptions o = cuda_options(dir, DType::kBF16);
@@ -624,6 +627,7 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
       o.tuning.cuda_quant_stream_blocks = f == 2 ? 2 : 1;
       o.tuning.cuda_quant_stream_item_steps = f == 3 ? 2 : (f == 4 ? 1 : 4);
       o.tuning.cuda_decode_colocate = f == 5 ? 0 : 2;
+      o.tuning.cuda_quant_stream_mixed = f == 6;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();

@@ -1,5 +1,5 @@
 // Device buffers of one gemm() product in the kernel-level GPU tests
-// (fp8_lt_test.cc, u4_tile_test.cc): the weight bytes, bf16 activations,
+// (fp8_lt_test.cc, u4_tile_test.cc, quant_mmq_test.cc, quant_gemv_stream_test.cc): the weight bytes, bf16 activations,
 // an output of f32 or bf16 holding `init` (what an accumulating product
 // adds to), an f32 bias; and the output read back as floats.
 #pragma once
@@ -7,7 +7,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -72,5 +75,29 @@ struct ProductBuffers {
     }
   }
 };
+
+// Rows of random block bytes with small f16 scales: q4_k (d, dmin first,
+// random 6-bit scale / min bytes and codes), q6_k (random low / high code
+// bits, int8 scales over their whole range, -128 included, d last) or q8_0
+// (d first, then 32 random int8 codes).
+inline std::vector<uint8_t> random_blocks(DType w_dt, int64_t n, int64_t k, std::mt19937& rng) {
+  const bool q4k = w_dt == DType::kQ4_K, q6k = w_dt == DType::kQ6_K;
+  const int64_t bytes = q4k ? 144 : (q6k ? 210 : 34), elems = q4k || q6k ? 256 : 32;
+  std::vector<uint8_t> w(static_cast<size_t>(dtype_bytes(w_dt, n * k)));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.5f, 2.0f);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t b = 0; b < n * k / elems; ++b) {
+    uint8_t* blk = w.data() + b * bytes;
+    const float unit = 1.0f / std::sqrt(float(k));
+    const uint16_t d = f32_to_f16(scale(rng) * unit / (q4k ? 256.0f : (q6k ? 4096.0f : 128.0f)));
+    std::memcpy(q6k ? blk + 208 : blk, &d, 2);
+    if (q4k) {
+      const uint16_t dmin = f32_to_f16(scale(rng) * unit / 512.0f);
+      std::memcpy(blk + 2, &dmin, 2);
+    }
+  }
+  return w;
+}
 
 }  // namespace ferrite::testing

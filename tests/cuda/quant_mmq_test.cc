@@ -28,30 +28,7 @@ namespace ferrite {
 namespace {
 
 using MmqCase = testing::ProductCase;
-
-// Rows of random block bytes with small f16 scales: q4_k (d, dmin first,
-// random 6-bit scale / min bytes and codes), q6_k (random low / high code
-// bits, int8 scales over their whole range, -128 included, d last) or q8_0
-// (d first, then 32 random int8 codes).
-std::vector<uint8_t> random_blocks(DType w_dt, int64_t n, int64_t k, std::mt19937& rng) {
-  const bool q4k = w_dt == DType::kQ4_K, q6k = w_dt == DType::kQ6_K;
-  const int64_t bytes = q4k ? 144 : (q6k ? 210 : 34), elems = q4k || q6k ? 256 : 32;
-  std::vector<uint8_t> w(static_cast<size_t>(dtype_bytes(w_dt, n * k)));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.5f, 2.0f);
-  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
-  for (int64_t b = 0; b < n * k / elems; ++b) {
-    uint8_t* blk = w.data() + b * bytes;
-    const float unit = 1.0f / std::sqrt(float(k));
-    const uint16_t d = f32_to_f16(scale(rng) * unit / (q4k ? 256.0f : (q6k ? 4096.0f : 128.0f)));
-    std::memcpy(q6k ? blk + 208 : blk, &d, 2);
-    if (q4k) {
-      const uint16_t dmin = f32_to_f16(scale(rng) * unit / 512.0f);
-      std::memcpy(blk + 2, &dmin, 2);
-    }
-  }
-  return w;
-}
+using testing::random_blocks;
 
 void run_case(DType w_dt, const MmqCase& c, std::mt19937& rng) {
   SCOPED_TRACE(std::string(dtype_name(w_dt)) + " m " + std::to_string(c.m) + " n " +

@@ -19,7 +19,9 @@ struct ProjectionSet {
 
 // Decode on block weights (Tuning::cuda_quant_dot and cuda_quant_fused): one
 // fused launch (norm, 8-bit quantization, products) per run of projections
-// of one format, e.g. Q and K in q4_k, V in q6_k: two launches. False
+// of one format, e.g. Q and K in q4_k, V in q6_k: two launches, or one with
+// V as the bulk-copy kernel's tail format at one token (Tuning::
+// cuda_quant_stream_mixed, quant_gemv_tail_ok). False
 // (nothing launched) when a projection is not a block format, a run is not
 // one the kernel takes, or a run's act-order weights do not share one
 // permutation.
@@ -65,6 +67,16 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
     a.input_perm = perms[i];
     if (!quant_gemv_fused_supported(a)) return false;
     i = j;
+  }
+  if (nruns == 2 && st.quant_stream_mixed) {
+    QuantGemvArgs both = runs[0];  // segs: runs[1]'s follow runs[0]'s
+    both.count = runs[0].count + runs[1].count;
+    both.tail_seg = runs[0].count;
+    both.tail_dt = runs[1].w_dt;
+    if (quant_gemv_fused_supported(both)) {
+      FERRITE_RETURN_IF_ERROR(launch_quant_gemv_fused(st.stream, both));
+      return true;
+    }
   }
   for (int r = 0; r < nruns; ++r) FERRITE_RETURN_IF_ERROR(launch_quant_gemv_fused(st.stream, runs[r]));
   return true;

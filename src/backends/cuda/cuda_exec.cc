@@ -67,6 +67,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.moe_mma_u4 = options_.moe_mma_u4;
     st_.quant_stream_blocks = options_.quant_stream_blocks;
     st_.quant_stream_item_steps = options_.quant_stream_item_steps;
+    st_.quant_stream_mixed = options_.quant_stream_mixed;
     st_.moe_dequant = options_.moe_dequant;
     st_.moe_fused_tokens = options_.moe_fused_tokens;
     st_.moe_gate_up_warp_outputs = options_.moe_gate_up_warp_outputs;

@@ -155,8 +155,24 @@ bool quant_gemv_simt_smem_ok(const QuantGemvArgs& a) {
   return smem_bytes(a.m, a.k, qfmt(a.w_dt), dtype_bytes(a.x_dt, 1)) <= kMaxSmem;
 }
 
+bool quant_gemv_tail_ok(const QuantGemvArgs& a) {
+  if (a.tail_seg == 0) return true;
+  const int f = qfmt(a.w_dt);
+  if (a.tail_seg < 0 || a.tail_seg >= a.count || a.m != 1 || a.swiglu || a.bias ||
+      a.accumulate || a.input_perm || (f != kFmtQ4_K && f != kFmtQ5_K) ||
+      a.tail_dt != DType::kQ6_K || a.k % dtype_block_elems(a.tail_dt) != 0)
+    return false;
+  // Whole groups on both sides (no group straddles the formats, none is
+  // half past the end).
+  int64_t before = 0, total = 0;
+  for (int i = 0; i < a.count; ++i) (i < a.tail_seg ? before : total) += a.segs[i].rows;
+  return before % gemv::kRows == 0 && total % gemv::kRows == 0;
+}
+
 bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   if (!quant_gemv_fused_args_ok(a)) return false;
+  // A tail format: the bulk-copy kernel only.
+  if (a.tail_seg != 0) return quant_gemv_tail_ok(a) && a.stream && quant_gemv_stream_supported(a);
   // The tensor-core kernel plans its own shared memory (e4m3 activations
   // stage in half the bytes of the CUDA-core kernels' rows); it does not
   // gather act-order activations.
@@ -167,6 +183,7 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
 Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   if (!quant_gemv_fused_supported(a))
     return unsupported("quant gemv (fused): unsupported shape, format, types or alignment");
+  if (a.tail_seg != 0) return launch_quant_gemv_stream(s, a);
   if (a.mma && !a.input_perm && quant_gemv_mma_supported(a)) return launch_quant_gemv_mma(s, a);
   if (a.stream && quant_gemv_stream_supported(a)) return launch_quant_gemv_stream(s, a);
   const FusedParams p = fused_params(a);

@@ -43,7 +43,7 @@ struct QuantGemvArgs {
   const void* x = nullptr;  // [m, k] of x_dt (f32, bf16, f16), rows packed
   DType x_dt = DType::kBF16;
   int64_t m = 0, k = 0;
-  DType w_dt = DType::kQ4_K;  // every segment's format
+  DType w_dt = DType::kQ4_K;  // every segment's format (but a tail's, tail_seg)
   const QuantGemvSegment* segs = nullptr;
   int count = 0;  // 1..4; 2 with swiglu (gate, up: equal rows)
   bool swiglu = false;
@@ -94,6 +94,17 @@ struct QuantGemvArgs {
   // (m16n8k32), no conversion of the weights (Tuning::cuda_quant_mma_fp8_act).
   // Not the reference's numerics: x carries e4m3's 3 mantissa bits.
   bool mma_a8 = false;
+  // A second format in one launch (Tuning::cuda_quant_stream_mixed; the
+  // bulk-copy kernel at one token only, quant_gemv_tail_ok): segments
+  // [tail_seg, count) are in tail_dt, e.g. a Q4_K_M layer's Q and K in
+  // q4_k and V in q6_k. 0: every segment is in w_dt. Why: at batch 1 the
+  // second launch of such a layer's Q/K/V projection starts only as the
+  // first ends and then runs its whole latency chain (block start, copies,
+  // staging, one item a warp, store) for ~1-3 MB: 11.6 us a layer for
+  // Qwen3-30B-A3B's 0.86 MB V, 8.3 us for Qwen3-8B's 3.4 MB (H100
+  // timeline, session 32).
+  int tail_seg = 0;
+  DType tail_dt = DType::kQ6_K;
 };
 
 // True when launch_quant_gemv_fused runs this product: the arguments below
@@ -115,6 +126,11 @@ Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a);
 // u4_g128: of 256; f8_e4m3_b128: of 512) from 16-byte aligned weights, and
 // at least two ring slots a warp beside the staged activations.
 bool quant_gemv_stream_supported(const QuantGemvArgs& a);
+// The conditions of a tail format (QuantGemvArgs::tail_seg; true without
+// one): one token, no swiglu / bias / accumulate / act-order, w_dt q4_k or
+// q5_k and tail_dt q6_k (the k-quant mixes), the tail starting at a whole
+// group of rows (an even row).
+bool quant_gemv_tail_ok(const QuantGemvArgs& a);
 Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a);
 
 // The tensor-core kernel's own conditions, beyond quant_gemv_fused_args_ok:

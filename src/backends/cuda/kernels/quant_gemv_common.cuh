@@ -155,6 +155,11 @@ struct FusedParams {
   const void* bias;
   int bias_dt;
   const int32_t* perm;  // QuantGemvArgs::input_perm, or null
+  // QuantGemvArgs::tail_seg: segments from tail_seg on are in the tail
+  // format, rows of row_bytes_tail, groups from tail_group on (no tail:
+  // tail_seg 4, tail_group = groups).
+  int tail_seg;
+  int64_t tail_group, row_bytes_tail;
 };
 
 // The kernels' parameters of a launch (host side).
@@ -178,6 +183,16 @@ inline FusedParams fused_params(const QuantGemvArgs& a) {
   p.bias = a.bias;
   p.bias_dt = dt_code(a.bias_dt);
   p.perm = a.input_perm;
+  p.tail_seg = 4;
+  p.tail_group = p.groups;
+  p.row_bytes_tail = p.row_bytes;
+  if (a.tail_seg > 0 && a.tail_seg < a.count) {
+    int64_t before = 0;
+    for (int i = 0; i < a.tail_seg; ++i) before += a.segs[i].rows;
+    p.tail_seg = a.tail_seg;
+    p.tail_group = before / kRows;  // quant_gemv_tail_ok: a whole number of groups
+    p.row_bytes_tail = dtype_bytes(a.tail_dt, a.k);
+  }
   return p;
 }
 
@@ -208,9 +223,10 @@ bool dispatch_gemv(const QuantGemvArgs& a, Run&& run) {
 // (constant indices only: a run-time index would put the params in local
 // memory). Rows past the end read row 0 of segment 0 and are not stored.
 struct RowRef {
-  const uint8_t* w;
+  const uint8_t* w;  // rows of p.row_bytes (a tail segment's: tail_row_ptr)
   void* out;
   int64_t n, col;
+  int seg;
   bool active;
 };
 __device__ __forceinline__ RowRef locate(const FusedParams& p, int64_t gr) {
@@ -235,8 +251,14 @@ __device__ __forceinline__ RowRef locate(const FusedParams& p, int64_t gr) {
   r.out = seg == 0 ? p.out[0] : seg == 1 ? p.out[1] : seg == 2 ? p.out[2] : p.out[3];
   r.n = seg == 0 ? p.n[0] : seg == 1 ? p.n[1] : seg == 2 ? p.n[2] : p.n[3];
   r.col = col;
+  r.seg = seg;
   r.w = w + col * p.row_bytes;
   return r;
+}
+// The weight row of a row in a tail segment (FusedParams::tail_seg).
+__device__ __forceinline__ const uint8_t* tail_row_ptr(const FusedParams& p, const RowRef& r) {
+  const uint8_t* w = r.seg == 0 ? p.w[0] : r.seg == 1 ? p.w[1] : r.seg == 2 ? p.w[2] : p.w[3];
+  return w + r.col * p.row_bytes_tail;
 }
 __device__ __forceinline__ const uint8_t* row_ptr(const FusedParams& p, int64_t g, int r) {
   if (p.swiglu) return (r == 0 ? p.w[0] : p.w[1]) + (g < p.n[0] ? g : 0) * p.row_bytes;
@@ -287,14 +309,17 @@ __device__ __forceinline__ void prefetch_norm(const FusedParams& p, int64_t k) {
 // stores it) into 8-bit blocks of 32 in shared memory: xq [m, k], xd [m, k /
 // 32], exactly as quantize_q8_kernel makes them (with kSums, xd [m, k / 32,
 // 2]: each scale followed by scale x the sum of the block's codes; with
-// kSplit each 8 codes as the even ones, then the odd ones: split_x). Four
+// kSplit each 8 codes as the even ones, then the odd ones: split_x; with
+// xd_plain, the scales alone once more, xd_plain [m, k / 32], for a tail
+// format staged without sums, FusedParams::tail_seg). Four
 // lanes per block of 32, eight elements each. The norm's sum of squares
 // is taken by the first kNormWarps warps whatever the block size (at least
 // kNormWarps warps), so that kernels of any block size agree bitwise.
 constexpr int kNormWarps = 8;
 template <typename TX, int M, bool kFloatX, bool kSums, bool kSplit>
 __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t k,
-                                        const FusedParams& p, int8_t* xq, float* xd, TX* xf) {
+                                        const FusedParams& p, int8_t* xq, float* xd, TX* xf,
+                                        float* xd_plain = nullptr) {
   const int threads = static_cast<int>(blockDim.x);
   __shared__ float red[kNormWarps][M];
   __shared__ float inv[M];
@@ -395,6 +420,7 @@ __device__ __forceinline__ void stage_x(const TX* __restrict__ x, int m, int64_t
         if constexpr (kSums) {
           xd[2 * g] = sc;
           xd[2 * g + 1] = sc * static_cast<float>(csum);
+          if (xd_plain) xd_plain[g] = sc;
         } else {
           xd[g] = sc;
         }

@@ -81,32 +81,65 @@ __host__ __device__ inline size_t barrier_bytes(int warps, int slots) {
   return (static_cast<size_t>(warps) * slots * sizeof(uint64_t) + 15) / 16 * 16;
 }
 
-template <int F, typename TX, typename TO, int M, int kMul>
+// A row's bytes of a slot with a tail format: the item's, or the whole row
+// where an item is longer than the row (rows are 16-byte multiples).
+__host__ __device__ inline int tail_span(int item_bytes, int64_t row_bytes) {
+  return row_bytes < item_bytes ? static_cast<int>(row_bytes) : item_bytes;
+}
+
+// A format's item constants at an item multiple.
+template <int F, int kMul>
+struct StreamFmt {
+  using Fmt = typename GemvFmt<F>::Dot;
+  static constexpr int kPerIter = 32 / Fmt::kLanes;
+  static constexpr int kSteps = item_steps<Fmt, kMul>();
+  static constexpr int kItemBlocks = item_blocks<Fmt, kMul>();
+  static constexpr int kItemBytes = item_bytes<Fmt, kMul>();  // per row
+};
+
+// FT >= 0: groups from p.tail_group on are rows of format FT
+// (QuantGemvArgs::tail_seg; one token, F staged with sums and FT without,
+// whose scales come from xd_plain at `plain` bytes into shared memory). A
+// warp's groups increase, so its F items all come before its FT items; a
+// ring slot holds an item of either, each row's share of it no longer than
+// a row (tail_span: an item longer than a row copies the row).
+template <int F, typename TX, typename TO, int M, int kMul, int FT = -1>
 __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
     quant_gemv_stream_kernel(const TX* __restrict__ x, int m, int64_t k, FusedParams p,
-                             int slots, uint32_t staged) {
-  using Fmt = typename GemvFmt<F>::Dot;
+                             int slots, uint32_t staged, uint32_t plain) {
+  using A = StreamFmt<F, kMul>;
+  constexpr bool kTail = FT >= 0;
+  using B = StreamFmt<kTail ? FT : F, kMul>;
   constexpr bool kFloatX = GemvFmt<F>::kFloatX;
   constexpr bool kSums = staged_sums(F);
-  constexpr int kPerIter = 32 / Fmt::kLanes;
-  constexpr int kSteps = item_steps<Fmt, kMul>();
-  constexpr int kItemBlocks = item_blocks<Fmt, kMul>();
-  constexpr int kItemBytes = item_bytes<Fmt, kMul>();  // per row
-  constexpr int kSlotBytes = kRows * kItemBytes;
+  static_assert(!kTail || (M == 1 && kSums && !staged_sums(FT) &&
+                           !GemvFmt<kTail ? FT : F>::kFloatX && !split_x(F) && !split_x(FT)),
+                "a tail format: one token, F staged with sums, FT without");
+  // A row's share of a slot (span) and the slot's bytes: the item's with one
+  // format, the larger span's with a tail (tail_span, as the host sizes it).
+  const int span_a = kTail ? tail_span(A::kItemBytes, p.row_bytes) : A::kItemBytes;
+  const int span_b = kTail ? tail_span(B::kItemBytes, p.row_bytes_tail) : B::kItemBytes;
+  const int slot_bytes = kRows * (span_a > span_b ? span_a : span_b);
   const int warps = static_cast<int>(blockDim.x >> 5);
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_launch_dependents();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
-  const int nb = static_cast<int>(k / Fmt::kElems);
-  const int iters = (nb + kItemBlocks - 1) / kItemBlocks;
+  const int nb_a = static_cast<int>(k / A::Fmt::kElems);
+  const int nb_b = static_cast<int>(k / B::Fmt::kElems);
+  const int iters_a = (nb_a + A::kItemBlocks - 1) / A::kItemBlocks;
+  const int iters_b = (nb_b + B::kItemBlocks - 1) / B::kItemBlocks;
   const int64_t wg = static_cast<int64_t>(warp) * gridDim.x + blockIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
-  const int64_t items = (wg < p.groups ? (p.groups - 1 - wg) / stride + 1 : 0) * iters;
+  const int64_t ngroups = wg < p.groups ? (p.groups - 1 - wg) / stride + 1 : 0;
+  int64_t na = ngroups;  // the warp's groups of format F
+  if constexpr (kTail)
+    na = wg < p.tail_group ? min(ngroups, (p.tail_group - 1 - wg) / stride + 1) : 0;
+  const int64_t items = na * iters_a + (ngroups - na) * iters_b;
+  auto is_tail = [&](int64_t g) { return kTail && g >= p.tail_group; };
 
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + staged) + warp * slots;
   unsigned char* ring = smem + staged + barrier_bytes(warps, slots) +
-                        static_cast<size_t>(warp) * slots * kSlotBytes;
+                        static_cast<size_t>(warp) * slots * slot_bytes;
 
   // The issue cursor (lane 0): item `issued` of the warp is group ig,
   // iteration iit, into slot islot.
@@ -114,17 +147,23 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   int iit = 0, islot = 0;
   uint64_t policy = 0;
   auto issue = [&]() {
-    const int64_t off = static_cast<int64_t>(iit) * kItemBytes;
-    const uint32_t len = static_cast<uint32_t>(
-        p.row_bytes - off < kItemBytes ? p.row_bytes - off : kItemBytes);
+    const bool tail = is_tail(ig);
+    const int item = tail ? B::kItemBytes : A::kItemBytes;
+    const int span = tail ? span_b : span_a;
+    const int64_t row_bytes = tail ? p.row_bytes_tail : p.row_bytes;
+    const int64_t off = static_cast<int64_t>(iit) * item;
+    const uint32_t len = static_cast<uint32_t>(row_bytes - off < item ? row_bytes - off : item);
     mbar_expect_tx(bars + islot, kRows * len);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      bulk_copy_g2s(ring + islot * kSlotBytes + r * kItemBytes, row_ptr(p, ig, r) + off, len,
-                    bars + islot, policy);
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* row = row_ptr(p, ig, r);
+      if constexpr (kTail)
+        if (tail) row = tail_row_ptr(p, locate(p, kRows * ig + r));
+      bulk_copy_g2s(ring + islot * slot_bytes + r * span, row + off, len, bars + islot, policy);
+    }
     ++issued;
     if (++islot == slots) islot = 0;
-    if (++iit == iters) {
+    if (++iit == (tail ? iters_b : iters_a)) {
       iit = 0;
       ig += stride;
     }
@@ -142,7 +181,8 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   int8_t* xq = reinterpret_cast<int8_t*>(smem);
   float* xd = reinterpret_cast<float*>(smem + (static_cast<int64_t>(m) * k + 15) / 16 * 16);
   TX* xf = reinterpret_cast<TX*>(smem);
-  stage_x<TX, M, kFloatX, kSums, split_x(F)>(x, m, k, p, xq, xd, xf);
+  float* xd_plain = kTail ? reinterpret_cast<float*>(smem + plain) : nullptr;
+  stage_x<TX, M, kFloatX, kSums, split_x(F)>(x, m, k, p, xq, xd, xf, xd_plain);
   __syncthreads();
 
   int64_t cg = wg;
@@ -153,21 +193,38 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
-  for (int64_t i = 0; i < items; ++i) {
-    mbar_wait(bars + cslot, phase);
-    const uint8_t* sb = ring + cslot * kSlotBytes;
+  // One item of format S's rows in slot sb against the staged activations
+  // (scales xds).
+  auto consume = [&](auto fmt, const unsigned char* sb, const float* xds, int span) {
+    constexpr int FF = decltype(fmt)::value;
+    using S = StreamFmt<FF, kMul>;
+    using Fmt = typename S::Fmt;
+    const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
+    const int nb = static_cast<int>(k / Fmt::kElems);
 #pragma unroll
-    for (int st = 0; st < kSteps; ++st) {
-      const int ib = st * kPerIter + bl;  // the lane's block within the item
-      const int blk = cit * kItemBlocks + ib;
+    for (int st = 0; st < S::kSteps; ++st) {
+      const int ib = st * S::kPerIter + bl;  // the lane's block within the item
+      const int blk = cit * S::kItemBlocks + ib;
       if (blk < nb) {
         Fmt wv[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
-          wv[r].decode(Fmt::template fetch<true>(sb + r * kItemBytes + ib * Fmt::kBytes, part),
-                       part);
-        accumulate_block<F, TX, M>(wv, blk, m, k, xq, xd, xf, acc);
+          wv[r].decode(Fmt::template fetch<true>(sb + r * span + ib * Fmt::kBytes, part), part);
+        accumulate_block<FF, TX, M>(wv, blk, m, k, xq, xds, xf, acc);
       }
+    }
+  };
+  for (int64_t i = 0; i < items; ++i) {
+    mbar_wait(bars + cslot, phase);
+    const uint8_t* sb = ring + cslot * slot_bytes;
+    const bool tail = is_tail(cg);
+    if constexpr (kTail) {
+      if (tail)
+        consume(std::integral_constant<int, kTail ? FT : F>{}, sb, xd_plain, span_b);
+      else
+        consume(std::integral_constant<int, F>{}, sb, xd, span_a);
+    } else {
+      consume(std::integral_constant<int, F>{}, sb, xd, A::kItemBytes);
     }
     // Every lane has read the slot: refill it with the item `slots` on.
     __syncwarp();
@@ -179,7 +236,7 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
       cslot = 0;
       phase ^= 1u;
     }
-    if (++cit == iters) {
+    if (++cit == (tail ? iters_b : iters_a)) {
       store_item<TX, TO, M>(p, cg, m, lane, acc);
       cit = 0;
       cg += stride;
@@ -203,6 +260,12 @@ struct StreamShape {
   size_t smem;
 };
 
+// The tail format's scales without sums (xd_plain of stage_x) after the
+// staged activations, 128-byte aligned as they are (0 without a tail).
+size_t plain_bytes(const QuantGemvArgs& a) {
+  return a.tail_seg ? static_cast<size_t>(a.m * (a.k / 32) * 4 + 127) / 128 * 128 : 0;
+}
+
 // The launch shape: blocks of stream_warps / blocks_per_sm warps, a grid of
 // up to blocks_per_sm a SM, and ring slots a warp as many as fit beside the
 // staged activations in the block's share of the SM's shared memory, up to
@@ -219,8 +282,12 @@ StreamShape stream_shape(const QuantGemvArgs& a, int mul) {
   // 14,336 of an SM's 65,536.
   const bool room = a.stream_attention_room && a.m == 1 && sh.blocks_per_sm == 1;
   if (room) sh.warps = 20;
-  const size_t staged = staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1));
-  const int item = item_bytes_of(f, mul);
+  const int ft = a.tail_seg ? qfmt(a.tail_dt) : f;
+  const size_t staged = staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)) + plain_bytes(a);
+  // A slot's row: the item's bytes, with a tail the larger span (tail_span).
+  const int item = a.tail_seg ? std::max(tail_span(item_bytes_of(f, mul), dtype_bytes(a.w_dt, a.k)),
+                                         tail_span(item_bytes_of(ft, mul), dtype_bytes(a.tail_dt, a.k)))
+                              : item_bytes_of(f, mul);
   const size_t slot = static_cast<size_t>(kRows) * item + sizeof(uint64_t);  // + its barrier
   // Each block's share of the SM less 1 KiB the runtime reserves a block
   // and 1 KiB for the kernel's static shared memory (stage_x's reductions).
@@ -234,7 +301,10 @@ StreamShape stream_shape(const QuantGemvArgs& a, int mul) {
   sh.grid = static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>(static_cast<int64_t>(num_sms()) * sh.blocks_per_sm, p.groups)));
   const int64_t per_warp = (p.groups + int64_t{sh.grid} * sh.warps - 1) / (int64_t{sh.grid} * sh.warps);
-  const int64_t iters = (dtype_bytes(a.w_dt, a.k) + item - 1) / item;
+  const int64_t iters = std::max(
+      (dtype_bytes(a.w_dt, a.k) + item_bytes_of(f, mul) - 1) / item_bytes_of(f, mul),
+      (dtype_bytes(a.tail_seg ? a.tail_dt : a.w_dt, a.k) + item_bytes_of(ft, mul) - 1) /
+          item_bytes_of(ft, mul));
   const int64_t fit = static_cast<int64_t>((cap - staged - 16) / (sh.warps * slot));
   const int64_t s = std::min<int64_t>({fit, kMaxSlots, std::max<int64_t>(2, per_warp * iters)});
   sh.slots = s >= 2 ? static_cast<int>(s) : 0;
@@ -263,6 +333,9 @@ bool quant_gemv_stream_supported(const QuantGemvArgs& a) {
   // Bulk copies take 16-byte aligned spans of 16-byte multiples: whole rows
   // of such a size, from 16-byte aligned weights.
   if (dtype_bytes(a.w_dt, a.k) % 16 != 0 || item_bytes_of(f) % 16 != 0) return false;
+  if (a.tail_seg != 0 && (!quant_gemv_tail_ok(a) || dtype_bytes(a.tail_dt, a.k) % 16 != 0 ||
+                          item_bytes_of(qfmt(a.tail_dt)) % 16 != 0))
+    return false;
   for (int i = 0; i < a.count; ++i)
     if (reinterpret_cast<uintptr_t>(a.segs[i].w) % 16 != 0) return false;
   return stream_shape(a).slots > 0;
@@ -275,7 +348,8 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
   if (p.total == 0) return Status::ok();
   const int f = qfmt(a.w_dt);
   const StreamShape sh = stream_shape(a);
-  const uint32_t staged = static_cast<uint32_t>(staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)));
+  const uint32_t staged_x = static_cast<uint32_t>(staged_bytes(a.m, a.k, f, dtype_bytes(a.x_dt, 1)));
+  const uint32_t staged = staged_x + static_cast<uint32_t>(plain_bytes(a));
   const int mi = static_cast<int>(a.m);
   const bool ok = dispatch_gemv(a, [&](auto fc, auto tx, auto to, auto mc) {
     constexpr int F = decltype(fc)::value;
@@ -286,13 +360,27 @@ Status launch_quant_gemv_stream(cudaStream_t s, const QuantGemvArgs& a) {
     // equal, so the opt-in below must be keyed by kMul, not by the type).
     auto go = [&](auto mul) {
       constexpr int kMul = decltype(mul)::value;
-      auto kern = quant_gemv_stream_kernel<F, TX, TO, M, kMul>;
-      static const bool opted = cudaFuncSetAttribute(
-          kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          max_dynamic_smem() - 2048) == cudaSuccess;
-      (void)opted;
-      (void)launch_pdl_weights(kern, sh.grid, sh.warps * 32, sh.smem, s,
-                               static_cast<const TX*>(a.x), mi, a.k, p, sh.slots, staged);
+      // `tail` keys the lambda (and its one-time opt-in) by kernel: both
+      // kernels have the same pointer type.
+      auto run = [&](auto kern, uint32_t plain, auto tail) {
+        (void)tail;
+        static const bool opted = cudaFuncSetAttribute(
+            kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            max_dynamic_smem() - 2048) == cudaSuccess;
+        (void)opted;
+        (void)launch_pdl_weights(kern, sh.grid, sh.warps * 32, sh.smem, s,
+                                 static_cast<const TX*>(a.x), mi, a.k, p, sh.slots, staged,
+                                 plain);
+      };
+      // A q6_k tail (quant_gemv_tail_ok: one token, q4_k / q5_k first).
+      if constexpr (M == 1 && (F == kFmtQ4_K || F == kFmtQ5_K)) {
+        if (a.tail_seg != 0) {
+          run(quant_gemv_stream_kernel<F, TX, TO, M, kMul, kFmtQ6_K>, staged_x,
+              std::true_type{});
+          return;
+        }
+      }
+      run(quant_gemv_stream_kernel<F, TX, TO, M, kMul>, 0u, std::false_type{});
     };
     if constexpr (M == 1) {
       if (sh.mul == 4) return go(std::integral_constant<int, 4>{});
