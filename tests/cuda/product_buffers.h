@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -75,6 +76,17 @@ struct ProductBuffers {
     }
   }
 };
+
+// A device copy of `host` (at least 16 bytes allocated); a failure is a
+// gtest failure (the caller frees it).
+template <typename T>
+T* upload(const std::vector<T>& host) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(16, host.size() * sizeof(T))), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return static_cast<T*>(p);
+}
 
 // Rows of random block bytes with small f16 scales: q4_k (d, dmin first,
 // random 6-bit scale / min bytes and codes), q6_k (random low / high code

@@ -17,6 +17,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels/quant_gemv.cuh"
+#include "product_buffers.h"
 #include "tensor/dtype.h"
 
 namespace ferrite {
@@ -42,14 +43,7 @@ struct MmaCase {
   bool a8 = false;
 };
 
-template <typename T>
-T* upload(const std::vector<T>& host) {
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(16, host.size() * sizeof(T))), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return static_cast<T*>(p);
-}
+using testing::upload;
 
 float round_to(DType dt, float v) {
   if (dt == DType::kBF16) return bf16_to_f32(f32_to_bf16(v));

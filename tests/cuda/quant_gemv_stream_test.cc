@@ -25,13 +25,7 @@ namespace {
 using cuda::QuantGemvArgs;
 using cuda::QuantGemvSegment;
 
-template <typename T>
-T* to_device(const std::vector<T>& h) {
-  void* d = nullptr;
-  if (cudaMalloc(&d, h.size() * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return static_cast<T*>(d);
-}
+using testing::upload;
 
 struct TailCase {
   int64_t k, q_rows, kv_rows;
@@ -56,10 +50,10 @@ TEST(CudaQuantStreamTailTest, TwoFormatsInOneLaunchAreBitwiseOneLaunchEach) {
     std::vector<uint8_t*> w(3);
     std::vector<uint16_t*> out[2];
     for (int s = 0; s < 3; ++s) {
-      w[s] = to_device(testing::random_blocks(fmt[s], rows[s], c.k, rng));
+      w[s] = upload(testing::random_blocks(fmt[s], rows[s], c.k, rng));
       ASSERT_NE(w[s], nullptr);
       for (auto& o : out) {
-        o.push_back(to_device(std::vector<uint16_t>(static_cast<size_t>(rows[s]), 0)));
+        o.push_back(upload(std::vector<uint16_t>(static_cast<size_t>(rows[s]), 0)));
         ASSERT_NE(o.back(), nullptr);
       }
     }
@@ -67,8 +61,8 @@ TEST(CudaQuantStreamTailTest, TwoFormatsInOneLaunchAreBitwiseOneLaunchEach) {
     std::vector<uint16_t> xh(static_cast<size_t>(c.k)), nh(static_cast<size_t>(c.k));
     for (auto& v : xh) v = f32_to_bf16(nd(rng));
     for (auto& v : nh) v = f32_to_bf16(1.0f + 0.1f * nd(rng));
-    uint16_t* x = to_device(xh);
-    uint16_t* norm = to_device(nh);
+    uint16_t* x = upload(xh);
+    uint16_t* norm = upload(nh);
     ASSERT_NE(x, nullptr);
     ASSERT_NE(norm, nullptr);
 

@@ -156,9 +156,13 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
     mbar_expect_tx(bars + islot, kRows * len);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const uint8_t* row = row_ptr(p, ig, r);
-      if constexpr (kTail)
-        if (tail) row = tail_row_ptr(p, locate(p, kRows * ig + r));
+      const uint8_t* row;
+      if constexpr (kTail) {  // no swiglu here: row_ptr is locate's row
+        const RowRef rr = locate(p, kRows * ig + r);
+        row = tail ? tail_row_ptr(p, rr) : rr.w;
+      } else {
+        row = row_ptr(p, ig, r);
+      }
       bulk_copy_g2s(ring + islot * slot_bytes + r * span, row + off, len, bars + islot, policy);
     }
     ++issued;
@@ -301,10 +305,12 @@ StreamShape stream_shape(const QuantGemvArgs& a, int mul) {
   sh.grid = static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>(static_cast<int64_t>(num_sms()) * sh.blocks_per_sm, p.groups)));
   const int64_t per_warp = (p.groups + int64_t{sh.grid} * sh.warps - 1) / (int64_t{sh.grid} * sh.warps);
-  const int64_t iters = std::max(
-      (dtype_bytes(a.w_dt, a.k) + item_bytes_of(f, mul) - 1) / item_bytes_of(f, mul),
-      (dtype_bytes(a.tail_seg ? a.tail_dt : a.w_dt, a.k) + item_bytes_of(ft, mul) - 1) /
-          item_bytes_of(ft, mul));
+  auto items_a_row = [&](DType dt) {
+    const int per = item_bytes_of(qfmt(dt), mul);
+    return (dtype_bytes(dt, a.k) + per - 1) / per;
+  };
+  const int64_t iters =
+      std::max(items_a_row(a.w_dt), items_a_row(a.tail_seg ? a.tail_dt : a.w_dt));
   const int64_t fit = static_cast<int64_t>((cap - staged - 16) / (sh.warps * slot));
   const int64_t s = std::min<int64_t>({fit, kMaxSlots, std::max<int64_t>(2, per_warp * iters)});
   sh.slots = s >= 2 ? static_cast<int>(s) : 0;
