@@ -50,7 +50,7 @@ struct BackendState {
   int64_t quant_stream_tokens = 8;
   int64_t quant_stream_blocks = 1;  // Tuning::cuda_quant_stream_blocks
   int64_t quant_stream_item_steps = 4;  // Tuning::cuda_quant_stream_item_steps
-  bool quant_stream_mixed = false;      // Tuning::cuda_quant_stream_mixed
+  bool quant_stream_mixed = true;       // Tuning::cuda_quant_stream_mixed
   // Tuning::cuda_quant_mma_fp8 / _u4: ... on the tensor cores for
   // f8_e4m3_b128 / u4_g128 weights from this many tokens (QuantGemvArgs::mma;
   // 0: off).
