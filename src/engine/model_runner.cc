@@ -278,6 +278,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
     co.decode_cluster = options.tuning.cuda_decode_cluster;
     co.decode_colocate = options.tuning.cuda_decode_colocate;
+    co.decode_colocate_min_mib = options.tuning.cuda_decode_colocate_min_mib;
     co.decode_mma_tokens = options.tuning.cuda_decode_mma_tokens;
     co.rope_token_warps = options.tuning.cuda_rope_token_warps;
     co.prefill_short_tiles = options.tuning.cuda_prefill_short_tiles;

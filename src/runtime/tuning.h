@@ -147,6 +147,12 @@ namespace ferrite {
     "H200, 0 / room in every one-token GEMV of such steps (session 31's mode 2): Qwen3-8B "       \
     "Q4_K_M 400.0 / 427.4, GPTQ-Int4 384.6 / 416.3, Q8_0 332.3 / 315.8 (hence not q8_0); H100, " \
     "that / 2: Qwen3-8B Q4_K_M 382.8 / 387.6, Qwen3-30B-A3B Q4_K_M 331.1 / 331.9 (1: 336.5)")   \
+  X(int64_t, cuda_decode_colocate_min_mib, "FERRITE_CUDA_DECODE_COLOCATE_MIN_MIB", 8,          \
+    "CUDA: with cuda_decode_colocate 2, only layers whose Q/K/V weights take at least this many " \
+    "MiB leave room for the attention's blocks (0: every such layer): the room costs those "     \
+    "GEMVs warps and ring, and short ones end before the attention could use it. b1 tokens/s, "   \
+    "room / none: Qwen3-8B Q4_K_M (14 MB of Q/K/V) 427.4 / 396.8 on the H200; Qwen3-30B-A3B "      \
+    "Q4_K_M (5.9 MB) 343.1 / 351.0 on the H100 (session 33), 331.9 / 336.5 (session 32)")        \
   X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \
     "CUDA: decode steps of up to 8 tokens whose length bound is at most 512 positions take the "  \
     "cluster decode attention (each KV head's splits of up to 64 positions one thread-block "     \

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_common.h"
 #include "backends/cuda/kernels/attention.cuh"
 #include "backends/cuda/kernels/attention_decode.cuh"
 #include "backends/cuda/kernels/attention_prefill.cuh"
@@ -571,6 +572,25 @@ TEST(CudaMoeMmaBlocksTest, BitwiseEqualToTheDequantizedExperts) {
   }
 }
 
+// Colocation's threshold (Tuning::cuda_decode_colocate_min_mib, default 8):
+// the measured shapes land on their measured sides, and 0 lets every layer
+// leave room. No GPU needed.
+TEST(CudaColocationTest, RoomOnlyBesideLongEnoughProjections) {
+  const Tuning def;
+  const int64_t min_mib = def.cuda_decode_colocate_min_mib;
+  auto q4_k_qkv = [](int64_t hidden, int64_t rows) {
+    return rows * dtype_bytes(DType::kQ4_K, hidden);
+  };
+  // Qwen3-8B (hidden 4,096; 32 + 2 x 8 heads of 128): room paid off.
+  using cuda::colocation_pays;
+  EXPECT_TRUE(colocation_pays(q4_k_qkv(4096, 6144), min_mib));
+  // Qwen3-30B-A3B (hidden 2,048; 32 + 2 x 4 heads of 128): it cost.
+  EXPECT_FALSE(colocation_pays(q4_k_qkv(2048, 5120), min_mib));
+  EXPECT_TRUE(colocation_pays(q4_k_qkv(2048, 5120), 0));
+  EXPECT_TRUE(colocation_pays(min_mib << 20, min_mib));
+  EXPECT_FALSE(colocation_pays((min_mib << 20) - 1, min_mib));
+}
+
 // The bulk-copy decode GEMV (Tuning::cuda_quant_stream_tokens, default 8),
 // at one and two blocks an SM and with items of 4 (the default), 2 and 1 warp
 // iterations at one token (Tuning::cuda_quant_stream_item_steps: at k = 2,048
@@ -627,6 +647,7 @@ TEST(CudaQuantStreamTest, DecodeIsBitwiseEqualToRegisterStreaming) {
       o.tuning.cuda_quant_stream_blocks = f == 2 ? 2 : 1;
       o.tuning.cuda_quant_stream_item_steps = f == 3 ? 2 : (f == 4 ? 1 : 4);
       o.tuning.cuda_decode_colocate = f == 5 ? 0 : 2;
+      o.tuning.cuda_decode_colocate_min_mib = 0;  // this shape's few MB of Q/K/V take the room
       o.tuning.cuda_quant_stream_mixed = f == 6;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();

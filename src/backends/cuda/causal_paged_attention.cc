@@ -149,13 +149,18 @@ class CausalPagedAttention final : public Provider {
                             : 0;
     // Colocation 2: this layer's Q/K/V and output projections leave room
     // for one of its blocks (head_dim up to 128: the room
-    // attention_decode_cluster_room() is sized for), at one token (reset on
-    // every return).
+    // attention_decode_cluster_room() is sized for), at one token, when its
+    // Q/K/V weights are long enough to pay for the room (Tuning::
+    // cuda_decode_colocate_min_mib; reset on every return).
     struct BesideAttention {
       bool& flag;
       ~BesideAttention() { flag = false; }
     } beside{st.gemv_beside_attention};
-    beside.flag = st.decode_colocate >= 2 && t == 1 && csplits > 0 && hd <= 128;
+    beside.flag = st.decode_colocate >= 2 && t == 1 && csplits > 0 && hd <= 128 &&
+                  colocation_pays(q_rows * dtype_bytes(b[kQProj].dtype, H) +
+                                      kv_rows * dtype_bytes(b[kKProj].dtype, H) +
+                                      kv_rows * dtype_bytes(b[kVProj].dtype, H),
+                                  st.decode_colocate_min_mib);
     profile_mark(st.stream, "attention.qkv", st.capturing);
     FERRITE_RETURN_IF_ERROR(normed_projections(
         st, b[kHidden].data, act, t, H, b[kInputNorm], a.eps, p.zero_centred, sc.n,

@@ -64,6 +64,7 @@ struct CudaExecOptions {
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster
   int64_t decode_colocate = 2;           // Tuning::cuda_decode_colocate (0-2)
+  int64_t decode_colocate_min_mib = 8;   // Tuning::cuda_decode_colocate_min_mib
   int64_t decode_mma_tokens = 9;         // Tuning::cuda_decode_mma_tokens (0: off)
   bool rope_token_warps = false;         // Tuning::cuda_rope_token_warps
   bool prefill_short_tiles = false;      // Tuning::cuda_prefill_short_tiles

@@ -75,6 +75,7 @@ struct BackendState {
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
   int64_t decode_colocate = 2;         // Tuning::cuda_decode_colocate (0-2)
+  int64_t decode_colocate_min_mib = 8;  // Tuning::cuda_decode_colocate_min_mib
   // Set by the attention provider around its Q/K/V and output projections
   // when the cluster kernel takes the one-token step and its blocks fit
   // beside a GEMV block that leaves attention_decode_cluster_room()
@@ -165,6 +166,17 @@ Status ensure_prepared(const Invocation& inv);
 inline cudaStream_t stream_of(const Invocation& inv) { return state(inv).stream; }
 
 inline int64_t i64(uint64_t v) { return static_cast<int64_t>(v); }
+
+// Colocation 2 (Tuning::cuda_decode_colocate): whether a layer's one-token
+// Q/K/V and output projections leave room for the cluster attention's
+// blocks, by its Q/K/V weight bytes. The room costs each of those GEMVs
+// warps and ring; it pays only where they stream long enough for the
+// attention's blocks to start and copy their K/V rows beside them
+// (Qwen3-8B Q4_K_M, 14 MB of Q/K/V: +7 % b1 on the H200; Qwen3-30B-A3B,
+// 5.9 MB: -1.4 to -2.3 % in three runs), so below min_mib MiB it is left out.
+inline bool colocation_pays(int64_t qkv_bytes, int64_t min_mib) {
+  return qkv_bytes >= min_mib * (int64_t{1} << 20);
+}
 
 // The kernels find a sequence's rows from the binding buffer's last rows:
 // the gated-delta and MoE providers need sequences packed in order.

@@ -76,6 +76,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.decode_cluster = options_.decode_cluster;
     st_.decode_colocate = options_.decode_colocate;
+    st_.decode_colocate_min_mib = options_.decode_colocate_min_mib;
     st_.decode_mma_tokens = options_.decode_mma_tokens;
     st_.rope_token_warps = options_.rope_token_warps;
     st_.prefill_short_tiles = options_.prefill_short_tiles;
