@@ -17,6 +17,11 @@
 #     and end with the overlaps PDL gives), summarised by scripts/timeline_summary.py: the
 #     step's period, each kernel's summed and exposed time, the first TIMELINE_KERNELS (default
 #     16) kernels of a step in order; ferrite bench's own decode tok/s traced and untraced.
+#   NCU_SOURCE="model:quant:batch ..." (last) with NCU_SOURCE_KERNELS (a kernel-name regex) and
+#     NCU_SOURCE_COUNT (default 3): ncu's sampled warp stalls per SASS instruction of the first
+#     matching kernels of one replayed decode step (serialised, as under STEPS), into
+#     $OUT/src-<tag>-sass.csv (ncu --page source) and -details.txt (stall reasons, occupancy);
+#     scripts/ncu_source_summary.py reads the CSV (the instructions the samples stall on).
 # Builds build-gpu (ferrite) when missing. Run bash scripts/gpu_prebuild.sh first and carry
 # [".deb", ".gpu-prebuilt"]. Output: $OUT/step_probe.txt (and its end on stdout).
 set -uo pipefail
@@ -91,4 +96,28 @@ for spec in ${STEPS-qwen3-8b:gptq-int4:1}; do
   echo "ncu rc=$?" | tee -a "$T"
   python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu-$tag.csv" --launches "${LAUNCHES:-u4_|quant_gemv}" 2>&1 |
     head -${SUMMARY_LINES:-120} | tee -a "$T"
+done
+for spec in ${NCU_SOURCE:-}; do
+  IFS=: read -r model quant batch <<< "$spec"
+  tag="$model-$quant-$batch"
+  echo "== ncu source $model $quant batch $batch: ${NCU_SOURCE_KERNELS:-attention}" | tee -a "$T"
+  FERRITE_NCU_DECODE_STEP=10 timeout "${NCU_TIMEOUT:-300}" "$NCU" --profile-from-start off \
+    --kernel-name "regex:${NCU_SOURCE_KERNELS:-attention}" -c "${NCU_SOURCE_COUNT:-3}" \
+    --section SourceCounters --section WarpStateStats --section LaunchStats --section Occupancy \
+    --section SpeedOfLight --import-source no --cache-control none --clock-control none -f \
+    -o "$OUT/src-$tag" "$BUILD/ferrite" bench --model "$ROOT/configs/$model" --dummy-weights \
+    --device cuda --batch "$batch" --prompt-len 16 --decode-prompt-len 128 --gen-len 16 \
+    --max-num-seqs "$batch" --kv-cache-gib 4 --max-model-len 8192 $(weights "$quant") \
+    > "$OUT/src-$tag.out" 2>&1
+  echo "ncu rc=$?" | tee -a "$T"
+  "$NCU" -i "$OUT/src-$tag.ncu-rep" --page source --csv --print-source sass \
+    > "$OUT/src-$tag-sass.csv" 2> "$OUT/src-$tag-sass.err"
+  "$NCU" -i "$OUT/src-$tag.ncu-rep" --page details --print-details all \
+    > "$OUT/src-$tag-details.txt" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|Duration|Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy" \
+    "$OUT/src-$tag-details.txt" | head -40 | tee -a "$T"
+  [ -f "$ROOT/scripts/ncu_source_summary.py" ] &&
+    python3 "$ROOT/scripts/ncu_source_summary.py" "$OUT/src-$tag-sass.csv" 2>&1 | head -150 | tee -a "$T"
+  xz -T0 -f "$OUT/src-$tag-sass.csv"
+  rm -f "$OUT/src-$tag.ncu-rep"
 done
