@@ -260,8 +260,11 @@ class RoutedMoe final : public Provider {
     if (route_in_router || route_in_gate_up) {
       // done by the router's or the gate/up launch
     } else if (fuse_route) {
+      // The fused decode experts read the tile table, not the offsets: the
+      // one-warp sort (up to 32 pairs) skips them.
+      int32_t* offs = fuse_experts && tk <= 32 ? nullptr : offsets;
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
-                                                    ids, weights, row_tile, offsets, slot_of,
+                                                    ids, weights, row_tile, offs, slot_of,
                                                     row_pair, tiles, tile_count));
     } else {
       FERRITE_RETURN_IF_ERROR(

@@ -1087,6 +1087,8 @@ Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens
   if (tokens < 1 || tokens > 32 || tokens * top_k > kMoeSortSmallPairs)
     return unsupported("moe route + sort: 1..32 tokens and at most 256 pairs");
   const int E = static_cast<int>(experts);
+  if (!offsets && tokens * top_k > 32)
+    return invalid_argument("moe route + sort: offsets may be left out only up to 32 pairs");
   if (tokens * top_k <= 32) {
     moe_route_sort_warp_kernel<<<1, 32, 0, s>>>(
         logits, static_cast<int>(tokens), E, static_cast<int>(top_k), normalize, ids, weights,

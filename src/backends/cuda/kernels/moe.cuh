@@ -106,7 +106,8 @@ Status launch_moe_sort(cudaStream_t s, const int32_t* ids, int64_t pairs, int64_
                        int32_t* tiles, int32_t* tile_count, int32_t* counts);
 // launch_moe_route + launch_moe_sort in one launch for 1 .. 32 tokens and at
 // most kMoeSortSmallPairs pairs (one warp up to 32 pairs, else one block):
-// the same ids, weights and sort outputs.
+// the same ids, weights and sort outputs. offsets may be null up to 32 pairs
+// (left unwritten: for callers that read only the tile table).
 Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens,
                              int64_t experts, int64_t top_k, bool normalize, int32_t* ids,
                              float* weights, int row_tile, int32_t* offsets, int32_t* slot_of,
