@@ -274,7 +274,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.moe_fused_tokens = options.tuning.cuda_moe_fused_tokens;
     co.moe_gate_up_warp_outputs = options.tuning.cuda_moe_gate_up_warp_outputs;
     co.moe_route_in_router = options.tuning.cuda_moe_route_in_router;
-    co.moe_route_in_gate_up = options.tuning.cuda_moe_route_in_gate_up;
     co.decode_split_positions = options.tuning.cuda_decode_split_positions;
     co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
     co.decode_cluster = options.tuning.cuda_decode_cluster;

@@ -125,11 +125,6 @@ namespace ferrite {
     "own, and that launch is a programmatic dependent (its weights loaded before it waits); "    \
     "results are bitwise equal. Loses on the H200: Qwen3-30B-A3B Q4_K_M b1 355.3 tok/s off, "  \
     "341.5 on (b8 897.6 / 897.9; not profiled)")                                                \
-  X(bool, cuda_moe_route_in_gate_up, "FERRITE_CUDA_MOE_ROUTE_IN_GATE_UP", false,               \
-    "CUDA: with cuda_moe_fused_tokens and block-format experts, steps of up to 32 (token, "      \
-    "expert) pairs route and sort in every block of the fused gate/up launch (each from the "    \
-    "router's logits, in shared memory) instead of a one-warp launch of their own: one launch "  \
-    "and the tile table's round trips fewer a layer; results are bitwise equal")                 \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

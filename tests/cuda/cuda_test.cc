@@ -494,11 +494,8 @@ void prefill_then_decode(ModelRunner& runner, const std::vector<std::vector<uint
 // gate/up runs at 1, 2 and 4 outputs a warp (Tuning::
 // cuda_moe_gate_up_warp_outputs), and with routing + sort in the router's
 // launch (Tuning::cuda_moe_route_in_router: its last block, a programmatic
-// dependent launch), eager and replayed from a graph, and with routing +
-// sort in every block of the gate/up launch (Tuning::
-// cuda_moe_route_in_gate_up; block-format experts only, elsewhere the
-// routing launch as before), eager and graphs: every variant bitwise the
-// unfused step.
+// dependent launch), eager and replayed from a graph: every variant bitwise
+// the unfused step.
 TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -508,20 +505,17 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       {kModelsDir + "qwen3_5_moe", DType::kBF16}};
   const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
   // Variant 0: one launch a stage; 1..3: fused, gate/up at 1, 2, 4 outputs a
-  // warp; 4, 5: fused, routing in the router's launch, eager and graphs; 6,
-  // 7: routing in the gate/up launch (at 1 and 4 outputs a warp), eager and
-  // graphs.
-  constexpr int kVariants = 8;
-  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4, 1, 4};
+  // warp; 4, 5: fused, routing in the router's launch, eager and graphs.
+  constexpr int kVariants = 6;
+  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4};
   for (const auto& [path, act] : models) {
     std::vector<float> logits[kVariants];
     for (int f = 0; f < kVariants; ++f) {
       RunnerOptions o = cuda_options(path, act);
-      o.tuning.cuda_graphs = f == 5 || f == 7;
+      o.tuning.cuda_graphs = f == 5;
       o.tuning.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
       o.tuning.cuda_moe_gate_up_warp_outputs = kWarpOutputs[f];
-      o.tuning.cuda_moe_route_in_router = f == 4 || f == 5;
-      o.tuning.cuda_moe_route_in_gate_up = f >= 6;
+      o.tuning.cuda_moe_route_in_router = f >= 4;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
@@ -534,9 +528,7 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
           << path << " " << dtype_name(act) << ": the fused decode step differs (variant " << f
           << ": gate/up at " << kWarpOutputs[f] << " outputs a warp"
-          << (f == 4 || f == 5 ? ", routing in the router" : "")
-          << (f >= 6 ? ", routing in gate/up" : "") << (f == 5 || f == 7 ? ", graphs" : "")
-          << ")";
+          << (f >= 4 ? ", routing in the router" : "") << (f == 5 ? ", graphs" : "") << ")";
     }
   }
 }

@@ -72,7 +72,6 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.moe_fused_tokens = options_.moe_fused_tokens;
     st_.moe_gate_up_warp_outputs = options_.moe_gate_up_warp_outputs;
     st_.moe_route_in_router = options_.moe_route_in_router;
-    st_.moe_route_in_gate_up = options_.moe_route_in_gate_up;
     st_.decode_split_positions = options_.decode_split_positions;
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.decode_cluster = options_.decode_cluster;

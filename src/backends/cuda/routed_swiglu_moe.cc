@@ -253,12 +253,8 @@ class RoutedMoe final : public Provider {
                                               static_cast<float>(p.eps), p.zero_centred));
       FERRITE_RETURN_IF_ERROR(logits_of(b[kRouter].data, b[kRouter].dtype, E, logits));
     }
-    // ... or in every block of the fused gate/up launch (Tuning::
-    // cuda_moe_route_in_gate_up): the one-warp routing launch goes.
-    const bool route_in_gate_up = fuse_experts && fuse_route && !route_in_router &&
-                                  st.moe_route_in_gate_up && tk <= 32;
-    if (route_in_router || route_in_gate_up) {
-      // done by the router's or the gate/up launch
+    if (route_in_router) {
+      // done by the router's launch
     } else if (fuse_route) {
       // The fused decode experts read the tile table, not the offsets: the
       // one-warp sort (up to 32 pairs) skips them.
@@ -298,20 +294,10 @@ class RoutedMoe final : public Provider {
       profile_mark(st.stream, "moe.experts", st.capturing);
       auto* hq = static_cast<int8_t*>(mid);
       auto* hd = reinterpret_cast<float*>(hq + tk * I);
-      MoeGateUpRoute route;
-      if (route_in_gate_up) {
-        route.logits = logits;
-        route.tokens = static_cast<int>(t);
-        route.experts = static_cast<int>(E);
-        route.normalize = p.normalize_topk;
-        route.row_tile = row_tile;
-        route.ids = ids;
-        route.weights = weights;
-        route.slot_of = slot_of;
-      }
-      FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(
-          st.stream, sc.xq, sc.xd, H, row_pair, K, gate_up_w, b[kGateUp].dtype, I, tiles,
-          tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route));
+      FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(st.stream, sc.xq, sc.xd, H, row_pair,
+                                                       K, gate_up_w, b[kGateUp].dtype, I, tiles,
+                                                       tile_count, max_tiles, hq, hd,
+                                                       static_cast<int>(st.moe_gate_up_warp_outputs)));
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
                                            ids, slot_of, weights, sgate, sout, b[kHidden].data,
                                            act);

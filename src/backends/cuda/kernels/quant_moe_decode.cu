@@ -9,7 +9,6 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
-#include "backends/cuda/kernels/moe_route.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/quant_moe_decode.cuh"
 
@@ -56,11 +55,11 @@ constexpr int gate_up_min_blocks(int wo) { return wo == 1 ? 1 : 2; }
 template <int F, int kWarpOuts>
 __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts))
     quant_moe_gate_up_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                             int64_t H, const int32_t* row_pair, int top_k,
+                             int64_t H, const int32_t* __restrict__ row_pair, int top_k,
                              const uint8_t* __restrict__ w, int64_t row_bytes, int64_t I,
                              const int32_t* __restrict__ tiles,
                              const int32_t* __restrict__ tile_count, int8_t* __restrict__ hq,
-                             float* __restrict__ hd, MoeGateUpRoute route) {
+                             float* __restrict__ hd) {
   using Fmt = MoeDot<F>;
   constexpr int kPerIter = 32 / Fmt::kLanes, WO = kWarpOuts;
   // Rows a chunk: fewer with more outputs a warp (their sums stay in registers).
@@ -68,32 +67,9 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
   static_assert(32 / WO >= M, "a warp per row of the chunk quantizes it");
   __shared__ float hs[M][32];
   const int tile = blockIdx.y;
+  if (tile >= *tile_count) return;  // the whole block
+  const int e = tiles[4 * tile], r0 = tiles[4 * tile + 1], nr = tiles[4 * tile + 2];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int e, r0, nr;
-  if (route.logits) {
-    // The block's own routing and sort (up to 32 pairs), in shared memory.
-    __shared__ int32_t r_ids[32], r_slot[32], r_pair[32], r_sid[32], r_count;
-    __shared__ float r_w[32], r_sorted[32];
-    __shared__ int4 r_tiles[32];
-    if (warp == 0)
-      route_sort_warp(route.logits, route.tokens, route.experts, top_k, route.normalize, r_ids,
-                      r_w, route.row_tile, nullptr, r_slot, r_pair, r_tiles, &r_count, r_sorted,
-                      r_sid);
-    __syncthreads();
-    if (blockIdx.x == 0 && blockIdx.y == 0)
-      for (int i = threadIdx.x; i < route.tokens * top_k; i += blockDim.x) {
-        route.ids[i] = r_ids[i];
-        route.weights[i] = r_w[i];
-        route.slot_of[i] = r_slot[i];
-      }
-    if (tile >= r_count) return;  // the whole block
-    const int4 tt = r_tiles[tile];
-    e = tt.x, r0 = tt.y, nr = tt.z;
-    row_pair = r_pair;
-  } else {
-    if (tile >= *tile_count) return;  // the whole block
-    e = tiles[4 * tile], r0 = tiles[4 * tile + 1], nr = tiles[4 * tile + 2];
-  }
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * WO;  // the warp's first output
   const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i0) * row_bytes;
   const uint8_t* wu = wg + I * row_bytes;
@@ -255,17 +231,11 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd, int warp_outputs, const MoeGateUpRoute& route) {
+                                float* hd, int warp_outputs) {
   if (!q8_rows(w_dt, H) || I <= 0 || I % 32 != 0)
     return unsupported("fused moe gate/up: block weights with rows of whole blocks");
   if (warp_outputs != 1 && warp_outputs != 2 && warp_outputs != 4)
     return invalid_argument("fused moe gate/up: outputs a warp must be 1, 2 or 4");
-  if (route.logits &&
-      (route.tokens < 1 || top_k < 1 || route.tokens * top_k > 32 || top_k > route.experts ||
-       route.row_tile < 1 || !route.ids || !route.weights || !route.slot_of))
-    return invalid_argument(
-        "fused moe gate/up with routing: 1..32 (token, expert) pairs, top_k <= experts and the "
-        "ids / weights / slot_of outputs");
   if (max_tiles == 0) return Status::ok();
   if (max_tiles > 65535) return unsupported("fused moe gate/up: too many row tiles");
   const int64_t row_bytes = dtype_bytes(w_dt, H);
@@ -278,7 +248,7 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
         constexpr int WO = decltype(wo)::value;
         quant_moe_gate_up_kernel<F, WO><<<grid, 1024 / WO, 0, s>>>(
             xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles, tile_count,
-            hq, hd, route);
+            hq, hd);
       };
       if (warp_outputs == 4)
         go(std::integral_constant<int, 4>{});

@@ -33,31 +33,11 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
 // / xd [tokens, H / 32] (the 8-bit normalised tokens). warp_outputs (1, 2
 // or 4; Tuning::cuda_moe_gate_up_warp_outputs): outputs i a warp, blocks of
 // 1,024 / warp_outputs threads; the same bits for every value.
-//
-// With route.logits (Tuning::cuda_moe_route_in_gate_up; up to 32 (token,
-// expert) pairs) the launch also routes: every block routes the step's
-// tokens from the router's f32 logits [tokens, E] and sorts their pairs
-// itself (moe_route.cuh, the same bits as launch_moe_route_sort's), taking
-// its tile from shared memory instead of tiles / tile_count / row_pair
-// (unused then); block (0, 0) writes ids, weights and slot_of [tokens,
-// top_k] for the down + combine launch. One launch (the one-warp routing
-// kernel) fewer a layer, and no round trips for the tile table.
-struct MoeGateUpRoute {
-  const float* logits = nullptr;
-  int tokens = 0;
-  int experts = 0;
-  bool normalize = false;
-  int row_tile = 16;
-  int32_t* ids = nullptr;
-  float* weights = nullptr;
-  int32_t* slot_of = nullptr;
-};
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd, int warp_outputs = 1,
-                                const MoeGateUpRoute& route = MoeGateUpRoute{});
+                                float* hd, int warp_outputs = 1);
 
 // down [E, H, I] in blocks, then the combine: for every token t and output
 // j, hidden[t, j] += sum_k weights[t, k] * (h(slot_of[t, k]) . down[ids[t,
