@@ -9,7 +9,7 @@ row per instruction); the header's exact column names vary between ncu versions,
 so they are found by substring: the address, the SASS text and the warp-stall
 sample count ("Warp Stall Sampling (All Samples)", else any "Samples" column).
 For each table: its total samples, then the top instructions by samples with
-their share and the 3 instructions before each (what the stalled one waits on is
+their share and the --context instructions before each (what the stalled one waits on is
 usually just above it)."""
 import argparse
 import csv
@@ -33,12 +33,16 @@ def number(s):
 
 def tables(rows):
     cur = None
+    name = ""
     for r in rows:
+        if r and r[0] == "Kernel Name":
+            name = r[1] if len(r) > 1 else ""
+            continue
         if r and any("Source" == c.strip() or "Address" in c for c in r[:3]) and \
                 any("Sampl" in c for c in r):
             if cur:
                 yield cur
-            cur = (r, [])
+            cur = (r, [], name)
         elif cur is not None and r:
             cur[1].append(r)
     if cur:
@@ -48,11 +52,12 @@ def tables(rows):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
-    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--context", type=int, default=2)
     args = ap.parse_args()
     rows = list(csv.reader(open(args.csv, newline="", errors="replace")))
     found = False
-    for n, (header, body) in enumerate(tables(rows)):
+    for n, (header, body, name) in enumerate(tables(rows)):
         found = True
         ia = find(header, "Address")
         isrc = find(header, "Source")
@@ -61,8 +66,8 @@ def main():
             print("table %d: no sample / source column in %s" % (n, header))
             continue
         total = sum(number(r[isamp]) for r in body if len(r) > isamp)
-        print("== table %d: %d instructions, %d samples (columns: %s)" %
-              (n, len(body), total, header[isamp]))
+        print("== table %d %s: %d instructions, %d samples (%s)" %
+              (n, name[:110], len(body), total, header[isamp]))
         order = sorted(range(len(body)), key=lambda i: -number(body[i][isamp])
                        if len(body[i]) > isamp else 0)
         for i in order[:args.top]:
@@ -72,7 +77,7 @@ def main():
                 break
             addr = r[ia] if ia is not None else str(i)
             print("%6d %5.1f%%  %s  %s" % (s, 100 * s / max(total, 1), addr, r[isrc].strip()))
-            for j in range(max(0, i - 3), i):
+            for j in range(max(0, i - args.context), i):
                 print("              %s  %s" % (body[j][ia] if ia is not None else j,
                                               body[j][isrc].strip()))
     if not found:

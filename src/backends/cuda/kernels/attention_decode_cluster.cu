@@ -13,8 +13,7 @@
 //  - every cached K/V row of the block's positions (up to kPos) is copied
 //    into shared memory (cp.async) before the wait for the Q/K/V
 //    projection, so that after it only the token's own rows are read
-//    (their page-table entries loaded together first), and the next
-//    launch is released at the kernel's start;
+//    (their page-table entries loaded together first);
 //  - a thread computes a whole score (one position, one head: a
 //    head_dim-long dot product of a K row in shared memory, padded so a
 //    warp's rows fall in distinct banks, with q broadcast), with no
@@ -111,11 +110,6 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nkv = a.num_kv_heads;
 
-  // The next launch (the output projection, which streams its weights
-  // before its own wait) may be scheduled as soon as every block of this one
-  // has started: nothing below gates it.
-  pdl_launch_dependents();
-
   // --- before the wait: step metadata, the cached K/V rows, RoPE's angles -------
   const int32_t seq = meta.token_seq[t];
   const int32_t pos = meta.token_pos[t];
@@ -179,6 +173,11 @@ __global__ void __launch_bounds__(kThreads)
       sn[e] = sinf(angle);
     }
   }
+  // Released here rather than at the start: with the output projection's
+  // blocks launched at the start (streaming their weights beside these
+  // blocks), Qwen3-30B-A3B Q4_K_M b1 was no faster (H100, 340-343 against
+  // 341-345 tokens/s, with the page-table change above).
+  pdl_launch_dependents();
   pdl_wait();
 
   // --- the token's q heads and new K / V ----------------------------------------
