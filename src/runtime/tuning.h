@@ -152,7 +152,9 @@ namespace ferrite {
     "MiB leave room for the attention's blocks (0: every such layer): the room costs those "     \
     "GEMVs warps and ring, and short ones end before the attention could use it. b1 tokens/s, "   \
     "room / none: Qwen3-8B Q4_K_M (14 MB of Q/K/V) 427.4 / 396.8 on the H200; Qwen3-30B-A3B "      \
-    "Q4_K_M (5.9 MB) 343.1 / 351.0 on the H100 (session 33), 331.9 / 336.5 (session 32)")        \
+    "Q4_K_M (5.9 MB) 343.1 / 351.0 on the H100 (session 33), 331.9 / 336.5 (session 32); with "  \
+    "the threshold in place (session 34, H100), 0 / 8 measured 344.6, 344.1, 342.7 / 343.5, "     \
+    "344.8, 341.6 on the MoE model and 394.0, 394.8 / 394.3, 394.3 on Qwen3-8B: within noise")   \
   X(bool, cuda_decode_cluster, "FERRITE_CUDA_DECODE_CLUSTER", true,                             \
     "CUDA: decode steps of up to 8 tokens whose length bound is at most 512 positions take the "  \
     "cluster decode attention (each KV head's splits of up to 64 positions one thread-block "     \
