@@ -12,8 +12,7 @@
 // last block re-reading the partials. Here
 //  - every cached K/V row of the block's positions (up to kPos) is copied
 //    into shared memory (cp.async) before the wait for the Q/K/V
-//    projection, so that after it only the token's own rows are read
-//    (their page-table entries loaded together first);
+//    projection, so that after it only the token's own rows are read;
 //  - a thread computes a whole score (one position, one head: a
 //    head_dim-long dot product of a K row in shared memory, padded so a
 //    warp's rows fall in distinct banks, with q broadcast), with no
@@ -114,37 +113,19 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t seq = meta.token_seq[t];
   const int32_t pos = meta.token_pos[t];
   const bool real = meta.seq_len[seq] > 0;
-  const int32_t* pages = meta.block_tables + meta.seq_block_off[seq];
   const int len = real ? pos + 1 : 0;
   // Balanced splits of [0, len); the host keeps len <= splits x kPos.
   const int per = min(kPos, (len + splits - 1) / splits);
   const int p0 = min(len, split * per), p1 = min(len, p0 + per);
   const int np = p1 - p0;
-  // A thread's rows' sources first, then their copies: every page-table
-  // load is in flight at once (issued between copies, each waited for in
-  // turn: a round trip per copy, ~4 us of the prologue at 36 positions).
-  constexpr int kCopies = (kPos * 2 * CH + kThreads - 1) / kThreads;
-  const T* srcs[kCopies];
-#pragma unroll
-  for (int c = 0; c < kCopies; ++c) {
-    const int i = tid + c * kThreads;
+  for (int i = tid; i < np * 2 * CH; i += kThreads) {
     const int r = i / CH, ch = i - r * CH;
     const int pi = r >> 1, isv = r & 1;
     const int p = p0 + pi;
-    srcs[c] = nullptr;
-    if (i < np * 2 * CH && p != pos) {  // the token's own row: written below
-      const int64_t off =
-          ((static_cast<int64_t>(pages[p / page_size]) * page_size + p % page_size) * nkv + kvh) *
-          HD;
-      srcs[c] = (isv ? v_cache : k_cache) + off + ch * (16 / sizeof(T));
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < kCopies; ++c) {
-    const int i = tid + c * kThreads;
-    const int r = i / CH, ch = i - r * CH;
-    if (srcs[c])
-      cp_async16(kv_s + ((r & 1) * kPos + (r >> 1)) * RS + ch * (16 / sizeof(T)), srcs[c]);
+    if (p == pos) continue;  // the token's own row: written below
+    const T* src = (isv ? v_cache : k_cache) +
+                   paged_kv_offset(meta, seq, p, page_size, nkv, HD, kvh) + ch * (16 / sizeof(T));
+    cp_async16(kv_s + (isv * kPos + pi) * RS + ch * (16 / sizeof(T)), src);
   }
 
   // Warp i < ng: q head h0 + i; warp ng: K; warp ng + 1: V (as the fused
@@ -173,10 +154,6 @@ __global__ void __launch_bounds__(kThreads)
       sn[e] = sinf(angle);
     }
   }
-  // Released here rather than at the start: with the output projection's
-  // blocks launched at the start (streaming their weights beside these
-  // blocks), Qwen3-30B-A3B Q4_K_M b1 was no faster (H100, 340-343 against
-  // 341-345 tokens/s, with the page-table change above).
   pdl_launch_dependents();
   pdl_wait();
 
