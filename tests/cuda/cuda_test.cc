@@ -28,6 +28,7 @@
 #include "backends/cuda/kernels/attention.cuh"
 #include "backends/cuda/kernels/attention_decode.cuh"
 #include "backends/cuda/kernels/attention_prefill.cuh"
+#include "backends/cuda/kernels/moe.cuh"
 #include "engine/generator.h"
 #include "tests/models/golden_harness.h"
 
@@ -589,6 +590,20 @@ TEST(CudaColocationTest, RoomOnlyBesideLongEnoughProjections) {
   EXPECT_TRUE(colocation_pays(q4_k_qkv(2048, 5120), 0));
   EXPECT_TRUE(colocation_pays(min_mib << 20, min_mib));
   EXPECT_FALSE(colocation_pays((min_mib << 20) - 1, min_mib));
+}
+
+// The one-warp routing + sort leaves the per-expert offsets out when the
+// caller passes none (the fused decode experts read only the tile table);
+// past 32 pairs (the one-block sort, which always writes them) that is a
+// clear error, refused before anything is launched. No GPU needed.
+TEST(CudaMoeRouteSortTest, OffsetsMayBeLeftOutOnlyUpTo32Pairs) {
+  int32_t ids[1], slot_of[1], row_pair[1], tiles[4], count[1];
+  float logits[1], weights[1];
+  // 5 tokens x top-8 = 40 pairs: the block sort.
+  const Status st = cuda::launch_moe_route_sort(nullptr, logits, 5, 128, 8, true, ids, weights,
+                                                16, nullptr, slot_of, row_pair, tiles, count);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.to_string().find("offsets"), std::string::npos) << st.to_string();
 }
 
 // The bulk-copy decode GEMV (Tuning::cuda_quant_stream_tokens, default 8),
