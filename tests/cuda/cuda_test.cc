@@ -1009,7 +1009,7 @@ std::string decode_case_name(const testing::TestParamInfo<DecodeKernelCase>& inf
 // The kernel compared with the fused one: the cluster kernel, or the
 // tensor-core kernel (launch_attention_decode_mma) in one split or in a
 // split per 64 positions (merged by the combine launch).
-enum class DecodeCandidate { kCluster, kMmaOneSplit, kMmaSplits };
+enum class DecodeCandidate { kCluster, kClusterLateStores, kMmaOneSplit, kMmaSplits };
 
 void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   const int hd = dc.head_dim, nkv = 2, nh = nkv * dc.group, ps = dc.page_size;
@@ -1083,7 +1083,9 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
     a.inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(a.rope_dim));
   ASSERT_TRUE(cuda::attention_decode_fused_supported(a, act));
   const int csplits = cuda::attention_decode_cluster_splits(a, act, tokens, dc.bound);
-  if (cand == DecodeCandidate::kCluster) {
+  const bool cluster =
+      cand == DecodeCandidate::kCluster || cand == DecodeCandidate::kClusterLateStores;
+  if (cluster) {
     ASSERT_EQ(csplits, (dc.bound + 63) / 64);
   } else {
     ASSERT_TRUE(cuda::attention_decode_mma_supported(a, act));
@@ -1148,8 +1150,10 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
                                                   d_counters, static_cast<int64_t>(counters.size()),
                                                   /*pdl=*/false, /*scatter=*/false);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
-  if (cand == DecodeCandidate::kCluster) {
-    st = cuda::launch_attention_decode_cluster(nullptr, a, io[1], csplits, /*pdl=*/false);
+  if (cluster) {
+    st = cuda::launch_attention_decode_cluster(
+        nullptr, a, io[1], csplits, /*pdl=*/false, /*max_carveout=*/false,
+        /*late_stores=*/cand == DecodeCandidate::kClusterLateStores);
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
@@ -1206,6 +1210,13 @@ class CudaDecodeKernelTest : public testing::TestWithParam<DecodeKernelCase> {};
 TEST_P(CudaDecodeKernelTest, ClusterMatchesFused) {
   SKIP_WITHOUT_GPU();
   check_decode_candidate(GetParam(), DecodeCandidate::kCluster);
+}
+
+// The same with the K / V rows stored after the first cluster barrier and
+// the last one arrived relaxed (Tuning::cuda_decode_cluster_late_stores).
+TEST_P(CudaDecodeKernelTest, ClusterLateStoresMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterLateStores);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -75,6 +75,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.decode_split_positions = options_.decode_split_positions;
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.decode_cluster = options_.decode_cluster;
+    st_.decode_cluster_late_stores = options_.decode_cluster_late_stores;
     st_.decode_colocate = options_.decode_colocate;
     st_.decode_colocate_min_mib = options_.decode_colocate_min_mib;
     st_.decode_mma_tokens = options_.decode_mma_tokens;

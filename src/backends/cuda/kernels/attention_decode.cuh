@@ -88,10 +88,16 @@ int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t 
 constexpr int64_t kAttentionClusterMaxPositions = 512;
 // max_carveout: the kernel prefers the largest shared-memory carveout (the
 // bulk-copy GEMVs' configuration), so that its blocks may start on SMs
-// still running theirs (Tuning::cuda_decode_colocate).
+// still running theirs (Tuning::cuda_decode_colocate). late_stores
+// (Tuning::cuda_decode_cluster_late_stores): the token's K / V rows reach the
+// cache after the first cluster barrier instead of before it (nothing in the
+// launch reads them from there), so that barrier's release no longer waits
+// for those global stores, and the last barrier (which only keeps every
+// block's shared memory alive for the others' reads) arrives relaxed, with
+// no memory fence; the same values.
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const DecodeAttentionIo& io, int splits, bool pdl,
-                                       bool max_carveout = false);
+                                       bool max_carveout = false, bool late_stores = false);
 // The shared memory an SM must have free for one block of the cluster
 // kernel with head_dim up to 128 (its dynamic shared memory and the
 // runtime's reserve a block).

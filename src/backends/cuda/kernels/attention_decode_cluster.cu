@@ -34,6 +34,7 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/kernels/attention_decode.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
@@ -78,7 +79,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
 
-template <typename T, int HD>
+template <typename T, int HD, bool kLateStores>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                     const T* k, const T* v, DecodeWeights wts, T* k_cache,
@@ -158,6 +159,10 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();
 
   // --- the token's q heads and new K / V ----------------------------------------
+  // kLateStores: the K / V row's cache slot and values, stored after the
+  // first cluster barrier.
+  T* late_slot = nullptr;
+  T late_vals[D];
   if (has_row) {
     const T* src;
     if (kind == 0)
@@ -213,8 +218,12 @@ __global__ void __launch_bounds__(kThreads)
       const T r = from_f<T>(x[e]);
       if (kind == 0) q_s[row * HD + lane * D + e] = to_f(r) * a.scale;
       if (mine) mine[e] = r;
-      if (slot) slot[e] = r;
+      if constexpr (kLateStores)
+        late_vals[e] = r;
+      else if (slot)
+        slot[e] = r;
     }
+    if constexpr (kLateStores) late_slot = slot;
   }
   cp_async_wait_all();
   __syncthreads();
@@ -292,6 +301,12 @@ __global__ void __launch_bounds__(kThreads)
   // --- merge the cluster's splits ---------------------------------------------------
   // The barrier orders every block's shared-memory partial before any read.
   cluster.sync();
+  if constexpr (kLateStores) {
+    if (late_slot) {
+#pragma unroll
+      for (int e = 0; e < D; ++e) late_slot[e] = late_vals[e];
+    }
+  }
   for (int i = split * kThreads + tid; i < ng * HD; i += splits * kThreads) {
     const int g = i / HD, d = i % HD;
     // Every rank's (max, sum, output) loaded at once, then merged in rank order.
@@ -331,14 +346,21 @@ __global__ void __launch_bounds__(kThreads)
     }
     out[(t * a.num_heads + h) * HD + d] = from_f<T>(val);
   }
-  // No block leaves while another may still read its shared memory.
-  cluster.sync();
+  // No block leaves while another may still read its shared memory. The
+  // reads above have returned (their values are stored): with kLateStores
+  // the arrival orders nothing else, so it is relaxed (no fence).
+  if constexpr (kLateStores) {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
+                 "barrier.cluster.wait.aligned;" ::: "memory");
+  } else {
+    cluster.sync();
+  }
 }
 
-template <typename T, int HD>
+template <typename T, int HD, bool kLateStores>
 cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl, bool max_carveout,
                            const AttentionShape& a, const DecodeAttentionIo& io) {
-  auto kern = attention_decode_cluster_kernel<T, HD>;
+  auto kern = attention_decode_cluster_kernel<T, HD, kLateStores>;
   constexpr size_t smem = smem_bytes<T, HD>();
   if constexpr (smem > 48 * 1024) {
     static const cudaError_t opted =
@@ -392,7 +414,7 @@ size_t attention_decode_cluster_room() {
 
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const DecodeAttentionIo& io, int splits, bool pdl,
-                                       bool max_carveout) {
+                                       bool max_carveout, bool late_stores) {
   const int64_t tokens = io.tokens;
   if (tokens == 0) return Status::ok();
   if (splits < 1 || splits > kMaxCluster ||
@@ -407,12 +429,19 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
   const bool ok = dispatch_float(io.act, [&](auto ta) {
     using T = decltype(ta);
     if constexpr (!std::is_same_v<T, float>) {
-      if (a.head_dim == 64)
-        e = launch_cluster<T, 64>(grid, splits, s, pdl, max_carveout, a, io);
-      else if (a.head_dim == 128)
-        e = launch_cluster<T, 128>(grid, splits, s, pdl, max_carveout, a, io);
+      auto go = [&](auto late) {
+        constexpr bool L = decltype(late)::value;
+        if (a.head_dim == 64)
+          e = launch_cluster<T, 64, L>(grid, splits, s, pdl, max_carveout, a, io);
+        else if (a.head_dim == 128)
+          e = launch_cluster<T, 128, L>(grid, splits, s, pdl, max_carveout, a, io);
+        else
+          e = launch_cluster<T, 256, L>(grid, splits, s, pdl, max_carveout, a, io);
+      };
+      if (late_stores)
+        go(std::true_type{});
       else
-        e = launch_cluster<T, 256>(grid, splits, s, pdl, max_carveout, a, io);
+        go(std::false_type{});
     }
   });
   if (!ok) return bad_dtype("cluster decode attention", io.act);
