@@ -116,8 +116,7 @@ for spec in ${NCU_SOURCE:-}; do
     > "$OUT/src-$tag-details.txt" 2>&1
   grep -E "^  [a-zA-Z_].*\(|Duration|Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy" \
     "$OUT/src-$tag-details.txt" | head -40 | tee -a "$T"
-  [ -f "$ROOT/scripts/ncu_source_summary.py" ] &&
-    python3 "$ROOT/scripts/ncu_source_summary.py" "$OUT/src-$tag-sass.csv" 2>&1 | head -260 | tee -a "$T"
+  python3 "$ROOT/scripts/ncu_source_summary.py" "$OUT/src-$tag-sass.csv" 2>&1 | head -260 | tee -a "$T"
   xz -T0 -f "$OUT/src-$tag-sass.csv"
   rm -f "$OUT/src-$tag.ncu-rep"
 done

@@ -228,6 +228,9 @@ class RoutedMoe final : public Provider {
     const bool route_in_router = fuse_router && fuse_route && st.moe_route_in_router &&
                                  st.moe_route_counter &&
                                  moe_norm_router_route_supported(t, H, E, K);
+    // The fused decode experts read the tile table, not the offsets: the
+    // one-warp routing (up to 32 pairs, in either launch) skips them.
+    int32_t* route_offsets = fuse_experts && tk <= 32 ? nullptr : offsets;
     if (fuse_router) {
       MoeRouteSortArgs route;
       route.top_k = K;
@@ -235,7 +238,7 @@ class RoutedMoe final : public Provider {
       route.row_tile = row_tile;
       route.ids = ids;
       route.weights = weights;
-      route.offsets = offsets;
+      route.offsets = route_offsets;
       route.slot_of = slot_of;
       route.row_pair = row_pair;
       route.tiles = tiles;
@@ -256,11 +259,8 @@ class RoutedMoe final : public Provider {
     if (route_in_router) {
       // done by the router's launch
     } else if (fuse_route) {
-      // The fused decode experts read the tile table, not the offsets: the
-      // one-warp sort (up to 32 pairs) skips them.
-      int32_t* offs = fuse_experts && tk <= 32 ? nullptr : offsets;
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
-                                                    ids, weights, row_tile, offs, slot_of,
+                                                    ids, weights, row_tile, route_offsets, slot_of,
                                                     row_pair, tiles, tile_count));
     } else {
       FERRITE_RETURN_IF_ERROR(

@@ -61,7 +61,7 @@ struct MoeRouteSortArgs {
   int row_tile = 0;
   int32_t* ids = nullptr;
   float* weights = nullptr;
-  int32_t* offsets = nullptr;
+  int32_t* offsets = nullptr;  // may be null: left unwritten (the tile table's readers)
   int32_t* slot_of = nullptr;
   int32_t* row_pair = nullptr;
   int32_t* tiles = nullptr;
