@@ -251,7 +251,12 @@ namespace ferrite {
     "with FERRITE_CUDA_GRAPHS=0)")                                                                \
   X(int64_t, ncu_decode_step, "FERRITE_NCU_DECODE_STEP", 0,                                       \
     "CUDA: the K-th graph replay runs inside a profiler range, for `ncu --profile-from-start "    \
-    "off` (0: none)")
+    "off` (0: none)")                                                                             \
+  X(int64_t, cuda_cluster_trace, "FERRITE_CUDA_CLUSTER_TRACE", 0,                                 \
+    "CUDA, a diagnostic: every block of the cluster decode attention records when it reached "   \
+    "each phase (ClusterTraceRecord, kernels/attention_decode.cuh) in a ring of this many "       \
+    "records (rounded up to a power of two; 0: off), printed to stderr as `cluster_trace,...` "  \
+    "lines when the backend closes (scripts/cluster_trace_summary.py reads them)")
 
 struct Tuning {
 #define FERRITE_TUNING_FIELD(type, field, env, def, doc) type field = def;

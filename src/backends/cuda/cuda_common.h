@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "backends/cuda/kernels/attention_decode.cuh"
 #include "backends/cuda/kernels/quant_mmq.cuh"
 #include "base/status.h"
 #include "runtime/provider.h"
@@ -75,6 +76,9 @@ struct BackendState {
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
   bool decode_cluster_late_stores = false;  // Tuning::cuda_decode_cluster_late_stores
+  // Tuning::cuda_cluster_trace: the cluster attention's ring of per-block
+  // stamps (open_cluster_trace in cuda_exec.cc); records null when off.
+  ClusterTrace cluster_trace;
   int64_t decode_colocate = 2;         // Tuning::cuda_decode_colocate (0-2)
   int64_t decode_colocate_min_mib = 8;  // Tuning::cuda_decode_colocate_min_mib
   // Set by the attention provider around its Q/K/V and output projections

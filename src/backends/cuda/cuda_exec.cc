@@ -13,6 +13,7 @@
 
 #include <cuda_profiler_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
@@ -48,6 +49,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     if (dev_) cudaFree(dev_);
     if (uploaded_) cudaEventDestroy(uploaded_);
     if (st_.split_counters) cudaFree(st_.split_counters);
+    close_cluster_trace();
     gemm_shutdown(st_);
   }
 
@@ -94,12 +96,51 @@ class CudaExec final : public StepPreparer, public StepRunner {
     FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
     FERRITE_CUDA_RETURN(cudaMalloc(&st_.split_counters, kSplitCounters * sizeof(int32_t)));
     FERRITE_CUDA_RETURN(cudaMemset(st_.split_counters, 0, kSplitCounters * sizeof(int32_t)));
+    if (options_.cluster_trace > 0) FERRITE_RETURN_IF_ERROR(open_cluster_trace());
     const int64_t blocks = (options_.max_context + options_.page_size - 1) / options_.page_size + 1;
     return reserve(options_.max_tokens, options_.max_sequences,
                    options_.max_sequences * blocks);
   }
 
   BackendState& state() { return st_; }
+
+  // Tuning::cuda_cluster_trace: the ring lives in device memory (a block's
+  // record is a few stores at its end, never a round trip to the host that
+  // would delay the kernel's completion) and is printed when the context
+  // closes.
+  Status open_cluster_trace() {
+    uint32_t capacity = 1;
+    while (capacity < options_.cluster_trace && capacity < (1u << 24)) capacity <<= 1;
+    ClusterTrace& t = st_.cluster_trace;
+    FERRITE_CUDA_RETURN(cudaMalloc(&t.records, capacity * sizeof(ClusterTraceRecord)));
+    FERRITE_CUDA_RETURN(cudaMalloc(&t.next, sizeof(uint32_t)));
+    FERRITE_CUDA_RETURN(cudaMemset(t.next, 0, sizeof(uint32_t)));
+    t.capacity = capacity;
+    return Status::ok();
+  }
+  void close_cluster_trace() {
+    ClusterTrace& t = st_.cluster_trace;
+    if (!t.records) return;
+    uint32_t taken = 0;
+    std::vector<ClusterTraceRecord> r(t.capacity);
+    if (cudaMemcpy(&taken, t.next, sizeof(taken), cudaMemcpyDeviceToHost) == cudaSuccess &&
+        cudaMemcpy(r.data(), t.records, r.size() * sizeof(ClusterTraceRecord),
+                   cudaMemcpyDeviceToHost) == cudaSuccess) {
+      const uint32_t n = std::min(taken, t.capacity);
+      fmt::print(stderr,
+                 "cluster_trace,global_start,global_end,c0,c1,c2,c3,c4,c5,c6,c7,c8,block,blocks,"
+                 "smid ({} records of {} taken)\n",
+                 n, taken);
+      for (uint32_t i = 0; i < n; ++i) {
+        const ClusterTraceRecord& x = r[i];
+        fmt::print(stderr, "cluster_trace,{},{},{},{},{},{}\n", x.global_start, x.global_end,
+                   fmt::join(x.clock, ","), x.block, x.blocks, x.smid);
+      }
+    }
+    cudaFree(t.records);
+    cudaFree(t.next);
+    t = {};
+  }
   CudaGraphStats stats() const { return stats_; }
   void set_graphs(bool on) { graphs_ = on; }
   void invalidate_graphs() { drop_graphs(); }

@@ -95,9 +95,34 @@ constexpr int64_t kAttentionClusterMaxPositions = 512;
 // for those global stores, and the last barrier (which only keeps every
 // block's shared memory alive for the others' reads) arrives relaxed, with
 // no memory fence; the same values.
+//
+// `trace` (Tuning::cuda_cluster_trace; null: off): every block leaves one
+// ClusterTraceRecord, its phases' SM clocks, in a ring of mapped host
+// memory (a diagnostic: where the kernel's time goes inside a real decode
+// step, beside the kernels PDL overlaps it with).
+struct ClusterTraceRecord {
+  uint64_t global_start;  // %globaltimer (ns) at the block's start
+  uint64_t global_end;    // and after its last barrier
+  // clock64() - its value at the start, at: 0 the PDL wait's call (the
+  // prologue issued), 1 its return, 2 the token's rows done, 3 the cached
+  // rows in shared memory (after __syncthreads), 4 the softmax, 5 P x V,
+  // 6 after the first cluster barrier, 7 the merge's outputs stored, 8 the
+  // last barrier's return.
+  uint32_t clock[9];
+  uint32_t block;  // blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)
+  uint32_t blocks;  // gridDim.x * gridDim.y * gridDim.z
+  uint32_t smid;
+  uint32_t pad[2];
+};
+struct ClusterTrace {
+  ClusterTraceRecord* records = nullptr;  // device view of `capacity` records
+  uint32_t* next = nullptr;               // the records taken so far (ring index)
+  uint32_t capacity = 0;                  // a power of two
+};
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const DecodeAttentionIo& io, int splits, bool pdl,
-                                       bool max_carveout = false, bool late_stores = false);
+                                       bool max_carveout = false, bool late_stores = false,
+                                       const ClusterTrace& trace = {});
 // The shared memory an SM must have free for one block of the cluster
 // kernel with head_dim up to 128 (its dynamic shared memory and the
 // runtime's reserve a block).

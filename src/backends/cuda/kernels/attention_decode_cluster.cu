@@ -79,11 +79,47 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
 
+// ClusterTrace's stamps (thread 0 of each block, only when tracing).
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+struct BlockStamps {
+  bool on;
+  uint64_t global_start;
+  long long start;
+  uint32_t clock[9];
+  __device__ __forceinline__ explicit BlockStamps(bool tracing) : on(tracing) {
+    if (on) {
+      global_start = global_ns();
+      start = clock64();
+    }
+  }
+  __device__ __forceinline__ void mark(int i) {
+    if (on) clock[i] = static_cast<uint32_t>(clock64() - start);
+  }
+  __device__ __forceinline__ void write(const ClusterTrace& trace) {
+    if (!on) return;
+    mark(8);
+    ClusterTraceRecord r;
+    r.global_start = global_start;
+    r.global_end = global_ns();
+#pragma unroll
+    for (int i = 0; i < 9; ++i) r.clock[i] = clock[i];
+    r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    r.blocks = gridDim.x * gridDim.y * gridDim.z;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r.smid));
+    r.pad[0] = r.pad[1] = 0;
+    trace.records[atomicAdd(trace.next, 1u) & (trace.capacity - 1)] = r;
+  }
+};
+
 template <typename T, int HD, bool kLateStores>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                     const T* k, const T* v, DecodeWeights wts, T* k_cache,
-                                    T* v_cache, T* out) {
+                                    T* v_cache, T* out, ClusterTrace trace) {
   constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
   constexpr int RS = row_elems<HD>();  // shared row stride (elements)
   constexpr int CH = HD * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
@@ -109,6 +145,7 @@ __global__ void __launch_bounds__(kThreads)
   const int h0 = kvh * group + g0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nkv = a.num_kv_heads;
+  BlockStamps stamps(trace.records != nullptr && tid == 0);
 
   // --- before the wait: step metadata, the cached K/V rows, RoPE's angles -------
   const int32_t seq = meta.token_seq[t];
@@ -156,7 +193,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   pdl_launch_dependents();
+  stamps.mark(0);
   pdl_wait();
+  stamps.mark(1);
 
   // --- the token's q heads and new K / V ----------------------------------------
   // kLateStores: the K / V row's cache slot and values, stored after the
@@ -225,8 +264,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     if constexpr (kLateStores) late_slot = slot;
   }
+  stamps.mark(2);
   cp_async_wait_all();
   __syncthreads();
+  stamps.mark(3);
 
   // --- scores: a thread per (head, position), two warps a head -------------------
   const int sh = tid / kPos, sp = tid % kPos;
@@ -265,6 +306,7 @@ __global__ void __launch_bounds__(kThreads)
   const float wl = warp_sum(e);
   if (lane == 0) red_l[warp] = wl;
   __syncthreads();
+  stamps.mark(4);
   if (sp == 0 && sh < ng) {
     part_m[sh] = m;
     part_l[sh] = red_l[2 * sh] + red_l[2 * sh + 1];
@@ -300,7 +342,9 @@ __global__ void __launch_bounds__(kThreads)
 
   // --- merge the cluster's splits ---------------------------------------------------
   // The barrier orders every block's shared-memory partial before any read.
+  stamps.mark(5);
   cluster.sync();
+  stamps.mark(6);
   if constexpr (kLateStores) {
     if (late_slot) {
 #pragma unroll
@@ -346,6 +390,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     out[(t * a.num_heads + h) * HD + d] = from_f<T>(val);
   }
+  stamps.mark(7);
   // No block leaves while another may still read its shared memory. The
   // reads above have returned (their values are stored): with kLateStores
   // the arrival orders nothing else, so it is relaxed (no fence).
@@ -355,11 +400,13 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     cluster.sync();
   }
+  stamps.write(trace);
 }
 
 template <typename T, int HD, bool kLateStores>
 cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl, bool max_carveout,
-                           const AttentionShape& a, const DecodeAttentionIo& io) {
+                           const AttentionShape& a, const DecodeAttentionIo& io,
+                           const ClusterTrace& trace) {
   auto kern = attention_decode_cluster_kernel<T, HD, kLateStores>;
   constexpr size_t smem = smem_bytes<T, HD>();
   if constexpr (smem > 48 * 1024) {
@@ -394,7 +441,7 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl, bool
   return cudaLaunchKernelEx(&cfg, kern, a, io.meta, io.page_size, static_cast<T*>(io.q),
                             static_cast<const T*>(io.k), static_cast<const T*>(io.v),
                             decode_weights(io), static_cast<T*>(io.k_cache),
-                            static_cast<T*>(io.v_cache), static_cast<T*>(io.out));
+                            static_cast<T*>(io.v_cache), static_cast<T*>(io.out), trace);
 }
 
 }  // namespace
@@ -414,7 +461,8 @@ size_t attention_decode_cluster_room() {
 
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const DecodeAttentionIo& io, int splits, bool pdl,
-                                       bool max_carveout, bool late_stores) {
+                                       bool max_carveout, bool late_stores,
+                                       const ClusterTrace& trace) {
   const int64_t tokens = io.tokens;
   if (tokens == 0) return Status::ok();
   if (splits < 1 || splits > kMaxCluster ||
@@ -432,11 +480,11 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
       auto go = [&](auto late) {
         constexpr bool L = decltype(late)::value;
         if (a.head_dim == 64)
-          e = launch_cluster<T, 64, L>(grid, splits, s, pdl, max_carveout, a, io);
+          e = launch_cluster<T, 64, L>(grid, splits, s, pdl, max_carveout, a, io, trace);
         else if (a.head_dim == 128)
-          e = launch_cluster<T, 128, L>(grid, splits, s, pdl, max_carveout, a, io);
+          e = launch_cluster<T, 128, L>(grid, splits, s, pdl, max_carveout, a, io, trace);
         else
-          e = launch_cluster<T, 256, L>(grid, splits, s, pdl, max_carveout, a, io);
+          e = launch_cluster<T, 256, L>(grid, splits, s, pdl, max_carveout, a, io, trace);
       };
       if (late_stores)
         go(std::true_type{});
