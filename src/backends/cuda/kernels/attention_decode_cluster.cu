@@ -49,13 +49,15 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPos = 64;         // positions a block (= a split) at most
 constexpr int kMaxCluster = 8;   // splits a (token, KV head, part): a portable cluster
 constexpr int kMaxHeads = 4;     // query heads a block (fused_decode_parts)
+constexpr int kStampSlots = 11;  // ClusterTrace: the global start, the clock's start, 9 phases
 static_assert(kMaxCluster * kPos == kAttentionClusterMaxPositions, "the header's bound");
 
 // Shared memory of a block: K and V rows [2][kPos][HD + 8] (T; 16 bytes of
 // padding a row: row r starts 4 banks after row r - 1), then floats: q
 // [kMaxHeads][HD] (roped, rounded, scaled), P [kMaxHeads][kPos], the
 // warps' max and sum [2][kWarps], and the block's partial for the cluster:
-// max [kMaxHeads], sum [kMaxHeads], output [kMaxHeads][HD].
+// max [kMaxHeads], sum [kMaxHeads], output [kMaxHeads][HD]; then
+// kStampSlots 64-bit words (BlockStamps).
 template <int HD>
 constexpr int row_elems() {
   return HD + 8;
@@ -65,10 +67,13 @@ constexpr size_t kv_bytes() {
   return sizeof(T) * 2 * kPos * row_elems<HD>();
 }
 template <typename T, int HD>
-constexpr size_t smem_bytes() {
-  return kv_bytes<T, HD>() +
-         sizeof(float) * (kMaxHeads * HD + kMaxHeads * kPos + 2 * kWarps + 2 * kMaxHeads +
+constexpr size_t floats_bytes() {
+  return sizeof(float) * (kMaxHeads * HD + kMaxHeads * kPos + 2 * kWarps + 2 * kMaxHeads +
                           kMaxHeads * HD);
+}
+template <typename T, int HD>
+constexpr size_t smem_bytes() {
+  return kv_bytes<T, HD>() + floats_bytes<T, HD>() + sizeof(uint64_t) * kStampSlots;
 }
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -79,34 +84,36 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
 
-// ClusterTrace's stamps (thread 0 of each block, only when tracing).
+// ClusterTrace's stamps: thread 0 of each block keeps them in shared memory
+// (kStampSlots words at the end of the block's), not in registers: the
+// kernel's registers, hence its room beside a GEMV block
+// (attention_decode_cluster_room), stay the same with or without a trace.
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 struct BlockStamps {
-  bool on;
-  uint64_t global_start;
-  long long start;
-  uint32_t clock[9];
-  __device__ __forceinline__ explicit BlockStamps(bool tracing) : on(tracing) {
-    if (on) {
-      global_start = global_ns();
-      start = clock64();
+  const ClusterTrace& trace;
+  uint64_t* slots;  // shared memory
+  __device__ __forceinline__ bool on() const { return trace.records && threadIdx.x == 0; }
+  __device__ __forceinline__ void begin() {
+    if (on()) {
+      slots[0] = global_ns();
+      slots[1] = clock64();
     }
   }
   __device__ __forceinline__ void mark(int i) {
-    if (on) clock[i] = static_cast<uint32_t>(clock64() - start);
+    if (on()) slots[2 + i] = clock64();
   }
-  __device__ __forceinline__ void write(const ClusterTrace& trace) {
-    if (!on) return;
+  __device__ __forceinline__ void write() {
+    if (!on()) return;
     mark(8);
     ClusterTraceRecord r;
-    r.global_start = global_start;
     r.global_end = global_ns();
+    r.global_start = slots[0];
 #pragma unroll
-    for (int i = 0; i < 9; ++i) r.clock[i] = clock[i];
+    for (int i = 0; i < 9; ++i) r.clock[i] = static_cast<uint32_t>(slots[2 + i] - slots[1]);
     r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     r.blocks = gridDim.x * gridDim.y * gridDim.z;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(r.smid));
@@ -145,7 +152,9 @@ __global__ void __launch_bounds__(kThreads)
   const int h0 = kvh * group + g0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nkv = a.num_kv_heads;
-  BlockStamps stamps(trace.records != nullptr && tid == 0);
+  BlockStamps stamps{trace, reinterpret_cast<uint64_t*>(smem_raw + kv_bytes<T, HD>() +
+                                                        floats_bytes<T, HD>())};
+  stamps.begin();
 
   // --- before the wait: step metadata, the cached K/V rows, RoPE's angles -------
   const int32_t seq = meta.token_seq[t];
@@ -400,7 +409,7 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     cluster.sync();
   }
-  stamps.write(trace);
+  stamps.write();
 }
 
 template <typename T, int HD, bool kLateStores>
