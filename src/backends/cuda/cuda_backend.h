@@ -63,7 +63,7 @@ struct CudaExecOptions {
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster
-  bool decode_cluster_late_stores = false;  // Tuning::cuda_decode_cluster_late_stores
+  bool decode_cluster_late_stores = true;  // Tuning::cuda_decode_cluster_late_stores
   int64_t cluster_trace = 0;             // Tuning::cuda_cluster_trace (records; 0: off)
   int64_t decode_colocate = 2;           // Tuning::cuda_decode_colocate (0-2)
   int64_t decode_colocate_min_mib = 8;   // Tuning::cuda_decode_colocate_min_mib
