@@ -28,7 +28,11 @@ PHASES = [
     "first cluster barrier",
     "merge stored",
     "last cluster barrier",
+    "page ids at hand / first copy issued",
+    "every K/V copy issued",
 ]
+# The phases in the order a block passes them.
+ORDER = [9, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def read(path):
@@ -38,11 +42,11 @@ def read(path):
             if not line.startswith("cluster_trace,"):
                 continue
             fields = line.strip().split(",")[1:]
-            if len(fields) != 14 or not fields[0].isdigit():
+            if len(fields) != 16 or not fields[0].isdigit():
                 continue  # the header line
             v = [int(x) for x in fields]
-            records.append({"start": v[0], "end": v[1], "clock": v[2:11], "block": v[11],
-                            "blocks": v[12], "smid": v[13]})
+            records.append({"start": v[0], "end": v[1], "clock": v[2:13], "block": v[13],
+                            "blocks": v[14], "smid": v[15]})
     return records
 
 
@@ -92,7 +96,8 @@ def main():
                 last[i].append(max(a[i] for a in at) - w)
             for r in l:
                 prev = 0
-                for i, c in enumerate(r["clock"]):
+                for i in ORDER:
+                    c = r["clock"][i]
                     in_phase[i].append((c - prev) * ns_per_clock)
                     prev = c
         med = lambda xs: statistics.median(xs) / 1000.0
@@ -100,7 +105,8 @@ def main():
         print(f"  blocks start: first {med(starts_first):+.2f}, last {med(starts_last):+.2f}; "
               f"last block ends {med(ends):+.2f}")
         print(f"  {'phase':<36} {'first':>8} {'last':>8} {'a block in it':>14}")
-        for i, name in enumerate(PHASES):
+        for i in ORDER:
+            name = PHASES[i]
             print(f"  {name:<36} {med(first[i]):>+8.2f} {med(last[i]):>+8.2f} "
                   f"{med(in_phase[i]):>14.2f}")
 

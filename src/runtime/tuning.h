@@ -171,6 +171,13 @@ namespace ferrite {
     "samples on Qwen3-30B-A3B b1); the same values. H100, b1 tokens/s (0 / 1, two runs each): "  \
     "Qwen3-30B-A3B Q4_K_M 348.4, 348.5 / 351.6, 351.3; Qwen3-8B Q4_K_M 398.6, 399.5 / 401.9, "   \
     "403.1 (b8 +0.2-0.5 %). Its last barrier 1.03 -> 0.55 us a block (FERRITE_CUDA_CLUSTER_TRACE)")\
+  X(bool, cuda_decode_cluster_staged_pages, "FERRITE_CUDA_DECODE_CLUSTER_STAGED_PAGES", false,  \
+    "CUDA: before its wait the cluster decode attention loads the page ids of a block's "        \
+    "positions at once into shared memory, then issues the K/V copies from them, instead of two " \
+    "dependent global loads before every copy (FERRITE_CUDA_CLUSTER_TRACE, H100 b1: the "        \
+    "prologue takes ~6 us a block; on Qwen3-30B-A3B Q4_K_M the attention starts only ~1 us "     \
+    "before the Q/K/V projection's end, so its wait returns ~5 us after that end); the same "    \
+    "values. Not yet measured")                                                                  \
   X(int64_t, cuda_decode_mma_tokens, "FERRITE_CUDA_DECODE_MMA_TOKENS", 9,                       \
     "CUDA: decode steps of at least this many tokens (that the cluster kernel does not take) "   \
     "run the tensor-core decode attention (kernels/attention_decode_mma.cu: a KV head's query "  \

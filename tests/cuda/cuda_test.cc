@@ -1009,7 +1009,13 @@ std::string decode_case_name(const testing::TestParamInfo<DecodeKernelCase>& inf
 // The kernel compared with the fused one: the cluster kernel, or the
 // tensor-core kernel (launch_attention_decode_mma) in one split or in a
 // split per 64 positions (merged by the combine launch).
-enum class DecodeCandidate { kCluster, kClusterLateStores, kMmaOneSplit, kMmaSplits };
+enum class DecodeCandidate {
+  kCluster,
+  kClusterLateStores,
+  kClusterStagedPages,
+  kMmaOneSplit,
+  kMmaSplits
+};
 
 void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   const int hd = dc.head_dim, nkv = 2, nh = nkv * dc.group, ps = dc.page_size;
@@ -1084,7 +1090,8 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   ASSERT_TRUE(cuda::attention_decode_fused_supported(a, act));
   const int csplits = cuda::attention_decode_cluster_splits(a, act, tokens, dc.bound);
   const bool cluster =
-      cand == DecodeCandidate::kCluster || cand == DecodeCandidate::kClusterLateStores;
+      cand == DecodeCandidate::kCluster || cand == DecodeCandidate::kClusterLateStores ||
+      cand == DecodeCandidate::kClusterStagedPages;
   if (cluster) {
     ASSERT_EQ(csplits, (dc.bound + 63) / 64);
   } else {
@@ -1151,9 +1158,11 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
                                                   /*pdl=*/false, /*scatter=*/false);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   if (cluster) {
+    // The staged pages with the late stores: the default's combination.
     st = cuda::launch_attention_decode_cluster(
-        nullptr, a, io[1], csplits, /*pdl=*/false, /*max_carveout=*/false,
-        /*late_stores=*/cand == DecodeCandidate::kClusterLateStores);
+        nullptr, a, io[1], csplits, /*pdl=*/false,
+        {.late_stores = cand != DecodeCandidate::kCluster,
+         .staged_pages = cand == DecodeCandidate::kClusterStagedPages});
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
@@ -1217,6 +1226,11 @@ TEST_P(CudaDecodeKernelTest, ClusterMatchesFused) {
 TEST_P(CudaDecodeKernelTest, ClusterLateStoresMatchesFused) {
   SKIP_WITHOUT_GPU();
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterLateStores);
+}
+
+TEST_P(CudaDecodeKernelTest, ClusterStagedPagesMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterStagedPages);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -192,9 +192,10 @@ class CausalPagedAttention final : public Provider {
       if (csplits > 0) {
         FERRITE_RETURN_IF_ERROR(
             launch_attention_decode_cluster(st.stream, a, io, csplits, /*pdl=*/true,
-                                            /*max_carveout=*/st.decode_colocate >= 1,
-                                            st.decode_cluster_late_stores,
-                                            st.cluster_trace));
+                                            {.max_carveout = st.decode_colocate >= 1,
+                                             .late_stores = st.decode_cluster_late_stores,
+                                             .staged_pages = st.decode_cluster_staged_pages,
+                                             .trace = st.cluster_trace}));
         profile_mark(st.stream, "attention.o_proj", st.capturing);
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,
                     b[kHidden].data, act, true, nullptr, DType::kF32, o_perm);

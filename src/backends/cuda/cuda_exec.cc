@@ -78,6 +78,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.decode_cluster = options_.decode_cluster;
     st_.decode_cluster_late_stores = options_.decode_cluster_late_stores;
+    st_.decode_cluster_staged_pages = options_.decode_cluster_staged_pages;
     st_.decode_colocate = options_.decode_colocate;
     st_.decode_colocate_min_mib = options_.decode_colocate_min_mib;
     st_.decode_mma_tokens = options_.decode_mma_tokens;
@@ -128,7 +129,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
                    cudaMemcpyDeviceToHost) == cudaSuccess) {
       const uint32_t n = std::min(taken, t.capacity);
       fmt::print(stderr,
-                 "cluster_trace,global_start,global_end,c0,c1,c2,c3,c4,c5,c6,c7,c8,block,blocks,"
+                 "cluster_trace,global_start,global_end,c0,c1,c2,c3,c4,c5,c6,c7,c8,c9,c10,block,blocks,"
                  "smid ({} records of {} taken)\n",
                  n, taken);
       for (uint32_t i = 0; i < n; ++i) {

@@ -86,18 +86,8 @@ int attention_decode_cluster_splits(const AttentionShape& a, DType act, int64_t 
                                     int64_t kv_len_bound);
 // The longest length bound the cluster kernel takes (8 splits of 64).
 constexpr int64_t kAttentionClusterMaxPositions = 512;
-// max_carveout: the kernel prefers the largest shared-memory carveout (the
-// bulk-copy GEMVs' configuration), so that its blocks may start on SMs
-// still running theirs (Tuning::cuda_decode_colocate). late_stores
-// (Tuning::cuda_decode_cluster_late_stores): the token's K / V rows reach the
-// cache after the first cluster barrier instead of before it (nothing in the
-// launch reads them from there), so that barrier's release no longer waits
-// for those global stores, and the last barrier (which only keeps every
-// block's shared memory alive for the others' reads) arrives relaxed, with
-// no memory fence; the same values.
-//
-// `trace` (Tuning::cuda_cluster_trace; null: off): every block leaves one
-// ClusterTraceRecord, its phases' SM clocks, in a ring of mapped host
+// ClusterTrace (Tuning::cuda_cluster_trace; records null: off): every block
+// leaves one ClusterTraceRecord, its phases' SM clocks, in a ring in device
 // memory (a diagnostic: where the kernel's time goes inside a real decode
 // step, beside the kernels PDL overlaps it with).
 struct ClusterTraceRecord {
@@ -107,22 +97,42 @@ struct ClusterTraceRecord {
   // prologue issued), 1 its return, 2 the token's rows done, 3 the cached
   // rows in shared memory (after __syncthreads), 4 the softmax, 5 P x V,
   // 6 after the first cluster barrier, 7 the merge's outputs stored, 8 the
-  // last barrier's return.
-  uint32_t clock[9];
-  uint32_t block;  // blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)
+  // last barrier's return; in the prologue, 9 the page ids at hand (staged
+  // pages: in shared memory; else the first copy issued), 10 every copy
+  // issued.
+  uint32_t clock[11];
+  uint32_t block;   // blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)
   uint32_t blocks;  // gridDim.x * gridDim.y * gridDim.z
   uint32_t smid;
-  uint32_t pad[2];
 };
 struct ClusterTrace {
-  ClusterTraceRecord* records = nullptr;  // device view of `capacity` records
+  ClusterTraceRecord* records = nullptr;  // device memory, `capacity` records
   uint32_t* next = nullptr;               // the records taken so far (ring index)
   uint32_t capacity = 0;                  // a power of two
 };
+struct ClusterAttentionOptions {
+  // The kernel prefers the largest shared-memory carveout (the bulk-copy
+  // GEMVs' configuration), so that its blocks may start on SMs still
+  // running theirs (Tuning::cuda_decode_colocate).
+  bool max_carveout = false;
+  // Tuning::cuda_decode_cluster_late_stores: the token's K / V rows reach
+  // the cache after the first cluster barrier instead of before it (nothing
+  // in the launch reads them from there), so that barrier's release no
+  // longer waits for those global stores, and the last barrier (which only
+  // keeps every block's shared memory alive for the others' reads) arrives
+  // relaxed, with no memory fence; the same values.
+  bool late_stores = false;
+  // Tuning::cuda_decode_cluster_staged_pages: before the wait, a block loads
+  // the page ids of its positions at once (a thread a page) into shared
+  // memory, then issues its K/V copies from them, instead of two dependent
+  // global loads (sequence's table offset, page id) before every copy; the
+  // same values.
+  bool staged_pages = false;
+  ClusterTrace trace;
+};
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const DecodeAttentionIo& io, int splits, bool pdl,
-                                       bool max_carveout = false, bool late_stores = false,
-                                       const ClusterTrace& trace = {});
+                                       const ClusterAttentionOptions& options = {});
 // The shared memory an SM must have free for one block of the cluster
 // kernel with head_dim up to 128 (its dynamic shared memory and the
 // runtime's reserve a block).

@@ -49,7 +49,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPos = 64;         // positions a block (= a split) at most
 constexpr int kMaxCluster = 8;   // splits a (token, KV head, part): a portable cluster
 constexpr int kMaxHeads = 4;     // query heads a block (fused_decode_parts)
-constexpr int kStampSlots = 11;  // ClusterTrace: the global start, the clock's start, 9 phases
+constexpr int kStampSlots = 13;  // ClusterTrace: the global start, the clock's start, 11 phases
 static_assert(kMaxCluster * kPos == kAttentionClusterMaxPositions, "the header's bound");
 
 // Shared memory of a block: K and V rows [2][kPos][HD + 8] (T; 16 bytes of
@@ -113,11 +113,10 @@ struct BlockStamps {
     r.global_end = global_ns();
     r.global_start = slots[0];
 #pragma unroll
-    for (int i = 0; i < 9; ++i) r.clock[i] = static_cast<uint32_t>(slots[2 + i] - slots[1]);
+    for (int i = 0; i < 11; ++i) r.clock[i] = static_cast<uint32_t>(slots[2 + i] - slots[1]);
     r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     r.blocks = gridDim.x * gridDim.y * gridDim.z;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(r.smid));
-    r.pad[0] = r.pad[1] = 0;
     trace.records[atomicAdd(trace.next, 1u) & (trace.capacity - 1)] = r;
   }
 };
@@ -126,7 +125,7 @@ template <typename T, int HD, bool kLateStores>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                     const T* k, const T* v, DecodeWeights wts, T* k_cache,
-                                    T* v_cache, T* out, ClusterTrace trace) {
+                                    T* v_cache, T* out, bool staged_pages, ClusterTrace trace) {
   constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
   constexpr int RS = row_elems<HD>();  // shared row stride (elements)
   constexpr int CH = HD * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
@@ -165,15 +164,40 @@ __global__ void __launch_bounds__(kThreads)
   const int per = min(kPos, (len + splits - 1) / splits);
   const int p0 = min(len, split * per), p1 = min(len, p0 + per);
   const int np = p1 - p0;
-  for (int i = tid; i < np * 2 * CH; i += kThreads) {
-    const int r = i / CH, ch = i - r * CH;
-    const int pi = r >> 1, isv = r & 1;
-    const int p = p0 + pi;
-    if (p == pos) continue;  // the token's own row: written below
-    const T* src = (isv ? v_cache : k_cache) +
-                   paged_kv_offset(meta, seq, p, page_size, nkv, HD, kvh) + ch * (16 / sizeof(T));
-    cp_async16(kv_s + (isv * kPos + pi) * RS + ch * (16 / sizeof(T)), src);
+  if (staged_pages) {
+    // The page ids of [p0, p1) at once, a thread a page, into P's shared
+    // memory (unused until after the wait): each copy's address is then a
+    // shared read, not the two dependent global loads of paged_kv_offset,
+    // which every cp.async (a memory clobber) makes the compiler reissue.
+    int32_t* page_s = reinterpret_cast<int32_t*>(p_s);
+    const int first = p0 / page_size;
+    const int pages = np > 0 ? (p1 - 1) / page_size - first + 1 : 0;
+    if (tid < pages) page_s[tid] = meta.block_tables[meta.seq_block_off[seq] + first + tid];
+    __syncthreads();
+    stamps.mark(9);
+    for (int i = tid; i < np * 2 * CH; i += kThreads) {
+      const int r = i / CH, ch = i - r * CH;
+      const int pi = r >> 1, isv = r & 1;
+      const int p = p0 + pi;
+      if (p == pos) continue;  // the token's own row: written below
+      const int64_t slot = static_cast<int64_t>(page_s[p / page_size - first]) * page_size +
+                           p % page_size;
+      const T* src = (isv ? v_cache : k_cache) + (slot * nkv + kvh) * HD + ch * (16 / sizeof(T));
+      cp_async16(kv_s + (isv * kPos + pi) * RS + ch * (16 / sizeof(T)), src);
+    }
+  } else {
+    for (int i = tid; i < np * 2 * CH; i += kThreads) {
+      const int r = i / CH, ch = i - r * CH;
+      const int pi = r >> 1, isv = r & 1;
+      const int p = p0 + pi;
+      if (p == pos) continue;  // the token's own row: written below
+      const T* src = (isv ? v_cache : k_cache) +
+                     paged_kv_offset(meta, seq, p, page_size, nkv, HD, kvh) + ch * (16 / sizeof(T));
+      cp_async16(kv_s + (isv * kPos + pi) * RS + ch * (16 / sizeof(T)), src);
+      if (i == tid) stamps.mark(9);
+    }
   }
+  stamps.mark(10);
 
   // Warp i < ng: q head h0 + i; warp ng: K; warp ng + 1: V (as the fused
   // kernel's rows: bias, RMS norm for q / k, RoPE through shared memory).
@@ -413,9 +437,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int HD, bool kLateStores>
-cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl, bool max_carveout,
+cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
                            const AttentionShape& a, const DecodeAttentionIo& io,
-                           const ClusterTrace& trace) {
+                           const ClusterAttentionOptions& o) {
   auto kern = attention_decode_cluster_kernel<T, HD, kLateStores>;
   constexpr size_t smem = smem_bytes<T, HD>();
   if constexpr (smem > 48 * 1024) {
@@ -426,7 +450,7 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl, bool
   // The carveout preference is the kernel's, not the launch's: set it when
   // it changes (-1: the driver's choice, the default).
   static int carveout = -1;
-  const int want = max_carveout ? static_cast<int>(cudaSharedmemCarveoutMaxShared) : -1;
+  const int want = o.max_carveout ? static_cast<int>(cudaSharedmemCarveoutMaxShared) : -1;
   if (want != carveout) {
     const cudaError_t e =
         cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, want);
@@ -450,7 +474,8 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl, bool
   return cudaLaunchKernelEx(&cfg, kern, a, io.meta, io.page_size, static_cast<T*>(io.q),
                             static_cast<const T*>(io.k), static_cast<const T*>(io.v),
                             decode_weights(io), static_cast<T*>(io.k_cache),
-                            static_cast<T*>(io.v_cache), static_cast<T*>(io.out), trace);
+                            static_cast<T*>(io.v_cache), static_cast<T*>(io.out), o.staged_pages,
+                            o.trace);
 }
 
 }  // namespace
@@ -470,8 +495,7 @@ size_t attention_decode_cluster_room() {
 
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
                                        const DecodeAttentionIo& io, int splits, bool pdl,
-                                       bool max_carveout, bool late_stores,
-                                       const ClusterTrace& trace) {
+                                       const ClusterAttentionOptions& options) {
   const int64_t tokens = io.tokens;
   if (tokens == 0) return Status::ok();
   if (splits < 1 || splits > kMaxCluster ||
@@ -489,13 +513,13 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
       auto go = [&](auto late) {
         constexpr bool L = decltype(late)::value;
         if (a.head_dim == 64)
-          e = launch_cluster<T, 64, L>(grid, splits, s, pdl, max_carveout, a, io, trace);
+          e = launch_cluster<T, 64, L>(grid, splits, s, pdl, a, io, options);
         else if (a.head_dim == 128)
-          e = launch_cluster<T, 128, L>(grid, splits, s, pdl, max_carveout, a, io, trace);
+          e = launch_cluster<T, 128, L>(grid, splits, s, pdl, a, io, options);
         else
-          e = launch_cluster<T, 256, L>(grid, splits, s, pdl, max_carveout, a, io, trace);
+          e = launch_cluster<T, 256, L>(grid, splits, s, pdl, a, io, options);
       };
-      if (late_stores)
+      if (options.late_stores)
         go(std::true_type{});
       else
         go(std::false_type{});
