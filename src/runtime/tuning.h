@@ -174,7 +174,8 @@ namespace ferrite {
   X(bool, cuda_decode_cluster_staged_pages, "FERRITE_CUDA_DECODE_CLUSTER_STAGED_PAGES", false,  \
     "CUDA: before its wait the cluster decode attention loads the page ids of a block's "        \
     "positions at once into shared memory, then issues the K/V copies from them, instead of two " \
-    "dependent global loads before every copy (FERRITE_CUDA_CLUSTER_TRACE, H100 b1: the "        \
+    "dependent global loads before every copy, the table's start read from the token "          \
+    "(StepMeta::token_table) rather than through its sequence (FERRITE_CUDA_CLUSTER_TRACE, H100 b1: the " \
     "prologue takes ~6 us a block; on Qwen3-30B-A3B Q4_K_M the attention starts only ~1 us "     \
     "before the Q/K/V projection's end, so its wait returns ~5 us after that end); the same "    \
     "values. Not yet measured")                                                                  \

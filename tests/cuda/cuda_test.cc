@@ -1012,7 +1012,8 @@ std::string decode_case_name(const testing::TestParamInfo<DecodeKernelCase>& inf
 enum class DecodeCandidate {
   kCluster,
   kClusterLateStores,
-  kClusterStagedPages,
+  kClusterStagedPages,          // with StepMeta::token_table, as the engine's steps
+  kClusterStagedPagesNoTable,  // without: the table start through token_seq
   kMmaOneSplit,
   kMmaSplits
 };
@@ -1091,7 +1092,8 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   const int csplits = cuda::attention_decode_cluster_splits(a, act, tokens, dc.bound);
   const bool cluster =
       cand == DecodeCandidate::kCluster || cand == DecodeCandidate::kClusterLateStores ||
-      cand == DecodeCandidate::kClusterStagedPages;
+      cand == DecodeCandidate::kClusterStagedPages ||
+      cand == DecodeCandidate::kClusterStagedPagesNoTable;
   if (cluster) {
     ASSERT_EQ(csplits, (dc.bound + 63) / 64);
   } else {
@@ -1113,6 +1115,12 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   meta.seq_block_off = dev(seq_block_off);
   meta.block_tables = dev(tables);
   meta.kv_len_bound = dc.bound;
+  if (cand == DecodeCandidate::kClusterStagedPages) {
+    std::vector<int32_t> token_table(tokens);
+    for (int t = 0; t < tokens; ++t)
+      token_table[t] = seq_len[token_seq[t]] > 0 ? seq_block_off[token_seq[t]] : -1;
+    meta.token_table = dev(token_table);
+  }
   uint16_t* d_q = dev(q_h);
   const uint16_t* d_k = dev(k_h);
   const uint16_t* d_v = dev(v_h);
@@ -1162,7 +1170,8 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
     st = cuda::launch_attention_decode_cluster(
         nullptr, a, io[1], csplits, /*pdl=*/false,
         {.late_stores = cand != DecodeCandidate::kCluster,
-         .staged_pages = cand == DecodeCandidate::kClusterStagedPages});
+         .staged_pages = cand == DecodeCandidate::kClusterStagedPages ||
+                         cand == DecodeCandidate::kClusterStagedPagesNoTable});
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
@@ -1231,6 +1240,7 @@ TEST_P(CudaDecodeKernelTest, ClusterLateStoresMatchesFused) {
 TEST_P(CudaDecodeKernelTest, ClusterStagedPagesMatchesFused) {
   SKIP_WITHOUT_GPU();
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterStagedPages);
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterStagedPagesNoTable);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -236,9 +236,9 @@ class CudaExec final : public StepPreparer, public StepRunner {
     cap_tokens_ = std::max<int64_t>(tokens, cap_tokens_);
     cap_seqs_ = std::max<int64_t>(seqs, cap_seqs_);
     cap_blocks_ = std::max<int64_t>(blocks, cap_blocks_);
-    // tokens: position, sequence and two prefill-tile entries (a tile holds
+    // tokens: position, sequence, table start and two prefill-tile entries (a tile holds
     // at least one token); sequences: last row, length, slot, table offset.
-    const size_t bytes = 4 * static_cast<size_t>(4 * cap_tokens_ + 4 * cap_seqs_ + cap_blocks_ + 64);
+    const size_t bytes = 4 * static_cast<size_t>(5 * cap_tokens_ + 4 * cap_seqs_ + cap_blocks_ + 64);
     if (host_) cudaFreeHost(host_);
     if (dev_) cudaFree(dev_);
     host_ = nullptr;
@@ -258,7 +258,8 @@ class CudaExec final : public StepPreparer, public StepRunner {
     FERRITE_CUDA_RETURN(cudaEventSynchronize(uploaded_));  // the last upload has left host_
     int32_t* token_pos = host_;
     int32_t* token_seq = token_pos + tokens;
-    int32_t* seq_last = token_seq + tokens;
+    int32_t* token_table = token_seq + tokens;
+    int32_t* seq_last = token_table + tokens;
     int32_t* seq_len = seq_last + seqs;
     int32_t* seq_slot = seq_len + seqs;
     int32_t* seq_off = seq_slot + seqs;
@@ -270,6 +271,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
         for (int32_t j = 0; j < s.token_count; ++j) {
           token_pos[s.token_begin + j] = s.position_start + j;
           token_seq[s.token_begin + j] = static_cast<int32_t>(i);
+          token_table[s.token_begin + j] = off;
         }
         seq_last[i] = s.token_begin + s.token_count - 1;
         seq_len[i] = s.position_start + s.token_count;
@@ -280,6 +282,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
       } else {  // padding: one token of its own at row i, no positions
         token_pos[i] = 0;
         token_seq[i] = static_cast<int32_t>(i);
+        token_table[i] = -1;
         seq_last[i] = static_cast<int32_t>(i);
         seq_len[i] = 0;
         seq_slot[i] = -1;
@@ -306,6 +309,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     auto dev = [&](int32_t* p) { return dev_ + (p - host_); };
     st_.meta.token_pos = dev(token_pos);
     st_.meta.token_seq = dev(token_seq);
+    st_.meta.token_table = dev(token_table);
     st_.meta.seq_last_row = dev(seq_last);
     st_.meta.seq_len = dev(seq_len);
     st_.meta.seq_state_slot = dev(seq_slot);

@@ -34,6 +34,10 @@ inline Status check_launch(const char* what) {
 struct StepMeta {
   const int32_t* token_pos = nullptr;       // [tokens] absolute position
   const int32_t* token_seq = nullptr;       // [tokens] sequence index
+  // [tokens] the start of the token's sequence's block table
+  // (seq_block_off[token_seq]), -1 for a padding row: a page id one
+  // dependent load sooner (the cluster decode attention's staged pages).
+  const int32_t* token_table = nullptr;
   const int32_t* seq_last_row = nullptr;    // [sequences] last packed row
   const int32_t* seq_len = nullptr;         // [sequences] positions after this step (0: padding)
   const int32_t* seq_state_slot = nullptr;  // [sequences]

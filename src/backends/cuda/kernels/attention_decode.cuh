@@ -125,8 +125,9 @@ struct ClusterAttentionOptions {
   // Tuning::cuda_decode_cluster_staged_pages: before the wait, a block loads
   // the page ids of its positions at once (a thread a page) into shared
   // memory, then issues its K/V copies from them, instead of two dependent
-  // global loads (sequence's table offset, page id) before every copy; the
-  // same values.
+  // global loads (sequence's table offset, page id) before every copy; with
+  // StepMeta::token_table the table's start comes from the token (one
+  // dependent load fewer: token -> page ids -> copies). The same values.
   bool staged_pages = false;
   ClusterTrace trace;
 };

@@ -156,23 +156,34 @@ __global__ void __launch_bounds__(kThreads)
   stamps.begin();
 
   // --- before the wait: step metadata, the cached K/V rows, RoPE's angles -------
-  const int32_t seq = meta.token_seq[t];
+  // Staged pages: the sequence's table start straight from the token
+  // (StepMeta::token_table when the step has it), a dependent load sooner.
   const int32_t pos = meta.token_pos[t];
-  const bool real = meta.seq_len[seq] > 0;
+  int32_t seq = 0, table = 0;
+  bool real;
+  if (staged_pages && meta.token_table) {
+    table = meta.token_table[t];
+    real = table >= 0;
+  } else {
+    seq = meta.token_seq[t];
+    real = meta.seq_len[seq] > 0;
+    if (staged_pages) table = meta.seq_block_off[seq];
+  }
   const int len = real ? pos + 1 : 0;
   // Balanced splits of [0, len); the host keeps len <= splits x kPos.
   const int per = min(kPos, (len + splits - 1) / splits);
   const int p0 = min(len, split * per), p1 = min(len, p0 + per);
   const int np = p1 - p0;
+  // The page ids of [p0, p1) (staged pages) in P's shared memory, unused
+  // until after the wait's first __syncthreads.
+  int32_t* page_s = reinterpret_cast<int32_t*>(p_s);
+  const int first = p0 / page_size;
   if (staged_pages) {
-    // The page ids of [p0, p1) at once, a thread a page, into P's shared
-    // memory (unused until after the wait): each copy's address is then a
-    // shared read, not the two dependent global loads of paged_kv_offset,
-    // which every cp.async (a memory clobber) makes the compiler reissue.
-    int32_t* page_s = reinterpret_cast<int32_t*>(p_s);
-    const int first = p0 / page_size;
+    // At once, a thread a page: each copy's address is then a shared read,
+    // not the two dependent global loads of paged_kv_offset, which every
+    // cp.async (a memory clobber) makes the compiler reissue.
     const int pages = np > 0 ? (p1 - 1) / page_size - first + 1 : 0;
-    if (tid < pages) page_s[tid] = meta.block_tables[meta.seq_block_off[seq] + first + tid];
+    if (tid < pages) page_s[tid] = meta.block_tables[table + first + tid];
     __syncthreads();
     stamps.mark(9);
     for (int i = tid; i < np * 2 * CH; i += kThreads) {
@@ -280,9 +291,14 @@ __global__ void __launch_bounds__(kThreads)
     }
     const bool in_split = real && pos >= p0 && pos < p1;
     T* slot = nullptr;
-    if (kind > 0 && in_split && part == 0)
-      slot = (kind == 1 ? k_cache : v_cache) +
-             paged_kv_offset(meta, seq, pos, page_size, nkv, HD, kvh) + lane * D;
+    if (kind > 0 && in_split && part == 0) {
+      const int64_t off =
+          staged_pages
+              ? ((static_cast<int64_t>(page_s[pos / page_size - first]) * page_size +
+                  pos % page_size) * nkv + kvh) * HD
+              : paged_kv_offset(meta, seq, pos, page_size, nkv, HD, kvh);
+      slot = (kind == 1 ? k_cache : v_cache) + off + lane * D;
+    }
     T* mine = kind > 0 && in_split ? kv_s + ((kind - 1) * kPos + (pos - p0)) * RS + lane * D
                                    : nullptr;
 #pragma unroll
