@@ -171,14 +171,22 @@ namespace ferrite {
     "samples on Qwen3-30B-A3B b1); the same values. H100, b1 tokens/s (0 / 1, two runs each): "  \
     "Qwen3-30B-A3B Q4_K_M 348.4, 348.5 / 351.6, 351.3; Qwen3-8B Q4_K_M 398.6, 399.5 / 401.9, "   \
     "403.1 (b8 +0.2-0.5 %). Its last barrier 1.03 -> 0.55 us a block (FERRITE_CUDA_CLUSTER_TRACE)")\
-  X(bool, cuda_decode_cluster_staged_pages, "FERRITE_CUDA_DECODE_CLUSTER_STAGED_PAGES", false,  \
+  X(bool, cuda_decode_cluster_staged_pages, "FERRITE_CUDA_DECODE_CLUSTER_STAGED_PAGES", true,   \
     "CUDA: before its wait the cluster decode attention loads the page ids of a block's "        \
     "positions at once into shared memory, then issues the K/V copies from them, instead of two " \
     "dependent global loads before every copy, the table's start read from the token "          \
-    "(StepMeta::token_table) rather than through its sequence (FERRITE_CUDA_CLUSTER_TRACE, H100 b1: the " \
-    "prologue takes ~6 us a block; on Qwen3-30B-A3B Q4_K_M the attention starts only ~1 us "     \
-    "before the Q/K/V projection's end, so its wait returns ~5 us after that end); the same "    \
-    "values. Not yet measured")                                                                  \
+    "(StepMeta::token_table) rather than through its sequence; the same values. H100, b1 "       \
+    "tokens/s (0 / 1, two runs each): Qwen3-8B Q4_K_M 399.0, 395.9 / 403.4, 402.3; "            \
+    "Qwen3-30B-A3B Q4_K_M 347.0, 346.4 / 347.9, 347.6 (b8 within noise). Stamps "             \
+    "(FERRITE_CUDA_CLUSTER_TRACE): page ids at hand 0.87 us after a block's start instead of "  \
+    "the first copy at 1.32")                                                                      \
+  X(bool, cuda_decode_cluster_early_row_loads, "FERRITE_CUDA_DECODE_CLUSTER_EARLY_ROW_LOADS",     \
+    false,                                                                                         \
+    "CUDA: the cluster decode attention loads its rows' q / k norm weights and biases before "   \
+    "issuing the K/V copies rather than after them, where they queue behind ~2,000 cp.async "   \
+    "requests a block (stamps, H100 b1: 3.3 us from the last copy issued to the PDL wait's "    \
+    "call; on Qwen3-30B-A3B that wait returns ~5 us after the Q/K/V projection's end); the "     \
+    "same values. Written without a GPU run (session 35)")                                      \
   X(int64_t, cuda_decode_mma_tokens, "FERRITE_CUDA_DECODE_MMA_TOKENS", 9,                       \
     "CUDA: decode steps of at least this many tokens (that the cluster kernel does not take) "   \
     "run the tensor-core decode attention (kernels/attention_decode_mma.cu: a KV head's query "  \

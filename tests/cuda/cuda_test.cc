@@ -597,8 +597,8 @@ TEST(CudaColocationTest, RoomOnlyBesideLongEnoughProjections) {
 // past 32 pairs (the one-block sort, which always writes them) that is a
 // clear error, refused before anything is launched. No GPU needed.
 TEST(CudaMoeRouteSortTest, OffsetsMayBeLeftOutOnlyUpTo32Pairs) {
-  int32_t ids[1], slot_of[1], row_pair[1], tiles[4], count[1];
-  float logits[1], weights[1];
+  int32_t ids[1] = {}, slot_of[1] = {}, row_pair[1] = {}, tiles[4] = {}, count[1] = {};
+  float logits[1] = {}, weights[1] = {};  // never read: the call is refused first
   // 5 tokens x top-8 = 40 pairs: the block sort.
   const Status st = cuda::launch_moe_route_sort(nullptr, logits, 5, 128, 8, true, ids, weights,
                                                 16, nullptr, slot_of, row_pair, tiles, count);
@@ -1014,6 +1014,7 @@ enum class DecodeCandidate {
   kClusterLateStores,
   kClusterStagedPages,          // with StepMeta::token_table, as the engine's steps
   kClusterStagedPagesNoTable,  // without: the table start through token_seq
+  kClusterEarlyRowLoads,       // the defaults with the rows' weights loaded first
   kMmaOneSplit,
   kMmaSplits
 };
@@ -1093,7 +1094,8 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   const bool cluster =
       cand == DecodeCandidate::kCluster || cand == DecodeCandidate::kClusterLateStores ||
       cand == DecodeCandidate::kClusterStagedPages ||
-      cand == DecodeCandidate::kClusterStagedPagesNoTable;
+      cand == DecodeCandidate::kClusterStagedPagesNoTable ||
+      cand == DecodeCandidate::kClusterEarlyRowLoads;
   if (cluster) {
     ASSERT_EQ(csplits, (dc.bound + 63) / 64);
   } else {
@@ -1115,7 +1117,8 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   meta.seq_block_off = dev(seq_block_off);
   meta.block_tables = dev(tables);
   meta.kv_len_bound = dc.bound;
-  if (cand == DecodeCandidate::kClusterStagedPages) {
+  if (cand == DecodeCandidate::kClusterStagedPages ||
+      cand == DecodeCandidate::kClusterEarlyRowLoads) {
     std::vector<int32_t> token_table(tokens);
     for (int t = 0; t < tokens; ++t)
       token_table[t] = seq_len[token_seq[t]] > 0 ? seq_block_off[token_seq[t]] : -1;
@@ -1171,7 +1174,9 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
         nullptr, a, io[1], csplits, /*pdl=*/false,
         {.late_stores = cand != DecodeCandidate::kCluster,
          .staged_pages = cand == DecodeCandidate::kClusterStagedPages ||
-                         cand == DecodeCandidate::kClusterStagedPagesNoTable});
+                         cand == DecodeCandidate::kClusterStagedPagesNoTable ||
+                         cand == DecodeCandidate::kClusterEarlyRowLoads,
+         .early_row_loads = cand == DecodeCandidate::kClusterEarlyRowLoads});
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
@@ -1241,6 +1246,11 @@ TEST_P(CudaDecodeKernelTest, ClusterStagedPagesMatchesFused) {
   SKIP_WITHOUT_GPU();
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterStagedPages);
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterStagedPagesNoTable);
+}
+
+TEST_P(CudaDecodeKernelTest, ClusterEarlyRowLoadsMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterEarlyRowLoads);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -195,6 +195,7 @@ class CausalPagedAttention final : public Provider {
                                             {.max_carveout = st.decode_colocate >= 1,
                                              .late_stores = st.decode_cluster_late_stores,
                                              .staged_pages = st.decode_cluster_staged_pages,
+                                             .early_row_loads = st.decode_cluster_early_row_loads,
                                              .trace = st.cluster_trace}));
         profile_mark(st.stream, "attention.o_proj", st.capturing);
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,

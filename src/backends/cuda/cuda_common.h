@@ -76,7 +76,8 @@ struct BackendState {
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
   bool decode_cluster_late_stores = true;  // Tuning::cuda_decode_cluster_late_stores
-  bool decode_cluster_staged_pages = false;  // Tuning::cuda_decode_cluster_staged_pages
+  bool decode_cluster_staged_pages = true;  // Tuning::cuda_decode_cluster_staged_pages
+  bool decode_cluster_early_row_loads = false;  // Tuning::cuda_decode_cluster_early_row_loads
   // Tuning::cuda_cluster_trace: the cluster attention's ring of per-block
   // stamps (open_cluster_trace in cuda_exec.cc); records null when off.
   ClusterTrace cluster_trace;

@@ -129,6 +129,10 @@ struct ClusterAttentionOptions {
   // StepMeta::token_table the table's start comes from the token (one
   // dependent load fewer: token -> page ids -> copies). The same values.
   bool staged_pages = false;
+  // Tuning::cuda_decode_cluster_early_row_loads: the q / k norm weights and
+  // biases of the token's rows are loaded before the K/V copies are issued
+  // rather than after (behind their requests); the same values.
+  bool early_row_loads = false;
   ClusterTrace trace;
 };
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,

@@ -84,6 +84,18 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
 
+// load_any (cuda_types.cuh) in two halves: the raw bits (a load nothing
+// waits on yet; 0 reads as 0.0 in every type) and their value.
+__device__ __forceinline__ uint32_t load_any_bits(const void* p, int dt, int64_t i) {
+  if (dt == 1 || dt == 2) return static_cast<const uint16_t*>(p)[i];
+  return static_cast<const uint32_t*>(p)[i];
+}
+__device__ __forceinline__ float any_bits_to_f(uint32_t b, int dt) {
+  if (dt == 1) return __uint_as_float(b << 16);
+  if (dt == 2) return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+  return __uint_as_float(b);
+}
+
 // ClusterTrace's stamps: thread 0 of each block keeps them in shared memory
 // (kStampSlots words at the end of the block's), not in registers: the
 // kernel's registers, hence its room beside a GEMV block
@@ -125,7 +137,8 @@ template <typename T, int HD, bool kLateStores>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                     const T* k, const T* v, DecodeWeights wts, T* k_cache,
-                                    T* v_cache, T* out, bool staged_pages, ClusterTrace trace) {
+                                    T* v_cache, T* out, bool staged_pages, bool early_row_loads,
+                                    ClusterTrace trace) {
   constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
   constexpr int RS = row_elems<HD>();  // shared row stride (elements)
   constexpr int CH = HD * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
@@ -173,6 +186,33 @@ __global__ void __launch_bounds__(kThreads)
   // Balanced splits of [0, len); the host keeps len <= splits x kPos.
   const int per = min(kPos, (len + splits - 1) / splits);
   const int p0 = min(len, split * per), p1 = min(len, p0 + per);
+  // Warp i < ng: q head h0 + i; warp ng: K; warp ng + 1: V (as the fused
+  // kernel's rows: bias, RMS norm for q / k, RoPE through shared memory).
+  const int half = a.rope_dim / 2;
+  const int row = warp;
+  const bool has_row = row < ng + 2;
+  const int kind = row < ng ? 0 : row - ng + 1;  // 0 q, 1 k, 2 v
+  const void* bias = kind == 0 ? wts.q_bias : kind == 1 ? wts.k_bias : wts.v_bias;
+  const int64_t bias_off = kind == 0 ? static_cast<int64_t>(h0 + row) * a.q_stride
+                                     : static_cast<int64_t>(kvh) * HD;
+  const bool norm = kind < 2 && a.qk_norm, rope = kind < 2 && half > 0;
+  // The rows' bias and norm weights as raw bits (0: none), converted only
+  // after the copies, so that no instruction waits on these loads before.
+  uint32_t bias_bits[D], norm_bits[D];
+  auto load_row_weights = [&] {
+#pragma unroll
+    for (int e = 0; e < D; ++e) {
+      const int d = lane * D + e;
+      bias_bits[e] = has_row && bias ? load_any_bits(bias, wts.bias_dt, bias_off + d) : 0u;
+      const void* nwp = kind == 0 ? wts.q_norm : wts.k_norm;
+      norm_bits[e] = has_row && norm ? load_any_bits(nwp, wts.norm_dt, d) : 0u;
+    }
+  };
+  // Early row loads: before the copies, whose thousands of cp.async
+  // requests would otherwise queue ahead of these few loads (stamps:
+  // ~3.3 us from the last copy issued to the wait's call).
+  if (early_row_loads) load_row_weights();
+
   const int np = p1 - p0;
   // The page ids of [p0, p1) (staged pages) in P's shared memory, unused
   // until after the wait's first __syncthreads.
@@ -210,23 +250,13 @@ __global__ void __launch_bounds__(kThreads)
   }
   stamps.mark(10);
 
-  // Warp i < ng: q head h0 + i; warp ng: K; warp ng + 1: V (as the fused
-  // kernel's rows: bias, RMS norm for q / k, RoPE through shared memory).
-  const int half = a.rope_dim / 2;
-  const int row = warp;
-  const bool has_row = row < ng + 2;
-  const int kind = row < ng ? 0 : row - ng + 1;  // 0 q, 1 k, 2 v
-  const void* bias = kind == 0 ? wts.q_bias : kind == 1 ? wts.k_bias : wts.v_bias;
-  const int64_t bias_off = kind == 0 ? static_cast<int64_t>(h0 + row) * a.q_stride
-                                     : static_cast<int64_t>(kvh) * HD;
-  const bool norm = kind < 2 && a.qk_norm, rope = kind < 2 && half > 0;
+  if (!early_row_loads) load_row_weights();
   float bv[D], nw[D], cs[D], sn[D];
 #pragma unroll
   for (int e = 0; e < D; ++e) {
     const int d = lane * D + e;
-    bv[e] = has_row && bias ? load_any(bias, wts.bias_dt, bias_off + d) : 0.0f;
-    const void* nwp = kind == 0 ? wts.q_norm : wts.k_norm;
-    const float wi = has_row && norm ? load_any(nwp, wts.norm_dt, d) : 0.0f;
+    bv[e] = any_bits_to_f(bias_bits[e], wts.bias_dt);
+    const float wi = any_bits_to_f(norm_bits[e], wts.norm_dt);
     nw[e] = a.zero_centred ? 1.0f + wi : wi;
     cs[e] = 1.0f;
     sn[e] = 0.0f;
@@ -491,7 +521,7 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
                             static_cast<const T*>(io.k), static_cast<const T*>(io.v),
                             decode_weights(io), static_cast<T*>(io.k_cache),
                             static_cast<T*>(io.v_cache), static_cast<T*>(io.out), o.staged_pages,
-                            o.trace);
+                            o.early_row_loads, o.trace);
 }
 
 }  // namespace
