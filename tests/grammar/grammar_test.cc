@@ -135,13 +135,18 @@ json fifty_properties() {
   return {{"type", "object"}, {"properties", props}, {"required", req}, {"additionalProperties", false}};
 }
 
-TEST(JsonSchemaGrammar, FiftyPropertiesCompileFast) {
+// The grammar of a wide schema grows linearly with its properties (what
+// keeps its compile time short: ~1-20 ms here, printed, not asserted: a
+// wall-clock bound fails under sanitizers and a loaded machine). Today
+// ~17 rules and ~89 elements a property; the bounds leave room, not blowup.
+TEST(JsonSchemaGrammar, FiftyPropertiesCompileLinearly) {
   const json schema = fifty_properties();
   auto t0 = std::chrono::steady_clock::now();
   auto g = json_schema_grammar(schema);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(g.is_ok()) << g.status().message();
-  EXPECT_LT(ms, 50.0);
+  EXPECT_LT(g->num_rules(), 50u * 24);
+  EXPECT_LT(g->elems.size(), 50u * 120);
   std::printf("50-property schema: %.2f ms, %zu rules, %zu elements\n", ms, g->num_rules(), g->elems.size());
 }
 
