@@ -34,16 +34,7 @@ SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 log() { echo "$*" | tee -a "$SUMMARY"; }
 export NCCL_NVLS_ENABLE=0
-if [ -d "$ROOT/.deb" ]; then
-  PFX=/tmp/ferrite-prefix
-  mkdir -p "$PFX"
-  for f in "$ROOT"/.deb/*.deb; do dpkg -x "$f" "$PFX"; done
-  sed -i '/^Requires.private/d' "$PFX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
-  export PKG_CONFIG_PATH="$PFX/usr/lib/x86_64-linux-gnu/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$PFX"
-  export CPLUS_INCLUDE_PATH="$PFX/usr/include:$PFX/usr/include/x86_64-linux-gnu"
-  export LD_LIBRARY_PATH="$PFX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  export LDFLAGS="-Wl,-rpath-link,$PFX/usr/lib/x86_64-linux-gnu -Wl,-rpath,$PFX/usr/lib/x86_64-linux-gnu"
-fi
+. "$ROOT/scripts/gpu_env.sh"  # the carried dev packages (.deb/)
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
 nvidia-smi topo -m 2>&1 | head -6 >> "$SUMMARY"
 

@@ -28,7 +28,7 @@ PHASES = [
     "first cluster barrier",
     "merge stored",
     "last cluster barrier",
-    "page ids at hand / first copy issued",
+    "first copy about to be issued",
     "every K/V copy issued",
 ]
 # The phases in the order a block passes them.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fills the git-ignored folders a GPU session carries (device `carry: [".gpu", ".deb"]`), on the
 # development machine, once per machine (tree limit: 64 MiB with the tracked files):
-#  - .deb/: the dev packages the GPU machine lacks (scripts/gpu_run.sh unpacks them privately);
+#  - .deb/: the dev packages the GPU machine lacks, unpacked into prefix.tar.xz (gpu_env.sh
+#    unpacks it into a private prefix);
 #  - .gpu/: a trimmed llama.cpp source tarball (xz, ~4 MB, so that .gpu fits beside
 #    .gpu-prebuilt: `carry: [".gpu", ".gpu-prebuilt"]` on a machine that has unpacked .deb; from .peer/llama.bundle: run
 #    ../shared/peer/get_llama_cpp.sh first), the real Qwen3 tokenizer and the peer's
@@ -17,9 +18,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 mkdir -p .deb .gpu
-if ! ls .deb/*.deb > /dev/null 2>&1; then
-  (cd .deb && apt-get download libpcre2-dev libpcre2-8-0 libcpp-httplib-dev libcpp-httplib0.11 \
+if [ ! -f .deb/prefix.tar.xz ]; then
+  # The packages unpacked here, less their static libraries and documentation, as one xz
+  # tarball (~1 MB instead of ~5 MB of .deb files: the carried tree's limit is tight).
+  rm -rf /tmp/ferrite-debs /tmp/ferrite-prefix-pack && mkdir -p /tmp/ferrite-debs /tmp/ferrite-prefix-pack
+  (cd /tmp/ferrite-debs && apt-get download libpcre2-dev libpcre2-8-0 libcpp-httplib-dev libcpp-httplib0.11 \
     libbrotli1 libbrotli-dev zlib1g-dev libssl-dev)
+  for f in /tmp/ferrite-debs/*.deb; do dpkg -x "$f" /tmp/ferrite-prefix-pack; done
+  find /tmp/ferrite-prefix-pack -name '*.a' -delete
+  rm -rf /tmp/ferrite-prefix-pack/usr/share/doc /tmp/ferrite-prefix-pack/usr/share/man
+  tar -C /tmp/ferrite-prefix-pack -cf - . | xz -9 > .deb/prefix.tar.xz
+  rm -f .deb/*.deb
 fi
 if [ ! -f .gpu/llama-src.tar.xz ]; then
   [ -f .peer/llama.bundle ] || { echo "gpu_carry.sh: run ../shared/peer/get_llama_cpp.sh first" >&2; exit 1; }

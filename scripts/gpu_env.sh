@@ -1,15 +1,20 @@
 # Sourced by the GPU machine's scripts (gpu_run.sh, bench/quant_gpu.sh,
 # bench/cuda): the dev packages that machine lacks (PCRE2, cpp-httplib)
-# travel as .deb files in .deb/ (git-ignored; scripts/gpu_carry.sh fetches
-# them) and are unpacked into a private prefix, never into /; the compiler
+# travel in .deb/ (git-ignored; scripts/gpu_carry.sh fetches them and packs
+# them unpacked as prefix.tar.xz; loose .deb files work too) and are
+# unpacked into a private prefix, never into /; the compiler
 # and linker find them through these variables. Then
 #   gpu_configure BUILD_DIR [cmake args...]
 # configures a Release sm_90a build with the CUDA backend.
 ROOT="${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
-if [ -d "$ROOT/.deb" ] && ls "$ROOT"/.deb/*.deb > /dev/null 2>&1; then
+if [ -f "$ROOT/.deb/prefix.tar.xz" ] || ls "$ROOT"/.deb/*.deb > /dev/null 2>&1; then
   PFX=/tmp/ferrite-prefix
   mkdir -p "$PFX"
-  for f in "$ROOT"/.deb/*.deb; do dpkg -x "$f" "$PFX"; done
+  if [ -f "$ROOT/.deb/prefix.tar.xz" ]; then
+    tar xJf "$ROOT/.deb/prefix.tar.xz" -C "$PFX"
+  else
+    for f in "$ROOT"/.deb/*.deb; do dpkg -x "$f" "$PFX"; done
+  fi
   # Only the shared libraries are linked: the -dev packages of cpp-httplib's
   # private dependencies (OpenSSL, zlib, brotli) are not needed.
   sed -i '/^Requires.private/d' "$PFX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc

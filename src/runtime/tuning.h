@@ -186,7 +186,20 @@ namespace ferrite {
     "issuing the K/V copies rather than after them, where they queue behind ~2,000 cp.async "   \
     "requests a block (stamps, H100 b1: 3.3 us from the last copy issued to the PDL wait's "    \
     "call; on Qwen3-30B-A3B that wait returns ~5 us after the Q/K/V projection's end); the "     \
-    "same values. Written without a GPU run (session 35)")                                      \
+    "same values. Neutral on the H100 (cp.async copies; b1 tokens/s 0 / 1, two runs each): "     \
+    "Qwen3-30B-A3B Q4_K_M 340.7, 341.1 / 340.2, 341.6")                                         \
+  X(bool, cuda_decode_cluster_bulk_copies, "FERRITE_CUDA_DECODE_CLUSTER_BULK_COPIES", true,      \
+    "CUDA: the cluster decode attention copies its cached K/V rows into shared memory as one "   \
+    "bulk (TMA) request a row, counted on an mbarrier, instead of a 16-byte cp.async a chunk "   \
+    "(~2,000 requests a block at 128 positions); the same values. H100, b1 / b8 tokens/s (0 / " \
+    "1, two runs each): Qwen3-30B-A3B Q4_K_M 340.3, 339.9 / 349.4, 349.2 and 927.8, 928.5 / "     \
+    "932.0, 931.5; Qwen3-8B Q4_K_M 400.2, 400.7 / 401.0, 400.9 and 1,416.8, 1,422.4 / "          \
+    "1,430.0, 1,425.7. Stamps: the prologue 8.2 -> 6.2 us a block")                              \
+  X(bool, cuda_decode_cluster_copy_warps, "FERRITE_CUDA_DECODE_CLUSTER_COPY_WARPS", false,       \
+    "CUDA: with cuda_decode_cluster_bulk_copies and late stores, the cluster decode attention's " \
+    "two warps that hold no q / K / V row load the page ids and issue every bulk copy, "          \
+    "synchronising only among themselves, so the row warps go from their loads to the PDL wait " \
+    "without waiting on the page ids or the copies' issue; the same values")                     \
   X(int64_t, cuda_decode_mma_tokens, "FERRITE_CUDA_DECODE_MMA_TOKENS", 9,                       \
     "CUDA: decode steps of at least this many tokens (that the cluster kernel does not take) "   \
     "run the tensor-core decode attention (kernels/attention_decode_mma.cu: a KV head's query "  \

@@ -1015,6 +1015,10 @@ enum class DecodeCandidate {
   kClusterStagedPages,          // with StepMeta::token_table, as the engine's steps
   kClusterStagedPagesNoTable,  // without: the table start through token_seq
   kClusterEarlyRowLoads,       // the defaults with the rows' weights loaded first
+  kClusterBulkCopies,          // the defaults with one bulk copy a cached row
+  kClusterBulkCopiesUnstaged,  // the same, the page ids read before each copy
+  kClusterCopyWarps,           // the bulk copies issued by the two warps without a row
+  kClusterCopyWarpsUnstaged,   // the same, the page ids read before each copy
   kMmaOneSplit,
   kMmaSplits
 };
@@ -1092,10 +1096,7 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   ASSERT_TRUE(cuda::attention_decode_fused_supported(a, act));
   const int csplits = cuda::attention_decode_cluster_splits(a, act, tokens, dc.bound);
   const bool cluster =
-      cand == DecodeCandidate::kCluster || cand == DecodeCandidate::kClusterLateStores ||
-      cand == DecodeCandidate::kClusterStagedPages ||
-      cand == DecodeCandidate::kClusterStagedPagesNoTable ||
-      cand == DecodeCandidate::kClusterEarlyRowLoads;
+      cand != DecodeCandidate::kMmaOneSplit && cand != DecodeCandidate::kMmaSplits;
   if (cluster) {
     ASSERT_EQ(csplits, (dc.bound + 63) / 64);
   } else {
@@ -1118,7 +1119,8 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   meta.block_tables = dev(tables);
   meta.kv_len_bound = dc.bound;
   if (cand == DecodeCandidate::kClusterStagedPages ||
-      cand == DecodeCandidate::kClusterEarlyRowLoads) {
+      cand == DecodeCandidate::kClusterEarlyRowLoads ||
+      cand == DecodeCandidate::kClusterBulkCopies || cand == DecodeCandidate::kClusterCopyWarps) {
     std::vector<int32_t> token_table(tokens);
     for (int t = 0; t < tokens; ++t)
       token_table[t] = seq_len[token_seq[t]] > 0 ? seq_block_off[token_seq[t]] : -1;
@@ -1175,8 +1177,16 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
         {.late_stores = cand != DecodeCandidate::kCluster,
          .staged_pages = cand == DecodeCandidate::kClusterStagedPages ||
                          cand == DecodeCandidate::kClusterStagedPagesNoTable ||
-                         cand == DecodeCandidate::kClusterEarlyRowLoads,
-         .early_row_loads = cand == DecodeCandidate::kClusterEarlyRowLoads});
+                         cand == DecodeCandidate::kClusterEarlyRowLoads ||
+                         cand == DecodeCandidate::kClusterBulkCopies ||
+                         cand == DecodeCandidate::kClusterCopyWarps,
+         .early_row_loads = cand == DecodeCandidate::kClusterEarlyRowLoads,
+         .bulk_copies = cand == DecodeCandidate::kClusterBulkCopies ||
+                        cand == DecodeCandidate::kClusterBulkCopiesUnstaged ||
+                        cand == DecodeCandidate::kClusterCopyWarps ||
+                        cand == DecodeCandidate::kClusterCopyWarpsUnstaged,
+         .copy_warps = cand == DecodeCandidate::kClusterCopyWarps ||
+                       cand == DecodeCandidate::kClusterCopyWarpsUnstaged});
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
@@ -1251,6 +1261,22 @@ TEST_P(CudaDecodeKernelTest, ClusterStagedPagesMatchesFused) {
 TEST_P(CudaDecodeKernelTest, ClusterEarlyRowLoadsMatchesFused) {
   SKIP_WITHOUT_GPU();
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterEarlyRowLoads);
+}
+
+// The cached rows as bulk (TMA) copies completed on an mbarrier
+// (Tuning::cuda_decode_cluster_bulk_copies), with and without staged pages.
+TEST_P(CudaDecodeKernelTest, ClusterBulkCopiesMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterBulkCopies);
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterBulkCopiesUnstaged);
+}
+
+// The same with the copies issued by the two warps without a row
+// (Tuning::cuda_decode_cluster_copy_warps).
+TEST_P(CudaDecodeKernelTest, ClusterCopyWarpsMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterCopyWarps);
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterCopyWarpsUnstaged);
 }
 
 INSTANTIATE_TEST_SUITE_P(

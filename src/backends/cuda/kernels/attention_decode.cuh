@@ -97,9 +97,9 @@ struct ClusterTraceRecord {
   // prologue issued), 1 its return, 2 the token's rows done, 3 the cached
   // rows in shared memory (after __syncthreads), 4 the softmax, 5 P x V,
   // 6 after the first cluster barrier, 7 the merge's outputs stored, 8 the
-  // last barrier's return; in the prologue, 9 the page ids at hand (staged
-  // pages: in shared memory; else the first copy issued), 10 every copy
-  // issued.
+  // last barrier's return; in the prologue, 9 the first copy about to be
+  // issued (with staged pages or bulk copies: after the __syncthreads that
+  // publishes the page ids / the mbarrier's init), 10 every copy issued.
   uint32_t clock[11];
   uint32_t block;   // blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)
   uint32_t blocks;  // gridDim.x * gridDim.y * gridDim.z
@@ -133,6 +133,16 @@ struct ClusterAttentionOptions {
   // biases of the token's rows are loaded before the K/V copies are issued
   // rather than after (behind their requests); the same values.
   bool early_row_loads = false;
+  // Tuning::cuda_decode_cluster_bulk_copies: the cached K/V rows reach
+  // shared memory as one bulk (TMA) copy a row, completed on an mbarrier,
+  // instead of a cp.async a 16-byte chunk; the same values.
+  bool bulk_copies = false;
+  // Tuning::cuda_decode_cluster_copy_warps: with bulk_copies and
+  // late_stores, the two warps without a q / K / V row load the page ids
+  // and issue every copy, synchronised only among themselves (a named
+  // barrier), so the row warps reach the PDL wait without waiting on them;
+  // the same values. Ignored without both.
+  bool copy_warps = false;
   ClusterTrace trace;
 };
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,

@@ -37,6 +37,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/attention_decode.cuh"
+#include "backends/cuda/kernels/bulk_copy.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
 
 namespace ferrite::cuda {
@@ -49,7 +50,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPos = 64;         // positions a block (= a split) at most
 constexpr int kMaxCluster = 8;   // splits a (token, KV head, part): a portable cluster
 constexpr int kMaxHeads = 4;     // query heads a block (fused_decode_parts)
-constexpr int kStampSlots = 13;  // ClusterTrace: the global start, the clock's start, 11 phases
+constexpr int kStampSlots = 13;
+constexpr int kCopyWarp0 = kMaxHeads + 2;  // the first copy warp (after q heads, K, V)
+static_assert(kThreads - kCopyWarp0 * 32 >= kPos, "a copy thread a page id at page size 1");  // ClusterTrace: the global start, the clock's start, 11 phases
 static_assert(kMaxCluster * kPos == kAttentionClusterMaxPositions, "the header's bound");
 
 // Shared memory of a block: K and V rows [2][kPos][HD + 8] (T; 16 bytes of
@@ -57,7 +60,8 @@ static_assert(kMaxCluster * kPos == kAttentionClusterMaxPositions, "the header's
 // [kMaxHeads][HD] (roped, rounded, scaled), P [kMaxHeads][kPos], the
 // warps' max and sum [2][kWarps], and the block's partial for the cluster:
 // max [kMaxHeads], sum [kMaxHeads], output [kMaxHeads][HD]; then
-// kStampSlots 64-bit words (BlockStamps).
+// kStampSlots 64-bit words (BlockStamps), then the bulk copies' mbarrier
+// and the token's own cache offset (copy warps).
 template <int HD>
 constexpr int row_elems() {
   return HD + 8;
@@ -73,7 +77,7 @@ constexpr size_t floats_bytes() {
 }
 template <typename T, int HD>
 constexpr size_t smem_bytes() {
-  return kv_bytes<T, HD>() + floats_bytes<T, HD>() + sizeof(uint64_t) * kStampSlots;
+  return kv_bytes<T, HD>() + floats_bytes<T, HD>() + sizeof(uint64_t) * (kStampSlots + 2);
 }
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -82,18 +86,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-}
-
-// load_any (cuda_types.cuh) in two halves: the raw bits (a load nothing
-// waits on yet; 0 reads as 0.0 in every type) and their value.
-__device__ __forceinline__ uint32_t load_any_bits(const void* p, int dt, int64_t i) {
-  if (dt == 1 || dt == 2) return static_cast<const uint16_t*>(p)[i];
-  return static_cast<const uint32_t*>(p)[i];
-}
-__device__ __forceinline__ float any_bits_to_f(uint32_t b, int dt) {
-  if (dt == 1) return __uint_as_float(b << 16);
-  if (dt == 2) return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
-  return __uint_as_float(b);
 }
 
 // ClusterTrace's stamps: thread 0 of each block keeps them in shared memory
@@ -118,6 +110,10 @@ struct BlockStamps {
   __device__ __forceinline__ void mark(int i) {
     if (on()) slots[2 + i] = clock64();
   }
+  // The same stamp taken by the thread `who` is true in (not thread 0).
+  __device__ __forceinline__ void mark_by(int i, bool who) {
+    if (trace.records && who) slots[2 + i] = clock64();
+  }
   __device__ __forceinline__ void write() {
     if (!on()) return;
     mark(8);
@@ -133,12 +129,16 @@ struct BlockStamps {
   }
 };
 
+// Five blocks' registers an SM at head_dim <= 128 (ptxas: 48 a thread):
+// a block must fit in the 14,336 registers a one-token GEMV block leaves
+// (attention_decode_cluster_room, Tuning::cuda_decode_colocate), which
+// ptxas's own choice missed by a few registers for some variants.
 template <typename T, int HD, bool kLateStores>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                     const T* k, const T* v, DecodeWeights wts, T* k_cache,
                                     T* v_cache, T* out, bool staged_pages, bool early_row_loads,
-                                    ClusterTrace trace) {
+                                    bool bulk_copies, bool copy_warps, ClusterTrace trace) {
   constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
   constexpr int RS = row_elems<HD>();  // shared row stride (elements)
   constexpr int CH = HD * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
@@ -218,37 +218,74 @@ __global__ void __launch_bounds__(kThreads)
   // until after the wait's first __syncthreads.
   int32_t* page_s = reinterpret_cast<int32_t*>(p_s);
   const int first = p0 / page_size;
+  // Element offset of position p's K / V row (this KV head) in the caches.
+  auto cache_offset = [&](int p) -> int64_t {
+    if (staged_pages)
+      return ((static_cast<int64_t>(page_s[p / page_size - first]) * page_size + p % page_size) *
+                  nkv + kvh) * HD;
+    return paged_kv_offset(meta, seq, p, page_size, nkv, HD, kvh);
+  };
+  // The token's own row is written below, not copied.
+  const int own = real && pos >= p0 && pos < p1 ? 1 : 0;
+  // The bulk copies' mbarrier, after the stamps, then (copy warps) the
+  // token's own cache offset.
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem_raw + kv_bytes<T, HD>() +
+                                              floats_bytes<T, HD>()) + kStampSlots;
+  int64_t* own_off_s = reinterpret_cast<int64_t*>(bar + 1);
+  // Copy warps: the two warps past the rows' (kMaxHeads + 2) load the page
+  // ids and issue every copy, synchronising only among themselves, so the
+  // row warps go from their loads straight to the wait.
+  const bool cw = kLateStores && bulk_copies && copy_warps;
+  const bool copier = !cw || warp >= kCopyWarp0;
+  const int ctid = cw ? tid - kCopyWarp0 * 32 : tid;
+  const int cthreads = cw ? kThreads - kCopyWarp0 * 32 : kThreads;
+  if (bulk_copies && copier && ctid == 0) {
+    // One arrival (this one) announcing the copies' bytes: the phase
+    // completes when every row has landed.
+    mbar_init(bar, 1);
+    mbar_init_fence();
+    mbar_expect_tx(bar, static_cast<uint32_t>(np - own) * 2 * HD * sizeof(T));
+  }
   if (staged_pages) {
     // At once, a thread a page: each copy's address is then a shared read,
     // not the two dependent global loads of paged_kv_offset, which every
     // cp.async (a memory clobber) makes the compiler reissue.
     const int pages = np > 0 ? (p1 - 1) / page_size - first + 1 : 0;
-    if (tid < pages) page_s[tid] = meta.block_tables[table + first + tid];
-    __syncthreads();
-    stamps.mark(9);
-    for (int i = tid; i < np * 2 * CH; i += kThreads) {
-      const int r = i / CH, ch = i - r * CH;
-      const int pi = r >> 1, isv = r & 1;
-      const int p = p0 + pi;
-      if (p == pos) continue;  // the token's own row: written below
-      const int64_t slot = static_cast<int64_t>(page_s[p / page_size - first]) * page_size +
-                           p % page_size;
-      const T* src = (isv ? v_cache : k_cache) + (slot * nkv + kvh) * HD + ch * (16 / sizeof(T));
-      cp_async16(kv_s + (isv * kPos + pi) * RS + ch * (16 / sizeof(T)), src);
+    if (copier && ctid < pages) page_s[ctid] = meta.block_tables[table + first + ctid];
+  }
+  if (cw) {
+    // The page ids and the barrier's init among the copy warps only.
+    if (copier) {
+      asm volatile("bar.sync 1, %0;" ::"r"(cthreads) : "memory");
+      if (ctid == 0) *own_off_s = own ? cache_offset(pos) : 0;
+    }
+  } else if (staged_pages || bulk_copies) {
+    __syncthreads();  // the page ids; the barrier's init
+  }
+  stamps.mark_by(9, copier && ctid == 0);
+  if (bulk_copies) {
+    // A thread a row (K and V interleaved): one bulk request each instead
+    // of a 16-byte cp.async per chunk.
+    if (copier) {
+      for (int r = ctid; r < 2 * np; r += cthreads) {
+        const int pi = r >> 1, isv = r & 1;
+        const int p = p0 + pi;
+        if (p != pos)
+          bulk_copy_g2s(kv_s + (isv * kPos + pi) * RS,
+                        (isv ? v_cache : k_cache) + cache_offset(p), HD * sizeof(T), bar);
+      }
     }
   } else {
     for (int i = tid; i < np * 2 * CH; i += kThreads) {
       const int r = i / CH, ch = i - r * CH;
       const int pi = r >> 1, isv = r & 1;
       const int p = p0 + pi;
-      if (p == pos) continue;  // the token's own row: written below
-      const T* src = (isv ? v_cache : k_cache) +
-                     paged_kv_offset(meta, seq, p, page_size, nkv, HD, kvh) + ch * (16 / sizeof(T));
-      cp_async16(kv_s + (isv * kPos + pi) * RS + ch * (16 / sizeof(T)), src);
-      if (i == tid) stamps.mark(9);
+      if (p == pos) continue;
+      cp_async16(kv_s + (isv * kPos + pi) * RS + ch * (16 / sizeof(T)),
+                 (isv ? v_cache : k_cache) + cache_offset(p) + ch * (16 / sizeof(T)));
     }
   }
-  stamps.mark(10);
+  stamps.mark_by(10, copier && ctid == 0);
 
   if (!early_row_loads) load_row_weights();
   float bv[D], nw[D], cs[D], sn[D];
@@ -319,17 +356,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < D; ++e) x[e] = y[e];
     }
-    const bool in_split = real && pos >= p0 && pos < p1;
+    // (Copy warps: the slot comes from own_off_s after the first cluster
+    // barrier; this thread has not synchronised with them yet.)
     T* slot = nullptr;
-    if (kind > 0 && in_split && part == 0) {
-      const int64_t off =
-          staged_pages
-              ? ((static_cast<int64_t>(page_s[pos / page_size - first]) * page_size +
-                  pos % page_size) * nkv + kvh) * HD
-              : paged_kv_offset(meta, seq, pos, page_size, nkv, HD, kvh);
-      slot = (kind == 1 ? k_cache : v_cache) + off + lane * D;
-    }
-    T* mine = kind > 0 && in_split ? kv_s + ((kind - 1) * kPos + (pos - p0)) * RS + lane * D
+    if (!cw && kind > 0 && own && part == 0)
+      slot = (kind == 1 ? k_cache : v_cache) + cache_offset(pos) + lane * D;
+    T* mine = kind > 0 && own ? kv_s + ((kind - 1) * kPos + (pos - p0)) * RS + lane * D
                                    : nullptr;
 #pragma unroll
     for (int e = 0; e < D; ++e) {
@@ -344,8 +376,15 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kLateStores) late_slot = slot;
   }
   stamps.mark(2);
-  cp_async_wait_all();
-  __syncthreads();
+  if (bulk_copies) {
+    // The block's rows (and the barrier's init, with copy warps) published
+    // first; then each thread sees the copies land through the barrier.
+    __syncthreads();
+    mbar_wait(bar, 0);
+  } else {
+    cp_async_wait_all();
+    __syncthreads();
+  }
   stamps.mark(3);
 
   // --- scores: a thread per (head, position), two warps a head -------------------
@@ -425,6 +464,8 @@ __global__ void __launch_bounds__(kThreads)
   cluster.sync();
   stamps.mark(6);
   if constexpr (kLateStores) {
+    if (cw && has_row && kind > 0 && own && part == 0)
+      late_slot = (kind == 1 ? k_cache : v_cache) + *own_off_s + lane * D;
     if (late_slot) {
 #pragma unroll
       for (int e = 0; e < D; ++e) late_slot[e] = late_vals[e];
@@ -521,7 +562,7 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
                             static_cast<const T*>(io.k), static_cast<const T*>(io.v),
                             decode_weights(io), static_cast<T*>(io.k_cache),
                             static_cast<T*>(io.v_cache), static_cast<T*>(io.out), o.staged_pages,
-                            o.early_row_loads, o.trace);
+                            o.early_row_loads, o.bulk_copies, o.copy_warps, o.trace);
 }
 
 }  // namespace

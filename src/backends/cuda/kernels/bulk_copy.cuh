@@ -85,4 +85,16 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
 #endif
 }
 
+// The same with the default L2 policy (data that later steps read again).
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes,
+                                              uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(shared_addr(dst)),
+      "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(shared_addr(bar))
+      : "memory");
+#endif
+}
+
 }  // namespace ferrite::cuda

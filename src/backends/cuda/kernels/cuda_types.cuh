@@ -91,11 +91,21 @@ __device__ __forceinline__ void store_words(void* p, const float* f) {
 }
 
 // Small weights (norms, biases, gates) of any float type, passed to
-// kernels as a type code: 0 f32, 1 bf16, 2 f16.
+// kernels as a type code: 0 f32, 1 bf16, 2 f16. load_any_bits and
+// any_bits_to_f are its two halves, for a kernel that issues the load long
+// before it needs the value (no instruction waits on the raw bits; 0 reads
+// as 0.0 in every type).
+__device__ __forceinline__ uint32_t load_any_bits(const void* p, int dt, int64_t i) {
+  if (dt == 1 || dt == 2) return static_cast<const uint16_t*>(p)[i];
+  return static_cast<const uint32_t*>(p)[i];
+}
+__device__ __forceinline__ float any_bits_to_f(uint32_t b, int dt) {
+  if (dt == 1) return __uint_as_float(b << 16);
+  if (dt == 2) return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+  return __uint_as_float(b);
+}
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
-  if (dt == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  if (dt == 2) return __half2float(static_cast<const __half*>(p)[i]);
-  return static_cast<const float*>(p)[i];
+  return any_bits_to_f(load_any_bits(p, dt, i), dt);
 }
 // 8 weights of type TW (f32 / bf16 / f16) at p, 16-byte aligned, through
 // the read-only cache (router rows, norm weights).
