@@ -282,6 +282,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.decode_cluster_early_row_loads = options.tuning.cuda_decode_cluster_early_row_loads;
     co.decode_cluster_bulk_copies = options.tuning.cuda_decode_cluster_bulk_copies;
     co.decode_cluster_copy_warps = options.tuning.cuda_decode_cluster_copy_warps;
+    co.decode_cluster_rope_table = options.tuning.cuda_decode_cluster_rope_table;
     co.cluster_trace = options.tuning.cuda_cluster_trace;
     co.decode_colocate = options.tuning.cuda_decode_colocate;
     co.decode_colocate_min_mib = options.tuning.cuda_decode_colocate_min_mib;

@@ -200,6 +200,11 @@ namespace ferrite {
     "two warps that hold no q / K / V row load the page ids and issue every bulk copy, "          \
     "synchronising only among themselves, so the row warps go from their loads to the PDL wait " \
     "without waiting on the page ids or the copies' issue; the same values")                     \
+  X(bool, cuda_decode_cluster_rope_table, "FERRITE_CUDA_DECODE_CLUSTER_ROPE_TABLE", false,       \
+    "CUDA: the cluster decode attention computes RoPE's cos / sin once a block (a thread a "      \
+    "frequency, into shared memory, published among the row warps by a named barrier) instead "  \
+    "of in every lane of every q / K row, whose inv_freq reads are 32 distinct addresses of the " \
+    "kernel's parameter bank a warp; the same values")                                             \
   X(int64_t, cuda_decode_mma_tokens, "FERRITE_CUDA_DECODE_MMA_TOKENS", 9,                       \
     "CUDA: decode steps of at least this many tokens (that the cluster kernel does not take) "   \
     "run the tensor-core decode attention (kernels/attention_decode_mma.cu: a KV head's query "  \

@@ -1019,6 +1019,8 @@ enum class DecodeCandidate {
   kClusterBulkCopiesUnstaged,  // the same, the page ids read before each copy
   kClusterCopyWarps,           // the bulk copies issued by the two warps without a row
   kClusterCopyWarpsUnstaged,   // the same, the page ids read before each copy
+  kClusterRopeTable,           // the defaults with RoPE's cos / sin once a block
+  kClusterRopeTableCopyWarps,  // the same with copy warps
   kMmaOneSplit,
   kMmaSplits
 };
@@ -1120,7 +1122,9 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   meta.kv_len_bound = dc.bound;
   if (cand == DecodeCandidate::kClusterStagedPages ||
       cand == DecodeCandidate::kClusterEarlyRowLoads ||
-      cand == DecodeCandidate::kClusterBulkCopies || cand == DecodeCandidate::kClusterCopyWarps) {
+      cand == DecodeCandidate::kClusterBulkCopies || cand == DecodeCandidate::kClusterCopyWarps ||
+      cand == DecodeCandidate::kClusterRopeTable ||
+      cand == DecodeCandidate::kClusterRopeTableCopyWarps) {
     std::vector<int32_t> token_table(tokens);
     for (int t = 0; t < tokens; ++t)
       token_table[t] = seq_len[token_seq[t]] > 0 ? seq_block_off[token_seq[t]] : -1;
@@ -1179,14 +1183,21 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
                          cand == DecodeCandidate::kClusterStagedPagesNoTable ||
                          cand == DecodeCandidate::kClusterEarlyRowLoads ||
                          cand == DecodeCandidate::kClusterBulkCopies ||
-                         cand == DecodeCandidate::kClusterCopyWarps,
+                         cand == DecodeCandidate::kClusterCopyWarps ||
+                         cand == DecodeCandidate::kClusterRopeTable ||
+                         cand == DecodeCandidate::kClusterRopeTableCopyWarps,
          .early_row_loads = cand == DecodeCandidate::kClusterEarlyRowLoads,
          .bulk_copies = cand == DecodeCandidate::kClusterBulkCopies ||
                         cand == DecodeCandidate::kClusterBulkCopiesUnstaged ||
                         cand == DecodeCandidate::kClusterCopyWarps ||
-                        cand == DecodeCandidate::kClusterCopyWarpsUnstaged,
+                        cand == DecodeCandidate::kClusterCopyWarpsUnstaged ||
+                        cand == DecodeCandidate::kClusterRopeTable ||
+                        cand == DecodeCandidate::kClusterRopeTableCopyWarps,
          .copy_warps = cand == DecodeCandidate::kClusterCopyWarps ||
-                       cand == DecodeCandidate::kClusterCopyWarpsUnstaged});
+                       cand == DecodeCandidate::kClusterCopyWarpsUnstaged ||
+                       cand == DecodeCandidate::kClusterRopeTableCopyWarps,
+         .rope_table = cand == DecodeCandidate::kClusterRopeTable ||
+                       cand == DecodeCandidate::kClusterRopeTableCopyWarps});
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
@@ -1277,6 +1288,14 @@ TEST_P(CudaDecodeKernelTest, ClusterCopyWarpsMatchesFused) {
   SKIP_WITHOUT_GPU();
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterCopyWarps);
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterCopyWarpsUnstaged);
+}
+
+// RoPE's cos / sin once a block (Tuning::cuda_decode_cluster_rope_table):
+// the cache rows stay bitwise equal to the fused kernel's.
+TEST_P(CudaDecodeKernelTest, ClusterRopeTableMatchesFused) {
+  SKIP_WITHOUT_GPU();
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterRopeTable);
+  check_decode_candidate(GetParam(), DecodeCandidate::kClusterRopeTableCopyWarps);
 }
 
 INSTANTIATE_TEST_SUITE_P(

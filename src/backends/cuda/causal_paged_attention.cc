@@ -198,6 +198,7 @@ class CausalPagedAttention final : public Provider {
                                              .early_row_loads = st.decode_cluster_early_row_loads,
                                              .bulk_copies = st.decode_cluster_bulk_copies,
                                              .copy_warps = st.decode_cluster_copy_warps,
+                                             .rope_table = st.decode_cluster_rope_table,
                                              .trace = st.cluster_trace}));
         profile_mark(st.stream, "attention.o_proj", st.capturing);
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,

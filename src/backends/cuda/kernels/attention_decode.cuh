@@ -143,6 +143,9 @@ struct ClusterAttentionOptions {
   // barrier), so the row warps reach the PDL wait without waiting on them;
   // the same values. Ignored without both.
   bool copy_warps = false;
+  // Tuning::cuda_decode_cluster_rope_table: RoPE's cos / sin computed once
+  // a block into shared memory instead of per row lane; the same values.
+  bool rope_table = false;
   ClusterTrace trace;
 };
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,

@@ -52,7 +52,8 @@ constexpr int kMaxCluster = 8;   // splits a (token, KV head, part): a portable 
 constexpr int kMaxHeads = 4;     // query heads a block (fused_decode_parts)
 constexpr int kStampSlots = 13;
 constexpr int kCopyWarp0 = kMaxHeads + 2;  // the first copy warp (after q heads, K, V)
-static_assert(kThreads - kCopyWarp0 * 32 >= kPos, "a copy thread a page id at page size 1");  // ClusterTrace: the global start, the clock's start, 11 phases
+static_assert(kThreads - kCopyWarp0 * 32 >= kPos, "a copy thread a page id at page size 1");
+static_assert(kCopyWarp0 * 32 >= 128, "the RoPE table's threads (half <= 128) in row warps");  // ClusterTrace: the global start, the clock's start, 11 phases
 static_assert(kMaxCluster * kPos == kAttentionClusterMaxPositions, "the header's bound");
 
 // Shared memory of a block: K and V rows [2][kPos][HD + 8] (T; 16 bytes of
@@ -138,7 +139,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                     const T* k, const T* v, DecodeWeights wts, T* k_cache,
                                     T* v_cache, T* out, bool staged_pages, bool early_row_loads,
-                                    bool bulk_copies, bool copy_warps, ClusterTrace trace) {
+                                    bool bulk_copies, bool copy_warps, bool rope_table,
+                                    ClusterTrace trace) {
   constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
   constexpr int RS = row_elems<HD>();  // shared row stride (elements)
   constexpr int CH = HD * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
@@ -253,6 +255,17 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     const int pages = np > 0 ? (p1 - 1) / page_size - first + 1 : 0;
     if (copier && ctid < pages) page_s[ctid] = meta.block_tables[table + first + ctid];
   }
+  // RoPE table: cos / sin of each frequency once a block (threads < half,
+  // all in row warps), in part_o's rows 2-3 (free until P x V), instead of
+  // every row lane's own angles: a lane's inv_freq reads are 32 distinct
+  // addresses of the parameter bank a warp (serialised), and 4 q rows + K
+  // repeat the same sines.
+  float* rope_s = part_o + 2 * HD;  // [2][half]
+  if (rope_table && tid < half) {
+    const float angle = static_cast<float>(pos) * a.inv_freq[tid];
+    rope_s[tid] = cosf(angle);
+    rope_s[half + tid] = sinf(angle);
+  }
   if (cw) {
     // The page ids and the barrier's init among the copy warps only.
     if (copier) {
@@ -288,6 +301,9 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   stamps.mark_by(10, copier && ctid == 0);
 
   if (!early_row_loads) load_row_weights();
+  // The table published among the row warps (named barrier 2).
+  if (rope_table && warp < kCopyWarp0)
+    asm volatile("bar.sync 2, %0;" ::"r"(kCopyWarp0 * 32) : "memory");
   float bv[D], nw[D], cs[D], sn[D];
 #pragma unroll
   for (int e = 0; e < D; ++e) {
@@ -298,9 +314,15 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     cs[e] = 1.0f;
     sn[e] = 0.0f;
     if (has_row && rope && d < 2 * half) {
-      const float angle = static_cast<float>(pos) * a.inv_freq[d < half ? d : d - half];
-      cs[e] = cosf(angle);
-      sn[e] = sinf(angle);
+      const int j = d < half ? d : d - half;
+      if (rope_table) {
+        cs[e] = rope_s[j];
+        sn[e] = rope_s[half + j];
+      } else {
+        const float angle = static_cast<float>(pos) * a.inv_freq[j];
+        cs[e] = cosf(angle);
+        sn[e] = sinf(angle);
+      }
     }
   }
   pdl_launch_dependents();
@@ -562,7 +584,8 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
                             static_cast<const T*>(io.k), static_cast<const T*>(io.v),
                             decode_weights(io), static_cast<T*>(io.k_cache),
                             static_cast<T*>(io.v_cache), static_cast<T*>(io.out), o.staged_pages,
-                            o.early_row_loads, o.bulk_copies, o.copy_warps, o.trace);
+                            o.early_row_loads, o.bulk_copies, o.copy_warps, o.rope_table,
+                            o.trace);
 }
 
 }  // namespace
