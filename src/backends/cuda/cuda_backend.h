@@ -67,8 +67,8 @@ struct CudaExecOptions {
   bool decode_cluster_staged_pages = true;  // Tuning::cuda_decode_cluster_staged_pages
   bool decode_cluster_early_row_loads = false;  // Tuning::cuda_decode_cluster_early_row_loads
   bool decode_cluster_bulk_copies = true;  // Tuning::cuda_decode_cluster_bulk_copies
-  bool decode_cluster_copy_warps = false;  // Tuning::cuda_decode_cluster_copy_warps
-  bool decode_cluster_rope_table = false;  // Tuning::cuda_decode_cluster_rope_table
+  bool decode_cluster_copy_warps = true;  // Tuning::cuda_decode_cluster_copy_warps
+  bool decode_cluster_rope_table = true;  // Tuning::cuda_decode_cluster_rope_table
   int64_t cluster_trace = 0;             // Tuning::cuda_cluster_trace (records; 0: off)
   int64_t decode_colocate = 2;           // Tuning::cuda_decode_colocate (0-2)
   int64_t decode_colocate_min_mib = 8;   // Tuning::cuda_decode_colocate_min_mib

@@ -79,8 +79,8 @@ struct BackendState {
   bool decode_cluster_staged_pages = true;  // Tuning::cuda_decode_cluster_staged_pages
   bool decode_cluster_early_row_loads = false;  // Tuning::cuda_decode_cluster_early_row_loads
   bool decode_cluster_bulk_copies = true;  // Tuning::cuda_decode_cluster_bulk_copies
-  bool decode_cluster_copy_warps = false;  // Tuning::cuda_decode_cluster_copy_warps
-  bool decode_cluster_rope_table = false;  // Tuning::cuda_decode_cluster_rope_table
+  bool decode_cluster_copy_warps = true;  // Tuning::cuda_decode_cluster_copy_warps
+  bool decode_cluster_rope_table = true;  // Tuning::cuda_decode_cluster_rope_table
   // Tuning::cuda_cluster_trace: the cluster attention's ring of per-block
   // stamps (open_cluster_trace in cuda_exec.cc); records null when off.
   ClusterTrace cluster_trace;
