@@ -11,8 +11,13 @@
 // and the splits merge through a global fence, an arrival ticket and a
 // last block re-reading the partials. Here
 //  - every cached K/V row of the block's positions (up to kPos) is copied
-//    into shared memory (cp.async) before the wait for the Q/K/V
-//    projection, so that after it only the token's own rows are read;
+//    into shared memory before the wait for the Q/K/V projection (one bulk
+//    copy a row completing on an mbarrier, issued by the two warps that
+//    hold no q / K / V row; else a cp.async a 16-byte chunk), so that after
+//    it only the token's own rows are read; RoPE's cos / sin are computed
+//    once a block into shared memory (the row warps' prologue is then only
+//    their loads: on a model whose Q/K/V projection is short it is the
+//    critical path);
 //  - a thread computes a whole score (one position, one head: a
 //    head_dim-long dot product of a K row in shared memory, padded so a
 //    warp's rows fall in distinct banks, with q broadcast), with no
