@@ -180,14 +180,6 @@ namespace ferrite {
     "Qwen3-30B-A3B Q4_K_M 347.0, 346.4 / 347.9, 347.6 (b8 within noise). Stamps "             \
     "(FERRITE_CUDA_CLUSTER_TRACE): page ids at hand 0.87 us after a block's start instead of "  \
     "the first copy at 1.32")                                                                      \
-  X(bool, cuda_decode_cluster_early_row_loads, "FERRITE_CUDA_DECODE_CLUSTER_EARLY_ROW_LOADS",     \
-    false,                                                                                         \
-    "CUDA: the cluster decode attention loads its rows' q / k norm weights and biases before "   \
-    "issuing the K/V copies rather than after them, where they queue behind ~2,000 cp.async "   \
-    "requests a block (stamps, H100 b1: 3.3 us from the last copy issued to the PDL wait's "    \
-    "call; on Qwen3-30B-A3B that wait returns ~5 us after the Q/K/V projection's end); the "     \
-    "same values. Neutral on the H100 (cp.async copies; b1 tokens/s 0 / 1, two runs each): "     \
-    "Qwen3-30B-A3B Q4_K_M 340.7, 341.1 / 340.2, 341.6")                                         \
   X(bool, cuda_decode_cluster_bulk_copies, "FERRITE_CUDA_DECODE_CLUSTER_BULK_COPIES", true,      \
     "CUDA: the cluster decode attention copies its cached K/V rows into shared memory as one "   \
     "bulk (TMA) request a row, counted on an mbarrier, instead of a 16-byte cp.async a chunk "   \

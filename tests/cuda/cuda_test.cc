@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -1014,7 +1015,6 @@ enum class DecodeCandidate {
   kClusterLateStores,
   kClusterStagedPages,          // with StepMeta::token_table, as the engine's steps
   kClusterStagedPagesNoTable,  // without: the table start through token_seq
-  kClusterEarlyRowLoads,       // the defaults with the rows' weights loaded first
   kClusterBulkCopies,          // the defaults with one bulk copy a cached row
   kClusterBulkCopiesUnstaged,  // the same, the page ids read before each copy
   kClusterCopyWarps,           // the bulk copies issued by the two warps without a row
@@ -1121,7 +1121,6 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
   meta.block_tables = dev(tables);
   meta.kv_len_bound = dc.bound;
   if (cand == DecodeCandidate::kClusterStagedPages ||
-      cand == DecodeCandidate::kClusterEarlyRowLoads ||
       cand == DecodeCandidate::kClusterBulkCopies || cand == DecodeCandidate::kClusterCopyWarps ||
       cand == DecodeCandidate::kClusterRopeTable ||
       cand == DecodeCandidate::kClusterRopeTableCopyWarps) {
@@ -1175,29 +1174,24 @@ void check_decode_candidate(const DecodeKernelCase& dc, DecodeCandidate cand) {
                                                   /*pdl=*/false, /*scatter=*/false);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   if (cluster) {
-    // The staged pages with the late stores: the default's combination.
-    st = cuda::launch_attention_decode_cluster(
-        nullptr, a, io[1], csplits, /*pdl=*/false,
-        {.late_stores = cand != DecodeCandidate::kCluster,
-         .staged_pages = cand == DecodeCandidate::kClusterStagedPages ||
-                         cand == DecodeCandidate::kClusterStagedPagesNoTable ||
-                         cand == DecodeCandidate::kClusterEarlyRowLoads ||
-                         cand == DecodeCandidate::kClusterBulkCopies ||
-                         cand == DecodeCandidate::kClusterCopyWarps ||
-                         cand == DecodeCandidate::kClusterRopeTable ||
-                         cand == DecodeCandidate::kClusterRopeTableCopyWarps,
-         .early_row_loads = cand == DecodeCandidate::kClusterEarlyRowLoads,
-         .bulk_copies = cand == DecodeCandidate::kClusterBulkCopies ||
-                        cand == DecodeCandidate::kClusterBulkCopiesUnstaged ||
-                        cand == DecodeCandidate::kClusterCopyWarps ||
-                        cand == DecodeCandidate::kClusterCopyWarpsUnstaged ||
-                        cand == DecodeCandidate::kClusterRopeTable ||
-                        cand == DecodeCandidate::kClusterRopeTableCopyWarps,
-         .copy_warps = cand == DecodeCandidate::kClusterCopyWarps ||
-                       cand == DecodeCandidate::kClusterCopyWarpsUnstaged ||
-                       cand == DecodeCandidate::kClusterRopeTableCopyWarps,
-         .rope_table = cand == DecodeCandidate::kClusterRopeTable ||
-                       cand == DecodeCandidate::kClusterRopeTableCopyWarps});
+    // Each candidate's switches; the rest off.
+    using C = DecodeCandidate;
+    const auto is = [&](std::initializer_list<C> cs) {
+      return std::find(cs.begin(), cs.end(), cand) != cs.end();
+    };
+    const DecodeClusterKnobs knobs{
+        .late_stores = cand != C::kCluster,
+        .staged_pages = is({C::kClusterStagedPages, C::kClusterStagedPagesNoTable,
+                            C::kClusterBulkCopies, C::kClusterCopyWarps, C::kClusterRopeTable,
+                            C::kClusterRopeTableCopyWarps}),
+        .bulk_copies = is({C::kClusterBulkCopies, C::kClusterBulkCopiesUnstaged,
+                           C::kClusterCopyWarps, C::kClusterCopyWarpsUnstaged,
+                           C::kClusterRopeTable, C::kClusterRopeTableCopyWarps}),
+        .copy_warps = is({C::kClusterCopyWarps, C::kClusterCopyWarpsUnstaged,
+                          C::kClusterRopeTableCopyWarps}),
+        .rope_table = is({C::kClusterRopeTable, C::kClusterRopeTableCopyWarps})};
+    st = cuda::launch_attention_decode_cluster(nullptr, a, io[1], csplits, /*pdl=*/false,
+                                               {.knobs = knobs});
   } else {
     const int msplits = cand == DecodeCandidate::kMmaOneSplit ? 1 : splits;
     float* d_mpartials = dev(partials);
@@ -1267,11 +1261,6 @@ TEST_P(CudaDecodeKernelTest, ClusterStagedPagesMatchesFused) {
   SKIP_WITHOUT_GPU();
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterStagedPages);
   check_decode_candidate(GetParam(), DecodeCandidate::kClusterStagedPagesNoTable);
-}
-
-TEST_P(CudaDecodeKernelTest, ClusterEarlyRowLoadsMatchesFused) {
-  SKIP_WITHOUT_GPU();
-  check_decode_candidate(GetParam(), DecodeCandidate::kClusterEarlyRowLoads);
 }
 
 // The cached rows as bulk (TMA) copies completed on an mbarrier

@@ -193,12 +193,7 @@ class CausalPagedAttention final : public Provider {
         FERRITE_RETURN_IF_ERROR(
             launch_attention_decode_cluster(st.stream, a, io, csplits, /*pdl=*/true,
                                             {.max_carveout = st.decode_colocate >= 1,
-                                             .late_stores = st.decode_cluster_late_stores,
-                                             .staged_pages = st.decode_cluster_staged_pages,
-                                             .early_row_loads = st.decode_cluster_early_row_loads,
-                                             .bulk_copies = st.decode_cluster_bulk_copies,
-                                             .copy_warps = st.decode_cluster_copy_warps,
-                                             .rope_table = st.decode_cluster_rope_table,
+                                             .knobs = st.decode_cluster_knobs,
                                              .trace = st.cluster_trace}));
         profile_mark(st.stream, "attention.o_proj", st.capturing);
         return gemm(st, attn, act, t, nh * hd, b[kOProj].data, b[kOProj].dtype, H,

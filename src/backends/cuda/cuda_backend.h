@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/cuda/kernels/attention_decode_cluster_knobs.h"
 #include "runtime/registry.h"
 
 namespace ferrite {
@@ -63,12 +64,7 @@ struct CudaExecOptions {
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster
-  bool decode_cluster_late_stores = true;  // Tuning::cuda_decode_cluster_late_stores
-  bool decode_cluster_staged_pages = true;  // Tuning::cuda_decode_cluster_staged_pages
-  bool decode_cluster_early_row_loads = false;  // Tuning::cuda_decode_cluster_early_row_loads
-  bool decode_cluster_bulk_copies = true;  // Tuning::cuda_decode_cluster_bulk_copies
-  bool decode_cluster_copy_warps = true;  // Tuning::cuda_decode_cluster_copy_warps
-  bool decode_cluster_rope_table = true;  // Tuning::cuda_decode_cluster_rope_table
+  DecodeClusterKnobs decode_cluster_knobs;  // Tuning::cuda_decode_cluster_* (the switches)
   int64_t cluster_trace = 0;             // Tuning::cuda_cluster_trace (records; 0: off)
   int64_t decode_colocate = 2;           // Tuning::cuda_decode_colocate (0-2)
   int64_t decode_colocate_min_mib = 8;   // Tuning::cuda_decode_colocate_min_mib

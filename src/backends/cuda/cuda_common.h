@@ -75,12 +75,7 @@ struct BackendState {
   int64_t decode_split_positions = 64;
   bool decode_reduce_scatter = false;  // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;          // Tuning::cuda_decode_cluster
-  bool decode_cluster_late_stores = true;  // Tuning::cuda_decode_cluster_late_stores
-  bool decode_cluster_staged_pages = true;  // Tuning::cuda_decode_cluster_staged_pages
-  bool decode_cluster_early_row_loads = false;  // Tuning::cuda_decode_cluster_early_row_loads
-  bool decode_cluster_bulk_copies = true;  // Tuning::cuda_decode_cluster_bulk_copies
-  bool decode_cluster_copy_warps = true;  // Tuning::cuda_decode_cluster_copy_warps
-  bool decode_cluster_rope_table = true;  // Tuning::cuda_decode_cluster_rope_table
+  DecodeClusterKnobs decode_cluster_knobs;  // Tuning::cuda_decode_cluster_* (the switches)
   // Tuning::cuda_cluster_trace: the cluster attention's ring of per-block
   // stamps (open_cluster_trace in cuda_exec.cc); records null when off.
   ClusterTrace cluster_trace;

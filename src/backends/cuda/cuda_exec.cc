@@ -77,12 +77,7 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.decode_split_positions = options_.decode_split_positions;
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.decode_cluster = options_.decode_cluster;
-    st_.decode_cluster_late_stores = options_.decode_cluster_late_stores;
-    st_.decode_cluster_staged_pages = options_.decode_cluster_staged_pages;
-    st_.decode_cluster_early_row_loads = options_.decode_cluster_early_row_loads;
-    st_.decode_cluster_bulk_copies = options_.decode_cluster_bulk_copies;
-    st_.decode_cluster_copy_warps = options_.decode_cluster_copy_warps;
-    st_.decode_cluster_rope_table = options_.decode_cluster_rope_table;
+    st_.decode_cluster_knobs = options_.decode_cluster_knobs;
     st_.decode_colocate = options_.decode_colocate;
     st_.decode_colocate_min_mib = options_.decode_colocate_min_mib;
     st_.decode_mma_tokens = options_.decode_mma_tokens;

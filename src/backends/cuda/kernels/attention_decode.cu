@@ -30,6 +30,7 @@
 // new K/V rounded to the activation dtype after RoPE, scores scaled q.K.
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/attention_decode.cuh"
+#include "backends/cuda/kernels/attention_decode_rows.cuh"
 #include "backends/cuda/kernels/warp_reduce_scatter.h"
 
 namespace ferrite::cuda {
@@ -115,23 +116,17 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   static_assert(MAXG + 2 <= kWarps, "a warp per row");
   const int half = a.rope_dim / 2;
   const int row = warp;
-  const bool has_row = row < ng + 2;
-  const int kind = row < ng ? 0 : row - ng + 1;  // 0 q, 1 k, 2 v
-  const void* bias = kind == 0 ? wts.q_bias : kind == 1 ? wts.k_bias : wts.v_bias;
-  const int64_t bias_off = kind == 0 ? static_cast<int64_t>(h0 + row) * a.q_stride
-                                     : static_cast<int64_t>(kvh) * HD;
-  const bool norm = kind < 2 && a.qk_norm, rope = kind < 2 && half > 0;
+  const DecodeRowRole rr = decode_row_role(a, wts, row, ng, h0, kvh, HD);
   float bv[D], nw[D], cs[D], sn[D];
 #pragma unroll
   for (int e = 0; e < D; ++e) {
     const int d = lane * D + e;
-    bv[e] = has_row && bias ? load_any(bias, wts.bias_dt, bias_off + d) : 0.0f;
-    const void* nwp = kind == 0 ? wts.q_norm : wts.k_norm;
-    const float wi = has_row && norm ? load_any(nwp, wts.norm_dt, d) : 0.0f;
+    bv[e] = rr.has_row && rr.bias ? load_any(rr.bias, wts.bias_dt, rr.bias_off + d) : 0.0f;
+    const float wi = rr.has_row && rr.norm ? load_any(rr.norm_w, wts.norm_dt, d) : 0.0f;
     nw[e] = a.zero_centred ? 1.0f + wi : wi;
     cs[e] = 1.0f;
     sn[e] = 0.0f;
-    if (has_row && rope && d < 2 * half) {
+    if (rr.has_row && rr.rope && d < 2 * half) {
       const float angle = static_cast<float>(pos) * a.inv_freq[d < half ? d : d - half];
       cs[e] = cosf(angle);
       sn[e] = sinf(angle);
@@ -140,13 +135,13 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
   pdl_launch_dependents();
   pdl_wait();
 
-  if (has_row) {
+  if (rr.has_row) {
     const T* src;
-    float* dst = kind == 0 ? q_s + row * HD : kv_s + (kind - 1) * HD;
-    if (kind == 0)
+    float* dst = rr.kind == 0 ? q_s + row * HD : kv_s + (rr.kind - 1) * HD;
+    if (rr.kind == 0)
       src = q + t * a.q_row + static_cast<int64_t>(h0 + row) * a.q_stride;
     else
-      src = (kind == 1 ? k : v) + (t * nkv + kvh) * HD;
+      src = (rr.kind == 1 ? k : v) + (t * nkv + kvh) * HD;
     float x[D];
     uint32_t raw[D / 2];
     load_words<D>(src + lane * D, raw);
@@ -154,15 +149,15 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < D; ++e) {
-      if (bias) x[e] += bv[e];
+      if (rr.bias) x[e] += bv[e];
       ss = fmaf(x[e], x[e], ss);
     }
-    if (norm) {
+    if (rr.norm) {
       const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(HD) + a.eps);
 #pragma unroll
       for (int e = 0; e < D; ++e) x[e] = x[e] * inv * nw[e];
     }
-    if (rope) {
+    if (rr.rope) {
 #pragma unroll
       for (int e = 0; e < D; ++e) dst[lane * D + e] = x[e];
       __syncwarp();
@@ -186,23 +181,23 @@ __global__ void __launch_bounds__(kWarps * 32, MAXG * HD <= 512 ? 2 : 1)
     // Round as the cache (and the unfused q buffer) store them; part 0 of
     // the split holding the newest position writes K / V to the cache.
     T* slot = nullptr;
-    if (kind > 0 && real && part == 0 && pos >= p0 && pos < p1)
-      slot = (kind == 1 ? k_cache : v_cache) +
+    if (rr.kind > 0 && real && part == 0 && pos >= p0 && pos < p1)
+      slot = (rr.kind == 1 ? k_cache : v_cache) +
              paged_kv_offset(meta, seq, pos, page_size, nkv, HD, kvh) + lane * D;
 #pragma unroll
     for (int e = 0; e < D; ++e) {
       const T r = from_f<T>(x[e]);
-      dst[lane * D + e] = kind == 0 ? to_f(r) * a.scale : to_f(r);
+      dst[lane * D + e] = rr.kind == 0 ? to_f(r) * a.scale : to_f(r);
       if (slot) slot[e] = r;
     }
     // The combine kernel applies the output gate from q: it must see the
     // biased gate, as qk_rope_kv leaves it in place.
-    if (kind == 0 && a.output_gate && wts.q_bias && splits > 1 && !counters && split == 0) {
+    if (rr.kind == 0 && a.output_gate && wts.q_bias && splits > 1 && !counters && split == 0) {
       T* g = q + t * a.q_row + static_cast<int64_t>(h0 + row) * a.q_stride + HD;
 #pragma unroll
       for (int e = 0; e < D; ++e) {
         const int d = lane * D + e;
-        g[d] = from_f<T>(to_f(g[d]) + load_any(wts.q_bias, wts.bias_dt, bias_off + HD + d));
+        g[d] = from_f<T>(to_f(g[d]) + load_any(wts.q_bias, wts.bias_dt, rr.bias_off + HD + d));
       }
     }
   }

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_status.h"
 #include "backends/cuda/kernels/attention.cuh"
+#include "backends/cuda/kernels/attention_decode_cluster_knobs.h"
 #include "tensor/dtype.h"
 
 namespace ferrite::cuda {
@@ -115,37 +116,8 @@ struct ClusterAttentionOptions {
   // GEMVs' configuration), so that its blocks may start on SMs still
   // running theirs (Tuning::cuda_decode_colocate).
   bool max_carveout = false;
-  // Tuning::cuda_decode_cluster_late_stores: the token's K / V rows reach
-  // the cache after the first cluster barrier instead of before it (nothing
-  // in the launch reads them from there), so that barrier's release no
-  // longer waits for those global stores, and the last barrier (which only
-  // keeps every block's shared memory alive for the others' reads) arrives
-  // relaxed, with no memory fence; the same values.
-  bool late_stores = false;
-  // Tuning::cuda_decode_cluster_staged_pages: before the wait, a block loads
-  // the page ids of its positions at once (a thread a page) into shared
-  // memory, then issues its K/V copies from them, instead of two dependent
-  // global loads (sequence's table offset, page id) before every copy; with
-  // StepMeta::token_table the table's start comes from the token (one
-  // dependent load fewer: token -> page ids -> copies). The same values.
-  bool staged_pages = false;
-  // Tuning::cuda_decode_cluster_early_row_loads: the q / k norm weights and
-  // biases of the token's rows are loaded before the K/V copies are issued
-  // rather than after (behind their requests); the same values.
-  bool early_row_loads = false;
-  // Tuning::cuda_decode_cluster_bulk_copies: the cached K/V rows reach
-  // shared memory as one bulk (TMA) copy a row, completed on an mbarrier,
-  // instead of a cp.async a 16-byte chunk; the same values.
-  bool bulk_copies = false;
-  // Tuning::cuda_decode_cluster_copy_warps: with bulk_copies and
-  // late_stores, the two warps without a q / K / V row load the page ids
-  // and issue every copy, synchronised only among themselves (a named
-  // barrier), so the row warps reach the PDL wait without waiting on them;
-  // the same values. Ignored without both.
-  bool copy_warps = false;
-  // Tuning::cuda_decode_cluster_rope_table: RoPE's cos / sin computed once
-  // a block into shared memory instead of per row lane; the same values.
-  bool rope_table = false;
+  // The switches (Tuning::cuda_decode_cluster_*); the same values with any.
+  DecodeClusterKnobs knobs;
   ClusterTrace trace;
 };
 Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,

@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/attention_decode.cuh"
+#include "backends/cuda/kernels/attention_decode_rows.cuh"
 #include "backends/cuda/kernels/bulk_copy.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
 
@@ -143,9 +144,7 @@ template <typename T, int HD, bool kLateStores>
 __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                     const T* k, const T* v, DecodeWeights wts, T* k_cache,
-                                    T* v_cache, T* out, bool staged_pages, bool early_row_loads,
-                                    bool bulk_copies, bool copy_warps, bool rope_table,
-                                    ClusterTrace trace) {
+                                    T* v_cache, T* out, DecodeClusterKnobs knobs, ClusterTrace trace) {
   constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
   constexpr int RS = row_elems<HD>();  // shared row stride (elements)
   constexpr int CH = HD * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
@@ -181,13 +180,13 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   const int32_t pos = meta.token_pos[t];
   int32_t seq = 0, table = 0;
   bool real;
-  if (staged_pages && meta.token_table) {
+  if (knobs.staged_pages && meta.token_table) {
     table = meta.token_table[t];
     real = table >= 0;
   } else {
     seq = meta.token_seq[t];
     real = meta.seq_len[seq] > 0;
-    if (staged_pages) table = meta.seq_block_off[seq];
+    if (knobs.staged_pages) table = meta.seq_block_off[seq];
   }
   const int len = real ? pos + 1 : 0;
   // Balanced splits of [0, len); the host keeps len <= splits x kPos.
@@ -197,28 +196,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   // kernel's rows: bias, RMS norm for q / k, RoPE through shared memory).
   const int half = a.rope_dim / 2;
   const int row = warp;
-  const bool has_row = row < ng + 2;
-  const int kind = row < ng ? 0 : row - ng + 1;  // 0 q, 1 k, 2 v
-  const void* bias = kind == 0 ? wts.q_bias : kind == 1 ? wts.k_bias : wts.v_bias;
-  const int64_t bias_off = kind == 0 ? static_cast<int64_t>(h0 + row) * a.q_stride
-                                     : static_cast<int64_t>(kvh) * HD;
-  const bool norm = kind < 2 && a.qk_norm, rope = kind < 2 && half > 0;
-  // The rows' bias and norm weights as raw bits (0: none), converted only
-  // after the copies, so that no instruction waits on these loads before.
-  uint32_t bias_bits[D], norm_bits[D];
-  auto load_row_weights = [&] {
-#pragma unroll
-    for (int e = 0; e < D; ++e) {
-      const int d = lane * D + e;
-      bias_bits[e] = has_row && bias ? load_any_bits(bias, wts.bias_dt, bias_off + d) : 0u;
-      const void* nwp = kind == 0 ? wts.q_norm : wts.k_norm;
-      norm_bits[e] = has_row && norm ? load_any_bits(nwp, wts.norm_dt, d) : 0u;
-    }
-  };
-  // Early row loads: before the copies, whose thousands of cp.async
-  // requests would otherwise queue ahead of these few loads (stamps:
-  // ~3.3 us from the last copy issued to the wait's call).
-  if (early_row_loads) load_row_weights();
+  const DecodeRowRole rr = decode_row_role(a, wts, row, ng, h0, kvh, HD);
 
   const int np = p1 - p0;
   // The page ids of [p0, p1) (staged pages) in P's shared memory, unused
@@ -227,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   const int first = p0 / page_size;
   // Element offset of position p's K / V row (this KV head) in the caches.
   auto cache_offset = [&](int p) -> int64_t {
-    if (staged_pages)
+    if (knobs.staged_pages)
       return ((static_cast<int64_t>(page_s[p / page_size - first]) * page_size + p % page_size) *
                   nkv + kvh) * HD;
     return paged_kv_offset(meta, seq, p, page_size, nkv, HD, kvh);
@@ -242,18 +220,18 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   // Copy warps: the two warps past the rows' (kMaxHeads + 2) load the page
   // ids and issue every copy, synchronising only among themselves, so the
   // row warps go from their loads straight to the wait.
-  const bool cw = kLateStores && bulk_copies && copy_warps;
+  const bool cw = kLateStores && knobs.bulk_copies && knobs.copy_warps;
   const bool copier = !cw || warp >= kCopyWarp0;
   const int ctid = cw ? tid - kCopyWarp0 * 32 : tid;
   const int cthreads = cw ? kThreads - kCopyWarp0 * 32 : kThreads;
-  if (bulk_copies && copier && ctid == 0) {
+  if (knobs.bulk_copies && copier && ctid == 0) {
     // One arrival (this one) announcing the copies' bytes: the phase
     // completes when every row has landed.
     mbar_init(bar, 1);
     mbar_init_fence();
     mbar_expect_tx(bar, static_cast<uint32_t>(np - own) * 2 * HD * sizeof(T));
   }
-  if (staged_pages) {
+  if (knobs.staged_pages) {
     // At once, a thread a page: each copy's address is then a shared read,
     // not the two dependent global loads of paged_kv_offset, which every
     // cp.async (a memory clobber) makes the compiler reissue.
@@ -266,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   // addresses of the parameter bank a warp (serialised), and 4 q rows + K
   // repeat the same sines.
   float* rope_s = part_o + 2 * HD;  // [2][half]
-  if (rope_table && tid < half) {
+  if (knobs.rope_table && tid < half) {
     const float angle = static_cast<float>(pos) * a.inv_freq[tid];
     rope_s[tid] = cosf(angle);
     rope_s[half + tid] = sinf(angle);
@@ -277,11 +255,11 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
       asm volatile("bar.sync 1, %0;" ::"r"(cthreads) : "memory");
       if (ctid == 0) *own_off_s = own ? cache_offset(pos) : 0;
     }
-  } else if (staged_pages || bulk_copies) {
+  } else if (knobs.staged_pages || knobs.bulk_copies) {
     __syncthreads();  // the page ids; the barrier's init
   }
   stamps.mark_by(9, copier && ctid == 0);
-  if (bulk_copies) {
+  if (knobs.bulk_copies) {
     // A thread a row (K and V interleaved): one bulk request each instead
     // of a 16-byte cp.async per chunk.
     if (copier) {
@@ -305,9 +283,17 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   }
   stamps.mark_by(10, copier && ctid == 0);
 
-  if (!early_row_loads) load_row_weights();
+  // The rows' bias and norm weights as raw bits (0: none), loaded after
+  // the copies are issued and converted only after the wait's call.
+  uint32_t bias_bits[D], norm_bits[D];
+#pragma unroll
+  for (int e = 0; e < D; ++e) {
+    const int d = lane * D + e;
+    bias_bits[e] = rr.has_row && rr.bias ? load_any_bits(rr.bias, wts.bias_dt, rr.bias_off + d) : 0u;
+    norm_bits[e] = rr.has_row && rr.norm ? load_any_bits(rr.norm_w, wts.norm_dt, d) : 0u;
+  }
   // The table published among the row warps (named barrier 2).
-  if (rope_table && warp < kCopyWarp0)
+  if (knobs.rope_table && warp < kCopyWarp0)
     asm volatile("bar.sync 2, %0;" ::"r"(kCopyWarp0 * 32) : "memory");
   float bv[D], nw[D], cs[D], sn[D];
 #pragma unroll
@@ -318,9 +304,9 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     nw[e] = a.zero_centred ? 1.0f + wi : wi;
     cs[e] = 1.0f;
     sn[e] = 0.0f;
-    if (has_row && rope && d < 2 * half) {
+    if (rr.has_row && rr.rope && d < 2 * half) {
       const int j = d < half ? d : d - half;
-      if (rope_table) {
+      if (knobs.rope_table) {
         cs[e] = rope_s[j];
         sn[e] = rope_s[half + j];
       } else {
@@ -340,12 +326,12 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   // first cluster barrier.
   T* late_slot = nullptr;
   T late_vals[D];
-  if (has_row) {
+  if (rr.has_row) {
     const T* src;
-    if (kind == 0)
+    if (rr.kind == 0)
       src = q + t * a.q_row + static_cast<int64_t>(h0 + row) * a.q_stride;
     else
-      src = (kind == 1 ? k : v) + (t * nkv + kvh) * HD;
+      src = (rr.kind == 1 ? k : v) + (t * nkv + kvh) * HD;
     float x[D];
     uint32_t raw[D / 2];
     load_words<D>(src + lane * D, raw);
@@ -353,18 +339,18 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < D; ++e) {
-      if (bias) x[e] += bv[e];
+      if (rr.bias) x[e] += bv[e];
       ss = fmaf(x[e], x[e], ss);
     }
-    if (norm) {
+    if (rr.norm) {
       const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(HD) + a.eps);
 #pragma unroll
       for (int e = 0; e < D; ++e) x[e] = x[e] * inv * nw[e];
     }
     // The row through shared memory for RoPE's pairs (q_s row `row` for q;
     // for K / V the spare q rows past ng, or row 0 of part_o).
-    float* scratch = kind == 0 ? q_s + row * HD : part_o + (kind - 1) * HD;
-    if (rope) {
+    float* scratch = rr.kind == 0 ? q_s + row * HD : part_o + (rr.kind - 1) * HD;
+    if (rr.rope) {
 #pragma unroll
       for (int e = 0; e < D; ++e) scratch[lane * D + e] = x[e];
       __syncwarp();
@@ -386,14 +372,14 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     // (Copy warps: the slot comes from own_off_s after the first cluster
     // barrier; this thread has not synchronised with them yet.)
     T* slot = nullptr;
-    if (!cw && kind > 0 && own && part == 0)
-      slot = (kind == 1 ? k_cache : v_cache) + cache_offset(pos) + lane * D;
-    T* mine = kind > 0 && own ? kv_s + ((kind - 1) * kPos + (pos - p0)) * RS + lane * D
+    if (!cw && rr.kind > 0 && own && part == 0)
+      slot = (rr.kind == 1 ? k_cache : v_cache) + cache_offset(pos) + lane * D;
+    T* mine = rr.kind > 0 && own ? kv_s + ((rr.kind - 1) * kPos + (pos - p0)) * RS + lane * D
                                    : nullptr;
 #pragma unroll
     for (int e = 0; e < D; ++e) {
       const T r = from_f<T>(x[e]);
-      if (kind == 0) q_s[row * HD + lane * D + e] = to_f(r) * a.scale;
+      if (rr.kind == 0) q_s[row * HD + lane * D + e] = to_f(r) * a.scale;
       if (mine) mine[e] = r;
       if constexpr (kLateStores)
         late_vals[e] = r;
@@ -403,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     if constexpr (kLateStores) late_slot = slot;
   }
   stamps.mark(2);
-  if (bulk_copies) {
+  if (knobs.bulk_copies) {
     // The block's rows (and the barrier's init, with copy warps) published
     // first; then each thread sees the copies land through the barrier.
     __syncthreads();
@@ -491,8 +477,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   cluster.sync();
   stamps.mark(6);
   if constexpr (kLateStores) {
-    if (cw && has_row && kind > 0 && own && part == 0)
-      late_slot = (kind == 1 ? k_cache : v_cache) + *own_off_s + lane * D;
+    if (cw && rr.has_row && rr.kind > 0 && own && part == 0)
+      late_slot = (rr.kind == 1 ? k_cache : v_cache) + *own_off_s + lane * D;
     if (late_slot) {
 #pragma unroll
       for (int e = 0; e < D; ++e) late_slot[e] = late_vals[e];
@@ -588,9 +574,7 @@ cudaError_t launch_cluster(dim3 grid, int splits, cudaStream_t s, bool pdl,
   return cudaLaunchKernelEx(&cfg, kern, a, io.meta, io.page_size, static_cast<T*>(io.q),
                             static_cast<const T*>(io.k), static_cast<const T*>(io.v),
                             decode_weights(io), static_cast<T*>(io.k_cache),
-                            static_cast<T*>(io.v_cache), static_cast<T*>(io.out), o.staged_pages,
-                            o.early_row_loads, o.bulk_copies, o.copy_warps, o.rope_table,
-                            o.trace);
+                            static_cast<T*>(io.v_cache), static_cast<T*>(io.out), o.knobs, o.trace);
 }
 
 }  // namespace
@@ -634,7 +618,7 @@ Status launch_attention_decode_cluster(cudaStream_t s, const AttentionShape& a,
         else
           e = launch_cluster<T, 256, L>(grid, splits, s, pdl, a, io, options);
       };
-      if (options.late_stores)
+      if (options.knobs.late_stores)
         go(std::true_type{});
       else
         go(std::false_type{});
