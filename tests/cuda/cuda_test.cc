@@ -607,6 +607,108 @@ TEST(CudaMoeRouteSortTest, OffsetsMayBeLeftOutOnlyUpTo32Pairs) {
   EXPECT_NE(st.to_string().find("offsets"), std::string::npos) << st.to_string();
 }
 
+// One token's routing + sort by a block (Tuning::cuda_moe_route_block)
+// against the one warp: every output bitwise equal (ids, weights, slot_of,
+// row_pair, the tile table and its count, the offsets), from 4 to 512
+// experts and top-k 1 to 32, with and without renormalisation and offsets,
+// on logits with exact ties (equal probabilities: the lower id first), a
+// flat run of equal logits, NaN and -inf.
+TEST(CudaMoeRouteSortTest, OneTokenBlockMatchesTheWarp) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int E, K, bm;
+  };
+  const Case cases[] = {{4, 2, 16}, {8, 8, 1},   {60, 4, 16},  {128, 8, 16},
+                        {128, 1, 4}, {256, 8, 16}, {300, 32, 8}, {512, 10, 16}};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (const Case& c : cases) {
+    for (int variant = 0; variant < 4; ++variant) {
+      SCOPED_TRACE("E " + std::to_string(c.E) + " K " + std::to_string(c.K) + " variant " +
+                   std::to_string(variant));
+      const bool normalize = (variant & 1) != 0;
+      const bool offsets_wanted = variant != 1;
+      std::vector<float> logits(c.E);
+      for (float& v : logits) v = nd(rng);
+      if (c.E >= 8) {
+        logits[3] = logits[5];
+        logits[7] = logits[1];
+      }
+      if (variant == 2)  // a flat run: a tie across many experts
+        for (int e = c.E / 4; e < c.E / 2; ++e) logits[e] = 1.5f;
+      if (variant == 3 && c.E >= 8) {
+        logits[2] = std::numeric_limits<float>::quiet_NaN();
+        logits[6] = -std::numeric_limits<float>::infinity();
+      }
+      const int P = c.K;
+      struct Out {
+        std::vector<int32_t> ids, slot_of, row_pair, tiles, count, offsets;
+        std::vector<float> weights;
+      } out[2];
+      for (int b = 0; b < 2; ++b) {
+        float *d_logits = nullptr, *d_weights = nullptr;
+        int32_t *d_ids = nullptr, *d_slot = nullptr, *d_pair = nullptr, *d_tiles = nullptr,
+                *d_count = nullptr, *d_off = nullptr;
+        ASSERT_EQ(cudaMalloc(&d_logits, c.E * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&d_weights, P * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&d_ids, P * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&d_slot, P * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&d_pair, P * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&d_tiles, 4 * P * 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&d_count, 4), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&d_off, (c.E + 1) * 4), cudaSuccess);
+        // Poisoned outputs: whatever either launch leaves unwritten shows.
+        for (void* d : {static_cast<void*>(d_weights), static_cast<void*>(d_ids),
+                        static_cast<void*>(d_slot), static_cast<void*>(d_pair)})
+          ASSERT_EQ(cudaMemset(d, 0x7b, P * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(d_tiles, 0x7b, 4 * P * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(d_count, 0x7b, 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(d_off, 0x7b, (c.E + 1) * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(d_logits, logits.data(), c.E * 4, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        const Status st = cuda::launch_moe_route_sort(
+            nullptr, d_logits, 1, c.E, c.K, normalize, d_ids, d_weights, c.bm,
+            offsets_wanted ? d_off : nullptr, d_slot, d_pair, d_tiles, d_count,
+            /*block_route=*/b == 1);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        Out& o = out[b];
+        auto get = [](const void* d, size_t n, auto& v) {
+          v.resize(n);
+          ASSERT_EQ(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        };
+        get(d_ids, P, o.ids);
+        get(d_weights, P, o.weights);
+        get(d_slot, P, o.slot_of);
+        get(d_pair, P, o.row_pair);
+        get(d_tiles, 4 * P, o.tiles);
+        get(d_count, 1, o.count);
+        get(d_off, c.E + 1, o.offsets);
+        for (void* d : {static_cast<void*>(d_logits), static_cast<void*>(d_weights),
+                        static_cast<void*>(d_ids), static_cast<void*>(d_slot),
+                        static_cast<void*>(d_pair), static_cast<void*>(d_tiles),
+                        static_cast<void*>(d_count), static_cast<void*>(d_off)})
+          cudaFree(d);
+      }
+      EXPECT_EQ(out[0].ids, out[1].ids);
+      EXPECT_EQ(std::memcmp(out[0].weights.data(), out[1].weights.data(), P * 4), 0);
+      EXPECT_EQ(out[0].slot_of, out[1].slot_of);
+      EXPECT_EQ(out[0].row_pair, out[1].row_pair);
+      EXPECT_EQ(out[0].tiles, out[1].tiles);
+      EXPECT_EQ(out[0].count, out[1].count);
+      EXPECT_EQ(out[0].offsets, out[1].offsets);
+      // Distinct valid ids in increasing order (the flat run's lowest first).
+      for (int k = 0; k < P; ++k) {
+        EXPECT_GE(out[1].ids[k], 0);
+        EXPECT_LT(out[1].ids[k], c.E);
+        if (k > 0) {
+          EXPECT_LT(out[1].ids[k - 1], out[1].ids[k]);
+        }
+      }
+    }
+  }
+}
+
 // The bulk-copy decode GEMV (Tuning::cuda_quant_stream_tokens, default 8),
 // at one and two blocks an SM and with items of 4 (the default), 2 and 1 warp
 // iterations at one token (Tuning::cuda_quant_stream_item_steps: at k = 2,048

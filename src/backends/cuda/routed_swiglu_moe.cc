@@ -261,7 +261,8 @@ class RoutedMoe final : public Provider {
     } else if (fuse_route) {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
                                                     ids, weights, row_tile, route_offsets, slot_of,
-                                                    row_pair, tiles, tile_count));
+                                                    row_pair, tiles, tile_count,
+                                                    st.moe_route_block));
     } else {
       FERRITE_RETURN_IF_ERROR(
           launch_moe_route(st.stream, logits, t, E, K, p.normalize_topk, ids, weights));
