@@ -37,6 +37,14 @@ S="$OUT/peer_side_by_side.txt"
 # with setsid is still building) waits here instead of building and quantizing beside it.
 exec 9> /tmp/peer/prepare.lock
 flock 9
+# What the preparation reads from .gpu, copied out first: a later device call that does not
+# carry .gpu removes it from the tree while a --prepare started with setsid still runs.
+if [ ! -s /tmp/peer/tok.json ] || [ ! -s /tmp/peer/twin_weights.py ]; then
+  gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/peer/tok.json.part &&
+    mv /tmp/peer/tok.json.part /tmp/peer/tok.json &&
+    cp "$G/twin_weights.py" /tmp/peer/twin_weights.py ||
+    { echo "no .gpu/qwen3-tokenizer.json.gz or twin_weights.py (scripts/gpu_carry.sh)"; exit 1; }
+fi
 if [ ! -f /tmp/peer/built ]; then
   mkdir -p /tmp/peer/llama.cpp &&
   tar xf "$(ls "$G"/llama-src.tar.xz "$G"/llama-src.tgz 2>/dev/null | head -1)" -C /tmp/peer/llama.cpp &&
@@ -52,8 +60,8 @@ DENSE="${PEER_DENSE:-1}"
 stamp() { echo "-- $(date +%T) $*" >> "$S"; }  # progress, so that a cut-off run shows where
 stamp "preparing (llama.cpp build, dense twin: $DENSE)"
 if [ "$DENSE" = 1 ] && [ ! -f /tmp/peer/twin/model-f16.gguf ]; then
-  gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/peer/tok.json &&
-  python3 "$G/twin_weights.py" qwen3-8b /tmp/peer/twin /tmp/peer/tok.json f16 > /tmp/peer/twin.log 2>&1 &
+  python3 /tmp/peer/twin_weights.py qwen3-8b /tmp/peer/twin /tmp/peer/tok.json f16 \
+    > /tmp/peer/twin.log 2>&1 &
 fi
 wait
 [ -f /tmp/peer/built ] || { echo "llama.cpp build failed: /tmp/peer/build.log" | tee -a "$S"; exit 1; }
@@ -70,8 +78,7 @@ M=/tmp/peer/moe
 moe_twin() {
   [ -f $M/q4_k_m.gguf ] && return 0
   rm -rf /tmp/peer/twin && mkdir -p $M
-  [ -f /tmp/peer/tok.json ] || gunzip -c "$G/qwen3-tokenizer.json.gz" > /tmp/peer/tok.json
-  python3 "$ROOT/bench/twin_moe_gguf.py" $M/q8_0.gguf /tmp/peer/tok.json "$G/twin_weights.py" \
+  python3 "$ROOT/bench/twin_moe_gguf.py" $M/q8_0.gguf /tmp/peer/tok.json /tmp/peer/twin_weights.py \
     > $M/twin.log 2>&1 &&
     "$L/llama-quantize" --allow-requantize $M/q8_0.gguf $M/q4_k_m.gguf Q4_K_M 16 > $M/quantize.log 2>&1 &&
     rm -f $M/q8_0.gguf

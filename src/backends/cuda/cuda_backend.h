@@ -61,7 +61,7 @@ struct CudaExecOptions {
   int64_t moe_fused_tokens = 8;
   int64_t moe_gate_up_warp_outputs = 4;  // Tuning::cuda_moe_gate_up_warp_outputs (1, 2, 4)
   bool moe_route_in_router = false;      // Tuning::cuda_moe_route_in_router
-  bool moe_route_block = false;          // Tuning::cuda_moe_route_block
+  bool moe_route_block = true;           // Tuning::cuda_moe_route_block
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster
