@@ -355,6 +355,31 @@ inline int router_chunk_rows(int64_t H) {
   return static_cast<int>(std::min<int64_t>(kRouterChunkRows, kRouterSmemFloats / H));
 }
 
+// The end of a token's routing, by a warp whose lane k < K holds the k-th
+// selection (my_id, my_p; other lanes my_id INT_MAX): the selections
+// ordered by id (the ids are distinct), their probabilities summed in id
+// order (as the reference renormalises), ids / weights (and ids_s, shared
+// memory, when given) written at the id rank, which is returned. sorted_p:
+// 32 floats of the warp's own. route_token and moe_route_one_kernel share
+// it, so both make the same bits.
+__device__ __forceinline__ int route_write_selected(int my_id, float my_p, int K, bool normalize,
+                                                    int32_t* ids, float* weights,
+                                                    float* sorted_p, int32_t* ids_s) {
+  const int lane = threadIdx.x & 31;
+  int rank = 0;
+  for (int j = 0; j < K; ++j) rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
+  if (lane < K) sorted_p[rank] = my_p;
+  __syncwarp();
+  float tot = 0;
+  for (int j = 0; j < K; ++j) tot += sorted_p[j];
+  if (lane < K) {
+    ids[rank] = my_id;
+    if (ids_s) ids_s[rank] = my_id;
+    weights[rank] = normalize ? my_p / tot : my_p;
+  }
+  return rank;
+}
+
 // A warp per token: softmax (f32), top-k by probability (ties: lower id),
 // ids in increasing order, optional renormalisation (summed in increasing
 // id, as the reference). Lane k holds the k-th selection. sorted_p: 32
@@ -435,18 +460,7 @@ __device__ void route_token(const float* l, int E, int K, bool normalize, int32_
       prev_id = bi;
     }
   }
-  // Rank by id (the ids are distinct).
-  int rank = 0;
-  for (int j = 0; j < K; ++j) rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
-  if (lane < K) sorted_p[rank] = my_p;
-  __syncwarp();
-  float tot = 0;
-  for (int j = 0; j < K; ++j) tot += sorted_p[j];
-  if (lane < K) {
-    ids[rank] = my_id;
-    if (ids_s) ids_s[rank] = my_id;
-    weights[rank] = normalize ? my_p / tot : my_p;
-  }
+  route_write_selected(my_id, my_p, K, normalize, ids, weights, sorted_p, ids_s);
 }
 
 constexpr int kRouteWarps = 8;
@@ -723,15 +737,9 @@ __global__ void __launch_bounds__(kRouteOneThreads)
     // route_token's tail: rank by id, the sum in id order, the weights.
     const int my_id = lane < K ? sel_id[lane] : INT_MAX;
     const float my_p = lane < K ? sel_p[lane] : 0.0f;
-    int rank = 0;
-    for (int j = 0; j < K; ++j) rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
-    if (lane < K) sorted_p[rank] = my_p;
-    __syncwarp();
-    float tot = 0;
-    for (int j = 0; j < K; ++j) tot += sorted_p[j];
+    const int rank =
+        route_write_selected(my_id, my_p, K, normalize, ids, weights, sorted_p, nullptr);
     if (lane < K) {
-      ids[rank] = my_id;
-      weights[rank] = normalize ? my_p / tot : my_p;
       // One token: pair k (k-th id) is row k and its expert's only tile.
       slot_of[rank] = rank;
       row_pair[rank] = rank;
