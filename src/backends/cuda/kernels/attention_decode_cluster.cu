@@ -144,7 +144,8 @@ template <typename T, int HD, bool kLateStores>
 __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
     attention_decode_cluster_kernel(AttentionShape a, StepMeta meta, int32_t page_size, T* q,
                                     const T* k, const T* v, DecodeWeights wts, T* k_cache,
-                                    T* v_cache, T* out, DecodeClusterKnobs knobs, ClusterTrace trace) {
+                                    T* v_cache, T* out, DecodeClusterKnobs knobs,
+                                    ClusterTrace trace) {
   constexpr int D = HD / 32;          // dims a lane of the q / K / V row warps
   constexpr int RS = row_elems<HD>();  // shared row stride (elements)
   constexpr int CH = HD * static_cast<int>(sizeof(T)) / 16;  // 16-byte chunks a row
@@ -284,12 +285,14 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 5 : 1)
   stamps.mark_by(10, copier && ctid == 0);
 
   // The rows' bias and norm weights as raw bits (0: none), loaded after
-  // the copies are issued and converted only after the wait's call.
+  // the copies are issued and converted after the RoPE table's barrier, so
+  // that no instruction before it waits on these loads.
   uint32_t bias_bits[D], norm_bits[D];
 #pragma unroll
   for (int e = 0; e < D; ++e) {
     const int d = lane * D + e;
-    bias_bits[e] = rr.has_row && rr.bias ? load_any_bits(rr.bias, wts.bias_dt, rr.bias_off + d) : 0u;
+    bias_bits[e] =
+        rr.has_row && rr.bias ? load_any_bits(rr.bias, wts.bias_dt, rr.bias_off + d) : 0u;
     norm_bits[e] = rr.has_row && rr.norm ? load_any_bits(rr.norm_w, wts.norm_dt, d) : 0u;
   }
   // The table published among the row warps (named barrier 2).

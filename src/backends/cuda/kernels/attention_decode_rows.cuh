@@ -31,7 +31,7 @@ __device__ __forceinline__ DecodeRowRole decode_row_role(const AttentionShape& a
                            : static_cast<int64_t>(kvh) * head_dim;
   r.norm_w = r.kind == 0 ? w.q_norm : w.k_norm;
   r.norm = r.kind < 2 && a.qk_norm;
-  r.rope = r.kind < 2 && a.rope_dim > 0;
+  r.rope = r.kind < 2 && a.rope_dim / 2 > 0;  // a rotated pair at least
   return r;
 }
 
