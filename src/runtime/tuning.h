@@ -130,6 +130,11 @@ namespace ferrite {
     "the experts' ranks counted in parallel, instead of one warp's serial selections (~5 us a "    \
     "layer of Qwen3-30B-A3B at batch 1); the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s " \
     "(0 / 1, random weights): 357.0, 357.0 / 364.6, 364.1 (b8 unchanged: one token only)")         \
+  X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", false,                \
+    "CUDA: with cuda_moe_fused_tokens and block-format experts, a one-token step (up to 512 "     \
+    "experts) routes inside the fused gate / up launch, every block by its threads as "          \
+    "cuda_moe_route_block's launch does, instead of in that launch between the router and the "  \
+    "experts; the same bits. Written in session 37, not yet run on a GPU")                       \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

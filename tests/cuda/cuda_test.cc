@@ -535,6 +535,44 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   }
 }
 
+// The same at one token (a single sequence's decode step), where the
+// routing has its own forms: unfused (0) against the fused launches with
+// the block routing (Tuning::cuda_moe_route_block, the default: 1), with
+// the one-warp routing (2), and with the routing inside the gate/up launch
+// (Tuning::cuda_moe_route_in_experts: 3 eager, 4 graphs); the logits of the
+// one-token step bitwise equal.
+TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<std::string, DType>> models = {
+      {kModelsDir + "gguf/quant/qwen3moew-q4_k_m.gguf", DType::kBF16},
+      {kModelsDir + "gguf/quant/qwen3moew-q4_k_m.gguf", DType::kF32},
+      {kModelsDir + "qwen3_moe", DType::kBF16},
+      {kModelsDir + "qwen3_5_moe", DType::kBF16}};
+  const std::vector<std::vector<uint32_t>> prompts = {{100, 200, 300, 400, 500, 6, 7, 8, 9}};
+  constexpr int kForms = 5;
+  for (const auto& [path, act] : models) {
+    std::vector<float> logits[kForms];
+    for (int f = 0; f < kForms; ++f) {
+      RunnerOptions o = cuda_options(path, act);
+      o.tuning.cuda_graphs = f == 4;
+      o.tuning.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
+      o.tuning.cuda_moe_route_block = f != 2;
+      o.tuning.cuda_moe_route_in_experts = f >= 3;
+      auto r = ModelRunner::open(o);
+      ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
+      std::unique_ptr<ModelRunner> runner = std::move(r).value();
+      SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
+      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
+    }
+    ASSERT_FALSE(logits[0].empty());
+    for (int f = 1; f < kForms; ++f) {
+      ASSERT_EQ(logits[0].size(), logits[f].size());
+      EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
+          << path << " " << dtype_name(act) << ": the one-token step differs (form " << f << ")";
+    }
+  }
+}
+
 // Block-format experts on the grouped tensor-core GEMMs reading their
 // blocks (Tuning::cuda_moe_mma_fp8 for FP8, cuda_moe_mma_u4 for 4-bit)
 // against the same GEMMs on experts dequantized first (cuda_moe_dequant 1:

@@ -256,8 +256,15 @@ class RoutedMoe final : public Provider {
                                               static_cast<float>(p.eps), p.zero_centred));
       FERRITE_RETURN_IF_ERROR(logits_of(b[kRouter].data, b[kRouter].dtype, E, logits));
     }
-    if (route_in_router) {
-      // done by the router's launch
+    // Routing inside the fused gate / up launch (Tuning::
+    // cuda_moe_route_in_experts): one launch fewer between the router and
+    // the experts at one token.
+    const bool route_in_experts = fuse_experts && fuse_route && !route_in_router &&
+                                  st.moe_route_in_experts && max_tiles >= K &&
+                                  st.moe_gate_up_warp_outputs == 4 &&
+                                  quant_moe_route_in_experts_supported(t, E, K);
+    if (route_in_router || route_in_experts) {
+      // done by the router's or the experts' launch
     } else if (fuse_route) {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
                                                     ids, weights, row_tile, route_offsets, slot_of,
@@ -295,10 +302,17 @@ class RoutedMoe final : public Provider {
       profile_mark(st.stream, "moe.experts", st.capturing);
       auto* hq = static_cast<int8_t*>(mid);
       auto* hd = reinterpret_cast<float*>(hq + tk * I);
-      FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(st.stream, sc.xq, sc.xd, H, row_pair,
-                                                       K, gate_up_w, b[kGateUp].dtype, I, tiles,
-                                                       tile_count, max_tiles, hq, hd,
-                                                       static_cast<int>(st.moe_gate_up_warp_outputs)));
+      MoeRouteInExperts route;
+      if (route_in_experts)
+        route = {.logits = logits,
+                 .experts = E,
+                 .normalize = p.normalize_topk,
+                 .ids = ids,
+                 .weights = weights,
+                 .slot_of = slot_of};
+      FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(
+          st.stream, sc.xq, sc.xd, H, row_pair, K, gate_up_w, b[kGateUp].dtype, I, tiles,
+          tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route));
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
                                            ids, slot_of, weights, sgate, sout, b[kHidden].data,
                                            act);

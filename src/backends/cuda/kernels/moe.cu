@@ -19,6 +19,7 @@
 #include "backends/cuda/kernels/moe.cuh"
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/moe_blocks.h"
+#include "backends/cuda/kernels/moe_route_block.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/warp_topk.h"
 
@@ -355,31 +356,6 @@ inline int router_chunk_rows(int64_t H) {
   return static_cast<int>(std::min<int64_t>(kRouterChunkRows, kRouterSmemFloats / H));
 }
 
-// The end of a token's routing, by a warp whose lane k < K holds the k-th
-// selection (my_id, my_p; other lanes my_id INT_MAX): the selections
-// ordered by id (the ids are distinct), their probabilities summed in id
-// order (as the reference renormalises), ids / weights (and ids_s, shared
-// memory, when given) written at the id rank, which is returned. sorted_p:
-// 32 floats of the warp's own. route_token and moe_route_one_kernel share
-// it, so both make the same bits.
-__device__ __forceinline__ int route_write_selected(int my_id, float my_p, int K, bool normalize,
-                                                    int32_t* ids, float* weights,
-                                                    float* sorted_p, int32_t* ids_s) {
-  const int lane = threadIdx.x & 31;
-  int rank = 0;
-  for (int j = 0; j < K; ++j) rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
-  if (lane < K) sorted_p[rank] = my_p;
-  __syncwarp();
-  float tot = 0;
-  for (int j = 0; j < K; ++j) tot += sorted_p[j];
-  if (lane < K) {
-    ids[rank] = my_id;
-    if (ids_s) ids_s[rank] = my_id;
-    weights[rank] = normalize ? my_p / tot : my_p;
-  }
-  return rank;
-}
-
 // A warp per token: softmax (f32), top-k by probability (ties: lower id),
 // ids in increasing order, optional renormalisation (summed in increasing
 // id, as the reference). Lane k holds the k-th selection. sorted_p: 32
@@ -674,83 +650,28 @@ __global__ void __launch_bounds__(32)
 
 // One token's routing and sort by a block (Tuning::cuda_moe_route_block):
 // the outputs of moe_route_sort_warp_kernel, bit for bit, on a shorter
-// chain. At one token that warp is a serial chain of ~2,000 instructions
-// (softmax, eight selections of two warp reductions, ranking, the sort's
-// loops), ~5 us of every Qwen3-30B-A3B layer at batch 1 (session 32's
-// timeline) with nothing beside it. Here warp 0 takes the softmax's max
-// and sum as route_token does (the same lanes, order and operations: the
-// same bits); then every expert's probability (the same expression) goes
-// to shared memory, and kRouteOneThreads / E-rounded-up threads an expert
-// count the experts ahead of it in (probability descending, id ascending),
-// the order warp_topk selects in: the experts ranked below top_k are the
-// selections, in that order. Warp 0 orders them by id and renormalises as
-// route_token; with one token the sort is the identity (pair k -> row k,
-// one tile a pair).
+// chain (moe_route_block.cuh); with one token the sort is the identity
+// (pair k -> row k, one tile a pair).
 constexpr int kRouteOneThreads = 512;
-constexpr int kRouteOneMaxExperts = 512;
 
 __global__ void __launch_bounds__(kRouteOneThreads)
     moe_route_one_kernel(const float* logits, int E, int K, bool normalize, int spe,
                          int32_t* ids, float* weights, int bm, int32_t* offsets,
                          int32_t* slot_of, int32_t* row_pair, int4* tiles,
                          int32_t* tile_count) {
-  __shared__ float p_s[kRouteOneMaxExperts];
-  __shared__ float stats[2];  // max, sum
-  __shared__ float sel_p[kMaxTopK], sorted_p[kMaxTopK];
-  __shared__ int32_t sel_id[kMaxTopK];
-  const int tid = threadIdx.x, lane = tid & 31;
-  const float own = tid < E ? logits[tid] : 0.0f;
-  if (tid < 32) {
-    // route_token's statistics: lane l over experts l, l + 32, ... in order.
-    float mx = -INFINITY, sum = 0.0f;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, logits[e]);
-    mx = warp_max(mx);
-    for (int e = lane; e < E; e += 32) sum += expf(logits[e] - mx);
-    sum = warp_sum(sum);
-    if (lane == 0) stats[0] = mx, stats[1] = sum;
+  __shared__ RouteBlockShared sh;
+  const RouteBlockLane r = route_one_token_block(logits, E, K, normalize, spe, sh, ids, weights);
+  if (r.rank >= 0) {
+    // One token: pair k (k-th id) is row k and its expert's only tile.
+    slot_of[r.rank] = r.rank;
+    row_pair[r.rank] = r.rank;
+    tiles[r.rank] = make_int4(r.id, r.rank, min(bm, 1), 0);
   }
-  __syncthreads();
-  if (tid < E) {
-    const float pe = expf(own - stats[0]) / stats[1];
-    p_s[tid] = pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
-  }
-  __syncthreads();
-  // Expert e's rank over its spe threads (adjacent lanes, spe a power of
-  // two <= 32): each counts the experts j = part, part + spe, ... ahead of
-  // it (a warp reads spe distinct words a step: no bank conflicts).
-  const int e = tid / spe, part = tid % spe;
-  int ahead = 0;
-  const float pe = e < E ? p_s[e] : 0.0f;
-  if (e < E) {
-    for (int j = part; j < E; j += spe) {
-      const float pj = p_s[j];
-      ahead += pj > pe || (pj == pe && j < e);
-    }
-  }
-  for (int o = spe >> 1; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
-  if (e < E && part == 0 && ahead < K) {
-    sel_id[ahead] = e;
-    sel_p[ahead] = pe;
-  }
-  __syncthreads();
-  if (tid < 32) {
-    // route_token's tail: rank by id, the sum in id order, the weights.
-    const int my_id = lane < K ? sel_id[lane] : INT_MAX;
-    const float my_p = lane < K ? sel_p[lane] : 0.0f;
-    const int rank =
-        route_write_selected(my_id, my_p, K, normalize, ids, weights, sorted_p, nullptr);
-    if (lane < K) {
-      // One token: pair k (k-th id) is row k and its expert's only tile.
-      slot_of[rank] = rank;
-      row_pair[rank] = rank;
-      tiles[rank] = make_int4(my_id, rank, min(bm, 1), 0);
-    }
-    if (lane == 0) *tile_count = K;
-  }
+  if (threadIdx.x == 0) *tile_count = K;
   if (offsets) {
-    for (int x = tid; x <= E; x += kRouteOneThreads) {
+    for (int x = threadIdx.x; x <= E; x += kRouteOneThreads) {
       int c = 0;
-      for (int j = 0; j < K; ++j) c += sel_id[j] < x;
+      for (int j = 0; j < K; ++j) c += sh.sel_id[j] < x;
       offsets[x] = c;
     }
   }
@@ -1343,11 +1264,9 @@ Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens
   if (top_k < 1 || top_k > kMaxTopK || top_k > experts)
     return unsupported("moe routing: top_k must be 1..32 and <= experts");
   if (experts < 1 || experts > kMoeMaxExperts) return unsupported("moe sort: 1..4096 experts");
-  if (block_route && tokens == 1 && experts <= kRouteOneMaxExperts) {
+  if (block_route && tokens == 1 && experts <= kRouteBlockMaxExperts) {
     if (row_tile < 1) return invalid_argument("moe route + sort: row_tile must be positive");
-    int pow2 = 1;
-    while (pow2 < experts) pow2 *= 2;
-    const int spe = std::min(32, std::max(1, kRouteOneThreads / pow2));
+    const int spe = route_block_threads_per_expert(kRouteOneThreads, static_cast<int>(experts));
     moe_route_one_kernel<<<1, kRouteOneThreads, 0, s>>>(
         logits, static_cast<int>(experts), static_cast<int>(top_k), normalize, spe, ids, weights,
         row_tile, offsets, slot_of, row_pair, reinterpret_cast<int4*>(tiles), tile_count);

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
+#include "backends/cuda/kernels/moe_route_block.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/quant_moe_decode.cuh"
 
@@ -52,24 +53,53 @@ using MoeDot = typename MoeDotOf<F>::type;
 // two of 512 or of 256 (up to 64 / 128 registers a thread).
 constexpr int gate_up_min_blocks(int wo) { return wo == 1 ? 1 : 2; }
 
-template <int F, int kWarpOuts>
+// kRoute (MoeRouteInExperts, warp_outputs 4 only): one token, routed by
+// every block first.
+template <int F, int kWarpOuts, bool kRoute = false>
 __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts))
     quant_moe_gate_up_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd,
                              int64_t H, const int32_t* __restrict__ row_pair, int top_k,
                              const uint8_t* __restrict__ w, int64_t row_bytes, int64_t I,
                              const int32_t* __restrict__ tiles,
                              const int32_t* __restrict__ tile_count, int8_t* __restrict__ hq,
-                             float* __restrict__ hd) {
+                             float* __restrict__ hd, MoeRouteInExperts route, int route_spe) {
   using Fmt = MoeDot<F>;
   constexpr int kPerIter = 32 / Fmt::kLanes, WO = kWarpOuts;
   // Rows a chunk: fewer with more outputs a warp (their sums stay in registers).
   constexpr int M = WO == 1 ? kGateUpRows : kGateUpRows / 2;
   static_assert(32 / WO >= M, "a warp per row of the chunk quantizes it");
   __shared__ float hs[M][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if constexpr (kRoute) {
+    // The routing launch's work for one token, by every block (the same
+    // bits everywhere): block y takes the y-th expert in id order (its
+    // only row, row y); block (0, 0) publishes what down + combine reads.
+    __shared__ RouteBlockShared rsh;
+    __shared__ int32_t ids_s[kRouteBlockMaxTopK];
+    __shared__ float weights_s[kRouteBlockMaxTopK];
+    __shared__ int4 tiles_s[kRouteBlockMaxTopK];
+    __shared__ int32_t row_pair_s[kRouteBlockMaxTopK], count_s;
+    const RouteBlockLane r = route_one_token_block(route.logits, static_cast<int>(route.experts),
+                                                   top_k, route.normalize, route_spe, rsh, ids_s,
+                                                   weights_s);
+    if (r.rank >= 0) {
+      tiles_s[r.rank] = make_int4(r.id, r.rank, 1, 0);
+      row_pair_s[r.rank] = r.rank;
+      if (blockIdx.x == 0 && blockIdx.y == 0) {
+        route.ids[r.rank] = r.id;
+        route.weights[r.rank] = weights_s[r.rank];
+        route.slot_of[r.rank] = r.rank;
+      }
+    }
+    if (threadIdx.x == 0) count_s = top_k;
+    __syncthreads();
+    row_pair = row_pair_s;
+    tiles = reinterpret_cast<const int32_t*>(tiles_s);
+    tile_count = &count_s;
+  }
   const int tile = blockIdx.y;
   if (tile >= *tile_count) return;  // the whole block
   const int e = tiles[4 * tile], r0 = tiles[4 * tile + 1], nr = tiles[4 * tile + 2];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * WO;  // the warp's first output
   const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i0) * row_bytes;
   const uint8_t* wu = wg + I * row_bytes;
@@ -227,13 +257,24 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
   return q8_rows(gate_up_dt, hidden) && q8_rows(down_dt, intermediate);
 }
 
+bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k) {
+  return tokens == 1 && top_k >= 1 && top_k <= kRouteBlockMaxTopK && top_k <= experts &&
+         experts <= kRouteBlockMaxExperts;
+}
+
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd, int warp_outputs) {
+                                float* hd, int warp_outputs, const MoeRouteInExperts& route) {
   if (!q8_rows(w_dt, H) || I <= 0 || I % 32 != 0)
     return unsupported("fused moe gate/up: block weights with rows of whole blocks");
+  if (route.logits &&
+      (!quant_moe_route_in_experts_supported(1, route.experts, top_k) || max_tiles < top_k ||
+       warp_outputs != 4 || !route.ids || !route.weights || !route.slot_of))
+    return invalid_argument(
+        "fused moe gate/up: routing in the launch takes one token, top_k 1..32 <= experts <= "
+        "512, a tile a selection, 4 outputs a warp and the ids / weights / slot_of outputs");
   if (warp_outputs != 1 && warp_outputs != 2 && warp_outputs != 4)
     return invalid_argument("fused moe gate/up: outputs a warp must be 1, 2 or 4");
   if (max_tiles == 0) return Status::ok();
@@ -246,9 +287,19 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
     if constexpr (F != kFmtF8B128) {
       auto go = [&](auto wo) {
         constexpr int WO = decltype(wo)::value;
+        if constexpr (WO == 4) {
+          if (route.logits) {
+            const int spe =
+                route_block_threads_per_expert(1024 / WO, static_cast<int>(route.experts));
+            quant_moe_gate_up_kernel<F, WO, true><<<grid, 1024 / WO, 0, s>>>(
+                xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles,
+                tile_count, hq, hd, route, spe);
+            return;
+          }
+        }
         quant_moe_gate_up_kernel<F, WO><<<grid, 1024 / WO, 0, s>>>(
             xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles, tile_count,
-            hq, hd);
+            hq, hd, route, 1);
       };
       if (warp_outputs == 4)
         go(std::integral_constant<int, 4>{});

@@ -33,11 +33,32 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
 // / xd [tokens, H / 32] (the 8-bit normalised tokens). warp_outputs (1, 2
 // or 4; Tuning::cuda_moe_gate_up_warp_outputs): outputs i a warp, blocks of
 // 1,024 / warp_outputs threads; the same bits for every value.
+//
+// route (Tuning::cuda_moe_route_in_experts; logits null: off): a one-token
+// step routes inside this launch instead of reading a routing launch's
+// table (row_pair, tiles and tile_count are then unused and may be null):
+// every block routes the token's f32 logits [experts] by its threads
+// (moe_route_block.cuh: the bits of launch_moe_route_sort), block y takes
+// the y-th selected expert (in id order), and block (0, 0) leaves ids,
+// weights and slot_of [top_k] for down + combine. max_tiles >= top_k,
+// warp_outputs 4.
+struct MoeRouteInExperts {
+  const float* logits = nullptr;
+  int64_t experts = 0;
+  bool normalize = false;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  int32_t* slot_of = nullptr;
+};
+// Whether a step of `tokens` takes it: one token, top_k <= 32, at most 512
+// experts.
+bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k);
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd, int warp_outputs = 1);
+                                float* hd, int warp_outputs = 1,
+                                const MoeRouteInExperts& route = {});
 
 // down [E, H, I] in blocks, then the combine: for every token t and output
 // j, hidden[t, j] += sum_k weights[t, k] * (h(slot_of[t, k]) . down[ids[t,

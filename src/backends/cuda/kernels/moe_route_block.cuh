@@ -1,0 +1,153 @@
+// One token's MoE routing by a whole thread block (device code, C++17;
+// moe.cu's moe_route_one_kernel and quant_moe_decode.cu's gate / up launch
+// include it): the selections and weights route_token (moe.cu) makes for
+// the token, bit for bit, on a shorter chain than its one warp.
+//
+// Why: at one token the one-warp routing is a serial chain of ~2,000
+// instructions (softmax, eight selections of two warp reductions, ranking,
+// the sort's loops), ~5 us of every Qwen3-30B-A3B layer at batch 1
+// (session 32's timeline) with nothing beside it. Here warp 0 takes the
+// softmax's max and sum as route_token does (the same lanes, order and
+// operations: the same bits); every expert's probability (the same
+// expression) goes to shared memory, and a few threads an expert count the
+// experts ahead of it in (probability descending, id ascending), the order
+// route_token's selections come in, so the experts ranked below top_k are
+// the selections in that order; warp 0 orders them by id and renormalises
+// as route_token (route_write_selected).
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include "backends/cuda/kernels/cuda_types.cuh"
+
+namespace ferrite::cuda {
+
+constexpr int kRouteBlockMaxExperts = 512;
+constexpr int kRouteBlockMaxTopK = 32;
+// Experts a thread loads its logit of: blocks of at least
+// kRouteBlockMaxExperts / kRouteBlockOwn threads.
+constexpr int kRouteBlockOwn = 4;
+
+// The end of a token's routing, by a warp whose lane k < K holds the k-th
+// selection (my_id, my_p; other lanes my_id INT_MAX): the selections
+// ordered by id (the ids are distinct), their probabilities summed in id
+// order (as the reference renormalises), ids / weights (and ids_s, shared
+// memory, when given) written at the id rank, which is returned. sorted_p:
+// 32 floats of the warp's own. route_token and route_one_token_block share
+// it, so both make the same bits.
+__device__ __forceinline__ int route_write_selected(int my_id, float my_p, int K, bool normalize,
+                                                    int32_t* ids, float* weights,
+                                                    float* sorted_p, int32_t* ids_s) {
+  const int lane = threadIdx.x & 31;
+  int rank = 0;
+  for (int j = 0; j < K; ++j) rank += __shfl_sync(0xffffffffu, my_id, j) < my_id;
+  if (lane < K) sorted_p[rank] = my_p;
+  __syncwarp();
+  float tot = 0;
+  for (int j = 0; j < K; ++j) tot += sorted_p[j];
+  if (lane < K) {
+    ids[rank] = my_id;
+    if (ids_s) ids_s[rank] = my_id;
+    weights[rank] = normalize ? my_p / tot : my_p;
+  }
+  return rank;
+}
+
+struct RouteBlockShared {
+  float p[kRouteBlockMaxExperts];
+  float stats[2];  // the softmax's max and sum
+  float sel_p[kRouteBlockMaxTopK], sorted_p[kRouteBlockMaxTopK];
+  int32_t sel_id[kRouteBlockMaxTopK];
+};
+
+// The threads an expert of route_one_token_block for E experts and a block
+// of `threads`: a power of two up to 32, threads / E rounded up to one.
+inline int route_block_threads_per_expert(int threads, int E) {
+  int pow2 = 1;
+  while (pow2 < E) pow2 *= 2;
+  const int spe = threads / pow2;
+  return spe < 1 ? 1 : spe > 32 ? 32 : spe;
+}
+
+struct RouteBlockLane {
+  int rank = -1;  // warp 0's lanes k < K: the id rank of the k-th selection; else -1
+  int id = 0;     // its expert
+};
+
+// Every thread of the block calls it (it has block barriers; blockDim.x a
+// multiple of 32 and at least 128); 1 <= K <= 32, K <= E <=
+// kRouteBlockMaxExperts, spe from route_block_threads_per_expert(
+// blockDim.x, E). logits: the token's E f32 logits; ids / weights: K
+// outputs at the id rank (global or shared memory), written by warp 0.
+// sh.sel_id / sel_p afterwards: the selections in (probability
+// descending, id ascending) order.
+__device__ __forceinline__ RouteBlockLane route_one_token_block(const float* logits, int E, int K,
+                                                                bool normalize, int spe,
+                                                                RouteBlockShared& sh,
+                                                                int32_t* ids, float* weights) {
+  const int tid = threadIdx.x, lane = tid & 31, threads = blockDim.x;
+  // The thread's own experts' logits, loaded at once beside warp 0's.
+  float own[kRouteBlockOwn];
+#pragma unroll
+  for (int i = 0; i < kRouteBlockOwn; ++i) {
+    const int e = tid + i * threads;
+    own[i] = e < E ? logits[e] : 0.0f;
+  }
+  if (tid < 32) {
+    // route_token's statistics: lane l over experts l, l + 32, ... in order.
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, logits[e]);
+    mx = warp_max(mx);
+    for (int e = lane; e < E; e += 32) sum += expf(logits[e] - mx);
+    sum = warp_sum(sum);
+    if (lane == 0) sh.stats[0] = mx, sh.stats[1] = sum;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kRouteBlockOwn; ++i) {
+    const int e = tid + i * threads;
+    if (e < E) {
+      const float pe = expf(own[i] - sh.stats[0]) / sh.stats[1];
+      sh.p[e] = pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
+    }
+  }
+  __syncthreads();
+  // Expert e's rank over its spe threads (adjacent lanes): each counts the
+  // experts j = part, part + spe, ... ahead of it (a warp reads spe
+  // distinct words a step: no bank conflicts). Passes of threads / spe
+  // experts, the same count for every thread (the shuffles' full mask).
+  const int per_pass = threads / spe, part = tid % spe;
+  const int passes = (E + per_pass - 1) / per_pass;
+  for (int pass = 0; pass < passes; ++pass) {
+    const int e = pass * per_pass + tid / spe;
+    int ahead = 0;
+    const float pe = e < E ? sh.p[e] : 0.0f;
+    if (e < E) {
+      for (int j = part; j < E; j += spe) {
+        const float pj = sh.p[j];
+        ahead += pj > pe || (pj == pe && j < e);
+      }
+    }
+    for (int o = spe >> 1; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
+    if (e < E && part == 0 && ahead < K) {
+      sh.sel_id[ahead] = e;
+      sh.sel_p[ahead] = pe;
+    }
+  }
+  __syncthreads();
+  RouteBlockLane out;
+  if (tid < 32) {
+    const int my_id = lane < K ? sh.sel_id[lane] : INT_MAX;
+    const float my_p = lane < K ? sh.sel_p[lane] : 0.0f;
+    const int rank =
+        route_write_selected(my_id, my_p, K, normalize, ids, weights, sh.sorted_p, nullptr);
+    if (lane < K) {
+      out.rank = rank;
+      out.id = my_id;
+    }
+  }
+  return out;
+}
+
+}  // namespace ferrite::cuda
