@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <numeric>
@@ -487,6 +488,31 @@ void prefill_then_decode(ModelRunner& runner, const std::vector<std::vector<uint
   if (decode_logits) *decode_logits = logits_on_host(runner);
 }
 
+// The decode logits of prefill_then_decode(prompts) on the model at `path`
+// in each of `forms` forms (set_form(f, tuning) picks form f's switches),
+// every form's bitwise equal to form 0's; what(f) says what form f is.
+void expect_decode_forms_bitwise(const std::string& path, DType act,
+                                 const std::vector<std::vector<uint32_t>>& prompts, int forms,
+                                 const std::function<void(int, Tuning&)>& set_form,
+                                 const std::function<std::string(int)>& what) {
+  SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
+  std::vector<std::vector<float>> logits(forms);
+  for (int f = 0; f < forms; ++f) {
+    RunnerOptions o = cuda_options(path, act);
+    set_form(f, o.tuning);
+    auto r = ModelRunner::open(o);
+    ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
+    std::unique_ptr<ModelRunner> runner = std::move(r).value();
+    ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
+  }
+  ASSERT_FALSE(logits[0].empty());
+  for (int f = 1; f < forms; ++f) {
+    ASSERT_EQ(logits[0].size(), logits[f].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
+        << what(f);
+  }
+}
+
 // The fused MoE decode launches (Tuning::cuda_moe_fused_tokens, default 8)
 // against one launch a stage (0): a prefill of 3 sequences, then a decode
 // step of them (3 tokens: the fused path), eager; the decode logits bitwise
@@ -510,29 +536,20 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   // warp; 4, 5: fused, routing in the router's launch, eager and graphs.
   constexpr int kVariants = 6;
   constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4};
-  for (const auto& [path, act] : models) {
-    std::vector<float> logits[kVariants];
-    for (int f = 0; f < kVariants; ++f) {
-      RunnerOptions o = cuda_options(path, act);
-      o.tuning.cuda_graphs = f == 5;
-      o.tuning.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
-      o.tuning.cuda_moe_gate_up_warp_outputs = kWarpOutputs[f];
-      o.tuning.cuda_moe_route_in_router = f >= 4;
-      auto r = ModelRunner::open(o);
-      ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
-      std::unique_ptr<ModelRunner> runner = std::move(r).value();
-      SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
-      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
-    }
-    ASSERT_FALSE(logits[0].empty());
-    for (int f = 1; f < kVariants; ++f) {
-      ASSERT_EQ(logits[0].size(), logits[f].size());
-      EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
-          << path << " " << dtype_name(act) << ": the fused decode step differs (variant " << f
-          << ": gate/up at " << kWarpOutputs[f] << " outputs a warp"
-          << (f >= 4 ? ", routing in the router" : "") << (f == 5 ? ", graphs" : "") << ")";
-    }
-  }
+  for (const auto& [path, act] : models)
+    expect_decode_forms_bitwise(
+        path, act, prompts, kVariants,
+        [&](int f, Tuning& t) {
+          t.cuda_graphs = f == 5;
+          t.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
+          t.cuda_moe_gate_up_warp_outputs = kWarpOutputs[f];
+          t.cuda_moe_route_in_router = f >= 4;
+        },
+        [&](int f) {
+          return "the fused decode step differs (variant " + std::to_string(f) + ": gate/up at " +
+                 std::to_string(kWarpOutputs[f]) + " outputs a warp" +
+                 (f >= 4 ? ", routing in the router" : "") + (f == 5 ? ", graphs" : "") + ")";
+        });
 }
 
 // The same at one token (a single sequence's decode step), where the
@@ -549,28 +566,16 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
       {kModelsDir + "qwen3_moe", DType::kBF16},
       {kModelsDir + "qwen3_5_moe", DType::kBF16}};
   const std::vector<std::vector<uint32_t>> prompts = {{100, 200, 300, 400, 500, 6, 7, 8, 9}};
-  constexpr int kForms = 5;
-  for (const auto& [path, act] : models) {
-    std::vector<float> logits[kForms];
-    for (int f = 0; f < kForms; ++f) {
-      RunnerOptions o = cuda_options(path, act);
-      o.tuning.cuda_graphs = f == 4;
-      o.tuning.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
-      o.tuning.cuda_moe_route_block = f != 2;
-      o.tuning.cuda_moe_route_in_experts = f >= 3;
-      auto r = ModelRunner::open(o);
-      ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
-      std::unique_ptr<ModelRunner> runner = std::move(r).value();
-      SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
-      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
-    }
-    ASSERT_FALSE(logits[0].empty());
-    for (int f = 1; f < kForms; ++f) {
-      ASSERT_EQ(logits[0].size(), logits[f].size());
-      EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
-          << path << " " << dtype_name(act) << ": the one-token step differs (form " << f << ")";
-    }
-  }
+  for (const auto& [path, act] : models)
+    expect_decode_forms_bitwise(
+        path, act, prompts, 5,
+        [](int f, Tuning& t) {
+          t.cuda_graphs = f == 4;
+          t.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
+          t.cuda_moe_route_block = f != 2;
+          t.cuda_moe_route_in_experts = f >= 3;
+        },
+        [](int f) { return "the one-token step differs (form " + std::to_string(f) + ")"; });
 }
 
 // Block-format experts on the grouped tensor-core GEMMs reading their
