@@ -259,10 +259,10 @@ class RoutedMoe final : public Provider {
     // Routing inside the fused gate / up launch (Tuning::
     // cuda_moe_route_in_experts): one launch fewer between the router and
     // the experts at one token.
-    const bool route_in_experts = fuse_experts && fuse_route && !route_in_router &&
-                                  st.moe_route_in_experts && max_tiles >= K &&
-                                  st.moe_gate_up_warp_outputs == 4 &&
-                                  quant_moe_route_in_experts_supported(t, E, K);
+    const bool route_in_experts =
+        fuse_experts && fuse_route && !route_in_router && st.moe_route_in_experts &&
+        quant_moe_route_in_experts_supported(
+            t, E, K, static_cast<int>(st.moe_gate_up_warp_outputs), max_tiles);
     if (route_in_router || route_in_experts) {
       // done by the router's or the experts' launch
     } else if (fuse_route) {

@@ -95,11 +95,21 @@ __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* log
     own[i] = e < E ? logits[e] : 0.0f;
   }
   if (tid < 32) {
-    // route_token's statistics: lane l over experts l, l + 32, ... in order.
+    // route_token's statistics: lane l over experts l, l + 32, ... in order,
+    // its logits loaded once (the sum needs the max first: no second round
+    // trip for them).
+    constexpr int kLane = kRouteBlockMaxExperts / 32;
+    float lv[kLane];
+#pragma unroll
+    for (int i = 0; i < kLane; ++i) lv[i] = lane + 32 * i < E ? logits[lane + 32 * i] : 0.0f;
     float mx = -INFINITY, sum = 0.0f;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, logits[e]);
+#pragma unroll
+    for (int i = 0; i < kLane; ++i)
+      if (lane + 32 * i < E) mx = fmaxf(mx, lv[i]);
     mx = warp_max(mx);
-    for (int e = lane; e < E; e += 32) sum += expf(logits[e] - mx);
+#pragma unroll
+    for (int i = 0; i < kLane; ++i)
+      if (lane + 32 * i < E) sum += expf(lv[i] - mx);
     sum = warp_sum(sum);
     if (lane == 0) sh.stats[0] = mx, sh.stats[1] = sum;
   }

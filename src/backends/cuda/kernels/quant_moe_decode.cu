@@ -257,9 +257,10 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
   return q8_rows(gate_up_dt, hidden) && q8_rows(down_dt, intermediate);
 }
 
-bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k) {
+bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k,
+                                          int warp_outputs, int64_t max_tiles) {
   return tokens == 1 && top_k >= 1 && top_k <= kRouteBlockMaxTopK && top_k <= experts &&
-         experts <= kRouteBlockMaxExperts;
+         experts <= kRouteBlockMaxExperts && warp_outputs == 4 && max_tiles >= top_k;
 }
 
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
@@ -270,8 +271,9 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
   if (!q8_rows(w_dt, H) || I <= 0 || I % 32 != 0)
     return unsupported("fused moe gate/up: block weights with rows of whole blocks");
   if (route.logits &&
-      (!quant_moe_route_in_experts_supported(1, route.experts, top_k) || max_tiles < top_k ||
-       warp_outputs != 4 || !route.ids || !route.weights || !route.slot_of))
+      (!quant_moe_route_in_experts_supported(1, route.experts, top_k, warp_outputs,
+                                             max_tiles) ||
+       !route.ids || !route.weights || !route.slot_of))
     return invalid_argument(
         "fused moe gate/up: routing in the launch takes one token, top_k 1..32 <= experts <= "
         "512, a tile a selection, 4 outputs a warp and the ids / weights / slot_of outputs");

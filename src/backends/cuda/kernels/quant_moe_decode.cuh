@@ -51,8 +51,9 @@ struct MoeRouteInExperts {
   int32_t* slot_of = nullptr;
 };
 // Whether a step of `tokens` takes it: one token, top_k <= 32, at most 512
-// experts.
-bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k);
+// experts, 4 outputs a warp and a grid of at least top_k tiles.
+bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k,
+                                          int warp_outputs, int64_t max_tiles);
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
