@@ -135,6 +135,14 @@ namespace ferrite {
     "experts) routes inside the fused gate / up launch, every block by its threads as "          \
     "cuda_moe_route_block's launch does, instead of in that launch between the router and the "  \
     "experts; the same bits. Written in session 37, not yet run on a GPU")                       \
+  X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 0,                             \
+    "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
+    "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \
+    "block of 8 warps an SM, so Qwen3-30B-A3B's 2,048 output warps at batch 1 run in two "       \
+    "waves); 1 where a row of down takes one warp iteration (I up to 1,024 for K-quant "          \
+    "blocks), 8 experts at a time (one DRAM round trip for a top-8 token) at two blocks an SM, " \
+    "elsewhere as 2; "                                                                             \
+    "2 four at a time at two blocks an SM (128 registers). Written in session 38")          \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

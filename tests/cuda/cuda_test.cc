@@ -522,8 +522,9 @@ void expect_decode_forms_bitwise(const std::string& path, DType act,
 // gate/up runs at 1, 2 and 4 outputs a warp (Tuning::
 // cuda_moe_gate_up_warp_outputs), and with routing + sort in the router's
 // launch (Tuning::cuda_moe_route_in_router: its last block, a programmatic
-// dependent launch), eager and replayed from a graph: every variant bitwise
-// the unfused step.
+// dependent launch), eager and replayed from a graph, and down + combine in
+// its forms 1 and 2 (Tuning::cuda_moe_down_form: 8 experts a round, or 4 at
+// two blocks an SM): every variant bitwise the unfused step.
 TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -533,9 +534,10 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
       {kModelsDir + "qwen3_5_moe", DType::kBF16}};
   const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
   // Variant 0: one launch a stage; 1..3: fused, gate/up at 1, 2, 4 outputs a
-  // warp; 4, 5: fused, routing in the router's launch, eager and graphs.
-  constexpr int kVariants = 6;
-  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4};
+  // warp; 4, 5: fused, routing in the router's launch, eager and graphs;
+  // 6, 7: fused, down + combine in form 1, 2.
+  constexpr int kVariants = 8;
+  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4, 4, 4};
   for (const auto& [path, act] : models)
     expect_decode_forms_bitwise(
         path, act, prompts, kVariants,
@@ -543,12 +545,15 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
           t.cuda_graphs = f == 5;
           t.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
           t.cuda_moe_gate_up_warp_outputs = kWarpOutputs[f];
-          t.cuda_moe_route_in_router = f >= 4;
+          t.cuda_moe_route_in_router = f == 4 || f == 5;
+          t.cuda_moe_down_form = f >= 6 ? f - 5 : 0;
         },
         [&](int f) {
           return "the fused decode step differs (variant " + std::to_string(f) + ": gate/up at " +
                  std::to_string(kWarpOutputs[f]) + " outputs a warp" +
-                 (f >= 4 ? ", routing in the router" : "") + (f == 5 ? ", graphs" : "") + ")";
+                 (f == 4 || f == 5 ? ", routing in the router" : "") +
+                 (f == 5 ? ", graphs" : "") +
+                 (f >= 6 ? ", down form " + std::to_string(f - 5) : "") + ")";
         });
 }
 

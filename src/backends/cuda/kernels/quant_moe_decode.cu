@@ -159,15 +159,27 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
 }
 
 // Down + combine: a warp per (token t = blockIdx.y, output j), the token's
-// top_k experts kDownBatch at a time (their blocks fetched together: one
-// round trip per batch instead of one per expert; a batch of 8 takes up to
-// 174 registers, too few warps per SM for one wave of H warps at batch 1), each product warp-summed
-// and weighted into the token's sum in expert order, then the shared expert
-// and the residual.
-constexpr int kDownWarps = 8, kDownBatch = 4;
+// top_k experts KB at a time (their blocks fetched together: one round trip
+// per batch instead of one per expert), each product warp-summed and
+// weighted into the token's sum in expert order, then the shared expert and
+// the residual.
+//
+// KB and kMinBlocks (Tuning::cuda_moe_down_form): form 0, kDownBatch
+// experts at a time with as many registers as that takes (148 a thread on
+// q4_k: one block of 8 warps an SM, so the 2,048 output warps of a
+// Qwen3-30B-A3B token run in two waves); form 2 the same at two blocks an SM
+// (128 registers, no spills); form 1, where a row's blocks take a single
+// warp iteration (I <= 4 K-quant blocks: Qwen3-30B-A3B's 768), kDownOneRound
+// experts at two blocks an SM: no loop to unroll, and all of a top-8 token's
+// experts' blocks in flight at once (one DRAM round trip where the batches
+// of 4 make two in a row; some spills). A batch of 8 over rows of several
+// warp iterations, unrolled twice, would take up to 174 registers. Every
+// form computes each product from the same lanes' blocks in the same order,
+// then the same warp sum, added in expert order: the same bits.
+constexpr int kDownWarps = 8, kDownBatch = 4, kDownOneRound = 8;
 
-template <int F, typename T>
-__global__ void __launch_bounds__(kDownWarps * 32)
+template <int F, typename T, int KB, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
     quant_moe_down_combine_kernel(const int8_t* __restrict__ hq, const float* __restrict__ hd,
                                   int64_t I, const uint8_t* __restrict__ w, int64_t row_bytes,
                                   int64_t H, int K, const int32_t* __restrict__ ids,
@@ -175,7 +187,8 @@ __global__ void __launch_bounds__(kDownWarps * 32)
                                   const float* __restrict__ weights, const float* shared_gate,
                                   const float* shared_out, T* hidden) {
   using Fmt = MoeDot<F>;
-  constexpr int kPerIter = 32 / Fmt::kLanes, KB = kDownBatch;
+  constexpr int kPerIter = 32 / Fmt::kLanes;
+  constexpr bool kOneRound = KB == kDownOneRound;  // the host: nb <= kPerIter
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kDownWarps + warp;
   const int64_t t = blockIdx.y;
@@ -211,7 +224,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
       hrow[c] = ok ? slot : -1;
       ps[c] = 0.0f;
     }
-#pragma unroll 2
+#pragma unroll(kOneRound ? 1 : 2)
     for (int b = bl; b < nb; b += kPerIter) {
       typename Fmt::Raw raw[KB];
 #pragma unroll
@@ -319,7 +332,7 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      int64_t tokens, int64_t top_k, const int32_t* ids,
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
-                                     void* hidden, DType act) {
+                                     void* hidden, DType act, int form) {
   if (!q8_rows(w_dt, I))
     return unsupported("fused moe down: block weights with rows of whole blocks");
   if (tokens == 0) return Status::ok();
@@ -334,9 +347,17 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
     if constexpr (F != kFmtF8B128) {
       ok = dispatch_float(act, [&](auto tag) {
         using T = decltype(tag);
-        quant_moe_down_combine_kernel<F, T><<<grid, kDownWarps * 32, 0, s>>>(
-            hq, hd, I, wb, row_bytes, H, static_cast<int>(top_k), ids, slot_of, weights,
-            shared_gate, shared_out, static_cast<T*>(hidden));
+        auto go = [&](auto kern) {
+          kern<<<grid, kDownWarps * 32, 0, s>>>(hq, hd, I, wb, row_bytes, H,
+                                                static_cast<int>(top_k), ids, slot_of, weights,
+                                                shared_gate, shared_out, static_cast<T*>(hidden));
+        };
+        if (form == 1 && I / MoeDot<F>::kElems <= 32 / MoeDot<F>::kLanes)
+          go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2>);
+        else if (form >= 1)
+          go(quant_moe_down_combine_kernel<F, T, kDownBatch, 2>);
+        else
+          go(quant_moe_down_combine_kernel<F, T, kDownBatch>);
       });
     }
   });
