@@ -98,8 +98,12 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
     tile_count = &count_s;
   }
   const int tile = blockIdx.y;
+  // The tile's entry is loaded beside the count, not after it (one round
+  // trip where there were two in a row): the table has room for max_tiles
+  // (the grid's y), so the load is in bounds even for a tile past the count.
+  const int4 entry = reinterpret_cast<const int4*>(tiles)[tile];
   if (tile >= *tile_count) return;  // the whole block
-  const int e = tiles[4 * tile], r0 = tiles[4 * tile + 1], nr = tiles[4 * tile + 2];
+  const int e = entry.x, r0 = entry.y, nr = entry.z;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * WO;  // the warp's first output
   const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i0) * row_bytes;
   const uint8_t* wu = wg + I * row_bytes;

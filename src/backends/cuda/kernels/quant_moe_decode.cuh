@@ -26,7 +26,8 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
                                 int64_t intermediate);
 
 // gate_up [E, 2I, H] in blocks (rows [0, I) gate, [I, 2I) up), over the
-// tile table of launch_moe_sort: for every gathered row r of a tile of
+// tile table of launch_moe_sort (16-byte aligned, room for max_tiles
+// entries, the first *tile_count valid): for every gathered row r of a tile of
 // expert e, h = silu(g) * u of g = x(r) . gate[e, i], u = x(r) . up[e, i],
 // stored as 8-bit blocks of 32: hq [rows, I], hd [rows, I / 32] (exactly as
 // quantizing the f32 h). x(r) = token row_pair[r] / top_k of xq [tokens, H]
