@@ -214,6 +214,12 @@ __global__ void __launch_bounds__(256)
     const int64_t g = g0 + i * kGroupStride;
     if (e < outs && g < groups) load8(we + 8 * g, wpre[i]);
   }
+  // With the norm, the thread's first 8 norm weights too (every row's
+  // staging reads them): loaded after the inverse RMS's block reduction,
+  // they were one more round trip on the chain before the products.
+  float nwpre[8];
+  const bool nw_vec = kNorm && sizeof(T) == 2 && (reinterpret_cast<uintptr_t>(nw) & 15) == 0;
+  if (nw_vec && tid < H / 8) load_any8(nw, nwdt, 8 * static_cast<int64_t>(tid), nwpre);
   pdl_wait();  // x, and every output, belong to earlier kernels
   const int row0 = blockIdx.y * chunk_rows;
   const int nrows = min(chunk_rows, rows_total - row0);
@@ -225,13 +231,17 @@ __global__ void __launch_bounds__(256)
     bool staged = false;
     if constexpr (kNorm && sizeof(T) == 2) {
       // 8 elements a thread and load (H % 8 == 0 here): the same values.
-      if ((reinterpret_cast<uintptr_t>(xr) & 15) == 0 &&
-          (reinterpret_cast<uintptr_t>(nw) & 15) == 0) {
+      if ((reinterpret_cast<uintptr_t>(xr) & 15) == 0 && nw_vec) {
         for (int64_t i8 = tid; i8 < H / 8; i8 += 256) {
           const uint4 u = *reinterpret_cast<const uint4*>(xr + 8 * i8);
           float f[8], wv[8];
           unpack_words<T, 8>(&u.x, f);
-          load_any8(nw, nwdt, 8 * i8, wv);
+          if (i8 == tid) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) wv[j] = nwpre[j];
+          } else {
+            load_any8(nw, nwdt, 8 * i8, wv);
+          }
 #pragma unroll
           for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * (zc ? 1.0f + wv[j] : wv[j]);
           float4* d = reinterpret_cast<float4*>(xs + r * H + 8 * i8);
