@@ -100,8 +100,10 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
   const int tile = blockIdx.y;
   // The tile's entry is loaded beside the count, not after it (one round
   // trip where there were two in a row): the table has room for max_tiles
-  // (the grid's y), so the load is in bounds even for a tile past the count.
-  const int4 entry = reinterpret_cast<const int4*>(tiles)[tile];
+  // (the grid's y), so the load is in bounds even for a tile past the count;
+  // the routed table in shared memory has kRouteBlockMaxTopK entries.
+  const int4 entry =
+      reinterpret_cast<const int4*>(tiles)[kRoute ? min(tile, kRouteBlockMaxTopK - 1) : tile];
   if (tile >= *tile_count) return;  // the whole block
   const int e = entry.x, r0 = entry.y, nr = entry.z;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * WO;  // the warp's first output
