@@ -50,6 +50,7 @@ TEST(TuningTest, MalformedValuesAreErrorsNamingTheVariable) {
            {"FERRITE_THREADS", "2000"},
            {"FERRITE_CUDA_GRAPHS", "maybe"},
            {"FERRITE_CUDA_MOE_GATE_UP_WARP_OUTPUTS", "3"},
+           {"FERRITE_CUDA_MOE_DOWN_FORM", "3"},
            {"FERRITE_CUDA_DECODE_COLOCATE", "3"},
            {"FERRITE_CUDA_DECODE_COLOCATE_MIN_MIB", "-1"}}) {
     auto t = Tuning::from_environment(env({{var, value}}));
