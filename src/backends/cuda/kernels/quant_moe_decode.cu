@@ -184,6 +184,14 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
 // then the same warp sum, added in expert order: the same bits.
 constexpr int kDownWarps = 8, kDownBatch = 4, kDownOneRound = 8;
 
+// Whether a row of I elements of format F is one warp iteration of the down
+// kernel (its blocks fit the warp's 32 / kLanes block slots): form 1's
+// condition, as the kernel's loop over b sees it.
+template <int F>
+constexpr bool down_row_one_iteration(int64_t I) {
+  return I / MoeDot<F>::kElems <= 32 / MoeDot<F>::kLanes;
+}
+
 template <int F, typename T, int KB, int kMinBlocks = 1>
 __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
     quant_moe_down_combine_kernel(const int8_t* __restrict__ hq, const float* __restrict__ hd,
@@ -194,7 +202,7 @@ __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
                                   const float* shared_out, T* hidden) {
   using Fmt = MoeDot<F>;
   constexpr int kPerIter = 32 / Fmt::kLanes;
-  constexpr bool kOneRound = KB == kDownOneRound;  // the host: nb <= kPerIter
+  constexpr bool kOneRound = KB == kDownOneRound;  // the host: down_row_one_iteration
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kDownWarps + warp;
   const int64_t t = blockIdx.y;
@@ -358,7 +366,7 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                                 static_cast<int>(top_k), ids, slot_of, weights,
                                                 shared_gate, shared_out, static_cast<T*>(hidden));
         };
-        if (form == 1 && I / MoeDot<F>::kElems <= 32 / MoeDot<F>::kLanes)
+        if (form == 1 && down_row_one_iteration<F>(I))
           go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2>);
         else if (form >= 1)
           go(quant_moe_down_combine_kernel<F, T, kDownBatch, 2>);
