@@ -130,19 +130,27 @@ namespace ferrite {
     "the experts' ranks counted in parallel, instead of one warp's serial selections (~5 us a "    \
     "layer of Qwen3-30B-A3B at batch 1); the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s " \
     "(0 / 1, random weights): 357.0, 357.0 / 364.6, 364.1 (b8 unchanged: one token only)")         \
-  X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", false,                \
+  X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", true,                 \
     "CUDA: with cuda_moe_fused_tokens and block-format experts, a one-token step (up to 512 "     \
     "experts) routes inside the fused gate / up launch, every block by its threads as "          \
     "cuda_moe_route_block's launch does, instead of in that launch between the router and the "  \
-    "experts; the same bits. Written in session 37, not yet run on a GPU")                       \
-  X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 0,                             \
+    "experts; the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s (0 / 1, down form 2, "      \
+    "random weights): 361.4, 361.6 / 366.6, 366.4 (b8 938.8, 937.4 / 938.4, 938.7)")             \
+  X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \
     "block of 8 warps an SM, so Qwen3-30B-A3B's 2,048 output warps at batch 1 run in two "       \
     "waves); 1 where a row of down takes one warp iteration (I up to 1,024 for K-quant "          \
     "blocks), 8 experts at a time (one DRAM round trip for a top-8 token) at two blocks an SM, " \
-    "elsewhere as 2; "                                                                             \
-    "2 four at a time at two blocks an SM (128 registers). Written in session 38")          \
+    "elsewhere as 2; 2 four at a time at two blocks an SM (128 registers). H100, "              \
+    "Qwen3-30B-A3B Q4_K_M tokens/s (0 / 2 / 1, random weights): b1 352.1, 351.8 / 360.8, "       \
+    "358.6 / 321.2; b8 873.3, 871.4 / 937.9, 930.3 / 798.8; b32 1,449 / 1,453")                   \
+  X(bool, cuda_moe_down_early, "FERRITE_CUDA_MOE_DOWN_EARLY", false,                            \
+    "CUDA: with cuda_moe_route_in_experts at one token, the down + combine launch is a "        \
+    "programmatic dependent of the gate / up launch: each of its blocks routes the token from " \
+    "the router's logits itself and fetches its first experts' blocks while gate / up runs, "   \
+    "then waits for h (the launch, the routing and a DRAM round trip off the step's chain); "   \
+    "the same bits. Written in session 39, not yet run on a GPU")                                \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

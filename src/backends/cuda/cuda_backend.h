@@ -62,8 +62,9 @@ struct CudaExecOptions {
   int64_t moe_gate_up_warp_outputs = 4;  // Tuning::cuda_moe_gate_up_warp_outputs (1, 2, 4)
   bool moe_route_in_router = false;      // Tuning::cuda_moe_route_in_router
   bool moe_route_block = true;           // Tuning::cuda_moe_route_block
-  bool moe_route_in_experts = false;     // Tuning::cuda_moe_route_in_experts
-  int64_t moe_down_form = 0;            // Tuning::cuda_moe_down_form (0, 1, 2)
+  bool moe_route_in_experts = true;      // Tuning::cuda_moe_route_in_experts
+  int64_t moe_down_form = 2;            // Tuning::cuda_moe_down_form (0, 1, 2)
+  bool moe_down_early = false;          // Tuning::cuda_moe_down_early
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster
