@@ -338,6 +338,12 @@ bool q8_rows(DType dt, int64_t k) {
   return qfmt(dt) >= 0 && dt != DType::kF8B128 && k > 0 && k % 32 == 0 &&
          k % dtype_block_elems(dt) == 0;
 }
+// Whether route_one_token_block routes a step inside an expert launch: one
+// token, top_k 1..32 <= experts <= 512.
+bool one_token_block_routable(int64_t tokens, int64_t experts, int64_t top_k) {
+  return tokens == 1 && top_k >= 1 && top_k <= kRouteBlockMaxTopK && top_k <= experts &&
+         experts <= kRouteBlockMaxExperts;
+}
 }  // namespace
 
 bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
@@ -347,8 +353,8 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
 
 bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k,
                                           int warp_outputs, int64_t max_tiles) {
-  return tokens == 1 && top_k >= 1 && top_k <= kRouteBlockMaxTopK && top_k <= experts &&
-         experts <= kRouteBlockMaxExperts && warp_outputs == 4 && max_tiles >= top_k;
+  return one_token_block_routable(tokens, experts, top_k) && warp_outputs == 4 &&
+         max_tiles >= top_k;
 }
 
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
@@ -411,8 +417,7 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      const MoeRouteInExperts& early) {
   if (!q8_rows(w_dt, I))
     return unsupported("fused moe down: block weights with rows of whole blocks");
-  if (early.logits && !quant_moe_route_in_experts_supported(tokens, early.experts, top_k, 4,
-                                                            top_k))
+  if (early.logits && !one_token_block_routable(tokens, early.experts, top_k))
     return invalid_argument(
         "fused moe down: routing in the launch takes one token and top_k 1..32 <= experts <= "
         "512");
@@ -438,20 +443,19 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                  row_bytes, H, static_cast<int>(top_k), ids, slot_of, weights,
                                  shared_gate, shared_out, static_cast<T*>(hidden), early, spe);
         };
-        if (pdl) {
+        auto form_of = [&](auto early_c) {
+          constexpr bool kE = decltype(early_c)::value;
           if (form == 1 && down_row_one_iteration<F>(I))
-            go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2, true>);
+            go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2, kE>);
           else if (form >= 1)
-            go(quant_moe_down_combine_kernel<F, T, kDownBatch, 2, true>);
+            go(quant_moe_down_combine_kernel<F, T, kDownBatch, 2, kE>);
           else
-            go(quant_moe_down_combine_kernel<F, T, kDownBatch, 1, true>);
-        } else if (form == 1 && down_row_one_iteration<F>(I)) {
-          go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2>);
-        } else if (form >= 1) {
-          go(quant_moe_down_combine_kernel<F, T, kDownBatch, 2>);
-        } else {
-          go(quant_moe_down_combine_kernel<F, T, kDownBatch>);
-        }
+            go(quant_moe_down_combine_kernel<F, T, kDownBatch, 1, kE>);
+        };
+        if (pdl)
+          form_of(std::true_type{});
+        else
+          form_of(std::false_type{});
       });
     }
   });
