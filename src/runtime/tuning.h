@@ -145,12 +145,6 @@ namespace ferrite {
     "elsewhere as 2; 2 four at a time at two blocks an SM (128 registers). H100, "              \
     "Qwen3-30B-A3B Q4_K_M tokens/s (0 / 2 / 1, random weights): b1 352.1, 351.8 / 360.8, "       \
     "358.6 / 321.2; b8 873.3, 871.4 / 937.9, 930.3 / 798.8; b32 1,449 / 1,453")                   \
-  X(bool, cuda_moe_down_early, "FERRITE_CUDA_MOE_DOWN_EARLY", false,                            \
-    "CUDA: with cuda_moe_route_in_experts at one token, the down + combine launch is a "        \
-    "programmatic dependent of the gate / up launch: each of its blocks routes the token from " \
-    "the router's logits itself and fetches its first experts' blocks while gate / up runs, "   \
-    "then waits for h (the launch, the routing and a DRAM round trip off the step's chain); "   \
-    "the same bits. Written in session 39, not yet run on a GPU")                                \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

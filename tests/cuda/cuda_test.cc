@@ -561,10 +561,8 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
 // routing has its own forms: unfused (0) against the fused launches with
 // the block routing (Tuning::cuda_moe_route_block, the default: 1), with
 // the one-warp routing (2), and with the routing inside the gate/up launch
-// (Tuning::cuda_moe_route_in_experts: 3 eager, 4 graphs), and with down +
-// combine routing the token itself as a programmatic dependent of gate / up
-// (Tuning::cuda_moe_down_early: 5 eager, 6 graphs, 7 and 8 in down forms 1
-// and 0); the logits of the one-token step bitwise equal.
+// (Tuning::cuda_moe_route_in_experts: 3 eager, 4 graphs; 5 and 6 in down
+// forms 1 and 0); the logits of the one-token step bitwise equal.
 TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -575,14 +573,13 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   const std::vector<std::vector<uint32_t>> prompts = {{100, 200, 300, 400, 500, 6, 7, 8, 9}};
   for (const auto& [path, act] : models)
     expect_decode_forms_bitwise(
-        path, act, prompts, 9,
+        path, act, prompts, 7,
         [](int f, Tuning& t) {
-          t.cuda_graphs = f == 4 || f == 6;
+          t.cuda_graphs = f == 4;
           t.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
           t.cuda_moe_route_block = f != 2;
           t.cuda_moe_route_in_experts = f >= 3;
-          t.cuda_moe_down_early = f >= 5;
-          t.cuda_moe_down_form = f == 7 ? 1 : f == 8 ? 0 : 2;
+          t.cuda_moe_down_form = f == 5 ? 1 : f == 6 ? 0 : 2;
         },
         [](int f) { return "the one-token step differs (form " + std::to_string(f) + ")"; });
 }

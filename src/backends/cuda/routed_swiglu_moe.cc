@@ -313,13 +313,9 @@ class RoutedMoe final : public Provider {
       FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(
           st.stream, sc.xq, sc.xd, H, row_pair, K, gate_up_w, b[kGateUp].dtype, I, tiles,
           tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route));
-      // Down + combine as a programmatic dependent of that gate / up launch,
-      // routing the token itself (Tuning::cuda_moe_down_early).
-      MoeRouteInExperts early;
-      if (route_in_experts && st.moe_down_early) early = route;
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
                                            ids, slot_of, weights, sgate, sout, b[kHidden].data,
-                                           act, static_cast<int>(st.moe_down_form), early);
+                                           act, static_cast<int>(st.moe_down_form));
     }
 
     profile_mark(st.stream, "moe.experts", st.capturing);

@@ -6,7 +6,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstring>
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
@@ -71,11 +70,6 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
   static_assert(32 / WO >= M, "a warp per row of the chunk quantizes it");
   __shared__ float hs[M][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // Down + combine may be scheduled now (a no-op unless it is launched as a
-  // programmatic dependent: Tuning::cuda_moe_down_early); it waits for h in
-  // its pdl_wait. This grid is one wave at the steps that take it, so every
-  // block is resident before a down block takes a free slot.
-  pdl_launch_dependents();
   if constexpr (kRoute) {
     // The routing launch's work for one token, by every block (the same
     // bits everywhere): block y takes the y-th expert in id order (its
@@ -198,37 +192,14 @@ constexpr bool down_row_one_iteration(int64_t I) {
   return I / MoeDot<F>::kElems <= 32 / MoeDot<F>::kLanes;
 }
 
-// Waits for a fetched raw share's loads (an empty asm reading each word):
-// they are in L1 afterwards, and the values die here.
-template <typename R>
-__device__ __forceinline__ void consume(const R& r) {
-  static_assert(sizeof(R) % 4 == 0, "raw shares are whole words");
-  uint32_t words[sizeof(R) / 4];
-  memcpy(words, &r, sizeof(R));
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(R) / 4); ++i) asm volatile("" ::"r"(words[i]));
-}
-
-// The down + combine kernel (see "Down + combine" above). kEarly
-// (Tuning::cuda_moe_down_early; one token, the routing inside the gate / up
-// launch): the launch is a programmatic dependent of gate / up, whose
-// blocks let it be scheduled at their start. Before its pdl_wait a block
-// routes the token itself from the router's logits (the bits gate / up's
-// blocks make, moe_route_block.cuh; the router's launch completed before
-// gate / up began, so its logits are visible) and loads its warps' blocks
-// of the first KB experts' rows into L1; only h (gate / up's output), the
-// residual and the shared expert's output are read after the wait. So the
-// launch, the routing and the first DRAM round trip overlap gate / up where
-// an SM has room, instead of following its last block.
-template <int F, typename T, int KB, int kMinBlocks = 1, bool kEarly = false>
+template <int F, typename T, int KB, int kMinBlocks = 1>
 __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
     quant_moe_down_combine_kernel(const int8_t* __restrict__ hq, const float* __restrict__ hd,
                                   int64_t I, const uint8_t* __restrict__ w, int64_t row_bytes,
                                   int64_t H, int K, const int32_t* __restrict__ ids,
                                   const int32_t* __restrict__ slot_of,
                                   const float* __restrict__ weights, const float* shared_gate,
-                                  const float* shared_out, T* hidden, MoeRouteInExperts route,
-                                  int route_spe) {
+                                  const float* shared_out, T* hidden) {
   using Fmt = MoeDot<F>;
   constexpr int kPerIter = 32 / Fmt::kLanes;
   constexpr bool kOneRound = KB == kDownOneRound;  // the host: down_row_one_iteration
@@ -241,42 +212,10 @@ __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
   // The token's routing (K <= 32: lane k holds pair k's expert, h row and
   // weight) and the epilogue's inputs, loaded at once up front: each was a
   // dependent round trip inside the expert loop or after it.
-  int32_t my_id, my_slot;
-  float my_weight;
-  if constexpr (kEarly) {
-    // Every thread routes (block barriers), the warps past H included.
-    __shared__ RouteBlockShared rsh;
-    __shared__ int32_t ids_s[kRouteBlockMaxTopK];
-    __shared__ float weights_s[kRouteBlockMaxTopK];
-    route_one_token_block(route.logits, static_cast<int>(route.experts), K, route.normalize,
-                          route_spe, rsh, ids_s, weights_s);
-    __syncthreads();
-    // Selection k in id order is h row k (gate / up's block k wrote it).
-    my_id = lane < K ? ids_s[lane] : 0;
-    my_slot = lane < K ? lane : -1;
-    my_weight = lane < K ? weights_s[lane] : 0.0f;
-    // The first round's blocks into L1 (the loop's own loads of them then
-    // hit): loaded and consumed here, so nothing of them stays live across
-    // the wait (holding them in registers for the loop spilled at two
-    // blocks an SM).
-    if (j < H && bl < nb) {
-#pragma unroll
-      for (int c = 0; c < KB; ++c) {
-        const int32_t id = __shfl_sync(0xffffffffu, my_id, c & 31);
-        if (c < K)
-          consume(Fmt::fetch(w + (static_cast<int64_t>(id) * H + j) * row_bytes +
-                                 static_cast<int64_t>(bl) * Fmt::kBytes,
-                             part));
-      }
-    }
-    pdl_wait();  // h, the residual and the shared expert's output from here on
-    if (j >= H) return;
-  } else {
-    if (j >= H) return;
-    my_id = lane < K ? ids[t * K + lane] : 0;
-    my_slot = lane < K ? slot_of[t * K + lane] : -1;
-    my_weight = lane < K ? weights[t * K + lane] : 0.0f;
-  }
+  if (j >= H) return;
+  const int32_t my_id = lane < K ? ids[t * K + lane] : 0;
+  const int32_t my_slot = lane < K ? slot_of[t * K + lane] : -1;
+  const float my_weight = lane < K ? weights[t * K + lane] : 0.0f;
   float residual = 0.0f, sg = 0.0f, so = 0.0f;
   if (lane == 0) {
     residual = to_f(hidden[t * H + j]);
@@ -413,14 +352,9 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      int64_t tokens, int64_t top_k, const int32_t* ids,
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
-                                     void* hidden, DType act, int form,
-                                     const MoeRouteInExperts& early) {
+                                     void* hidden, DType act, int form) {
   if (!q8_rows(w_dt, I))
     return unsupported("fused moe down: block weights with rows of whole blocks");
-  if (early.logits && !one_token_block_routable(tokens, early.experts, top_k))
-    return invalid_argument(
-        "fused moe down: routing in the launch takes one token and top_k 1..32 <= experts <= "
-        "512");
   if (tokens == 0) return Status::ok();
   if (tokens > 65535) return unsupported("fused moe down: too many tokens");
   const int64_t row_bytes = dtype_bytes(w_dt, I);
@@ -433,29 +367,17 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
     if constexpr (F != kFmtF8B128) {
       ok = dispatch_float(act, [&](auto tag) {
         using T = decltype(tag);
-        // The early form is a programmatic dependent of gate / up (see the kernel).
-        const bool pdl = early.logits != nullptr;
-        const int spe =
-            pdl ? route_block_threads_per_expert(kDownWarps * 32, static_cast<int>(early.experts))
-                : 1;
         auto go = [&](auto kern) {
-          (void)launch_maybe_pdl(pdl, kern, grid, dim3(kDownWarps * 32), 0, s, hq, hd, I, wb,
-                                 row_bytes, H, static_cast<int>(top_k), ids, slot_of, weights,
-                                 shared_gate, shared_out, static_cast<T*>(hidden), early, spe);
+          kern<<<grid, kDownWarps * 32, 0, s>>>(hq, hd, I, wb, row_bytes, H,
+                                                static_cast<int>(top_k), ids, slot_of, weights,
+                                                shared_gate, shared_out, static_cast<T*>(hidden));
         };
-        auto form_of = [&](auto early_c) {
-          constexpr bool kE = decltype(early_c)::value;
-          if (form == 1 && down_row_one_iteration<F>(I))
-            go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2, kE>);
-          else if (form >= 1)
-            go(quant_moe_down_combine_kernel<F, T, kDownBatch, 2, kE>);
-          else
-            go(quant_moe_down_combine_kernel<F, T, kDownBatch, 1, kE>);
-        };
-        if (pdl)
-          form_of(std::true_type{});
+        if (form == 1 && down_row_one_iteration<F>(I))
+          go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2>);
+        else if (form >= 1)
+          go(quant_moe_down_combine_kernel<F, T, kDownBatch, 2>);
         else
-          form_of(std::false_type{});
+          go(quant_moe_down_combine_kernel<F, T, kDownBatch>);
       });
     }
   });

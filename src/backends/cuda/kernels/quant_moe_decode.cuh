@@ -68,20 +68,11 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
 // shared_out[t, j] when shared_out; f32 sums, as launch_moe_combine.
 // form (Tuning::cuda_moe_down_form, 0..2): how many experts' blocks a warp
 // fetches at once and at how many blocks an SM; the same bits in each.
-//
-// early (Tuning::cuda_moe_down_early; logits null: off): with the routing
-// inside the gate / up launch just before (one token), this launch is a
-// programmatic dependent of it; each block routes the token from
-// early.logits itself (ids, slot_of and weights are then unused; its ids
-// and weights are the ones gate / up's block (0, 0) leaves) and fetches its
-// first experts' blocks before it waits for h. Only the launch that follows
-// that gate / up launch on the stream may take it.
 Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const float* hd,
                                      int64_t I, const void* down, DType w_dt, int64_t H,
                                      int64_t tokens, int64_t top_k, const int32_t* ids,
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
-                                     void* hidden, DType act, int form = 2,
-                                     const MoeRouteInExperts& early = {});
+                                     void* hidden, DType act, int form = 2);
 
 }  // namespace ferrite::cuda
