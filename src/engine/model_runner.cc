@@ -279,7 +279,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.moe_down_form = options.tuning.cuda_moe_down_form;
     co.moe_down_prefetch_mib = options.tuning.cuda_moe_down_prefetch_mib;
     co.moe_down_prefetch_late = options.tuning.cuda_moe_down_prefetch_late;
-    co.weight_prefetch_mib = options.tuning.cuda_weight_prefetch_mib;
     co.decode_split_positions = options.tuning.cuda_decode_split_positions;
     co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
     co.decode_cluster = options.tuning.cuda_decode_cluster;

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -409,35 +408,12 @@ void BoundPlan::bind_views(Rank& rank) {
     }
     rank.bound_nodes.push_back(std::move(bn));
   }
-  for (size_t i = 0; i + 1 < plan_.nodes.size(); ++i) {
-    const ProgramNode& next = *plan_.nodes[i + 1].node;
-    for (size_t b = 0; b < next.bindings.size(); ++b) {
-      const TensorView& v = rank.bound_nodes[i + 1].views[b];
-      if (next.bindings[b].source == BindingRef::Source::kWeight && v.data && v.nbytes() > 0)
-        rank.bound_nodes[i].next_weights.push_back({v.data, v.nbytes()});
-    }
-  }
 }
 
 Status BoundPlan::run_nodes(Rank& rank, const StepBatch& batch) {
   const int64_t tokens = batch.num_tokens(), sequences = batch.num_sequences();
-  WeightPrefetcher* pf = rank.ctx.prefetcher;
-  const int64_t budget = pf ? pf->budget_bytes() : 0;
   for (size_t i = 0; i < plan_.nodes.size(); ++i) {
     BoundNode& bn = rank.bound_nodes[i];
-    if (budget > 0 && !bn.next_weights.empty()) {
-      // The next node's weights that fit the budget, in binding order (a
-      // MoE node's expert stacks are skipped, its router taken).
-      std::array<WeightRange, 16> take;
-      size_t n = 0;
-      int64_t left = budget;
-      for (const WeightRange& w : bn.next_weights)
-        if (w.bytes <= left && n < take.size()) {
-          take[n++] = w;
-          left -= w.bytes;
-        }
-      if (n > 0) FERRITE_RETURN_IF_ERROR(pf->prefetch(std::span(take.data(), n)));
-    }
     for (const BoundNode::StepRows& r : bn.step_rows)
       bn.views[r.index].shape[0] = r.rows == ValueRows::kTokens ? tokens : sequences;
     FERRITE_RETURN_IF_ERROR(run_node(rank, plan_.nodes[i], batch, nullptr, bn.views));

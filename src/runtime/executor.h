@@ -112,8 +112,6 @@ class BoundPlan {
       ValueRows rows;  // tokens or sequences
     };
     std::vector<StepRows> step_rows;
-    // The weights of the node after this one (WeightPrefetcher).
-    std::vector<WeightRange> next_weights;
   };
   // Everything one rank holds.
   struct Rank {

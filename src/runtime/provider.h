@@ -116,26 +116,6 @@ class StepRunner {
                      const std::function<Status(const StepBatch&)>& encode_nodes) = 0;
 };
 
-// A span of weight bytes (WeightPrefetcher).
-struct WeightRange {
-  const void* data = nullptr;
-  int64_t bytes = 0;
-};
-
-// A backend hook the executor calls before each node of a step with the
-// weights of the node after it (those that fit budget_bytes(), in binding
-// order): the backend may start bringing them closer to its compute units
-// while the node about to run works (CUDA: into L2, from a side stream),
-// where that node leaves memory bandwidth unused (attention, a few-token
-// MoE's routing and expert chain). A hint: no result depends on it.
-class WeightPrefetcher {
- public:
-  virtual ~WeightPrefetcher() = default;
-  // The most weight bytes one call may name; 0: off (no calls).
-  virtual int64_t budget_bytes() const = 0;
-  virtual Status prefetch(std::span<const WeightRange> ranges) = 0;
-};
-
 // Backend execution context: the thread pool on CPU, the stream on CUDA.
 struct ExecContext {
   Device* device = nullptr;
@@ -143,7 +123,6 @@ struct ExecContext {
   void* stream = nullptr;
   StepPreparer* preparer = nullptr;  // optional
   StepRunner* runner = nullptr;      // optional (graph replay)
-  WeightPrefetcher* prefetcher = nullptr;  // optional
   void* backend = nullptr;           // optional backend-private state
   // Tensor parallelism: the rank's endpoint of the plan's group (the
   // tp_* collective contracts call it); null when the plan has one rank.

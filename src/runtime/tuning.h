@@ -154,12 +154,6 @@ namespace ferrite {
   X(bool, cuda_moe_down_prefetch_late, "FERRITE_CUDA_MOE_DOWN_PREFETCH_LATE", false,            \
     "CUDA: cuda_moe_down_prefetch_mib's prefetch after a gate / up block's products instead of " \
     "at its start (its own weight loads first)")                                                 \
-  X(int64_t, cuda_weight_prefetch_mib, "FERRITE_CUDA_WEIGHT_PREFETCH_MIB", 0,                 \
-    "CUDA: before each node of a step, the next node's weights (those that fit this many MiB, " \
-    "in binding order: a MoE node's router, not its expert stacks) are prefetched into L2 from " \
-    "a side stream of the lowest priority while the node runs, so that nodes which leave DRAM " \
-    "idle (attention, a few-token MoE's routing chain) hide the next projections' loads (0: " \
-    "off; a hint, the same bits)")                                                                \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

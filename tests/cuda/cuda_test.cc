@@ -595,31 +595,6 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
         [](int f) { return "the one-token step differs (form " + std::to_string(f) + ")"; });
 }
 
-// The next node's weights prefetched into L2 from a side stream
-// (Tuning::cuda_weight_prefetch_mib; runtime/provider.h's WeightPrefetcher)
-// change no bit: off (0) against on, eager (1) and replayed from graphs (2),
-// at one token and at three; a dense and a MoE model on block weights, and
-// a hybrid one (qwen3_5_moe: recurrent state, a shared expert).
-TEST(CudaWeightPrefetchTest, DecodeIsBitwiseEqual) {
-  SKIP_WITHOUT_GPU();
-  const std::vector<std::pair<std::string, DType>> models = {
-      {kModelsDir + "gguf/quant/qwen3w-q4_k_m.gguf", DType::kBF16},
-      {kModelsDir + "gguf/quant/qwen3moew-q4_k_m.gguf", DType::kBF16},
-      {kModelsDir + "qwen3_5_moe", DType::kBF16}};
-  const std::vector<std::vector<uint32_t>> one = {{100, 200, 300, 400, 500, 6, 7, 8, 9}};
-  const std::vector<std::vector<uint32_t>> three = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300}};
-  for (const auto& prompts : {one, three})
-    for (const auto& [path, act] : models)
-      expect_decode_forms_bitwise(
-          path, act, prompts, 3,
-          [](int f, Tuning& t) {
-            t.cuda_graphs = f == 2;
-            t.cuda_weight_prefetch_mib = f == 0 ? 0 : 64;
-          },
-          [](int f) { return "the decode step differs with weights prefetched (form " +
-                             std::to_string(f) + ")"; });
-}
-
 // Block-format experts on the grouped tensor-core GEMMs reading their
 // blocks (Tuning::cuda_moe_mma_fp8 for FP8, cuda_moe_mma_u4 for 4-bit)
 // against the same GEMMs on experts dequantized first (cuda_moe_dequant 1:

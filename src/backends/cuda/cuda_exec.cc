@@ -7,12 +7,6 @@
 // Rows are independent in every op, so padding never changes a real row,
 // and eager runs use the same padded shapes: eager and replay are bitwise
 // equal. The graph of a bucket is captured on its first decode step.
-//
-// WeightPrefetcher (Tuning::cuda_weight_prefetch_mib): before a node, the
-// next node's weights are prefetched into L2 by a small kernel on a side
-// stream of the lowest priority, forked from the main stream there (so it
-// runs beside the node) and joined back at the end of the step (a captured
-// graph must rejoin every stream it forked).
 #include <algorithm>
 #include <map>
 #include <vector>
@@ -27,7 +21,6 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/profiler.h"
 #include "backends/cuda/kernels/attention_prefill.cuh"
-#include "backends/cuda/kernels/l2_prefetch.cuh"
 #include "base/hash.h"
 
 namespace ferrite {
@@ -45,7 +38,7 @@ uint64_t batch_key(const StepBatch& b) {
   return h;
 }
 
-class CudaExec final : public StepPreparer, public StepRunner, public WeightPrefetcher {
+class CudaExec final : public StepPreparer, public StepRunner {
  public:
   CudaExec(CudaDevice& device, const CudaExecOptions& o) : device_(device), options_(o) {}
 
@@ -55,12 +48,6 @@ class CudaExec final : public StepPreparer, public StepRunner, public WeightPref
     if (host_) cudaFreeHost(host_);
     if (dev_) cudaFree(dev_);
     if (uploaded_) cudaEventDestroy(uploaded_);
-    if (pf_stream_) {
-      cudaStreamSynchronize(pf_stream_);
-      cudaStreamDestroy(pf_stream_);
-    }
-    if (pf_fork_) cudaEventDestroy(pf_fork_);
-    if (pf_join_) cudaEventDestroy(pf_join_);
     if (st_.split_counters) cudaFree(st_.split_counters);
     close_cluster_trace();
     gemm_shutdown(st_);
@@ -115,39 +102,12 @@ class CudaExec final : public StepPreparer, public StepRunner, public WeightPref
     FERRITE_CUDA_RETURN(cudaMalloc(&st_.split_counters, kSplitCounters * sizeof(int32_t)));
     FERRITE_CUDA_RETURN(cudaMemset(st_.split_counters, 0, kSplitCounters * sizeof(int32_t)));
     if (options_.cluster_trace > 0) FERRITE_RETURN_IF_ERROR(open_cluster_trace());
-    if (options_.weight_prefetch_mib > 0) {
-      int least = 0, greatest = 0;  // numerically greatest: the lowest priority
-      FERRITE_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      FERRITE_CUDA_RETURN(cudaStreamCreateWithPriority(&pf_stream_, cudaStreamNonBlocking, least));
-      FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&pf_fork_, cudaEventDisableTiming));
-      FERRITE_CUDA_RETURN(cudaEventCreateWithFlags(&pf_join_, cudaEventDisableTiming));
-    }
     const int64_t blocks = (options_.max_context + options_.page_size - 1) / options_.page_size + 1;
     return reserve(options_.max_tokens, options_.max_sequences,
                    options_.max_sequences * blocks);
   }
 
   BackendState& state() { return st_; }
-
-  // WeightPrefetcher.
-  int64_t budget_bytes() const override {
-    return pf_stream_ ? options_.weight_prefetch_mib << 20 : 0;
-  }
-  Status prefetch(std::span<const WeightRange> ranges) override {
-    if (!pf_stream_ || ranges.empty()) return Status::ok();
-    L2PrefetchRanges r;
-    for (const WeightRange& w : ranges) {
-      if (r.count == kL2PrefetchMaxRanges) break;
-      r.data[r.count] = w.data;
-      r.bytes[r.count++] = w.bytes;
-    }
-    FERRITE_CUDA_RETURN(cudaEventRecord(pf_fork_, st_.stream));
-    FERRITE_CUDA_RETURN(cudaStreamWaitEvent(pf_stream_, pf_fork_, 0));
-    FERRITE_RETURN_IF_ERROR(launch_l2_prefetch(pf_stream_, r));
-    FERRITE_CUDA_RETURN(cudaEventRecord(pf_join_, pf_stream_));
-    pf_pending_ = true;
-    return Status::ok();
-  }
 
   // Tuning::cuda_cluster_trace: the ring lives in device memory (a block's
   // record is a few stores at its end, never a round trip to the host that
@@ -193,17 +153,7 @@ class CudaExec final : public StepPreparer, public StepRunner, public WeightPref
   Status prepare(const StepBatch& batch) override { return prepare_padded(batch, 0); }
 
   Status run(const StepBatch& batch,
-             const std::function<Status(const StepBatch&)>& encode_step) override {
-    // The step's nodes, then the side stream's prefetches joined back.
-    auto encode_nodes = [&](const StepBatch& b) -> Status {
-      Status s = encode_step(b);
-      if (pf_pending_) {
-        pf_pending_ = false;
-        cudaError_t e = cudaStreamWaitEvent(st_.stream, pf_join_, 0);
-        if (s.is_ok() && e != cudaSuccess) return cuda_error(e, "joining the weight prefetches");
-      }
-      return s;
-    };
+             const std::function<Status(const StepBatch&)>& encode_nodes) override {
     bool decode = batch.num_sequences() > 0;
     for (const SequenceSlice& s : batch.sequences) decode = decode && s.token_count == 1;
     const int32_t bucket = decode ? bucket_for(batch.num_sequences()) : 0;
@@ -388,11 +338,6 @@ class CudaExec final : public StepPreparer, public StepRunner, public WeightPref
   int32_t* dev_ = nullptr;
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_blocks_ = 0;
   cudaEvent_t uploaded_ = nullptr;
-  // WeightPrefetcher: the side stream, its fork / join events, and whether
-  // a prefetch of this step is still to be joined.
-  cudaStream_t pf_stream_ = nullptr;
-  cudaEvent_t pf_fork_ = nullptr, pf_join_ = nullptr;
-  bool pf_pending_ = false;
   StepBatch padded_;
   std::map<int64_t, cudaGraphExec_t> graphs_by_bucket_;  // (bucket << 32 | kv_len_bound)
   CudaGraphStats stats_;
@@ -440,7 +385,6 @@ Result<std::shared_ptr<void>> make_cuda_exec_context(Device& device, const CudaE
   ctx->stream = exec->state().stream;
   ctx->preparer = exec.get();
   ctx->runner = exec.get();
-  if (exec->budget_bytes() > 0) ctx->prefetcher = exec.get();
   ctx->backend = &exec->state();
   return std::shared_ptr<void>(exec);
 }
