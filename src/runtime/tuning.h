@@ -145,15 +145,6 @@ namespace ferrite {
     "elsewhere as 2; 2 four at a time at two blocks an SM (128 registers). H100, "              \
     "Qwen3-30B-A3B Q4_K_M tokens/s (0 / 2 / 1, random weights): b1 352.1, 351.8 / 360.8, "       \
     "358.6 / 321.2; b8 873.3, 871.4 / 937.9, 930.3 / 798.8; b32 1,449 / 1,453")                   \
-  X(int64_t, cuda_moe_down_prefetch_mib, "FERRITE_CUDA_MOE_DOWN_PREFETCH_MIB", 0,             \
-    "CUDA: with the fused decode MoE launches, the gate / up launch asks for the selected "      \
-    "experts' down rows to be brought into L2 (a bulk prefetch a block, each a share of its "    \
-    "tile's expert) when the step's selections (at most min(experts, tokens x top_k)) take at "  \
-    "most this many MiB of down weights, so that down + combine reads them from L2 while gate " \
-    "/ up's DRAM traffic leaves bandwidth free (0: off; a hint, the same bits)")                \
-  X(bool, cuda_moe_down_prefetch_late, "FERRITE_CUDA_MOE_DOWN_PREFETCH_LATE", false,            \
-    "CUDA: cuda_moe_down_prefetch_mib's prefetch after a gate / up block's products instead of " \
-    "at its start (its own weight loads first)")                                                 \
   X(int64_t, cuda_decode_split_positions, "FERRITE_CUDA_DECODE_SPLIT_POSITIONS", 64,            \
     "CUDA: cached positions per split of the fused decode attention kernel (16 at least): a "     \
     "short context is spread over more blocks with fewer positions each (results are equal up "  \

@@ -310,20 +310,9 @@ class RoutedMoe final : public Provider {
                  .ids = ids,
                  .weights = weights,
                  .slot_of = slot_of};
-      // The selected experts' down rows into L2 during gate / up, where they
-      // fit the budget (Tuning::cuda_moe_down_prefetch_mib): at most
-      // min(E, t K) experts are selected.
-      MoeDownPrefetch down_prefetch;
-      const int64_t down_expert_bytes = H * dtype_bytes(b[kDown].dtype, I);
-      if (st.moe_down_prefetch_mib > 0 &&
-          std::min<int64_t>(E, tk) * down_expert_bytes <= (st.moe_down_prefetch_mib << 20))
-        down_prefetch = {.down = down_w,
-                         .expert_bytes = down_expert_bytes,
-                         .late = st.moe_down_prefetch_late};
       FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(
           st.stream, sc.xq, sc.xd, H, row_pair, K, gate_up_w, b[kGateUp].dtype, I, tiles,
-          tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route,
-          down_prefetch));
+          tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route));
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
                                            ids, slot_of, weights, sgate, sout, b[kHidden].data,
                                            act, static_cast<int>(st.moe_down_form));

@@ -72,21 +72,6 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
 #endif
   return p;
 }
-// Asks the copy engine to bring the 16-byte granules inside [begin, end)
-// of global memory into L2 (cp.async.bulk.prefetch.L2: one instruction,
-// nothing returns to the SM, nothing to wait for; a hint the memory system
-// may drop). The span is shrunk to whole granules, so it never reaches
-// past [begin, end): safe at the edges of an allocation.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* begin, const void* end) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + 15) & ~uintptr_t{15};
-  const uintptr_t e = reinterpret_cast<uintptr_t>(end) & ~uintptr_t{15};
-  if (e > b)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b),
-                 "r"(static_cast<uint32_t>(e - b))
-                 : "memory");
-#endif
-}
 // `bytes` (a multiple of 16) from global src to shared dst, both 16-byte
 // aligned, completing on `bar`.
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes,

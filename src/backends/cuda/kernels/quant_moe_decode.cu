@@ -8,7 +8,6 @@
 
 #include <type_traits>
 
-#include "backends/cuda/kernels/bulk_copy.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/moe_route_block.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
@@ -63,8 +62,7 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
                              const uint8_t* __restrict__ w, int64_t row_bytes, int64_t I,
                              const int32_t* __restrict__ tiles,
                              const int32_t* __restrict__ tile_count, int8_t* __restrict__ hq,
-                             float* __restrict__ hd, MoeRouteInExperts route, int route_spe,
-                             MoeDownPrefetch pf) {
+                             float* __restrict__ hd, MoeRouteInExperts route, int route_spe) {
   using Fmt = MoeDot<F>;
   constexpr int kPerIter = 32 / Fmt::kLanes, WO = kWarpOuts;
   // Rows a chunk: fewer with more outputs a warp (their sums stay in registers).
@@ -108,14 +106,6 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
       reinterpret_cast<const int4*>(tiles)[kRoute ? min(tile, kRouteBlockMaxTopK - 1) : tile];
   if (tile >= *tile_count) return;  // the whole block
   const int e = entry.x, r0 = entry.y, nr = entry.z;
-  // This block's share of expert e's down rows into L2 (MoeDownPrefetch).
-  auto prefetch_down = [&]() {
-    if (threadIdx.x != 0) return;
-    const auto* base = static_cast<const uint8_t*>(pf.down) + e * pf.expert_bytes;
-    const int64_t parts = gridDim.x, x = blockIdx.x;
-    bulk_prefetch_l2(base + pf.expert_bytes * x / parts, base + pf.expert_bytes * (x + 1) / parts);
-  };
-  if (pf.down && !pf.late) prefetch_down();
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * WO;  // the warp's first output
   const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i0) * row_bytes;
   const uint8_t* wu = wg + I * row_bytes;
@@ -172,7 +162,6 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
     }
     __syncthreads();
   }
-  if (pf.down && pf.late) prefetch_down();
 }
 
 // Down + combine: a warp per (token t = blockIdx.y, output j), the token's
@@ -311,8 +300,7 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd, int warp_outputs, const MoeRouteInExperts& route,
-                                const MoeDownPrefetch& down_prefetch) {
+                                float* hd, int warp_outputs, const MoeRouteInExperts& route) {
   if (!q8_rows(w_dt, H) || I <= 0 || I % 32 != 0)
     return unsupported("fused moe gate/up: block weights with rows of whole blocks");
   if (route.logits &&
@@ -340,13 +328,13 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                 route_block_threads_per_expert(1024 / WO, static_cast<int>(route.experts));
             quant_moe_gate_up_kernel<F, WO, true><<<grid, 1024 / WO, 0, s>>>(
                 xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles,
-                tile_count, hq, hd, route, spe, down_prefetch);
+                tile_count, hq, hd, route, spe);
             return;
           }
         }
         quant_moe_gate_up_kernel<F, WO><<<grid, 1024 / WO, 0, s>>>(
             xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles, tile_count,
-            hq, hd, route, 1, down_prefetch);
+            hq, hd, route, 1);
       };
       if (warp_outputs == 4)
         go(std::integral_constant<int, 4>{});

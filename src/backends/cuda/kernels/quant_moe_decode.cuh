@@ -51,18 +51,6 @@ struct MoeRouteInExperts {
   float* weights = nullptr;
   int32_t* slot_of = nullptr;
 };
-// down_prefetch (Tuning::cuda_moe_down_prefetch_mib; down null: off): each
-// block asks for a 1 / (I / 32) share of its tile's expert's down rows
-// (expert_bytes from down + e * expert_bytes) to be brought into L2, so
-// that the down + combine launch after it reads them from L2 instead of
-// DRAM: gate / up's DRAM traffic leaves the bandwidth half used at a few
-// tokens, and down's round trips were its chain. late: after the block's
-// products instead of at its start (gate / up's own loads go first).
-struct MoeDownPrefetch {
-  const void* down = nullptr;
-  int64_t expert_bytes = 0;
-  bool late = false;
-};
 // Whether a step of `tokens` takes it: one token, top_k <= 32, at most 512
 // experts, 4 outputs a warp and a grid of at least top_k tiles.
 bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k,
@@ -72,8 +60,7 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
                                 float* hd, int warp_outputs = 1,
-                                const MoeRouteInExperts& route = {},
-                                const MoeDownPrefetch& down_prefetch = {});
+                                const MoeRouteInExperts& route = {});
 
 // down [E, H, I] in blocks, then the combine: for every token t and output
 // j, hidden[t, j] += sum_k weights[t, k] * (h(slot_of[t, k]) . down[ids[t,
