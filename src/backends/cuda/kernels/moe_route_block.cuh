@@ -6,9 +6,10 @@
 // Why: at one token the one-warp routing is a serial chain of ~2,000
 // instructions (softmax, eight selections of two warp reductions, ranking,
 // the sort's loops), ~5 us of every Qwen3-30B-A3B layer at batch 1
-// (session 32's timeline) with nothing beside it. Here warp 0 takes the
-// softmax's max and sum as route_token does (the same lanes, order and
-// operations: the same bits); every expert's probability (the same
+// (session 32's timeline) with nothing beside it. Here every warp takes the
+// softmax's max and sum as route_token's warp does (the same lanes, order
+// and operations: the same bits; no block barrier waits for one warp's
+// chain); every expert's probability (the same
 // expression) goes to shared memory, and a few threads an expert count the
 // experts ahead of it in (probability descending, id ascending), the order
 // route_token's selections come in, so the experts ranked below top_k are
@@ -55,8 +56,8 @@ __device__ __forceinline__ int route_write_selected(int my_id, float my_p, int K
 }
 
 struct RouteBlockShared {
-  float p[kRouteBlockMaxExperts];
-  float stats[2];  // the softmax's max and sum
+  alignas(16) float p[kRouteBlockMaxExperts];  // read 4 at a time by the ranking
+  float stats[2];  // !kFast: warp 0's softmax max and sum
   float sel_p[kRouteBlockMaxTopK], sorted_p[kRouteBlockMaxTopK];
   int32_t sel_id[kRouteBlockMaxTopK];
 };
@@ -82,6 +83,10 @@ struct RouteBlockLane {
 // outputs at the id rank (global or shared memory), written by warp 0.
 // sh.sel_id / sel_p afterwards: the selections in (probability
 // descending, id ascending) order.
+// kFast (Tuning::cuda_moe_route_fast): the statistics by every warp and the
+// ranking 4 probabilities a shared load; else warp 0's statistics behind a
+// block barrier and one probability a load. The same bits.
+template <bool kFast = true>
 __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* logits, int E, int K,
                                                                 bool normalize, int spe,
                                                                 RouteBlockShared& sh,
@@ -94,10 +99,38 @@ __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* log
     const int e = tid + i * threads;
     own[i] = e < E ? logits[e] : 0.0f;
   }
-  if (tid < 32) {
-    // route_token's statistics: lane l over experts l, l + 32, ... in order,
-    // its logits loaded once (the sum needs the max first: no second round
-    // trip for them).
+  if constexpr (!kFast) {
+    if (tid < 32) {
+      constexpr int kLane = kRouteBlockMaxExperts / 32;
+      float lv[kLane];
+#pragma unroll
+      for (int i = 0; i < kLane; ++i) lv[i] = lane + 32 * i < E ? logits[lane + 32 * i] : 0.0f;
+      float mx = -INFINITY, sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kLane; ++i)
+        if (lane + 32 * i < E) mx = fmaxf(mx, lv[i]);
+      mx = warp_max(mx);
+#pragma unroll
+      for (int i = 0; i < kLane; ++i)
+        if (lane + 32 * i < E) sum += expf(lv[i] - mx);
+      sum = warp_sum(sum);
+      if (lane == 0) sh.stats[0] = mx, sh.stats[1] = sum;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRouteBlockOwn; ++i) {
+      const int e = tid + i * threads;
+      if (e < E) {
+        const float pe = expf(own[i] - sh.stats[0]) / sh.stats[1];
+        sh.p[e] = pe >= 0.0f ? pe : 0.0f;
+      }
+    }
+  } else {
+    // route_token's statistics, by every warp (the same bits in each): lane
+    // l over experts l, l + 32, ... in order, its logits loaded once (the
+    // sum needs the max first: no second round trip for them); lane 0's
+    // sum, as route_token keeps it (the butterfly's lanes may differ in the
+    // last bit).
     constexpr int kLane = kRouteBlockMaxExperts / 32;
     float lv[kLane];
 #pragma unroll
@@ -110,33 +143,42 @@ __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* log
 #pragma unroll
     for (int i = 0; i < kLane; ++i)
       if (lane + 32 * i < E) sum += expf(lv[i] - mx);
-    sum = warp_sum(sum);
-    if (lane == 0) sh.stats[0] = mx, sh.stats[1] = sum;
-  }
-  __syncthreads();
+    sum = __shfl_sync(0xffffffffu, warp_sum(sum), 0);
 #pragma unroll
-  for (int i = 0; i < kRouteBlockOwn; ++i) {
-    const int e = tid + i * threads;
-    if (e < E) {
-      const float pe = expf(own[i] - sh.stats[0]) / sh.stats[1];
-      sh.p[e] = pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
+    for (int i = 0; i < kRouteBlockOwn; ++i) {
+      const int e = tid + i * threads;
+      if (e < E) {
+        const float pe = expf(own[i] - mx) / sum;
+        sh.p[e] = pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
+      }
     }
   }
   __syncthreads();
   // Expert e's rank over its spe threads (adjacent lanes): each counts the
-  // experts j = part, part + spe, ... ahead of it (a warp reads spe
-  // distinct words a step: no bank conflicts). Passes of threads / spe
-  // experts, the same count for every thread (the shuffles' full mask).
+  // experts ahead of it among every spe-th group of 4 (one 16-byte shared
+  // load; spe distinct words a warp step, the rest broadcasts), or every
+  // spe-th expert when E is not a multiple of 4 spe. Passes of threads / spe
+  // experts, the same count for every thread (the shuffles' full mask). A
+  // count is exact in any partition: the same ranks.
   const int per_pass = threads / spe, part = tid % spe;
   const int passes = (E + per_pass - 1) / per_pass;
+  const bool by4 = kFast && E % (4 * spe) == 0;
   for (int pass = 0; pass < passes; ++pass) {
     const int e = pass * per_pass + tid / spe;
     int ahead = 0;
     const float pe = e < E ? sh.p[e] : 0.0f;
+    auto behind = [&](float pj, int j) { return pj > pe || (pj == pe && j < e); };
     if (e < E) {
-      for (int j = part; j < E; j += spe) {
-        const float pj = sh.p[j];
-        ahead += pj > pe || (pj == pe && j < e);
+      if (by4) {
+        const float4* p4 = reinterpret_cast<const float4*>(sh.p);
+#pragma unroll 4
+        for (int j4 = part; j4 < E / 4; j4 += spe) {
+          const float4 v = p4[j4];
+          const int j = 4 * j4;
+          ahead += behind(v.x, j) + behind(v.y, j + 1) + behind(v.z, j + 2) + behind(v.w, j + 3);
+        }
+      } else {
+        for (int j = part; j < E; j += spe) ahead += behind(sh.p[j], j);
       }
     }
     for (int o = spe >> 1; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
