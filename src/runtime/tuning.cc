@@ -65,8 +65,6 @@ Result<Tuning> Tuning::from_environment(const std::function<const char*(const ch
     return invalid_argument("FERRITE_CUDA_MOE_GATE_UP_WARP_OUTPUTS must be 1, 2 or 4");
   if (t.cuda_moe_down_form < 0 || t.cuda_moe_down_form > 2)
     return invalid_argument("FERRITE_CUDA_MOE_DOWN_FORM must be 0, 1 or 2");
-  if (t.cuda_moe_launch_pdl < 0 || t.cuda_moe_launch_pdl > 2)
-    return invalid_argument("FERRITE_CUDA_MOE_LAUNCH_PDL must be 0, 1 or 2");
   if (t.cuda_decode_colocate > 2)
     return invalid_argument("FERRITE_CUDA_DECODE_COLOCATE must be 0, 1 or 2");
   return t;

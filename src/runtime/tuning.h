@@ -141,11 +141,6 @@ namespace ferrite {
     "cuda_moe_route_in_experts) takes the softmax statistics in every warp (no block barrier "   \
     "behind warp 0's chain) and ranks the experts four probabilities a shared load; the same "   \
     "bits (0: warp 0's statistics, one probability a load)")                                     \
-  X(int64_t, cuda_moe_launch_pdl, "FERRITE_CUDA_MOE_LAUNCH_PDL", 0,                              \
-    "CUDA: programmatic dependent launches in a fused MoE layer: 1 the norm + router launch "    \
-    "(its weights loaded before it waits on the attention's output projection), 2 also the "    \
-    "experts' gate / up launch after it (its blocks scheduled while the router runs); 0 "       \
-    "neither (the same bits)")                                                                  \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

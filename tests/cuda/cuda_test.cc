@@ -524,9 +524,7 @@ void expect_decode_forms_bitwise(const std::string& path, DType act,
 // launch (Tuning::cuda_moe_route_in_router: its last block, a programmatic
 // dependent launch), eager and replayed from a graph, and down + combine in
 // its forms 1 and 2 (Tuning::cuda_moe_down_form: 8 experts a round, or 4 at
-// two blocks an SM), and with the router and gate/up launches as
-// programmatic dependents (Tuning::cuda_moe_launch_pdl 2, graphs): every
-// variant bitwise the unfused step.
+// two blocks an SM): every variant bitwise the unfused step.
 TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -537,28 +535,25 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
   const std::vector<std::vector<uint32_t>> prompts = {{5, 17, 300, 42, 7}, {9, 9, 1}, {100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12}};
   // Variant 0: one launch a stage; 1..3: fused, gate/up at 1, 2, 4 outputs a
   // warp; 4, 5: fused, routing in the router's launch, eager and graphs;
-  // 6, 7: fused, down + combine in form 1, 2; 8: launches as programmatic
-  // dependents, graphs.
-  constexpr int kVariants = 9;
-  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4, 4, 4, 4};
+  // 6, 7: fused, down + combine in form 1, 2.
+  constexpr int kVariants = 8;
+  constexpr int kWarpOutputs[kVariants] = {1, 1, 2, 4, 4, 4, 4, 4};
   for (const auto& [path, act] : models)
     expect_decode_forms_bitwise(
         path, act, prompts, kVariants,
         [&](int f, Tuning& t) {
-          t.cuda_graphs = f == 5 || f == 8;
+          t.cuda_graphs = f == 5;
           t.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
           t.cuda_moe_gate_up_warp_outputs = kWarpOutputs[f];
           t.cuda_moe_route_in_router = f == 4 || f == 5;
-          t.cuda_moe_down_form = f == 6 || f == 7 ? f - 5 : 0;
-          t.cuda_moe_launch_pdl = f == 8 ? 2 : 0;
+          t.cuda_moe_down_form = f >= 6 ? f - 5 : 0;
         },
         [&](int f) {
           return "the fused decode step differs (variant " + std::to_string(f) + ": gate/up at " +
                  std::to_string(kWarpOutputs[f]) + " outputs a warp" +
                  (f == 4 || f == 5 ? ", routing in the router" : "") +
                  (f == 5 ? ", graphs" : "") +
-                 (f == 6 || f == 7 ? ", down form " + std::to_string(f - 5) : "") +
-                 (f == 8 ? ", programmatic dependent launches" : "") + ")";
+                 (f >= 6 ? ", down form " + std::to_string(f - 5) : "") + ")";
         });
 }
 
@@ -568,10 +563,8 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
 // the one-warp routing (2), and with the routing inside the gate/up launch
 // (Tuning::cuda_moe_route_in_experts: 3 eager, 4 graphs; 5 and 6 in down
 // forms 1 and 0), and the block routing's other form (Tuning::
-// cuda_moe_route_fast off: 7 inside gate/up, 8 in its own launch), and the
-// router and gate/up launches as programmatic dependents (Tuning::
-// cuda_moe_launch_pdl 2: 9 from graphs, 10 eager); the logits of the
-// one-token step bitwise equal.
+// cuda_moe_route_fast off: 7 inside gate/up, 8 in its own launch); the
+// logits of the one-token step bitwise equal.
 TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -582,10 +575,9 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   const std::vector<std::vector<uint32_t>> prompts = {{100, 200, 300, 400, 500, 6, 7, 8, 9}};
   for (const auto& [path, act] : models)
     expect_decode_forms_bitwise(
-        path, act, prompts, 11,
+        path, act, prompts, 9,
         [](int f, Tuning& t) {
-          t.cuda_graphs = f == 4 || f == 9;
-          t.cuda_moe_launch_pdl = f >= 9 ? 2 : 0;
+          t.cuda_graphs = f == 4;
           t.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
           t.cuda_moe_route_block = f != 2;
           t.cuda_moe_route_in_experts = f >= 3 && f != 8;

@@ -249,8 +249,7 @@ class RoutedMoe final : public Provider {
           static_cast<float>(p.eps), p.zero_centred, fuse_experts ? sc.xq : nullptr,
           fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits,
           gate_in_router ? b[routed_shared_swiglu_moe::kSharedExpertGate].data : nullptr,
-          gate_in_router ? sgate : nullptr, route_in_router ? &route : nullptr,
-          st.moe_launch_pdl >= 1));
+          gate_in_router ? sgate : nullptr, route_in_router ? &route : nullptr));
     } else {
       FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32, n_act,
                                               b[kNorm].data, b[kNorm].dtype, t, H,
@@ -314,8 +313,7 @@ class RoutedMoe final : public Provider {
                  .slot_of = slot_of};
       FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(
           st.stream, sc.xq, sc.xd, H, row_pair, K, gate_up_w, b[kGateUp].dtype, I, tiles,
-          tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route,
-          st.moe_launch_pdl >= 2));
+          tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route));
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
                                            ids, slot_of, weights, sgate, sout, b[kHidden].data,
                                            act, static_cast<int>(st.moe_down_form));

@@ -220,7 +220,6 @@ __global__ void __launch_bounds__(256)
   float nwpre[8];
   const bool nw_vec = kNorm && sizeof(T) == 2 && (reinterpret_cast<uintptr_t>(nw) & 15) == 0;
   if (nw_vec && tid < H / 8) load_any8(nw, nwdt, 8 * static_cast<int64_t>(tid), nwpre);
-  pdl_launch_dependents();  // the experts' launch may be a programmatic dependent
   pdl_wait();  // x, and every output, belong to earlier kernels
   const int row0 = blockIdx.y * chunk_rows;
   const int nrows = min(chunk_rows, rows_total - row0);
@@ -1212,7 +1211,7 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
                               float eps, bool zero_centred, int8_t* xq, float* xd,
                               const void* router_w, DType router_dt, int64_t experts,
                               float* logits, const void* extra_w, float* extra_out,
-                              const MoeRouteSortArgs* route, bool pdl) {
+                              const MoeRouteSortArgs* route) {
   if (!small_ok(norm_dt)) return bad_dtype("moe norm weight", norm_dt);
   if (rows < 1 || rows > kMoeFusedMaxRows) return unsupported("moe norm + router: 1..32 rows");
   if (xq && hidden % 32 != 0) return unsupported("moe norm + router: 8-bit rows need hidden % 32");
@@ -1244,8 +1243,7 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
     using T = decltype(at);
     inner = dispatch_float(router_dt, [&](auto wt) {
       using TW = decltype(wt);
-      err = launch_maybe_pdl(route != nullptr || pdl, moe_router_kernel<T, TW, true>, grid,
-                             dim3(256),
+      err = launch_maybe_pdl(route != nullptr, moe_router_kernel<T, TW, true>, grid, dim3(256),
                              smem, s, static_cast<const T*>(x), static_cast<int>(rows), hidden,
                              rc, norm_w, dt_code(norm_dt), eps, zero_centred, y32,
                              static_cast<T*>(y), xq, xd, static_cast<const TW*>(router_w),

@@ -55,9 +55,6 @@ bool moe_norm_router_supported(int64_t hidden, const void* router_w, DType route
 // router weights are loaded before it waits on the previous kernel): one
 // launch a MoE layer fewer. Bitwise launch_moe_route_sort's outputs. Only
 // where moe_norm_router_route_supported (else unsupported, nothing launched).
-// pdl (Tuning::cuda_moe_launch_pdl): the launch a programmatic dependent
-// without route too. Its blocks let the next launch be scheduled at their
-// start (a no-op unless that one is a programmatic dependent).
 struct MoeRouteSortArgs {
   int64_t top_k = 0;
   bool normalize = false;
@@ -84,7 +81,7 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
                               const void* router_w, DType router_dt, int64_t experts,
                               float* logits, const void* extra_w = nullptr,
                               float* extra_out = nullptr,
-                              const MoeRouteSortArgs* route = nullptr, bool pdl = false);
+                              const MoeRouteSortArgs* route = nullptr);
 // Per token (a warp each): softmax of logits [tokens, experts] (f32), top-k
 // (ties to the lower id), ids in increasing order, weights optionally
 // renormalised.

@@ -70,7 +70,6 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
   static_assert(32 / WO >= M, "a warp per row of the chunk quantizes it");
   __shared__ float hs[M][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  pdl_wait();  // everything it reads but the weights (a no-op unless launched as a dependent)
   if constexpr (kRoute) {
     // The routing launch's work for one token, by every block (the same
     // bits everywhere): block y takes the y-th expert in id order (its
@@ -301,8 +300,7 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
-                                float* hd, int warp_outputs, const MoeRouteInExperts& route,
-                                bool pdl) {
+                                float* hd, int warp_outputs, const MoeRouteInExperts& route) {
   if (!q8_rows(w_dt, H) || I <= 0 || I % 32 != 0)
     return unsupported("fused moe gate/up: block weights with rows of whole blocks");
   if (route.logits &&
@@ -330,15 +328,14 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                 route_block_threads_per_expert(1024 / WO, static_cast<int>(route.experts));
             auto kern = route.fast ? quant_moe_gate_up_kernel<F, WO, 2>
                                    : quant_moe_gate_up_kernel<F, WO, 1>;
-            (void)launch_maybe_pdl(pdl, kern, grid, dim3(1024 / WO), 0, s, xq, xd, H, row_pair,
-                                   static_cast<int>(top_k), wb, row_bytes, I, tiles, tile_count,
-                                   hq, hd, route, spe);
+            kern<<<grid, 1024 / WO, 0, s>>>(xq, xd, H, row_pair, static_cast<int>(top_k), wb,
+                                            row_bytes, I, tiles, tile_count, hq, hd, route, spe);
             return;
           }
         }
-        (void)launch_maybe_pdl(pdl, quant_moe_gate_up_kernel<F, WO>, grid, dim3(1024 / WO), 0, s,
-                               xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I,
-                               tiles, tile_count, hq, hd, route, 1);
+        quant_moe_gate_up_kernel<F, WO><<<grid, 1024 / WO, 0, s>>>(
+            xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles, tile_count,
+            hq, hd, route, 1);
       };
       if (warp_outputs == 4)
         go(std::integral_constant<int, 4>{});

@@ -43,8 +43,6 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
 // the y-th selected expert (in id order), and block (0, 0) leaves ids,
 // weights and slot_of [top_k] for down + combine. max_tiles >= top_k,
 // warp_outputs 4.
-// pdl (Tuning::cuda_moe_launch_pdl 2): the launch a programmatic dependent
-// of the one before it (the router's), its blocks waiting before any read.
 struct MoeRouteInExperts {
   const float* logits = nullptr;
   int64_t experts = 0;
@@ -63,7 +61,7 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
                                 DType w_dt, int64_t I, const int32_t* tiles,
                                 const int32_t* tile_count, int64_t max_tiles, int8_t* hq,
                                 float* hd, int warp_outputs = 1,
-                                const MoeRouteInExperts& route = {}, bool pdl = false);
+                                const MoeRouteInExperts& route = {});
 
 // down [E, H, I] in blocks, then the combine: for every token t and output
 // j, hidden[t, j] += sum_k weights[t, k] * (h(slot_of[t, k]) . down[ids[t,
