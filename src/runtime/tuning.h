@@ -136,11 +136,6 @@ namespace ferrite {
     "cuda_moe_route_block's launch does, instead of in that launch between the router and the "  \
     "experts; the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s (0 / 1, down form 2, "      \
     "random weights): 361.4, 361.6 / 366.6, 366.4 (b8 938.8, 937.4 / 938.4, 938.7)")             \
-  X(bool, cuda_moe_route_fast, "FERRITE_CUDA_MOE_ROUTE_FAST", true,                             \
-    "CUDA: the block routing of a one-token MoE step (cuda_moe_route_block, "                    \
-    "cuda_moe_route_in_experts) takes the softmax statistics in every warp (no block barrier "   \
-    "behind warp 0's chain) and ranks the experts four probabilities a shared load; the same "   \
-    "bits (0: warp 0's statistics, one probability a load)")                                     \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

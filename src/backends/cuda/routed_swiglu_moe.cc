@@ -269,7 +269,7 @@ class RoutedMoe final : public Provider {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
                                                     ids, weights, row_tile, route_offsets, slot_of,
                                                     row_pair, tiles, tile_count,
-                                                    st.moe_route_block, st.moe_route_fast));
+                                                    st.moe_route_block));
     } else {
       FERRITE_RETURN_IF_ERROR(
           launch_moe_route(st.stream, logits, t, E, K, p.normalize_topk, ids, weights));
@@ -307,7 +307,6 @@ class RoutedMoe final : public Provider {
         route = {.logits = logits,
                  .experts = E,
                  .normalize = p.normalize_topk,
-                 .fast = st.moe_route_fast,
                  .ids = ids,
                  .weights = weights,
                  .slot_of = slot_of};

@@ -57,7 +57,6 @@ __device__ __forceinline__ int route_write_selected(int my_id, float my_p, int K
 
 struct RouteBlockShared {
   alignas(16) float p[kRouteBlockMaxExperts];  // read 4 at a time by the ranking
-  float stats[2];  // !kFast: warp 0's softmax max and sum
   float sel_p[kRouteBlockMaxTopK], sorted_p[kRouteBlockMaxTopK];
   int32_t sel_id[kRouteBlockMaxTopK];
 };
@@ -83,10 +82,6 @@ struct RouteBlockLane {
 // outputs at the id rank (global or shared memory), written by warp 0.
 // sh.sel_id / sel_p afterwards: the selections in (probability
 // descending, id ascending) order.
-// kFast (Tuning::cuda_moe_route_fast): the statistics by every warp and the
-// ranking 4 probabilities a shared load; else warp 0's statistics behind a
-// block barrier and one probability a load. The same bits.
-template <bool kFast = true>
 __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* logits, int E, int K,
                                                                 bool normalize, int spe,
                                                                 RouteBlockShared& sh,
@@ -99,33 +94,7 @@ __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* log
     const int e = tid + i * threads;
     own[i] = e < E ? logits[e] : 0.0f;
   }
-  if constexpr (!kFast) {
-    if (tid < 32) {
-      constexpr int kLane = kRouteBlockMaxExperts / 32;
-      float lv[kLane];
-#pragma unroll
-      for (int i = 0; i < kLane; ++i) lv[i] = lane + 32 * i < E ? logits[lane + 32 * i] : 0.0f;
-      float mx = -INFINITY, sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kLane; ++i)
-        if (lane + 32 * i < E) mx = fmaxf(mx, lv[i]);
-      mx = warp_max(mx);
-#pragma unroll
-      for (int i = 0; i < kLane; ++i)
-        if (lane + 32 * i < E) sum += expf(lv[i] - mx);
-      sum = warp_sum(sum);
-      if (lane == 0) sh.stats[0] = mx, sh.stats[1] = sum;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kRouteBlockOwn; ++i) {
-      const int e = tid + i * threads;
-      if (e < E) {
-        const float pe = expf(own[i] - sh.stats[0]) / sh.stats[1];
-        sh.p[e] = pe >= 0.0f ? pe : 0.0f;
-      }
-    }
-  } else {
+  {
     // route_token's statistics, by every warp (the same bits in each): lane
     // l over experts l, l + 32, ... in order, its logits loaded once (the
     // sum needs the max first: no second round trip for them); lane 0's
@@ -162,7 +131,7 @@ __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* log
   // count is exact in any partition: the same ranks.
   const int per_pass = threads / spe, part = tid % spe;
   const int passes = (E + per_pass - 1) / per_pass;
-  const bool by4 = kFast && E % (4 * spe) == 0;
+  const bool by4 = E % (4 * spe) == 0;
   for (int pass = 0; pass < passes; ++pass) {
     const int e = pass * per_pass + tid / spe;
     int ahead = 0;

@@ -54,8 +54,8 @@ using MoeDot = typename MoeDotOf<F>::type;
 constexpr int gate_up_min_blocks(int wo) { return wo == 1 ? 1 : 2; }
 
 // kRoute (MoeRouteInExperts, warp_outputs 4 only): one token, routed by
-// every block first (2: route_one_token_block's fast form, 1 its other).
-template <int F, int kWarpOuts, int kRoute = 0>
+// every block first.
+template <int F, int kWarpOuts, bool kRoute = false>
 __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts))
     quant_moe_gate_up_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd,
                              int64_t H, const int32_t* __restrict__ row_pair, int top_k,
@@ -79,9 +79,9 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
     __shared__ float weights_s[kRouteBlockMaxTopK];
     __shared__ int4 tiles_s[kRouteBlockMaxTopK];
     __shared__ int32_t row_pair_s[kRouteBlockMaxTopK], count_s;
-    const RouteBlockLane r = route_one_token_block<kRoute == 2>(
-        route.logits, static_cast<int>(route.experts), top_k, route.normalize, route_spe, rsh,
-        ids_s, weights_s);
+    const RouteBlockLane r = route_one_token_block(route.logits, static_cast<int>(route.experts),
+                                                   top_k, route.normalize, route_spe, rsh, ids_s,
+                                                   weights_s);
     if (r.rank >= 0) {
       tiles_s[r.rank] = make_int4(r.id, r.rank, 1, 0);
       row_pair_s[r.rank] = r.rank;
@@ -326,10 +326,9 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
           if (route.logits) {
             const int spe =
                 route_block_threads_per_expert(1024 / WO, static_cast<int>(route.experts));
-            auto kern = route.fast ? quant_moe_gate_up_kernel<F, WO, 2>
-                                   : quant_moe_gate_up_kernel<F, WO, 1>;
-            kern<<<grid, 1024 / WO, 0, s>>>(xq, xd, H, row_pair, static_cast<int>(top_k), wb,
-                                            row_bytes, I, tiles, tile_count, hq, hd, route, spe);
+            quant_moe_gate_up_kernel<F, WO, true><<<grid, 1024 / WO, 0, s>>>(
+                xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles,
+                tile_count, hq, hd, route, spe);
             return;
           }
         }

@@ -47,7 +47,6 @@ struct MoeRouteInExperts {
   const float* logits = nullptr;
   int64_t experts = 0;
   bool normalize = false;
-  bool fast = true;  // route_one_token_block's fast form (Tuning::cuda_moe_route_fast)
   int32_t* ids = nullptr;
   float* weights = nullptr;
   int32_t* slot_of = nullptr;
