@@ -8,9 +8,9 @@
 // the sort's loops), ~5 us of every Qwen3-30B-A3B layer at batch 1
 // (session 32's timeline) with nothing beside it. Here every warp takes the
 // softmax's max and sum as route_token's warp does (the same lanes, order
-// and operations: the same bits; no block barrier waits for one warp's
-// chain); every expert's probability (the same
-// expression) goes to shared memory, and a few threads an expert count the
+// and operations: the same bits; no block barrier waits on one warp's
+// chain); every expert's probability (the same expression) goes to shared
+// memory, and a few threads an expert count the
 // experts ahead of it in (probability descending, id ascending), the order
 // route_token's selections come in, so the experts ranked below top_k are
 // the selections in that order; warp 0 orders them by id and renormalises
@@ -87,39 +87,37 @@ __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* log
                                                                 RouteBlockShared& sh,
                                                                 int32_t* ids, float* weights) {
   const int tid = threadIdx.x, lane = tid & 31, threads = blockDim.x;
-  // The thread's own experts' logits, loaded at once beside warp 0's.
+  // The thread's own experts' logits, loaded at once beside its warp's.
   float own[kRouteBlockOwn];
 #pragma unroll
   for (int i = 0; i < kRouteBlockOwn; ++i) {
     const int e = tid + i * threads;
     own[i] = e < E ? logits[e] : 0.0f;
   }
-  {
-    // route_token's statistics, by every warp (the same bits in each): lane
-    // l over experts l, l + 32, ... in order, its logits loaded once (the
-    // sum needs the max first: no second round trip for them); lane 0's
-    // sum, as route_token keeps it (the butterfly's lanes may differ in the
-    // last bit).
-    constexpr int kLane = kRouteBlockMaxExperts / 32;
-    float lv[kLane];
+  // route_token's statistics, by every warp (the same bits in each): lane
+  // l over experts l, l + 32, ... in order, its logits loaded once (the
+  // sum needs the max first: no second round trip for them); lane 0's
+  // sum, as route_token keeps it (the butterfly's lanes may differ in the
+  // last bit).
+  constexpr int kLane = kRouteBlockMaxExperts / 32;
+  float lv[kLane];
 #pragma unroll
-    for (int i = 0; i < kLane; ++i) lv[i] = lane + 32 * i < E ? logits[lane + 32 * i] : 0.0f;
-    float mx = -INFINITY, sum = 0.0f;
+  for (int i = 0; i < kLane; ++i) lv[i] = lane + 32 * i < E ? logits[lane + 32 * i] : 0.0f;
+  float mx = -INFINITY, sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kLane; ++i)
-      if (lane + 32 * i < E) mx = fmaxf(mx, lv[i]);
-    mx = warp_max(mx);
+  for (int i = 0; i < kLane; ++i)
+    if (lane + 32 * i < E) mx = fmaxf(mx, lv[i]);
+  mx = warp_max(mx);
 #pragma unroll
-    for (int i = 0; i < kLane; ++i)
-      if (lane + 32 * i < E) sum += expf(lv[i] - mx);
-    sum = __shfl_sync(0xffffffffu, warp_sum(sum), 0);
+  for (int i = 0; i < kLane; ++i)
+    if (lane + 32 * i < E) sum += expf(lv[i] - mx);
+  sum = __shfl_sync(0xffffffffu, warp_sum(sum), 0);
 #pragma unroll
-    for (int i = 0; i < kRouteBlockOwn; ++i) {
-      const int e = tid + i * threads;
-      if (e < E) {
-        const float pe = expf(own[i] - mx) / sum;
-        sh.p[e] = pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
-      }
+  for (int i = 0; i < kRouteBlockOwn; ++i) {
+    const int e = tid + i * threads;
+    if (e < E) {
+      const float pe = expf(own[i] - mx) / sum;
+      sh.p[e] = pe >= 0.0f ? pe : 0.0f;  // NaN logits: never an invalid id
     }
   }
   __syncthreads();

@@ -206,13 +206,13 @@ __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kDownWarps + warp;
   const int64_t t = blockIdx.y;
+  if (j >= H) return;
   const int nb = static_cast<int>(I / Fmt::kElems);
   const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
   const int64_t xs = I / 32;
   // The token's routing (K <= 32: lane k holds pair k's expert, h row and
   // weight) and the epilogue's inputs, loaded at once up front: each was a
   // dependent round trip inside the expert loop or after it.
-  if (j >= H) return;
   const int32_t my_id = lane < K ? ids[t * K + lane] : 0;
   const int32_t my_slot = lane < K ? slot_of[t * K + lane] : -1;
   const float my_weight = lane < K ? weights[t * K + lane] : 0.0f;
@@ -277,12 +277,6 @@ bool q8_rows(DType dt, int64_t k) {
   return qfmt(dt) >= 0 && dt != DType::kF8B128 && k > 0 && k % 32 == 0 &&
          k % dtype_block_elems(dt) == 0;
 }
-// Whether route_one_token_block routes a step inside an expert launch: one
-// token, top_k 1..32 <= experts <= 512.
-bool one_token_block_routable(int64_t tokens, int64_t experts, int64_t top_k) {
-  return tokens == 1 && top_k >= 1 && top_k <= kRouteBlockMaxTopK && top_k <= experts &&
-         experts <= kRouteBlockMaxExperts;
-}
 }  // namespace
 
 bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
@@ -292,8 +286,8 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
 
 bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k,
                                           int warp_outputs, int64_t max_tiles) {
-  return one_token_block_routable(tokens, experts, top_k) && warp_outputs == 4 &&
-         max_tiles >= top_k;
+  return tokens == 1 && top_k >= 1 && top_k <= kRouteBlockMaxTopK && top_k <= experts &&
+         experts <= kRouteBlockMaxExperts && warp_outputs == 4 && max_tiles >= top_k;
 }
 
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
