@@ -136,13 +136,6 @@ namespace ferrite {
     "cuda_moe_route_block's launch does, instead of in that launch between the router and the "  \
     "experts; the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s (0 / 1, down form 2, "      \
     "random weights): 361.4, 361.6 / 366.6, 366.4 (b8 938.8, 937.4 / 938.4, 938.7)")             \
-  X(bool, cuda_moe_router_in_experts, "FERRITE_CUDA_MOE_ROUTER_IN_EXPERTS", false,              \
-    "CUDA: with cuda_moe_route_in_experts, a one-token step of a MoE layer without a shared "    \
-    "expert (16-bit activations, hidden up to 4,096) takes the norm + router inside the fused "   \
-    "gate / up launch too: its blocks, in clusters of 8 or 16, each normalise the token and "     \
-    "compute a share of the router logits (that launch's lanes and order), exchange them in "    \
-    "distributed shared memory and route; one launch fewer a layer, the same bits. Not yet "     \
-    "measured on a GPU (off)")                                                                    \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

@@ -70,7 +70,6 @@ struct BackendState {
   bool moe_route_in_router = false;      // Tuning::cuda_moe_route_in_router
   bool moe_route_block = true;           // Tuning::cuda_moe_route_block
   bool moe_route_in_experts = true;      // Tuning::cuda_moe_route_in_experts
-  bool moe_router_in_experts = false;    // Tuning::cuda_moe_router_in_experts
   int64_t moe_down_form = 2;            // Tuning::cuda_moe_down_form (0, 1, 2)
   // One int at zero between launches: the arrival counter of the norm +
   // router launch that also routes (launch_moe_norm_router's `route`).

@@ -231,22 +231,7 @@ class RoutedMoe final : public Provider {
     // The fused decode experts read the tile table, not the offsets: the
     // one-warp routing (up to 32 pairs, in either launch) skips them.
     int32_t* route_offsets = fuse_experts && tk <= 32 ? nullptr : offsets;
-    // Routing inside the fused gate / up launch (Tuning::
-    // cuda_moe_route_in_experts): one launch fewer between the router and
-    // the experts at one token; and with Tuning::cuda_moe_router_in_experts
-    // (no shared expert: its gate and products read the router launch's
-    // outputs) the norm + router there too: one more launch fewer.
-    const bool route_in_experts =
-        fuse_experts && fuse_route && !route_in_router && st.moe_route_in_experts &&
-        quant_moe_route_in_experts_supported(
-            t, E, K, static_cast<int>(st.moe_gate_up_warp_outputs), max_tiles);
-    const bool router_in_experts =
-        route_in_experts && !shared_ && st.moe_router_in_experts &&
-        quant_moe_router_in_experts_supported(act, H, b[kHidden].data, b[kNorm].data,
-                                              b[kNorm].dtype, b[kRouter].data, b[kRouter].dtype);
-    if (router_in_experts) {
-      // done by the experts' launch
-    } else if (fuse_router) {
+    if (fuse_router) {
       MoeRouteSortArgs route;
       route.top_k = K;
       route.normalize = p.normalize_topk;
@@ -271,6 +256,13 @@ class RoutedMoe final : public Provider {
                                               static_cast<float>(p.eps), p.zero_centred));
       FERRITE_RETURN_IF_ERROR(logits_of(b[kRouter].data, b[kRouter].dtype, E, logits));
     }
+    // Routing inside the fused gate / up launch (Tuning::
+    // cuda_moe_route_in_experts): one launch fewer between the router and
+    // the experts at one token.
+    const bool route_in_experts =
+        fuse_experts && fuse_route && !route_in_router && st.moe_route_in_experts &&
+        quant_moe_route_in_experts_supported(
+            t, E, K, static_cast<int>(st.moe_gate_up_warp_outputs), max_tiles);
     if (route_in_router || route_in_experts) {
       // done by the router's or the experts' launch
     } else if (fuse_route) {
@@ -318,16 +310,6 @@ class RoutedMoe final : public Provider {
                  .ids = ids,
                  .weights = weights,
                  .slot_of = slot_of};
-      if (router_in_experts) {
-        route.hidden = b[kHidden].data;
-        route.act = act;
-        route.norm_w = b[kNorm].data;
-        route.norm_dt = b[kNorm].dtype;
-        route.eps = static_cast<float>(p.eps);
-        route.zero_centred = p.zero_centred;
-        route.router_w = b[kRouter].data;
-        route.router_dt = b[kRouter].dtype;
-      }
       FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(
           st.stream, sc.xq, sc.xd, H, row_pair, K, gate_up_w, b[kGateUp].dtype, I, tiles,
           tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route));

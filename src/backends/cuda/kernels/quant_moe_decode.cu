@@ -3,14 +3,12 @@
 // does (lane / kLanes the block, lane % kLanes the part, blocks in
 // increasing order, then a warp sum), so the products are bitwise the
 // unfused ones; what changes is what the epilogues do with them.
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
-#include "backends/cuda/kernels/moe_norm_block.cuh"
 #include "backends/cuda/kernels/moe_route_block.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/quant_moe_decode.cuh"
@@ -55,197 +53,9 @@ using MoeDot = typename MoeDotOf<F>::type;
 // two of 512 or of 256 (up to 64 / 128 registers a thread).
 constexpr int gate_up_min_blocks(int wo) { return wo == 1 ? 1 : 2; }
 
-// --- the norm + router inside the gate / up launch (MoeRouteInExperts::hidden) ---
-//
-// moe.cu's moe_router_kernel at one token, spread over a cluster: a block
-// of 256 threads (as that launch's) normalises the token with block_inv_rms
-// and the same per-element expression, quantizes it with the same
-// quantize_q8_lane, and computes the logits of its cluster rank's experts
-// as that launch computes each: 4 warps an expert (warp q, lane l: the
-// groups of 8 g = 32 q + l + 128 i, in increasing g, one fmaf chain), a
-// warp sum each, the 4 partial sums added in warp order from 0.0f. So the
-// logits, hence the routing, are bitwise the unfused step's.
-//
-// Why: at one token the norm + router launch is ~5.5 us of every
-// Qwen3-30B-A3B layer (session 40's H100 timeline), most of it the launch
-// boundary between it and gate / up (the grid's end, the next grid's start
-// and its first loads), not its work.
-namespace cg = cooperative_groups;
-constexpr int kRieThreads = 256, kRieWarps = kRieThreads / 32;
-constexpr int kRieWarpsPerExpert = 4;  // moe_router_kernel's kRouterWarpsPerExpert
-constexpr int kRiePreload = 8;         // router groups of 8 a lane loaded before the norm
-
-// The experts of cluster rank c (first, count) for E experts over C ranks.
-__host__ __device__ inline int rie_per_rank(int E, int C) { return (E + C - 1) / C; }
-__host__ __device__ inline int rie_passes(int per) { return (per + 1) / 2; }
-
-// The dynamic shared memory of a block (each piece 16-byte aligned): xs [H]
-// f32 (the normalised token), xq [H] int8 and xd [H / 32] f32 (its 8-bit
-// blocks), part [passes][8] f32 (the warps' partial logits), mine [per]
-// f32 (this rank's logits), all [E] f32 (the cluster's).
-struct RieSmem {
-  float* xs;
-  int8_t* xq;
-  float* xd;
-  float* part;
-  float* mine;
-  float* all;
-};
-__host__ __device__ inline size_t rie_align16(size_t n) { return (n + 15) & ~size_t{15}; }
-__host__ __device__ inline size_t rie_smem_bytes(int64_t H, int E, int per, RieSmem* at = nullptr,
-                                                 unsigned char* base = nullptr) {
-  size_t o = 0;
-  auto piece = [&](size_t bytes) {
-    const size_t start = o;
-    o += rie_align16(bytes);
-    return base + start;
-  };
-  unsigned char* xs = piece(sizeof(float) * H);
-  unsigned char* xq = piece(H);
-  unsigned char* xd = piece(sizeof(float) * (H / 32));
-  unsigned char* part = piece(sizeof(float) * rie_passes(per) * kRieWarps);
-  unsigned char* mine = piece(sizeof(float) * per);
-  unsigned char* all = piece(sizeof(float) * E);
-  if (at)
-    *at = {reinterpret_cast<float*>(xs), reinterpret_cast<int8_t*>(xq),
-           reinterpret_cast<float*>(xd), reinterpret_cast<float*>(part),
-           reinterpret_cast<float*>(mine), reinterpret_cast<float*>(all)};
-  return o;
-}
-
-// 8 router / norm weights of dt_code dt from element i (16-byte aligned).
-__device__ __forceinline__ void rie_load8(const void* p, int dt, int64_t i, float (&f)[8]) {
-  if (dt == 1)
-    load8(static_cast<const __nv_bfloat16*>(p) + i, f);
-  else if (dt == 2)
-    load8(static_cast<const __half*>(p) + i, f);
-  else
-    load8(static_cast<const float*>(p) + i, f);
-}
-
-// The cluster's routing input for the one token: returns the E logits in
-// this block's shared memory and points xq / xd at its 8-bit token. Every
-// thread calls it; afterwards this block has arrived at the cluster barrier
-// that keeps its shared memory alive for the others' reads: it must call
-// rie_wait() before it exits.
-template <typename T>
-__device__ __forceinline__ const float* rie_norm_router(const MoeRouteInExperts& r, int64_t H,
-                                                        unsigned char* smem, float* red,
-                                                        const int8_t** xq, const float** xd) {
-  cg::cluster_group cl = cg::this_cluster();
-  const int C = static_cast<int>(cl.num_blocks()), c = static_cast<int>(cl.block_rank());
-  const int E = static_cast<int>(r.experts);
-  const int per = rie_per_rank(E, C), passes = rie_passes(per);
-  const int first = min(E, c * per), last = min(E, first + per);
-  RieSmem sm;
-  rie_smem_bytes(H, E, per, &sm, smem);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int el = warp / kRieWarpsPerExpert, q = warp % kRieWarpsPerExpert;
-  const int64_t groups = H / 8, g0 = q * 32 + lane;
-  constexpr int64_t kStride = 32 * kRieWarpsPerExpert;
-  const int gpl = static_cast<int>((groups + kStride - 1) / kStride);  // warp-uniform
-  const int total = passes * gpl;
-  // (pass p, i): expert first + 2 p + el, group g0 + kStride i.
-  auto row_group = [&](int j, int64_t* g) {
-    const int p = j / gpl, i = j - p * gpl;
-    *g = g0 + kStride * i;
-    return first + 2 * p + el;
-  };
-  // The lane's first router groups, before anything else (no earlier
-  // kernel writes weights): their round trip overlaps the token's.
-  float wpre[kRiePreload][8];
-#pragma unroll
-  for (int j = 0; j < kRiePreload; ++j) {
-    int64_t g;
-    const int e = row_group(j, &g);
-    if (j < total && e < last && g < groups)
-      rie_load8(r.router_w, r.router_code, static_cast<int64_t>(e) * H + 8 * g, wpre[j]);
-  }
-  // The token: inverse RMS, normalised values (moe_router_kernel's
-  // expression, element by element), then its 8-bit blocks.
-  const T* xr = static_cast<const T*>(r.hidden);
-  const float inv = block_inv_rms(xr, H, r.eps, red);
-  for (int64_t i8 = tid; i8 < H / 8; i8 += kRieThreads) {
-    const uint4 u = *reinterpret_cast<const uint4*>(xr + 8 * i8);
-    float f[8], wv[8];
-    unpack_words<T, 8>(&u.x, f);
-    rie_load8(r.norm_w, r.norm_code, 8 * i8, wv);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * (r.zero_centred ? 1.0f + wv[j] : wv[j]);
-    float4* d = reinterpret_cast<float4*>(sm.xs + 8 * i8);
-    d[0] = make_float4(f[0], f[1], f[2], f[3]);
-    d[1] = make_float4(f[4], f[5], f[6], f[7]);
-  }
-  __syncthreads();
-  for (int64_t g = warp; g < H / 32; g += kRieWarps)
-    qblocks::quantize_q8_lane(sm.xs[g * 32 + lane], lane, sm.xq + g * 32 + lane, sm.xd + g);
-  // The rank's logits: a pass of two experts (warps 0-3, 4-7) at a time,
-  // each lane's groups in increasing order.
-  float acc = 0.0f;
-  auto products = [&](int64_t g, const float (&wv)[8]) {
-    const float4 a = *reinterpret_cast<const float4*>(sm.xs + 8 * g);
-    const float4 b = *reinterpret_cast<const float4*>(sm.xs + 8 * g + 4);
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc = fmaf(xv[j], wv[j], acc);
-  };
-  auto end_of_pass = [&](int j) {
-    if (j - (j / gpl) * gpl == gpl - 1) {  // the pass's last group: warp-uniform
-      const float v = warp_sum(acc);
-      if (lane == 0) sm.part[(j / gpl) * kRieWarps + warp] = v;
-      acc = 0.0f;
-    }
-  };
-#pragma unroll
-  for (int j = 0; j < kRiePreload; ++j) {
-    if (j < total) {
-      int64_t g;
-      const int e = row_group(j, &g);
-      if (e < last && g < groups) products(g, wpre[j]);
-      end_of_pass(j);
-    }
-  }
-  for (int j = kRiePreload; j < total; ++j) {
-    int64_t g;
-    const int e = row_group(j, &g);
-    if (e < last && g < groups) {
-      float wv[8];
-      rie_load8(r.router_w, r.router_code, static_cast<int64_t>(e) * H + 8 * g, wv);
-      products(g, wv);
-    }
-    end_of_pass(j);
-  }
-  __syncthreads();
-  if (tid < last - first) {
-    const int p = tid / 2, le = tid % 2;
-    float tot = 0.0f;
-    for (int k = 0; k < kRieWarpsPerExpert; ++k)
-      tot += sm.part[p * kRieWarps + le * kRieWarpsPerExpert + k];
-    sm.mine[tid] = tot;
-  }
-  // Every rank's logits, then this block's arrival (relaxed: its remote
-  // reads have returned once their values are stored) for the last barrier.
-  cl.sync();
-  for (int e = tid; e < E; e += kRieThreads) {
-    const int rank = e / per;
-    sm.all[e] = *cl.map_shared_rank(sm.mine + (e - rank * per), rank);
-  }
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  __syncthreads();
-  *xq = sm.xq;
-  *xd = sm.xd;
-  return sm.all;
-}
-// No block of the cluster leaves while another may still read its logits.
-__device__ __forceinline__ void rie_wait() {
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-}
-
 // kRoute (MoeRouteInExperts, warp_outputs 4 only): one token, routed by
 // every block first.
-// TR (not void, kRoute only): the norm + router too, in a cluster
-// (MoeRouteInExperts::hidden; TR the activation type).
-template <int F, int kWarpOuts, bool kRoute = false, typename TR = void>
+template <int F, int kWarpOuts, bool kRoute = false>
 __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts))
     quant_moe_gate_up_kernel(const int8_t* __restrict__ xq, const float* __restrict__ xd,
                              int64_t H, const int32_t* __restrict__ row_pair, int top_k,
@@ -269,18 +79,7 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
     __shared__ float weights_s[kRouteBlockMaxTopK];
     __shared__ int4 tiles_s[kRouteBlockMaxTopK];
     __shared__ int32_t row_pair_s[kRouteBlockMaxTopK], count_s;
-    const float* logits = route.logits;
-    if constexpr (!std::is_void_v<TR>) {
-      static_assert(kWarpOuts == 4, "the router's blocks of 256 threads");
-      extern __shared__ __align__(16) unsigned char rie_smem[];
-      __shared__ float red[32];
-      const int8_t* rxq;
-      const float* rxd;
-      logits = rie_norm_router<TR>(route, H, rie_smem, red, &rxq, &rxd);
-      xq = rxq;
-      xd = rxd;
-    }
-    const RouteBlockLane r = route_one_token_block(logits, static_cast<int>(route.experts),
+    const RouteBlockLane r = route_one_token_block(route.logits, static_cast<int>(route.experts),
                                                    top_k, route.normalize, route_spe, rsh, ids_s,
                                                    weights_s);
     if (r.rank >= 0) {
@@ -305,11 +104,7 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
   // the routed table in shared memory has kRouteBlockMaxTopK entries.
   const int4 entry =
       reinterpret_cast<const int4*>(tiles)[kRoute ? min(tile, kRouteBlockMaxTopK - 1) : tile];
-  constexpr bool kCluster = !std::is_void_v<TR>;
-  if (tile >= *tile_count) {  // the whole block
-    if constexpr (kCluster) rie_wait();
-    return;
-  }
+  if (tile >= *tile_count) return;  // the whole block
   const int e = entry.x, r0 = entry.y, nr = entry.z;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * WO;  // the warp's first output
   const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i0) * row_bytes;
@@ -367,7 +162,6 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
     }
     __syncthreads();
   }
-  if constexpr (kCluster) rie_wait();
 }
 
 // Down + combine: a warp per (token t = blockIdx.y, output j), the token's
@@ -496,54 +290,6 @@ bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64
          experts <= kRouteBlockMaxExperts && warp_outputs == 4 && max_tiles >= top_k;
 }
 
-bool quant_moe_router_in_experts_supported(DType act, int64_t hidden, const void* x,
-                                           const void* norm_w, DType norm_dt,
-                                           const void* router_w, DType router_dt) {
-  const bool act16 = act == DType::kBF16 || act == DType::kF16;
-  auto aligned = [](const void* p) { return p && reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return act16 && small_ok(norm_dt) && small_ok(router_dt) && hidden > 0 && hidden % 32 == 0 &&
-         hidden <= 4096 && aligned(x) && aligned(norm_w) && aligned(router_w) &&
-         dtype_bytes(router_dt, hidden) % 16 == 0;
-}
-
-namespace {
-// The cluster of the norm + router inside gate / up: 8 (or fewer, a power
-// of two dividing it) blocks along x, then 2 along y where that makes 16
-// and such a cluster can be resident (a non-portable size on Hopper):
-// fewer clusters read the router's rows from L2 (each reads all of them).
-template <typename Kern>
-dim3 rie_cluster(Kern kern, dim3 grid, size_t smem) {
-  unsigned cx = 8;
-  while (grid.x % cx != 0) cx /= 2;
-  if (cx == 8 && grid.y % 2 == 0) {
-    static int fits16 = -1;  // per kernel instantiation
-    if (fits16 < 0) {
-      fits16 = 0;
-      if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-          cudaSuccess) {
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = 8;
-        attr.val.clusterDim.y = 2;
-        attr.val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(8, 2);
-        cfg.blockDim = dim3(kRieThreads);
-        cfg.dynamicSmemBytes = smem;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        int clusters = 0;
-        fits16 = cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg) == cudaSuccess &&
-                 clusters > 0;
-      }
-      (void)cudaGetLastError();  // a refusal above is an answer, not an error
-    }
-    if (fits16) return dim3(8, 2, 1);
-  }
-  return dim3(cx, 1, 1);
-}
-}  // namespace
-
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
@@ -560,58 +306,17 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
         "512, a tile a selection, 4 outputs a warp and the ids / weights / slot_of outputs");
   if (warp_outputs != 1 && warp_outputs != 2 && warp_outputs != 4)
     return invalid_argument("fused moe gate/up: outputs a warp must be 1, 2 or 4");
-  const bool router = route.logits && route.hidden;
-  if (router && !quant_moe_router_in_experts_supported(route.act, H, route.hidden, route.norm_w,
-                                                       route.norm_dt, route.router_w,
-                                                       route.router_dt))
-    return invalid_argument(
-        "fused moe gate/up: the norm + router in the launch takes a 16-bit hidden row, float "
-        "norm and router weights, hidden a multiple of 32 up to 4096, 16-byte aligned rows");
   if (max_tiles == 0) return Status::ok();
   if (max_tiles > 65535) return unsupported("fused moe gate/up: too many row tiles");
   const int64_t row_bytes = dtype_bytes(w_dt, H);
   const dim3 grid(static_cast<unsigned>(I / 32), static_cast<unsigned>(max_tiles));
   const auto* wb = static_cast<const uint8_t*>(gate_up);
-  cudaError_t launch_err = cudaSuccess;
   dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     if constexpr (F != kFmtF8B128) {
       auto go = [&](auto wo) {
         constexpr int WO = decltype(wo)::value;
         if constexpr (WO == 4) {
-          if (router) {
-            const int spe =
-                route_block_threads_per_expert(1024 / WO, static_cast<int>(route.experts));
-            MoeRouteInExperts r = route;
-            r.norm_code = dt_code(route.norm_dt);
-            r.router_code = dt_code(route.router_dt);
-            dispatch_float(route.act, [&](auto at) {
-              using T = decltype(at);
-              if constexpr (sizeof(T) == 2) {
-                auto kern = quant_moe_gate_up_kernel<F, WO, true, T>;
-                const int E = static_cast<int>(route.experts);
-                // The largest rank share (the 8-block cluster's) sizes the memory.
-                const size_t smem = rie_smem_bytes(H, E, rie_per_rank(E, 1));
-                const dim3 cluster = rie_cluster(kern, grid, smem);
-                cudaLaunchAttribute attr;
-                attr.id = cudaLaunchAttributeClusterDimension;
-                attr.val.clusterDim.x = cluster.x;
-                attr.val.clusterDim.y = cluster.y;
-                attr.val.clusterDim.z = 1;
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = grid;
-                cfg.blockDim = dim3(1024 / WO);
-                cfg.dynamicSmemBytes = smem;
-                cfg.stream = s;
-                cfg.attrs = &attr;
-                cfg.numAttrs = 1;
-                launch_err = cudaLaunchKernelEx(&cfg, kern, xq, xd, H, row_pair,
-                                                static_cast<int>(top_k), wb, row_bytes, I, tiles,
-                                                tile_count, hq, hd, r, spe);
-              }
-            });
-            return;
-          }
           if (route.logits) {
             const int spe =
                 route_block_threads_per_expert(1024 / WO, static_cast<int>(route.experts));
@@ -633,7 +338,6 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
         go(std::integral_constant<int, 1>{});
     }
   });
-  if (launch_err != cudaSuccess) return cuda_error(launch_err, "quant_moe_gate_up_kernel (router)");
   return check_launch("quant_moe_gate_up_kernel");
 }
 

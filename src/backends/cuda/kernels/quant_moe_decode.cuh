@@ -43,16 +43,6 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
 // the y-th selected expert (in id order), and block (0, 0) leaves ids,
 // weights and slot_of [top_k] for down + combine. max_tiles >= top_k,
 // warp_outputs 4.
-//
-// hidden (Tuning::cuda_moe_router_in_experts; null: off): the norm + router
-// launch's work is done here too, so that launch goes: each block takes the
-// token's hidden row [H] (act, 16-bit), its inverse RMS and normalised,
-// 8-bit values (xq / xd are then unused and may be null) as
-// launch_moe_norm_router does, and its cluster rank's share of the router
-// logits (router_w [experts, H]) with that launch's lanes and order; the
-// blocks of a cluster (8 or 16 along x, then y) exchange their logits in
-// distributed shared memory, and every block routes them as above: the
-// same bits as the router launch followed by the routing (logits unused).
 struct MoeRouteInExperts {
   const float* logits = nullptr;
   int64_t experts = 0;
@@ -60,29 +50,11 @@ struct MoeRouteInExperts {
   int32_t* ids = nullptr;
   float* weights = nullptr;
   int32_t* slot_of = nullptr;
-  const void* hidden = nullptr;
-  DType act = DType::kBF16;
-  const void* norm_w = nullptr;
-  DType norm_dt = DType::kF32;
-  float eps = 0.0f;
-  bool zero_centred = false;
-  const void* router_w = nullptr;
-  DType router_dt = DType::kF32;
-  // Set by the launcher (dt_code of norm_dt / router_dt).
-  int norm_code = 0, router_code = 0;
 };
 // Whether a step of `tokens` takes it: one token, top_k <= 32, at most 512
 // experts, 4 outputs a warp and a grid of at least top_k tiles.
 bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k,
                                           int warp_outputs, int64_t max_tiles);
-// Whether a step that routes in the experts' launch may take the norm +
-// router there too (MoeRouteInExperts::hidden): 16-bit activations, float
-// norm and router weights, hidden a multiple of 32 up to 4,096 (the staged
-// row in shared memory), 16-byte aligned hidden row, norm weights and
-// router rows.
-bool quant_moe_router_in_experts_supported(DType act, int64_t hidden, const void* x,
-                                           const void* norm_w, DType norm_dt,
-                                           const void* router_w, DType router_dt);
 Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* xd, int64_t H,
                                 const int32_t* row_pair, int64_t top_k, const void* gate_up,
                                 DType w_dt, int64_t I, const int32_t* tiles,
