@@ -315,7 +315,8 @@ class RoutedMoe final : public Provider {
           tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route));
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
                                            ids, slot_of, weights, sgate, sout, b[kHidden].data,
-                                           act, static_cast<int>(st.moe_down_form));
+                                           act, static_cast<int>(st.moe_down_form),
+                                           st.moe_down_pdl_trigger);
     }
 
     profile_mark(st.stream, "moe.experts", st.capturing);

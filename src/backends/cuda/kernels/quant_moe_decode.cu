@@ -199,10 +199,14 @@ __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
                                   int64_t H, int K, const int32_t* __restrict__ ids,
                                   const int32_t* __restrict__ slot_of,
                                   const float* __restrict__ weights, const float* shared_gate,
-                                  const float* shared_out, T* hidden) {
+                                  const float* shared_out, T* hidden, bool pdl_trigger) {
   using Fmt = MoeDot<F>;
   constexpr int kPerIter = 32 / Fmt::kLanes;
   constexpr bool kOneRound = KB == kDownOneRound;  // the host: down_row_one_iteration
+  // The next layer's first weight stream may take this block's SM once it
+  // leaves (this launch itself is not a programmatic dependent: nothing to
+  // wait for here).
+  if (pdl_trigger) pdl_launch_dependents();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kDownWarps + warp;
   const int64_t t = blockIdx.y;
@@ -346,7 +350,7 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      int64_t tokens, int64_t top_k, const int32_t* ids,
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
-                                     void* hidden, DType act, int form) {
+                                     void* hidden, DType act, int form, bool pdl_trigger) {
   if (!q8_rows(w_dt, I))
     return unsupported("fused moe down: block weights with rows of whole blocks");
   if (tokens == 0) return Status::ok();
@@ -364,7 +368,8 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
         auto go = [&](auto kern) {
           kern<<<grid, kDownWarps * 32, 0, s>>>(hq, hd, I, wb, row_bytes, H,
                                                 static_cast<int>(top_k), ids, slot_of, weights,
-                                                shared_gate, shared_out, static_cast<T*>(hidden));
+                                                shared_gate, shared_out, static_cast<T*>(hidden),
+                                                pdl_trigger);
         };
         if (form == 1 && down_row_one_iteration<F>(I))
           go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2>);

@@ -68,11 +68,16 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
 // shared_out[t, j] when shared_out; f32 sums, as launch_moe_combine.
 // form (Tuning::cuda_moe_down_form, 0..2): how many experts' blocks a warp
 // fetches at once and at how many blocks an SM; the same bits in each.
+// pdl_trigger (Tuning::cuda_moe_down_pdl_trigger): every block calls
+// griddepcontrol.launch_dependents first, so a programmatic dependent (the
+// next weight-streaming GEMV) is scheduled onto SMs as these blocks leave;
+// it still waits for this grid's completion before reading its outputs.
 Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const float* hd,
                                      int64_t I, const void* down, DType w_dt, int64_t H,
                                      int64_t tokens, int64_t top_k, const int32_t* ids,
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
-                                     void* hidden, DType act, int form = 2);
+                                     void* hidden, DType act, int form = 2,
+                                     bool pdl_trigger = false);
 
 }  // namespace ferrite::cuda
