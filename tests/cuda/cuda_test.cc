@@ -562,9 +562,10 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
 // the block routing (Tuning::cuda_moe_route_block, the default: 1), with
 // the one-warp routing (2), and with the routing inside the gate/up launch
 // (Tuning::cuda_moe_route_in_experts: 3 eager, 4 graphs; 5 and 6 in down
-// forms 1 and 0), and with down + combine letting the next layer's Q/K/V
-// projection start early (Tuning::cuda_moe_down_pdl_trigger: 7 eager, 8
-// graphs); the logits of the one-token step bitwise equal.
+// forms 1 and 0), and with down + combine not letting the next layer's
+// Q/K/V projection start early (Tuning::cuda_moe_down_pdl_trigger, on in
+// the others: 7 eager, 8 graphs); the logits of the one-token step bitwise
+// equal.
 TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -582,7 +583,7 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
           t.cuda_moe_route_block = f != 2;
           t.cuda_moe_route_in_experts = f >= 3;
           t.cuda_moe_down_form = f == 5 ? 1 : f == 6 ? 0 : 2;
-          t.cuda_moe_down_pdl_trigger = f >= 7;
+          t.cuda_moe_down_pdl_trigger = f < 7;
         },
         [](int f) { return "the one-token step differs (form " + std::to_string(f) + ")"; });
 }

@@ -78,6 +78,6 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
                                      void* hidden, DType act, int form = 2,
-                                     bool pdl_trigger = false);
+                                     bool pdl_trigger = true);
 
 }  // namespace ferrite::cuda
