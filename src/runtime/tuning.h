@@ -144,6 +144,12 @@ namespace ferrite {
     "the whole grid; the same values. H100, Qwen3-30B-A3B b1 tokens/s (0 / 1, random weights): " \
     "Q4_K_M 355.0, 358.3 / 382.4, 383.0; GPTQ-Int4 363.1 / 382.9 (b8 even); the same GGUF file " \
     "as llama.cpp (287.3 tg128): 354.9 / 373.1")                                                 \
+  X(bool, cuda_pdl_trigger_small, "FERRITE_CUDA_PDL_TRIGGER_SMALL", false,                    \
+    "CUDA: the small launches that come before a weight-streaming GEMV at decode, the gated "     \
+    "delta's gated norm (before its output projection) and the MoE norm + router (before the "   \
+    "shared expert's gate / up), trigger their dependents first as cuda_moe_down_pdl_trigger "   \
+    "does, so that GEMV copies its weights during them; the same values. Written in session 41 " \
+    "without a GPU: off until measured (Qwen3.5-35B-A3B / Qwen3-Next b1)")                       \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

@@ -564,8 +564,10 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
 // (Tuning::cuda_moe_route_in_experts: 3 eager, 4 graphs; 5 and 6 in down
 // forms 1 and 0), and with down + combine not letting the next layer's
 // Q/K/V projection start early (Tuning::cuda_moe_down_pdl_trigger, on in
-// the others: 7 eager, 8 graphs); the logits of the one-token step bitwise
-// equal.
+// the others: 7 eager, 8 graphs), and with the gated norm and the norm +
+// router triggering their dependents too (Tuning::cuda_pdl_trigger_small:
+// 9, graphs; the hybrid model's gated delta and shared expert); the logits
+// of the one-token step bitwise equal.
 TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -576,14 +578,15 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   const std::vector<std::vector<uint32_t>> prompts = {{100, 200, 300, 400, 500, 6, 7, 8, 9}};
   for (const auto& [path, act] : models)
     expect_decode_forms_bitwise(
-        path, act, prompts, 9,
+        path, act, prompts, 10,
         [](int f, Tuning& t) {
-          t.cuda_graphs = f == 4 || f == 8;
+          t.cuda_graphs = f == 4 || f == 8 || f == 9;
           t.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
           t.cuda_moe_route_block = f != 2;
           t.cuda_moe_route_in_experts = f >= 3;
           t.cuda_moe_down_form = f == 5 ? 1 : f == 6 ? 0 : 2;
-          t.cuda_moe_down_pdl_trigger = f < 7;
+          t.cuda_moe_down_pdl_trigger = f < 7 || f == 9;
+          t.cuda_pdl_trigger_small = f == 9;
         },
         [](int f) { return "the one-token step differs (form " + std::to_string(f) + ")"; });
 }

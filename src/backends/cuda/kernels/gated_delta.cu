@@ -506,10 +506,14 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
 }
 
 // y = norm_w * o * rsqrt(mean(o^2) + eps) * silu(z), one warp per (token,
-// value head); o is x's V section (written by the delta rule).
+// value head); o is x's V section (written by the delta rule). pdl_trigger
+// (Tuning::cuda_pdl_trigger_small): the output projection after it (a
+// programmatic dependent) may start copying its weights at once; it still
+// waits for this grid before it reads y.
 template <typename T>
 __global__ void gated_norm_kernel(GatedDeltaShape g, int64_t rows, const float* x, const float* z,
-                                  const void* norm, int norm_dt, T* y) {
+                                  const void* norm, int norm_dt, T* y, bool pdl_trigger) {
+  if (pdl_trigger) pdl_launch_dependents();
   const int64_t row = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
@@ -557,7 +561,7 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
                                const float* z, const float* b, const float* a, const void* a_log,
                                DType a_log_dt, const void* dt_bias, DType dt_bias_dt,
                                const void* norm, DType norm_dt, float* delta_state, void* y,
-                               DType act) {
+                               DType act, bool pdl_trigger) {
   if (!small_ok(a_log_dt) || !small_ok(dt_bias_dt) || !small_ok(norm_dt))
     return unsupported("gated delta: small weights must be f32 / bf16 / f16");
   if (g.hk < 1 || g.hv % g.hk != 0 || g.dk < 1 || g.dv < 1)
@@ -606,7 +610,8 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
     using T = decltype(tag);
     constexpr int kWarps = 4;
     gated_norm_kernel<T><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0,
-                           s>>>(g, rows, x, z, norm, dt_code(norm_dt), static_cast<T*>(y));
+                           s>>>(g, rows, x, z, norm, dt_code(norm_dt), static_cast<T*>(y),
+                                pdl_trigger);
   });
   if (!ok) return bad_dtype("gated norm activation", act);
   return check_launch("gated_norm_kernel");

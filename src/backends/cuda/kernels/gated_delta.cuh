@@ -42,6 +42,7 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
                                float* x, const float* z, const float* b, const float* a,
                                const void* a_log, DType a_log_dt, const void* dt_bias,
                                DType dt_bias_dt, const void* norm, DType norm_dt,
-                               float* delta_state, void* y, DType act);
+                               float* delta_state, void* y, DType act,
+                               bool pdl_trigger = false);
 
 }  // namespace ferrite::cuda

@@ -192,7 +192,11 @@ __global__ void __launch_bounds__(256)
                       const void* nw, int nwdt, float eps, bool zc, float* y32, T* y,
                       int8_t* xq, float* xd, const TW* __restrict__ w, int64_t E,
                       float* __restrict__ logits, const TW* __restrict__ extra_w,
-                      float* __restrict__ extra_out, MoeRouteSortArgs rs) {
+                      float* __restrict__ extra_out, MoeRouteSortArgs rs, bool pdl_trigger) {
+  // Tuning::cuda_pdl_trigger_small: the next launch, a weight-streaming GEMV
+  // (the shared expert's gate / up), may start copying its weights at once
+  // (it waits for this grid before reading its outputs).
+  if (pdl_trigger) pdl_launch_dependents();
   extern __shared__ float xs[];  // [chunk_rows, H]
   __shared__ float red[32];
   __shared__ float part[8][kRouterChunkRows];
@@ -1175,7 +1179,7 @@ Status launch_moe_router(cudaStream_t s, const float* x, int64_t rows, int64_t h
       moe_router_kernel<float, TW, false><<<grid, 256, smem, s>>>(
           x, static_cast<int>(rows), hidden, rc, nullptr, 0, 0.0f, false, nullptr, nullptr,
           nullptr, nullptr, static_cast<const TW*>(w), experts, logits, nullptr, nullptr,
-          MoeRouteSortArgs{});
+          MoeRouteSortArgs{}, false);
     });
     if (!ok) return bad_dtype("moe router weight", w_dt);
     return check_launch("moe_router_kernel");
@@ -1209,7 +1213,7 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
                               float eps, bool zero_centred, int8_t* xq, float* xd,
                               const void* router_w, DType router_dt, int64_t experts,
                               float* logits, const void* extra_w, float* extra_out,
-                              const MoeRouteSortArgs* route) {
+                              const MoeRouteSortArgs* route, bool pdl_trigger) {
   if (!small_ok(norm_dt)) return bad_dtype("moe norm weight", norm_dt);
   if (rows < 1 || rows > kMoeFusedMaxRows) return unsupported("moe norm + router: 1..32 rows");
   if (xq && hidden % 32 != 0) return unsupported("moe norm + router: 8-bit rows need hidden % 32");
@@ -1245,7 +1249,8 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
                              smem, s, static_cast<const T*>(x), static_cast<int>(rows), hidden,
                              rc, norm_w, dt_code(norm_dt), eps, zero_centred, y32,
                              static_cast<T*>(y), xq, xd, static_cast<const TW*>(router_w),
-                             experts, logits, static_cast<const TW*>(extra_w), extra_out, rs);
+                             experts, logits, static_cast<const TW*>(extra_w), extra_out, rs,
+                             pdl_trigger);
     });
   });
   if (!ok) return bad_dtype("moe norm input", act);

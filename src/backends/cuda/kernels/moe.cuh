@@ -81,7 +81,8 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
                               const void* router_w, DType router_dt, int64_t experts,
                               float* logits, const void* extra_w = nullptr,
                               float* extra_out = nullptr,
-                              const MoeRouteSortArgs* route = nullptr);
+                              const MoeRouteSortArgs* route = nullptr,
+                              bool pdl_trigger = false);
 // Per token (a warp each): softmax of logits [tokens, experts] (f32), top-k
 // (ties to the lower id), ids in increasing order, weights optionally
 // renormalised.
