@@ -250,7 +250,7 @@ class RoutedMoe final : public Provider {
           fuse_experts ? sc.xd : nullptr, b[kRouter].data, b[kRouter].dtype, E, logits,
           gate_in_router ? b[routed_shared_swiglu_moe::kSharedExpertGate].data : nullptr,
           gate_in_router ? sgate : nullptr, route_in_router ? &route : nullptr,
-          st.pdl_trigger_small && shared_));
+          st.pdl_trigger_small));
     } else {
       FERRITE_RETURN_IF_ERROR(launch_moe_norm(st.stream, b[kHidden].data, act, n32, n_act,
                                               b[kNorm].data, b[kNorm].dtype, t, H,

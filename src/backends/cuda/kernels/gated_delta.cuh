@@ -34,7 +34,10 @@ Status launch_causal_conv_silu(cudaStream_t s, const StepMeta& meta, int64_t seq
 // step's longest span) is >= 16 and dk % 4 == 0 (else recurrent for all).
 // x: conv output [tokens, conv_dim], its V section is overwritten with the
 // rule's output o (f32); z [tokens, Hv dv]; b, a [tokens, Hv] (f32);
-// y [tokens, Hv dv] of act. Never synchronises.
+// y [tokens, Hv dv] of act. Never synchronises. pdl_trigger (Tuning::
+// cuda_pdl_trigger_small): the gated norm's blocks call
+// griddepcontrol.launch_dependents first, so the output projection (a
+// programmatic dependent) copies its weights meanwhile.
 int64_t gated_delta_smem_bytes(const GatedDeltaShape& g);          // recurrent kernel
 int64_t gated_delta_chunked_smem_bytes(const GatedDeltaShape& g);  // -1: no chunked form
 Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t sequences,
@@ -42,7 +45,6 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
                                float* x, const float* z, const float* b, const float* a,
                                const void* a_log, DType a_log_dt, const void* dt_bias,
                                DType dt_bias_dt, const void* norm, DType norm_dt,
-                               float* delta_state, void* y, DType act,
-                               bool pdl_trigger = false);
+                               float* delta_state, void* y, DType act, bool pdl_trigger);
 
 }  // namespace ferrite::cuda

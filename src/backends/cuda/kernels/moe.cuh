@@ -55,6 +55,11 @@ bool moe_norm_router_supported(int64_t hidden, const void* router_w, DType route
 // router weights are loaded before it waits on the previous kernel): one
 // launch a MoE layer fewer. Bitwise launch_moe_route_sort's outputs. Only
 // where moe_norm_router_route_supported (else unsupported, nothing launched).
+//
+// pdl_trigger (Tuning::cuda_pdl_trigger_small): every block calls
+// griddepcontrol.launch_dependents first, so a programmatic dependent after
+// it (the shared expert's gate / up GEMV) copies its weights meanwhile; a
+// no-op before a launch that is not one.
 struct MoeRouteSortArgs {
   int64_t top_k = 0;
   bool normalize = false;
@@ -79,10 +84,8 @@ Status launch_moe_norm_router(cudaStream_t s, const void* x, DType act, float* y
                               const void* norm_w, DType norm_dt, int64_t rows, int64_t hidden,
                               float eps, bool zero_centred, int8_t* xq, float* xd,
                               const void* router_w, DType router_dt, int64_t experts,
-                              float* logits, const void* extra_w = nullptr,
-                              float* extra_out = nullptr,
-                              const MoeRouteSortArgs* route = nullptr,
-                              bool pdl_trigger = false);
+                              float* logits, const void* extra_w, float* extra_out,
+                              const MoeRouteSortArgs* route, bool pdl_trigger);
 // Per token (a warp each): softmax of logits [tokens, experts] (f32), top-k
 // (ties to the lower id), ids in increasing order, weights optionally
 // renormalised.

@@ -77,7 +77,6 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      int64_t tokens, int64_t top_k, const int32_t* ids,
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
-                                     void* hidden, DType act, int form = 2,
-                                     bool pdl_trigger = true);
+                                     void* hidden, DType act, int form, bool pdl_trigger);
 
 }  // namespace ferrite::cuda
