@@ -136,6 +136,14 @@ namespace ferrite {
     "cuda_moe_route_block's launch does, instead of in that launch between the router and the "  \
     "experts; the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s (0 / 1, down form 2, "      \
     "random weights): 361.4, 361.6 / 366.6, 366.4 (b8 938.8, 937.4 / 938.4, 938.7)")             \
+  X(bool, cuda_moe_shared_in_experts, "FERRITE_CUDA_MOE_SHARED_IN_EXPERTS", true,               \
+    "CUDA: with cuda_moe_route_in_experts, a one-token step of a model with a shared expert "    \
+    "(Qwen3.5-MoE, Qwen3-Next) computes that expert in the fused launches too: its gate / up in " \
+    "the gate / up grid's row after the top_k selections (which only routed and left), its down " \
+    "product in down + combine beside the routed ones, instead of two weight-streaming GEMVs "    \
+    "between the router and the experts; the shared expert then reads the 8-bit token and its "  \
+    "8-bit h as the routed experts do (not bitwise the two GEMVs). Needs the shared expert's "    \
+    "intermediate size and formats equal to the routed experts'")                               \
   X(bool, cuda_moe_down_pdl_trigger, "FERRITE_CUDA_MOE_DOWN_PDL_TRIGGER", true,                \
     "CUDA: the fused decode MoE down + combine launch lets the next kernel be scheduled as soon " \
     "as its own blocks have started (griddepcontrol.launch_dependents), as the weight-streaming " \
@@ -148,8 +156,9 @@ namespace ferrite {
     "CUDA: the small launches that come before a weight-streaming GEMV at decode, the gated "     \
     "delta's gated norm (before its output projection) and the MoE norm + router (before the "   \
     "shared expert's gate / up), trigger their dependents first as cuda_moe_down_pdl_trigger "   \
-    "does, so that GEMV copies its weights during them; the same values. Written in session 41 " \
-    "without a GPU: off until measured (Qwen3.5-35B-A3B / Qwen3-Next b1)")                       \
+    "does, so that GEMV copies its weights during them; the same values. Neutral, so off: H100 " \
+    "b1 tokens/s (0 / 1, random weights, session 42): Qwen3.5-35B-A3B GPTQ-Int4 291.3, 288.9 / " \
+    "295.2, 288.7; Qwen3-Next-80B-A3B GPTQ-Int4 172.3 / 175.2; Qwen3-30B-A3B Q4_K_M 382.0 / 382.6")                       \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

@@ -591,6 +591,49 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
         [](int f) { return "the one-token step differs (form " + std::to_string(f) + ")"; });
 }
 
+// The shared expert inside the fused one-token launches (Tuning::
+// cuda_moe_shared_in_experts: its gate / up in the gate / up grid's row
+// after the selections, its down product in down + combine) against the two
+// weight-streaming GEMVs it replaces, on the GPTQ Qwen3.5-MoE checkpoint
+// (shared expert and routed experts of the same size and format), eager and
+// from graphs. Not bitwise: the launches read the token quantized to 8 bits
+// from its f32 norm and an 8-bit h, the GEMVs the bf16 norm and a bf16 h, so
+// the logits must differ somewhere (the path was taken) and agree within
+// the activation rounding (the goldens, CudaHfQuantGoldenTest, check both
+// against transformers).
+TEST(CudaMoeFusedTest, SharedExpertInTheFusedLaunchesMatchesTheGemvs) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = kModelsDir + "hf_quant/qwen3_5_moe-gptq-int4";
+  const std::vector<std::vector<uint32_t>> prompts = {{10, 20, 30, 40, 50, 6, 7, 8, 9}};
+  std::vector<float> logits[3];
+  for (int f = 0; f < 3; ++f) {
+    RunnerOptions o = cuda_options(path, DType::kBF16);
+    o.tuning.cuda_graphs = f == 2;
+    o.tuning.cuda_moe_shared_in_experts = f != 0;
+    auto r = ModelRunner::open(o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    std::unique_ptr<ModelRunner> runner = std::move(r).value();
+    ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
+  }
+  ASSERT_FALSE(logits[0].empty());
+  float scale = 1.0f;
+  for (float v : logits[0]) scale = std::max(scale, std::fabs(v));
+  for (int f = 1; f < 3; ++f) {
+    SCOPED_TRACE(f == 1 ? "eager" : "graphs");
+    ASSERT_EQ(logits[0].size(), logits[f].size());
+    float worst = 0.0f;
+    for (size_t i = 0; i < logits[0].size(); ++i) {
+      ASSERT_TRUE(std::isfinite(logits[f][i])) << i;
+      worst = std::max(worst, std::fabs(logits[f][i] - logits[0][i]));
+    }
+    EXPECT_LE(worst, 2e-2f * scale) << "the shared expert in the launches drifts from the GEMVs";
+    EXPECT_NE(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
+        << "bitwise the GEMVs' logits: the shared expert did not run in the fused launches";
+  }
+  EXPECT_EQ(std::memcmp(logits[1].data(), logits[2].data(), logits[1].size() * 4), 0)
+      << "the replayed step differs from the eager one";
+}
+
 // Block-format experts on the grouped tensor-core GEMMs reading their
 // blocks (Tuning::cuda_moe_mma_fp8 for FP8, cuda_moe_mma_u4 for 4-bit)
 // against the same GEMMs on experts dequantized first (cuda_moe_dequant 1:

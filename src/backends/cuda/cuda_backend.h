@@ -66,6 +66,7 @@ struct CudaExecOptions {
   int64_t moe_down_form = 2;            // Tuning::cuda_moe_down_form (0, 1, 2)
   bool moe_down_pdl_trigger = true;      // Tuning::cuda_moe_down_pdl_trigger
   bool pdl_trigger_small = false;        // Tuning::cuda_pdl_trigger_small
+  bool moe_shared_in_experts = true;     // Tuning::cuda_moe_shared_in_experts
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster

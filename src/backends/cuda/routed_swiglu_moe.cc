@@ -298,11 +298,32 @@ class RoutedMoe final : public Provider {
     };
 
     if (fuse_experts) {
+      // The shared expert inside the fused launches (Tuning::
+      // cuda_moe_shared_in_experts): at one token its gate / up takes the
+      // gate / up grid's row after the selections (blocks that otherwise
+      // only route and leave) and its down product joins down + combine,
+      // two weight-streaming launches fewer a layer. Its gate logit still
+      // comes from the router's launch (or its own product).
+      bool shared_in = false;
+      if (shared_ && route_in_experts && st.moe_shared_in_experts) {
+        using namespace routed_shared_swiglu_moe;
+        shared_in = quant_moe_shared_in_experts_supported(
+            t, I, i64(p.shared_intermediate_size), b[kGateUp].dtype, b[kDown].dtype,
+            b[kSharedGate].data, b[kSharedGate].dtype, b[kSharedUp].data, b[kSharedUp].dtype,
+            b[kSharedDown].data, b[kSharedDown].dtype);
+      }
+      if (shared_in && !gate_in_router) {
+        using namespace routed_shared_swiglu_moe;
+        FERRITE_RETURN_IF_ERROR(
+            logits_of(b[kSharedExpertGate].data, b[kSharedExpertGate].dtype, 1, sgate));
+      }
       // The shared expert first: down + combine adds it with the residual.
-      if (shared_) FERRITE_RETURN_IF_ERROR(shared_expert());
+      if (shared_ && !shared_in) FERRITE_RETURN_IF_ERROR(shared_expert());
       profile_mark(st.stream, "moe.experts", st.capturing);
+      // 8-bit h: the tk routed rows, then the shared expert's row (shared_in;
+      // mid has room for 8 I bytes a routed row).
       auto* hq = static_cast<int8_t*>(mid);
-      auto* hd = reinterpret_cast<float*>(hq + tk * I);
+      auto* hd = reinterpret_cast<float*>(hq + (tk + (shared_in ? 1 : 0)) * I);
       MoeRouteInExperts route;
       if (route_in_experts)
         route = {.logits = logits,
@@ -311,12 +332,20 @@ class RoutedMoe final : public Provider {
                  .ids = ids,
                  .weights = weights,
                  .slot_of = slot_of};
+      const void* shared_down = nullptr;
+      if (shared_in) {
+        using namespace routed_shared_swiglu_moe;
+        route.shared_gate = b[kSharedGate].data;
+        route.shared_up = b[kSharedUp].data;
+        shared_down = b[kSharedDown].data;
+      }
       FERRITE_RETURN_IF_ERROR(launch_quant_moe_gate_up(
           st.stream, sc.xq, sc.xd, H, row_pair, K, gate_up_w, b[kGateUp].dtype, I, tiles,
           tile_count, max_tiles, hq, hd, static_cast<int>(st.moe_gate_up_warp_outputs), route));
       return launch_quant_moe_down_combine(st.stream, hq, hd, I, down_w, b[kDown].dtype, H, t, K,
-                                           ids, slot_of, weights, sgate, sout, b[kHidden].data,
-                                           act, static_cast<int>(st.moe_down_form),
+                                           ids, slot_of, weights, sgate, sout, shared_down,
+                                           b[kHidden].data, act,
+                                           static_cast<int>(st.moe_down_form),
                                            st.moe_down_pdl_trigger);
     }
 

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "backends/cuda/kernels/cuda_types.cuh"
@@ -98,17 +99,23 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
     tile_count = &count_s;
   }
   const int tile = blockIdx.y;
+  // The shared expert's row of the grid (MoeRouteInExperts::shared_gate):
+  // the token (x row 0) into h row top_k, its own gate and up rows.
+  const bool shared_row = kRoute && route.shared_gate != nullptr && tile == top_k;
   // The tile's entry is loaded beside the count, not after it (one round
   // trip where there were two in a row): the table has room for max_tiles
   // (the grid's y), so the load is in bounds even for a tile past the count;
   // the routed table in shared memory has kRouteBlockMaxTopK entries.
   const int4 entry =
       reinterpret_cast<const int4*>(tiles)[kRoute ? min(tile, kRouteBlockMaxTopK - 1) : tile];
-  if (tile >= *tile_count) return;  // the whole block
-  const int e = entry.x, r0 = entry.y, nr = entry.z;
+  if (!shared_row && tile >= *tile_count) return;  // the whole block
+  const int e = entry.x, r0 = shared_row ? top_k : entry.y, nr = shared_row ? 1 : entry.z;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * 32 + warp * WO;  // the warp's first output
-  const uint8_t* wg = w + (static_cast<int64_t>(e) * 2 * I + i0) * row_bytes;
-  const uint8_t* wu = wg + I * row_bytes;
+  const uint8_t* wg =
+      shared_row ? static_cast<const uint8_t*>(route.shared_gate) + i0 * row_bytes
+                 : w + (static_cast<int64_t>(e) * 2 * I + i0) * row_bytes;
+  const uint8_t* wu =
+      shared_row ? static_cast<const uint8_t*>(route.shared_up) + i0 * row_bytes : wg + I * row_bytes;
   const int nb = static_cast<int>(H / Fmt::kElems);
   const int bl = lane / Fmt::kLanes, part = lane % Fmt::kLanes;
   const int64_t xs = H / 32;
@@ -117,7 +124,7 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
     float ag[M][WO], au[M][WO];
 #pragma unroll
     for (int t = 0; t < M; ++t) {
-      xrow[t] = c0 + t < nr ? row_pair[r0 + c0 + t] / top_k : -1;
+      xrow[t] = c0 + t < nr ? (shared_row ? 0 : row_pair[r0 + c0 + t] / top_k) : -1;
 #pragma unroll
       for (int j = 0; j < WO; ++j) ag[t][j] = au[t][j] = 0.0f;
     }
@@ -199,7 +206,8 @@ __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
                                   int64_t H, int K, const int32_t* __restrict__ ids,
                                   const int32_t* __restrict__ slot_of,
                                   const float* __restrict__ weights, const float* shared_gate,
-                                  const float* shared_out, T* hidden, bool pdl_trigger) {
+                                  const float* shared_out, const uint8_t* shared_down, T* hidden,
+                                  bool pdl_trigger) {
   using Fmt = MoeDot<F>;
   constexpr int kPerIter = 32 / Fmt::kLanes;
   constexpr bool kOneRound = KB == kDownOneRound;  // the host: down_row_one_iteration
@@ -223,11 +231,19 @@ __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
   float residual = 0.0f, sg = 0.0f, so = 0.0f;
   if (lane == 0) {
     residual = to_f(hidden[t * H + j]);
-    if (shared_out) {
+    if (shared_down) {
+      sg = shared_gate[t];
+    } else if (shared_out) {
       sg = shared_gate[t];
       so = shared_out[t * H + j];
     }
   }
+  // The shared expert's row of down (shared_down: one token, h row K): its
+  // first warp iteration's blocks fetched now, beside the routing loads, so
+  // that its product after the routed experts starts from registers.
+  const uint8_t* srow = shared_down ? shared_down + j * row_bytes : nullptr;
+  typename Fmt::Raw sraw{};
+  if (srow && bl < nb) sraw = Fmt::fetch(srow + static_cast<int64_t>(bl) * Fmt::kBytes, part);
   float acc = 0.0f;
   for (int k0 = 0; k0 < K; k0 += KB) {
     const uint8_t* wr[KB];
@@ -266,8 +282,22 @@ __global__ void __launch_bounds__(kDownWarps * 32, kMinBlocks)
       acc += wk * y;
     }
   }
+  if (srow) {
+    // As a routed expert's product: the same lanes' blocks, then the warp sum.
+    const int64_t hr = K;
+    float ps = 0.0f;
+    for (int b = bl; b < nb; b += kPerIter) {
+      const typename Fmt::Raw raw =
+          b == bl ? sraw : Fmt::fetch(srow + static_cast<int64_t>(b) * Fmt::kBytes, part);
+      Fmt f;
+      f.decode(raw, part);
+      ps += f.dot(hq + hr * I + static_cast<int64_t>(b) * Fmt::kElems,
+                  hd + hr * xs + static_cast<int64_t>(b) * (Fmt::kElems / 32));
+    }
+    so = warp_sum(ps);
+  }
   if (lane == 0) {
-    if (shared_out) acc += 1.0f / (1.0f + expf(-sg)) * so;
+    if (shared_out || srow) acc += 1.0f / (1.0f + expf(-sg)) * so;
     hidden[t * H + j] = from_f<T>(residual + acc);
   }
 }
@@ -286,6 +316,17 @@ bool q8_rows(DType dt, int64_t k) {
 bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
                                 int64_t intermediate) {
   return q8_rows(gate_up_dt, hidden) && q8_rows(down_dt, intermediate);
+}
+
+bool quant_moe_shared_in_experts_supported(int64_t tokens, int64_t I, int64_t shared_I,
+                                           DType gate_up_dt, DType down_dt, const void* shared_gate,
+                                           DType shared_gate_dt, const void* shared_up,
+                                           DType shared_up_dt, const void* shared_down,
+                                           DType shared_down_dt) {
+  auto aligned = [](const void* p) { return p && (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return tokens == 1 && shared_I == I && shared_gate_dt == gate_up_dt &&
+         shared_up_dt == gate_up_dt && shared_down_dt == down_dt && aligned(shared_gate) &&
+         aligned(shared_up) && aligned(shared_down);
 }
 
 bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k,
@@ -310,10 +351,17 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
         "512, a tile a selection, 4 outputs a warp and the ids / weights / slot_of outputs");
   if (warp_outputs != 1 && warp_outputs != 2 && warp_outputs != 4)
     return invalid_argument("fused moe gate/up: outputs a warp must be 1, 2 or 4");
+  const bool shared = route.shared_gate != nullptr;
+  if (shared && (!route.logits || !route.shared_up))
+    return invalid_argument(
+        "fused moe gate/up: the shared expert in the launch needs the routing in it and both of "
+        "its gate and up");
   if (max_tiles == 0) return Status::ok();
-  if (max_tiles > 65535) return unsupported("fused moe gate/up: too many row tiles");
+  // The shared expert's row after the top_k selections' rows.
+  const int64_t rows = shared ? std::max<int64_t>(max_tiles, top_k + 1) : max_tiles;
+  if (rows > 65535) return unsupported("fused moe gate/up: too many row tiles");
   const int64_t row_bytes = dtype_bytes(w_dt, H);
-  const dim3 grid(static_cast<unsigned>(I / 32), static_cast<unsigned>(max_tiles));
+  const dim3 grid(static_cast<unsigned>(I / 32), static_cast<unsigned>(rows));
   const auto* wb = static_cast<const uint8_t*>(gate_up);
   dispatch_fmt(w_dt, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
@@ -350,9 +398,13 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      int64_t tokens, int64_t top_k, const int32_t* ids,
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
-                                     void* hidden, DType act, int form, bool pdl_trigger) {
+                                     const void* shared_down, void* hidden, DType act, int form,
+                                     bool pdl_trigger) {
   if (!q8_rows(w_dt, I))
     return unsupported("fused moe down: block weights with rows of whole blocks");
+  if (shared_down && (tokens != 1 || !shared_gate))
+    return invalid_argument(
+        "fused moe down: the shared expert's down in the launch takes one token and its gate");
   if (tokens == 0) return Status::ok();
   if (tokens > 65535) return unsupported("fused moe down: too many tokens");
   const int64_t row_bytes = dtype_bytes(w_dt, I);
@@ -368,8 +420,9 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
         auto go = [&](auto kern) {
           kern<<<grid, kDownWarps * 32, 0, s>>>(hq, hd, I, wb, row_bytes, H,
                                                 static_cast<int>(top_k), ids, slot_of, weights,
-                                                shared_gate, shared_out, static_cast<T*>(hidden),
-                                                pdl_trigger);
+                                                shared_gate, shared_out,
+                                                static_cast<const uint8_t*>(shared_down),
+                                                static_cast<T*>(hidden), pdl_trigger);
         };
         if (form == 1 && down_row_one_iteration<F>(I))
           go(quant_moe_down_combine_kernel<F, T, kDownOneRound, 2>);

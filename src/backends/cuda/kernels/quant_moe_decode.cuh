@@ -43,6 +43,10 @@ bool quant_moe_decode_supported(DType gate_up_dt, DType down_dt, int64_t hidden,
 // the y-th selected expert (in id order), and block (0, 0) leaves ids,
 // weights and slot_of [top_k] for down + combine. max_tiles >= top_k,
 // warp_outputs 4.
+// shared_gate / shared_up (Tuning::cuda_moe_shared_in_experts; null: none):
+// the shared expert's gate and up [I, H] in gate_up's format (its
+// intermediate size I), computed by the grid's row top_k (the launch has at
+// least top_k + 1 rows then) from the same 8-bit token into h row top_k.
 struct MoeRouteInExperts {
   const float* logits = nullptr;
   int64_t experts = 0;
@@ -50,7 +54,19 @@ struct MoeRouteInExperts {
   int32_t* ids = nullptr;
   float* weights = nullptr;
   int32_t* slot_of = nullptr;
+  const void* shared_gate = nullptr;
+  const void* shared_up = nullptr;
 };
+// Whether the shared expert can be computed in the fused launches
+// (MoeRouteInExperts::shared_gate, launch_quant_moe_down_combine's
+// shared_down): a one-token step routed in the experts' launch, the shared
+// expert's intermediate size the routed one's, its gate / up in the routed
+// gate_up's format and its down in the routed down's, 16-byte aligned.
+bool quant_moe_shared_in_experts_supported(int64_t tokens, int64_t I, int64_t shared_I,
+                                           DType gate_up_dt, DType down_dt, const void* shared_gate,
+                                           DType shared_gate_dt, const void* shared_up,
+                                           DType shared_up_dt, const void* shared_down,
+                                           DType shared_down_dt);
 // Whether a step of `tokens` takes it: one token, top_k <= 32, at most 512
 // experts, 4 outputs a warp and a grid of at least top_k tiles.
 bool quant_moe_route_in_experts_supported(int64_t tokens, int64_t experts, int64_t top_k,
@@ -68,6 +84,11 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
 // shared_out[t, j] when shared_out; f32 sums, as launch_moe_combine.
 // form (Tuning::cuda_moe_down_form, 0..2): how many experts' blocks a warp
 // fetches at once and at how many blocks an SM; the same bits in each.
+// shared_down (Tuning::cuda_moe_shared_in_experts; null: none; one token):
+// the shared expert's down [H, I] in down's format; its product with h row
+// top_k (gate / up's shared row) takes the place of shared_out (which is
+// then ignored), warp-summed and added after the routed experts as
+// sigmoid(shared_gate[t]) times it.
 // pdl_trigger (Tuning::cuda_moe_down_pdl_trigger): every block calls
 // griddepcontrol.launch_dependents first, so a programmatic dependent (the
 // next weight-streaming GEMV) is scheduled onto SMs as these blocks leave;
@@ -77,6 +98,7 @@ Status launch_quant_moe_down_combine(cudaStream_t s, const int8_t* hq, const flo
                                      int64_t tokens, int64_t top_k, const int32_t* ids,
                                      const int32_t* slot_of, const float* weights,
                                      const float* shared_gate, const float* shared_out,
-                                     void* hidden, DType act, int form, bool pdl_trigger);
+                                     const void* shared_down, void* hidden, DType act, int form,
+                                     bool pdl_trigger);
 
 }  // namespace ferrite::cuda
