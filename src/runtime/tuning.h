@@ -130,6 +130,13 @@ namespace ferrite {
     "the experts' ranks counted in parallel, instead of one warp's serial selections (~5 us a "    \
     "layer of Qwen3-30B-A3B at batch 1); the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s " \
     "(0 / 1, random weights): 357.0, 357.0 / 364.6, 364.1 (b8 unchanged: one token only)")         \
+  X(bool, cuda_moe_route_candidates, "FERRITE_CUDA_MOE_ROUTE_CANDIDATES", false,               \
+    "CUDA: the block routing of a one-token MoE step (cuda_moe_route_block, "                   \
+    "cuda_moe_route_in_experts) ranks in two steps: a warp a group of 32 experts keeps its "     \
+    "first top_k, then only those candidates are counted against each other (16 comparisons a " \
+    "thread at 256 experts and top-8 instead of 256, which compiled to a branch each and took " \
+    "the larger part of Qwen3.5-MoE's fused gate / up stall samples); the same bits. Written "  \
+    "in session 42 after the device time ran out: off until run on a GPU")                      \
   X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", true,                 \
     "CUDA: with cuda_moe_fused_tokens and block-format experts, a one-token step (up to 512 "     \
     "experts) routes inside the fused gate / up launch, every block by its threads as "          \

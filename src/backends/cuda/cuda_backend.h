@@ -67,6 +67,7 @@ struct CudaExecOptions {
   bool moe_down_pdl_trigger = true;      // Tuning::cuda_moe_down_pdl_trigger
   bool pdl_trigger_small = false;        // Tuning::cuda_pdl_trigger_small
   bool moe_shared_in_experts = true;     // Tuning::cuda_moe_shared_in_experts
+  bool moe_route_candidates = false;     // Tuning::cuda_moe_route_candidates
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster

@@ -74,6 +74,7 @@ struct BackendState {
   bool moe_down_pdl_trigger = true;      // Tuning::cuda_moe_down_pdl_trigger
   bool pdl_trigger_small = false;        // Tuning::cuda_pdl_trigger_small
   bool moe_shared_in_experts = true;     // Tuning::cuda_moe_shared_in_experts
+  bool moe_route_candidates = false;     // Tuning::cuda_moe_route_candidates
   // One int at zero between launches: the arrival counter of the norm +
   // router launch that also routes (launch_moe_norm_router's `route`).
   int32_t* moe_route_counter = nullptr;
