@@ -281,6 +281,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.pdl_trigger_small = options.tuning.cuda_pdl_trigger_small;
     co.moe_shared_in_experts = options.tuning.cuda_moe_shared_in_experts;
     co.moe_route_candidates = options.tuning.cuda_moe_route_candidates;
+    co.gated_delta_fused_norm = options.tuning.cuda_gated_delta_fused_norm;
     co.decode_split_positions = options.tuning.cuda_decode_split_positions;
     co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
     co.decode_cluster = options.tuning.cuda_decode_cluster;

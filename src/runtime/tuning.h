@@ -166,6 +166,13 @@ namespace ferrite {
     "does, so that GEMV copies its weights during them; the same values. Neutral, so off: H100 " \
     "b1 tokens/s (0 / 1, random weights, session 42): Qwen3.5-35B-A3B GPTQ-Int4 291.3, 288.9 / " \
     "295.2, 288.7; Qwen3-Next-80B-A3B GPTQ-Int4 172.3 / 175.2; Qwen3-30B-A3B Q4_K_M 382.0 / 382.6")                       \
+  X(bool, cuda_gated_delta_fused_norm, "FERRITE_CUDA_GATED_DELTA_FUSED_NORM", false,          \
+    "CUDA: a decode step of the gated delta layers (Qwen3.5, Qwen3-Next; every span shorter "   \
+    "than 16 tokens) runs the recurrent rule and the gated RMSNorm times silu(z) in one launch: " \
+    "a value head's 32-column slices are one cluster that exchanges its sums of squares in "     \
+    "shared memory, instead of a second launch re-reading o; the same bits. Written in session " \
+    "42 after the device time ran out: off until run on a GPU (the gated norm is ~3.5 us of "   \
+    "each Qwen3.5-35B-A3B linear-attention layer at b1 on the H100)")                          \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

@@ -594,6 +594,46 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
         [](int f) { return "the one-token step differs (form " + std::to_string(f) + ")"; });
 }
 
+// The gated delta rule's recurrent form and the gated norm in one launch
+// (Tuning::cuda_gated_delta_fused_norm: a value head's column slices as a
+// cluster) against two launches, on the hybrid models: a prefill of 3
+// sequences of 5, 3 and 12 tokens (every span under 16: the recurrent
+// form, several tokens a block) and a decode step of them, eager and from
+// graphs, f32 and bf16; the logits of both steps bitwise equal.
+TEST(CudaGatedDeltaTest, FusedNormIsBitwiseEqualToTwoLaunches) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<std::string, DType>> models = {
+      {kModelsDir + "qwen3_5", DType::kF32},
+      {kModelsDir + "qwen3_5", DType::kBF16},
+      {kModelsDir + "qwen3_5_moe", DType::kBF16},
+      {kModelsDir + "qwen3_next", DType::kBF16}};
+  const std::vector<std::vector<uint32_t>> prompts = {
+      {5, 17, 30, 42, 7}, {9, 9, 1}, {100, 20, 31, 40, 50, 6, 7, 8, 9, 10, 11, 12}};
+  for (const auto& [path, act] : models) {
+    SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
+    std::vector<float> logits[3][2];
+    for (int f = 0; f < 3; ++f) {
+      RunnerOptions o = cuda_options(path, act);
+      o.tuning.cuda_gated_delta_fused_norm = f != 0;
+      o.tuning.cuda_graphs = f == 2;
+      auto r = ModelRunner::open(o);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      std::unique_ptr<ModelRunner> runner = std::move(r).value();
+      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, &logits[f][0], &logits[f][1]));
+    }
+    for (int f = 1; f < 3; ++f)
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_FALSE(logits[0][step].empty());
+        ASSERT_EQ(logits[0][step].size(), logits[f][step].size());
+        EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[f][step].data(),
+                              logits[0][step].size() * 4),
+                  0)
+            << (step == 0 ? "prefill" : "decode") << (f == 2 ? " (graphs)" : "")
+            << ": the fused gated norm differs from its own launch";
+      }
+  }
+}
+
 // The shared expert inside the fused one-token launches (Tuning::
 // cuda_moe_shared_in_experts: its gate / up in the gate / up grid's row
 // after the selections, its down product in down + combine) against the two

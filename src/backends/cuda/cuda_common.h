@@ -75,6 +75,7 @@ struct BackendState {
   bool pdl_trigger_small = false;        // Tuning::cuda_pdl_trigger_small
   bool moe_shared_in_experts = true;     // Tuning::cuda_moe_shared_in_experts
   bool moe_route_candidates = false;     // Tuning::cuda_moe_route_candidates
+  bool gated_delta_fused_norm = false;   // Tuning::cuda_gated_delta_fused_norm
   // One int at zero between launches: the arrival counter of the norm +
   // router launch that also routes (launch_moe_norm_router's `route`).
   int32_t* moe_route_counter = nullptr;

@@ -120,7 +120,7 @@ class GatedDelta final : public Provider {
     FERRITE_RETURN_IF_ERROR(launch_gated_delta_rule(
         st.stream, st.meta, S, t, max_span, g, x, z, bb, aa, b[kALog].data, b[kALog].dtype,
         b[kDtBias].data, b[kDtBias].dtype, b[kNorm].data, b[kNorm].dtype,
-        b[kDeltaState].as<float>(), y, act, st.pdl_trigger_small));
+        b[kDeltaState].as<float>(), y, act, st.pdl_trigger_small, st.gated_delta_fused_norm));
     profile_mark(st.stream, "delta.out_proj", st.capturing);
     return gemm(st, y, act, t, VD, b[kOutProj].data, b[kOutProj].dtype, H, b[kHidden].data, act,
                 true, nullptr, DType::kF32, out_perm);

@@ -7,6 +7,8 @@
 // Sequences are packed in order: sequence s owns rows
 // [seq_last_row[s-1] + 1, seq_last_row[s]] (the provider checks this).
 // A state slot < 0 (graph padding) reads zero state and writes none.
+#include <cooperative_groups.h>
+
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/gated_delta.cuh"
 
@@ -150,8 +152,10 @@ __device__ __forceinline__ float delta_beta(const DeltaArgs& p, const DeltaBlock
 // state rows w, w + nw, ...; lane = column; partial sums over rows are
 // combined through shared memory. Shared: qs, ks [dk], red [2 nw],
 // part [2][nw][32].
+// o_keep (optional, shared memory [n][32]): each token's o of the block's
+// columns (lane = column) as well, for the gated norm in the same launch.
 __device__ void delta_recurrent(const DeltaArgs& p, const DeltaBlock& b, float* S, float* qs,
-                                float* ks, float* red, float* part) {
+                                float* ks, float* red, float* part, float* o_keep = nullptr) {
   const int dk = p.g.dk;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int c = b.c0 + lane;
@@ -204,6 +208,7 @@ __device__ void delta_recurrent(const DeltaArgs& p, const DeltaBlock& b, float* 
       for (int i = 0; i < nw; ++i) o += part2[i * 32 + lane];
       xr[voff] = o;  // every warp has read v of this token (before the syncs)
     }
+    if (o_keep && w == 0) o_keep[(t - b.first) * 32 + lane] = col ? o : 0.0f;
   }
 }
 
@@ -484,6 +489,63 @@ __global__ void __launch_bounds__(kRecurrentThreads)
   store_state(p, b, S);
 }
 
+// The recurrent form and the gated RMSNorm times silu(z) in one launch
+// (Tuning::cuda_gated_delta_fused_norm; every span shorter than
+// kChunkedMinTokens): the ns = dv / 32 column slices of a (sequence, value
+// head) are one cluster of ns blocks (rank = slice), each keeping its
+// tokens' o in shared memory; after a cluster barrier every slice's lane l
+// sums the squares of columns l, l + 32, ... in that order from the
+// slices' shared memory, as gated_norm_kernel's lane l does over the row,
+// then the same warp sum and expression: the same bits, one launch and one
+// round trip of o fewer.
+constexpr int kNormMaxTokens = kChunkedMinTokens;
+constexpr int kMaxNormCluster = 8;  // slices a head: dv up to 256 (a portable cluster)
+template <typename T>
+__global__ void __launch_bounds__(kRecurrentThreads)
+    gated_delta_recurrent_norm_kernel(StepMeta meta, DeltaArgs p, const float* z,
+                                      const void* norm, int norm_dt, T* y, bool pdl_trigger) {
+  namespace cg = cooperative_groups;
+  if (pdl_trigger) pdl_launch_dependents();
+  extern __shared__ float4 delta_sm4[];  // 16-byte aligned (float4 loads)
+  float* sm = reinterpret_cast<float*>(delta_sm4);
+  const DeltaBlock b = delta_block(meta, p);
+  const int nw = blockDim.x >> 5;
+  float* S = sm;
+  float* qs = S + p.g.dk * kDvSlice;
+  float* ks = qs + p.g.dk;
+  float* red = ks + p.g.dk;
+  float* part = red + 2 * nw;
+  float* o_keep = part + 2 * nw * 32;
+  load_state(p, b, S);
+  __syncthreads();
+  delta_recurrent(p, b, S, qs, ks, red, part, o_keep);
+  __syncthreads();
+  store_state(p, b, S);
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every slice's o_keep written and visible
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int ns = (p.g.dv + kDvSlice - 1) / kDvSlice;
+  const int c = b.c0 + lane;
+  for (int i = w; i < b.n; i += nw) {
+    float ss = 0;
+    for (int j = 0; j < ns; ++j) {
+      if (j * kDvSlice + lane < p.g.dv) {
+        const float v = *cluster.map_shared_rank(o_keep + i * 32 + lane, j);
+        ss += v * v;
+      }
+    }
+    ss = warp_sum(ss);
+    const float inv = rsqrtf(ss / static_cast<float>(p.g.dv) + p.g.eps);
+    if (c < p.g.dv) {
+      const int64_t at = int64_t(b.first + i) * p.g.hv * p.g.dv + int64_t(b.h) * p.g.dv + c;
+      const float o = o_keep[i * 32 + lane];
+      const float zz = z[at];
+      y[at] = from_f<T>(load_any(norm, norm_dt, c) * o * inv * (zz / (1.0f + expf(-zz))));
+    }
+  }
+  cluster.sync();  // no block leaves while a peer may still read its o_keep
+}
+
 // Spans of >= kChunkedMinTokens tokens in the chunked form, shorter ones
 // (the decode rows of a mixed step) in the recurrent form: 256 threads.
 __global__ void __launch_bounds__(kChunkThreads, 1)
@@ -561,7 +623,7 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
                                const float* z, const float* b, const float* a, const void* a_log,
                                DType a_log_dt, const void* dt_bias, DType dt_bias_dt,
                                const void* norm, DType norm_dt, float* delta_state, void* y,
-                               DType act, bool pdl_trigger) {
+                               DType act, bool pdl_trigger, bool fused_norm) {
   if (!small_ok(a_log_dt) || !small_ok(dt_bias_dt) || !small_ok(norm_dt))
     return unsupported("gated delta: small weights must be f32 / bf16 / f16");
   if (g.hk < 1 || g.hv % g.hk != 0 || g.dk < 1 || g.dv < 1)
@@ -594,6 +656,36 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
     gated_delta_chunked_kernel<<<static_cast<unsigned>(blocks), kChunkThreads,
                                  static_cast<size_t>(csmem), s>>>(meta, p);
     FERRITE_RETURN_IF_ERROR(check_launch("gated_delta_chunked_kernel"));
+  } else if (fused_norm && max_span < kNormMaxTokens &&
+             (g.dv + kDvSlice - 1) / kDvSlice <= kMaxNormCluster) {
+    // The recurrent form with the gated norm (one launch; see the kernel).
+    const int ns = static_cast<int>((g.dv + kDvSlice - 1) / kDvSlice);
+    const int64_t smem = rsmem + 4 * kNormMaxTokens * 32;
+    cudaError_t err = cudaSuccess;
+    const bool ok = dispatch_float(act, [&](auto tag) {
+      using T = decltype(tag);
+      auto kern = gated_delta_recurrent_norm_kernel<T>;
+      if (smem > 48 * 1024)
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(ns);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+      cfg.blockDim = dim3(kRecurrentThreads);
+      cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+      cfg.stream = s;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      err = cudaLaunchKernelEx(&cfg, kern, meta, p, z, norm, dt_code(norm_dt), static_cast<T*>(y),
+                               pdl_trigger);
+    });
+    if (!ok) return bad_dtype("gated delta activation", act);
+    if (err != cudaSuccess) return cuda_error(err, "gated_delta_recurrent_norm_kernel");
+    return check_launch("gated_delta_recurrent_norm_kernel");
   } else {
     if (rsmem > 48 * 1024)
       cudaFuncSetAttribute(gated_delta_recurrent_kernel,

@@ -37,7 +37,10 @@ Status launch_causal_conv_silu(cudaStream_t s, const StepMeta& meta, int64_t seq
 // y [tokens, Hv dv] of act. Never synchronises. pdl_trigger (Tuning::
 // cuda_pdl_trigger_small): the gated norm's blocks call
 // griddepcontrol.launch_dependents first, so the output projection (a
-// programmatic dependent) copies its weights meanwhile.
+// programmatic dependent) copies its weights meanwhile. fused_norm
+// (Tuning::cuda_gated_delta_fused_norm): with every span shorter than 16
+// tokens and dv <= 256, the recurrent form and the gated norm are one
+// launch (a head's column slices as a cluster); the same bits.
 int64_t gated_delta_smem_bytes(const GatedDeltaShape& g);          // recurrent kernel
 int64_t gated_delta_chunked_smem_bytes(const GatedDeltaShape& g);  // -1: no chunked form
 Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t sequences,
@@ -45,6 +48,7 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
                                float* x, const float* z, const float* b, const float* a,
                                const void* a_log, DType a_log_dt, const void* dt_bias,
                                DType dt_bias_dt, const void* norm, DType norm_dt,
-                               float* delta_state, void* y, DType act, bool pdl_trigger);
+                               float* delta_state, void* y, DType act, bool pdl_trigger,
+                               bool fused_norm);
 
 }  // namespace ferrite::cuda
