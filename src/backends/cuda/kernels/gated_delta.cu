@@ -2,7 +2,8 @@
 // over the conv state; the gated delta rule in f32, a block per (sequence,
 // value head, 32-column slice of the state), recurrent form for decode /
 // short spans and chunked (WY) form for spans of >= 16 tokens; then the
-// gated RMSNorm times silu(z) as a separate pass. (The MoE kernels are in
+// gated RMSNorm times silu(z) as a separate pass, or in the recurrent
+// launch (gated_delta_recurrent_norm_kernel). (The MoE kernels are in
 // moe.cu.)
 // Sequences are packed in order: sequence s owns rows
 // [seq_last_row[s-1] + 1, seq_last_row[s]] (the provider checks this).
@@ -56,7 +57,8 @@ __global__ void conv_silu_kernel(StepMeta meta, int64_t sequences, float* x, int
 // over the v columns it has just read (x's V section: each (token, value
 // head, column) is read and then written by the same block); the gated
 // RMSNorm times silu(z) needs the whole dv row, so it runs as a separate pass
-// (gated_norm_kernel).
+// (gated_norm_kernel), or in a launch whose blocks of a head are a cluster
+// (gated_delta_recurrent_norm_kernel).
 
 constexpr int kDvSlice = 32;          // state columns per block (one per lane)
 constexpr int kChunk = 64;            // tokens per chunk of the chunked form
@@ -470,11 +472,13 @@ __device__ void delta_chunked(const DeltaArgs& p, const DeltaBlock& b, float* sm
   }
 }
 
-// The recurrent form only (decode, short spans): 128 threads.
-__global__ void __launch_bounds__(kRecurrentThreads)
-    gated_delta_recurrent_kernel(StepMeta meta, DeltaArgs p) {
-  extern __shared__ float4 delta_sm4[];  // 16-byte aligned (float4 loads)
-  float* sm = reinterpret_cast<float*>(delta_sm4);
+// One block of the recurrent form: its state slice loaded to shared memory
+// sm (S [dk][kDvSlice], then qs, ks [dk], red [2 nw], part [2 nw][32]:
+// recurrent_smem_floats), the tokens run through it, the slice stored back.
+// keep_o: each token's o also into shared memory after those ([n][32], as
+// delta_recurrent's o_keep).
+__device__ __forceinline__ DeltaBlock run_recurrent(const StepMeta& meta, const DeltaArgs& p,
+                                                    float* sm, bool keep_o) {
   const DeltaBlock b = delta_block(meta, p);
   const int nw = blockDim.x >> 5;
   float* S = sm;
@@ -484,9 +488,17 @@ __global__ void __launch_bounds__(kRecurrentThreads)
   float* part = red + 2 * nw;
   load_state(p, b, S);
   __syncthreads();
-  delta_recurrent(p, b, S, qs, ks, red, part);
+  delta_recurrent(p, b, S, qs, ks, red, part, keep_o ? part + 2 * nw * 32 : nullptr);
   __syncthreads();
   store_state(p, b, S);
+  return b;
+}
+
+// The recurrent form only (decode, short spans): 128 threads.
+__global__ void __launch_bounds__(kRecurrentThreads)
+    gated_delta_recurrent_kernel(StepMeta meta, DeltaArgs p) {
+  extern __shared__ float4 delta_sm4[];  // 16-byte aligned (float4 loads)
+  run_recurrent(meta, p, reinterpret_cast<float*>(delta_sm4), false);
 }
 
 // The recurrent form and the gated RMSNorm times silu(z) in one launch
@@ -508,19 +520,9 @@ __global__ void __launch_bounds__(kRecurrentThreads)
   if (pdl_trigger) pdl_launch_dependents();
   extern __shared__ float4 delta_sm4[];  // 16-byte aligned (float4 loads)
   float* sm = reinterpret_cast<float*>(delta_sm4);
-  const DeltaBlock b = delta_block(meta, p);
   const int nw = blockDim.x >> 5;
-  float* S = sm;
-  float* qs = S + p.g.dk * kDvSlice;
-  float* ks = qs + p.g.dk;
-  float* red = ks + p.g.dk;
-  float* part = red + 2 * nw;
-  float* o_keep = part + 2 * nw * 32;
-  load_state(p, b, S);
-  __syncthreads();
-  delta_recurrent(p, b, S, qs, ks, red, part, o_keep);
-  __syncthreads();
-  store_state(p, b, S);
+  const DeltaBlock b = run_recurrent(meta, p, sm, true);
+  const float* o_keep = sm + recurrent_smem_floats(p.g.dk, nw);
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every slice's o_keep written and visible
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
