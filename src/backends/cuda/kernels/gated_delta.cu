@@ -510,6 +510,17 @@ __global__ void __launch_bounds__(kRecurrentThreads)
 // slices' shared memory, as gated_norm_kernel's lane l does over the row,
 // then the same warp sum and expression: the same bits, one launch and one
 // round trip of o fewer.
+// The gated RMSNorm times silu(z): a row's scale from its sum of squares ss
+// (lane l over columns l, l + 32, ... in order, then warp_sum), and one
+// element of it. Both gated norm kernels compute them here: the same bits.
+__device__ __forceinline__ float gated_norm_inv(float ss, const GatedDeltaShape& g) {
+  return rsqrtf(ss / static_cast<float>(g.dv) + g.eps);
+}
+__device__ __forceinline__ float gated_norm_out(const void* norm, int norm_dt, int e, float o,
+                                                float inv, float zz) {
+  return load_any(norm, norm_dt, e) * o * inv * (zz / (1.0f + expf(-zz)));
+}
+
 constexpr int kNormMaxTokens = kChunkedMinTokens;
 constexpr int kMaxNormCluster = 8;  // slices a head: dv up to 256 (a portable cluster)
 template <typename T>
@@ -537,12 +548,10 @@ __global__ void __launch_bounds__(kRecurrentThreads)
       }
     }
     ss = warp_sum(ss);
-    const float inv = rsqrtf(ss / static_cast<float>(p.g.dv) + p.g.eps);
+    const float inv = gated_norm_inv(ss, p.g);
     if (c < p.g.dv) {
       const int64_t at = int64_t(b.first + i) * p.g.hv * p.g.dv + int64_t(b.h) * p.g.dv + c;
-      const float o = o_keep[i * 32 + lane];
-      const float zz = z[at];
-      y[at] = from_f<T>(load_any(norm, norm_dt, c) * o * inv * (zz / (1.0f + expf(-zz))));
+      y[at] = from_f<T>(gated_norm_out(norm, norm_dt, c, o_keep[i * 32 + lane], inv, z[at]));
     }
   }
   cluster.sync();  // no block leaves while a peer may still read its o_keep
@@ -589,11 +598,9 @@ __global__ void gated_norm_kernel(GatedDeltaShape g, int64_t rows, const float* 
   float ss = 0;
   for (int e = lane; e < g.dv; e += 32) ss += o[e] * o[e];
   ss = warp_sum(ss);
-  const float inv = rsqrtf(ss / static_cast<float>(g.dv) + g.eps);
-  for (int e = lane; e < g.dv; e += 32) {
-    const float zz = z[at + e];
-    y[at + e] = from_f<T>(load_any(norm, norm_dt, e) * o[e] * inv * (zz / (1.0f + expf(-zz))));
-  }
+  const float inv = gated_norm_inv(ss, g);
+  for (int e = lane; e < g.dv; e += 32)
+    y[at + e] = from_f<T>(gated_norm_out(norm, norm_dt, e, o[e], inv, z[at + e]));
 }
 
 }  // namespace
