@@ -173,6 +173,13 @@ namespace ferrite {
     "shared memory, instead of a second launch re-reading o; the same bits. Written in session " \
     "42 after the device time ran out: off until run on a GPU (the gated norm is ~3.5 us of "   \
     "each Qwen3.5-35B-A3B linear-attention layer at b1 on the H100)")                          \
+  X(bool, cuda_gated_delta_pdl, "FERRITE_CUDA_GATED_DELTA_PDL", false,                        \
+    "CUDA: a decode step of the gated delta layers launches the recurrent rule as a "             \
+    "programmatic dependent of the causal conv (which triggers it first): the rule's blocks "      \
+    "load their state slice (written only by this layer's rule of an earlier step) and the "       \
+    "head's constants while the conv runs, then wait for the conv's output; the same bits. "        \
+    "Written in session 43: off until measured (the recurrent launch is ~10 us of each "            \
+    "Qwen3.5-35B-A3B linear-attention layer at b1 on the H100, mostly round trips)")               \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

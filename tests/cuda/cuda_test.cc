@@ -599,7 +599,10 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
 // cluster) against two launches, on the hybrid models: a prefill of 3
 // sequences of 5, 3 and 12 tokens (every span under 16: the recurrent
 // form, several tokens a block) and a decode step of them, eager and from
-// graphs, f32 and bf16; the logits of both steps bitwise equal.
+// graphs, f32 and bf16; the logits of both steps bitwise equal. Forms 3 to
+// 5 launch the rule as a programmatic dependent of the conv (Tuning::
+// cuda_gated_delta_pdl: its state read before griddepcontrol.wait), with
+// two launches from graphs (3), fused eager (4) and fused from graphs (5).
 TEST(CudaGatedDeltaTest, FusedNormIsBitwiseEqualToTwoLaunches) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -611,25 +614,27 @@ TEST(CudaGatedDeltaTest, FusedNormIsBitwiseEqualToTwoLaunches) {
       {5, 17, 30, 42, 7}, {9, 9, 1}, {100, 20, 31, 40, 50, 6, 7, 8, 9, 10, 11, 12}};
   for (const auto& [path, act] : models) {
     SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
-    std::vector<float> logits[3][2];
-    for (int f = 0; f < 3; ++f) {
+    constexpr int kForms = 6;
+    std::vector<float> logits[kForms][2];
+    for (int f = 0; f < kForms; ++f) {
       RunnerOptions o = cuda_options(path, act);
-      o.tuning.cuda_gated_delta_fused_norm = f != 0;
-      o.tuning.cuda_graphs = f == 2;
+      o.tuning.cuda_gated_delta_fused_norm = f == 1 || f == 2 || f >= 4;
+      o.tuning.cuda_graphs = f == 2 || f == 3 || f == 5;
+      o.tuning.cuda_gated_delta_pdl = f >= 3;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
       ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, &logits[f][0], &logits[f][1]));
     }
-    for (int f = 1; f < 3; ++f)
+    for (int f = 1; f < kForms; ++f)
       for (int step = 0; step < 2; ++step) {
         ASSERT_FALSE(logits[0][step].empty());
         ASSERT_EQ(logits[0][step].size(), logits[f][step].size());
         EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[f][step].data(),
                               logits[0][step].size() * 4),
                   0)
-            << (step == 0 ? "prefill" : "decode") << (f == 2 ? " (graphs)" : "")
-            << ": the fused gated norm differs from its own launch";
+            << (step == 0 ? "prefill" : "decode") << " (form " << f
+            << "): the fused gated norm or the programmatic launch differs";
       }
   }
 }

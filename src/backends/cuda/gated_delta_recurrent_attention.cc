@@ -102,10 +102,19 @@ class GatedDelta final : public Provider {
         {{b[kInProjQkv], C, x}, {b[kInProjZ], VD, z}, {b[kInProjB], hv, bb},
          {b[kInProjA], hv, aa}},
         DType::kF32, /*swiglu=*/false, sc.perm));
+    // The rule as a programmatic dependent of the conv (Tuning::
+    // cuda_gated_delta_pdl) only in its recurrent form (every span under
+    // the chunked form's tokens: decode), whose blocks read their state
+    // before waiting; the chunked form starts after the conv as before.
+    int64_t max_span = 0;
+    for (const SequenceSlice& sq : inv.batch->sequences)
+      max_span = std::max<int64_t>(max_span, sq.token_count);
+    const bool delta_pdl = st.gated_delta_pdl && max_span < kGatedDeltaChunkedMinTokens;
     profile_mark(st.stream, "delta.conv", st.capturing);
     FERRITE_RETURN_IF_ERROR(launch_causal_conv_silu(st.stream, st.meta, S, x, C,
                                                     b[kConvWeight].data, b[kConvWeight].dtype,
-                                                    i64(p.conv_kernel), b[kConvState].as<float>()));
+                                                    i64(p.conv_kernel), b[kConvState].as<float>(),
+                                                    delta_pdl));
     profile_mark(st.stream, "delta.rule", st.capturing);
     GatedDeltaShape g;
     g.hk = static_cast<int32_t>(p.num_k_heads);
@@ -114,13 +123,11 @@ class GatedDelta final : public Provider {
     g.dv = static_cast<int32_t>(p.v_head_dim);
     g.tiled = p.tiled_value_heads ? 1 : 0;
     g.eps = static_cast<float>(p.eps);
-    int64_t max_span = 0;
-    for (const SequenceSlice& sq : inv.batch->sequences)
-      max_span = std::max<int64_t>(max_span, sq.token_count);
     FERRITE_RETURN_IF_ERROR(launch_gated_delta_rule(
         st.stream, st.meta, S, t, max_span, g, x, z, bb, aa, b[kALog].data, b[kALog].dtype,
         b[kDtBias].data, b[kDtBias].dtype, b[kNorm].data, b[kNorm].dtype,
-        b[kDeltaState].as<float>(), y, act, st.pdl_trigger_small, st.gated_delta_fused_norm));
+        b[kDeltaState].as<float>(), y, act, st.pdl_trigger_small, st.gated_delta_fused_norm,
+        delta_pdl));
     profile_mark(st.stream, "delta.out_proj", st.capturing);
     return gemm(st, y, act, t, VD, b[kOutProj].data, b[kOutProj].dtype, H, b[kHidden].data, act,
                 true, nullptr, DType::kF32, out_perm);

@@ -22,8 +22,13 @@ __device__ __forceinline__ int seq_first(const StepMeta& m, int s) {
   return s == 0 ? 0 : m.seq_last_row[s - 1] + 1;
 }
 
+// pdl_trigger (Tuning::cuda_gated_delta_pdl): the gated delta rule after it
+// is a programmatic dependent; its blocks may start now (they load their
+// state and wait for this grid before reading x).
 __global__ void conv_silu_kernel(StepMeta meta, int64_t sequences, float* x, int64_t C,
-                                 const void* w, int wdt, int K, float* conv_state) {
+                                 const void* w, int wdt, int K, float* conv_state,
+                                 bool pdl_trigger) {
+  if (pdl_trigger) pdl_launch_dependents();
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= sequences * C) return;
   const int s = static_cast<int>(idx / C);
@@ -62,7 +67,7 @@ __global__ void conv_silu_kernel(StepMeta meta, int64_t sequences, float* x, int
 
 constexpr int kDvSlice = 32;          // state columns per block (one per lane)
 constexpr int kChunk = 64;            // tokens per chunk of the chunked form
-constexpr int kChunkedMinTokens = 16; // shorter spans run the recurrent form
+constexpr int kChunkedMinTokens = kGatedDeltaChunkedMinTokens;  // shorter: recurrent
 constexpr int kChunkThreads = 256;
 constexpr int kRecurrentThreads = 128;
 constexpr int kLdA = kChunk + 1;      // row stride of the chunk x chunk matrices
@@ -477,6 +482,13 @@ __device__ void delta_chunked(const DeltaArgs& p, const DeltaBlock& b, float* sm
 // recurrent_smem_floats), the tokens run through it, the slice stored back.
 // keep_o: each token's o also into shared memory after those ([n][32], as
 // delta_recurrent's o_keep).
+// Launched as a programmatic dependent of the conv (Tuning::
+// cuda_gated_delta_pdl), the block reads the step's metadata, the head's
+// constants and its state slice before pdl_wait(): the conv writes none of
+// them (the state is this layer's rule's own, last written a step ago by a
+// grid that completed before the conv started: the conv is launched
+// normally), and only x, b, a after it. Launched normally, pdl_wait() is a
+// no-op.
 __device__ __forceinline__ DeltaBlock run_recurrent(const StepMeta& meta, const DeltaArgs& p,
                                                     float* sm, bool keep_o) {
   const DeltaBlock b = delta_block(meta, p);
@@ -487,6 +499,7 @@ __device__ __forceinline__ DeltaBlock run_recurrent(const StepMeta& meta, const 
   float* red = ks + p.g.dk;
   float* part = red + 2 * nw;
   load_state(p, b, S);
+  pdl_wait();
   __syncthreads();
   delta_recurrent(p, b, S, qs, ks, red, part, keep_o ? part + 2 * nw * 32 : nullptr);
   __syncthreads();
@@ -607,14 +620,15 @@ __global__ void gated_norm_kernel(GatedDeltaShape g, int64_t rows, const float* 
 
 Status launch_causal_conv_silu(cudaStream_t s, const StepMeta& meta, int64_t sequences, float* x,
                                int64_t conv_dim, const void* w, DType w_dt, int64_t kernel,
-                               float* conv_state) {
+                               float* conv_state, bool pdl_trigger) {
   if (kernel < 1 || kernel > kMaxConv) return unsupported("causal conv: kernel must be 1..8");
   if (!small_ok(w_dt)) return bad_dtype("causal conv weight", w_dt);
   const int64_t n = sequences * conv_dim;
   if (n == 0) return Status::ok();
   const int threads = 256;
   conv_silu_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, s>>>(
-      meta, sequences, x, conv_dim, w, dt_code(w_dt), static_cast<int>(kernel), conv_state);
+      meta, sequences, x, conv_dim, w, dt_code(w_dt), static_cast<int>(kernel), conv_state,
+      pdl_trigger);
   return check_launch("conv_silu_kernel");
 }
 
@@ -632,7 +646,7 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
                                const float* z, const float* b, const float* a, const void* a_log,
                                DType a_log_dt, const void* dt_bias, DType dt_bias_dt,
                                const void* norm, DType norm_dt, float* delta_state, void* y,
-                               DType act, bool pdl_trigger, bool fused_norm) {
+                               DType act, bool pdl_trigger, bool fused_norm, bool pdl) {
   if (!small_ok(a_log_dt) || !small_ok(dt_bias_dt) || !small_ok(norm_dt))
     return unsupported("gated delta: small weights must be f32 / bf16 / f16");
   if (g.hk < 1 || g.hv % g.hk != 0 || g.dk < 1 || g.dv < 1)
@@ -677,18 +691,20 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
       if (smem > 48 * 1024)
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem));
-      cudaLaunchAttribute attr[1];
+      cudaLaunchAttribute attr[2];
       attr[0].id = cudaLaunchAttributeClusterDimension;
       attr[0].val.clusterDim.x = static_cast<unsigned>(ns);
       attr[0].val.clusterDim.y = 1;
       attr[0].val.clusterDim.z = 1;
+      attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[1].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(static_cast<unsigned>(blocks));
       cfg.blockDim = dim3(kRecurrentThreads);
       cfg.dynamicSmemBytes = static_cast<size_t>(smem);
       cfg.stream = s;
       cfg.attrs = attr;
-      cfg.numAttrs = 1;
+      cfg.numAttrs = 2;
       err = cudaLaunchKernelEx(&cfg, kern, meta, p, z, norm, dt_code(norm_dt), static_cast<T*>(y),
                                pdl_trigger);
     });
@@ -699,8 +715,10 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
     if (rsmem > 48 * 1024)
       cudaFuncSetAttribute(gated_delta_recurrent_kernel,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(rsmem));
-    gated_delta_recurrent_kernel<<<static_cast<unsigned>(blocks), kRecurrentThreads,
-                                   static_cast<size_t>(rsmem), s>>>(meta, p);
+    const cudaError_t err =
+        launch_maybe_pdl(pdl, gated_delta_recurrent_kernel, dim3(static_cast<unsigned>(blocks)),
+                         dim3(kRecurrentThreads), static_cast<size_t>(rsmem), s, meta, p);
+    if (err != cudaSuccess) return cuda_error(err, "gated_delta_recurrent_kernel");
     FERRITE_RETURN_IF_ERROR(check_launch("gated_delta_recurrent_kernel"));
   }
 

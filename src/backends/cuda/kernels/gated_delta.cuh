@@ -24,9 +24,11 @@ struct GatedDeltaShape {
 // x [tokens, conv_dim] f32 in place: causal depthwise conv over each
 // sequence's conv state rows and its tokens, then SiLU; the state keeps the
 // last kernel-1 inputs. conv_state [slots, kernel-1, conv_dim] f32.
+// pdl_trigger: its blocks call griddepcontrol.launch_dependents first (the
+// gated delta rule after it launched with pdl, below).
 Status launch_causal_conv_silu(cudaStream_t s, const StepMeta& meta, int64_t sequences, float* x,
                                int64_t conv_dim, const void* w, DType w_dt, int64_t kernel,
-                               float* conv_state);
+                               float* conv_state, bool pdl_trigger);
 // The gated delta rule in f32, then the gated RMSNorm times silu(z). One
 // block per (sequence, value head, 32-column slice of the dk x dv state):
 // the recurrent form for spans shorter than 16 tokens (decode), the chunked
@@ -40,7 +42,12 @@ Status launch_causal_conv_silu(cudaStream_t s, const StepMeta& meta, int64_t seq
 // programmatic dependent) copies its weights meanwhile. fused_norm
 // (Tuning::cuda_gated_delta_fused_norm): with every span shorter than 16
 // tokens and dv <= 256, the recurrent form and the gated norm are one
-// launch (a head's column slices as a cluster); the same bits.
+// launch (a head's column slices as a cluster); the same bits. pdl
+// (Tuning::cuda_gated_delta_pdl): the recurrent form is launched as a
+// programmatic dependent of the previous launch (the conv), reading its
+// state before griddepcontrol.wait; the same bits.
+// Spans of at least this many tokens take the chunked form.
+constexpr int kGatedDeltaChunkedMinTokens = 16;
 int64_t gated_delta_smem_bytes(const GatedDeltaShape& g);          // recurrent kernel
 int64_t gated_delta_chunked_smem_bytes(const GatedDeltaShape& g);  // -1: no chunked form
 Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t sequences,
@@ -49,6 +56,6 @@ Status launch_gated_delta_rule(cudaStream_t s, const StepMeta& meta, int64_t seq
                                const void* a_log, DType a_log_dt, const void* dt_bias,
                                DType dt_bias_dt, const void* norm, DType norm_dt,
                                float* delta_state, void* y, DType act, bool pdl_trigger,
-                               bool fused_norm);
+                               bool fused_norm, bool pdl);
 
 }  // namespace ferrite::cuda
