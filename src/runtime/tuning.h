@@ -180,6 +180,15 @@ namespace ferrite {
     "head's constants while the conv runs, then wait for the conv's output; the same bits. "        \
     "Written in session 43: off until measured (the recurrent launch is ~10 us of each "            \
     "Qwen3.5-35B-A3B linear-attention layer at b1 on the H100, mostly round trips)")               \
+  X(bool, cuda_gated_delta_conv_in_projection, "FERRITE_CUDA_GATED_DELTA_CONV_IN_PROJECTION",     \
+    false,                                                                                        \
+    "CUDA: a batch-1 decode step of the gated delta layers runs the causal conv + SiLU in the "    \
+    "epilogue of the Q/K/V projection's fused block-format launch (each warp passes the outputs "  \
+    "it stored through their channels' conv states) instead of a launch of its own; the same "     \
+    "bits. Not with a second format in that launch (a Q4_K_M q6_k tail), nor on the tensor-core "  \
+    "GEMV, nor on bf16 weights (the conv launch runs there). Written in "                           \
+    "session 43: off until measured (the conv launch is ~4 us of each Qwen3.5-35B-A3B "           \
+    "linear-attention layer at b1 on the H100)")                                                  \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

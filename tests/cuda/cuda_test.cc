@@ -639,6 +639,50 @@ TEST(CudaGatedDeltaTest, FusedNormIsBitwiseEqualToTwoLaunches) {
   }
 }
 
+// The causal conv in the Q/K/V projection's epilogue (Tuning::
+// cuda_gated_delta_conv_in_projection) against its own launch, on the
+// hybrid checkpoints with block-format projections (GPTQ Qwen3.5-MoE, with
+// and without act-order; FP8 Qwen3.5): a prefill of one sequence (the conv
+// launch: a span of several tokens) and its decode step (the epilogue: one
+// token), eager (1), from graphs (2) and with the rule's programmatic launch
+// and the fused gated norm too (3, graphs); the logits of both steps
+// bitwise equal.
+// (The kernels' own test, CudaGemvConvEpilogueTest, checks that the
+// epilogue runs and writes the state.)
+TEST(CudaGatedDeltaTest, ConvInProjectionIsBitwiseEqualToItsLaunch) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::string> models = {kModelsDir + "hf_quant/qwen3_5_moe-gptq-int4",
+                                           kModelsDir + "hf_quant/qwen3_5_moe-gptq-int4-act",
+                                           kModelsDir + "hf_quant/qwen3_5-fp8"};
+  const std::vector<std::vector<uint32_t>> prompts = {{100, 20, 31, 40, 50, 6, 7, 8, 9, 10, 11}};
+  for (const std::string& path : models) {
+    SCOPED_TRACE(path);
+    constexpr int kForms = 4;
+    std::vector<float> logits[kForms][2];
+    for (int f = 0; f < kForms; ++f) {
+      RunnerOptions o = cuda_options(path, DType::kBF16);
+      o.tuning.cuda_gated_delta_conv_in_projection = f != 0;
+      o.tuning.cuda_graphs = f >= 2;
+      o.tuning.cuda_gated_delta_pdl = f == 3;
+      o.tuning.cuda_gated_delta_fused_norm = f == 3;
+      auto r = ModelRunner::open(o);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      std::unique_ptr<ModelRunner> runner = std::move(r).value();
+      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, &logits[f][0], &logits[f][1]));
+    }
+    for (int f = 1; f < kForms; ++f)
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_FALSE(logits[0][step].empty());
+        ASSERT_EQ(logits[0][step].size(), logits[f][step].size());
+        EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[f][step].data(),
+                              logits[0][step].size() * 4),
+                  0)
+            << (step == 0 ? "prefill" : "decode") << " (form " << f
+            << "): the conv in the projection differs from its launch";
+      }
+  }
+}
+
 // The shared expert inside the fused one-token launches (Tuning::
 // cuda_moe_shared_in_experts: its gate / up in the gate / up grid's row
 // after the selections, its down product in down + combine) against the two

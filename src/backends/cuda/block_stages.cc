@@ -43,6 +43,7 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
   }
   if (swiglu && (formats[0] != formats[1] || perms[0] != perms[1])) return false;
   QuantGemvArgs runs[4];
+  bool* conv_applied[4] = {};  // of each run's conv epilogue
   int nruns = 0;
   for (int i = 0; i < count;) {
     int j = i + 1;
@@ -66,19 +67,35 @@ Result<bool> fused_block_projections(BackendState& st, const void* x, DType act,
     set_gemv_paths(st, a);
     a.input_perm = perms[i];
     if (!quant_gemv_fused_supported(a)) return false;
+    // A conv epilogue goes with the first segment of a run (the kernels
+    // apply it to segment 0) when the run's kernel takes it.
+    if (set.p[i]->conv && set.p[i]->conv_applied) {
+      a.conv = *set.p[i]->conv;
+      if (quant_gemv_conv_ok(a))
+        conv_applied[nruns - 1] = set.p[i]->conv_applied;
+      else
+        a.conv = GemvConvEpilogue{};
+    }
     i = j;
   }
-  if (nruns == 2 && st.quant_stream_mixed) {
-    QuantGemvArgs both = runs[0];  // segs: runs[1]'s follow runs[0]'s
+  // (Not when runs[1] has a conv epilogue: merged, its segments are not
+  // segment 0.)
+  if (nruns == 2 && st.quant_stream_mixed && !runs[1].conv.w) {
+    QuantGemvArgs both = runs[0];  // segs: runs[1]'s follow runs[0]'s; runs[0]'s conv
     both.count = runs[0].count + runs[1].count;
     both.tail_seg = runs[0].count;
     both.tail_dt = runs[1].w_dt;
+    if (both.conv.w && !quant_gemv_conv_ok(both)) both.conv = GemvConvEpilogue{};
     if (quant_gemv_fused_supported(both)) {
       FERRITE_RETURN_IF_ERROR(launch_quant_gemv_fused(st.stream, both));
+      if (both.conv.w) *conv_applied[0] = true;
       return true;
     }
   }
-  for (int r = 0; r < nruns; ++r) FERRITE_RETURN_IF_ERROR(launch_quant_gemv_fused(st.stream, runs[r]));
+  for (int r = 0; r < nruns; ++r) {
+    FERRITE_RETURN_IF_ERROR(launch_quant_gemv_fused(st.stream, runs[r]));
+    if (runs[r].conv.w) *conv_applied[r] = true;
+  }
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <initializer_list>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/kernels/quant_gemv.cuh"
 
 namespace ferrite::cuda {
 
@@ -16,6 +17,13 @@ struct NormedProjection {
   const TensorView& w;
   int64_t rows;
   void* out;
+  // A gated delta layer's causal conv + SiLU to run on these outputs (f32)
+  // as they are stored (GemvConvEpilogue; decode steps of one token a
+  // sequence), or null. Only the fused block-format launches take it, when
+  // quant_gemv_conv_ok: they set *conv_applied; otherwise it stays false and
+  // the caller runs the conv launch.
+  const GemvConvEpilogue* conv = nullptr;
+  bool* conv_applied = nullptr;
 };
 
 // n = rms_norm(x, norm) over k elements of `tokens` rows (x, n of `act`),

@@ -95,13 +95,6 @@ class GatedDelta final : public Provider {
     float* aa = sc.aa;
     void* y = sc.y;
 
-    profile_mark(st.stream, "delta.proj", st.capturing);
-    FERRITE_RETURN_IF_ERROR(normed_projections(
-        st, b[kHidden].data, act, t, H, b[kInputNorm], static_cast<float>(p.eps), p.zero_centred,
-        sc.n,
-        {{b[kInProjQkv], C, x}, {b[kInProjZ], VD, z}, {b[kInProjB], hv, bb},
-         {b[kInProjA], hv, aa}},
-        DType::kF32, /*swiglu=*/false, sc.perm));
     // The rule as a programmatic dependent of the conv (Tuning::
     // cuda_gated_delta_pdl) only in its recurrent form (every span under
     // the chunked form's tokens: decode), whose blocks read their state
@@ -110,11 +103,35 @@ class GatedDelta final : public Provider {
     for (const SequenceSlice& sq : inv.batch->sequences)
       max_span = std::max<int64_t>(max_span, sq.token_count);
     const bool delta_pdl = st.gated_delta_pdl && max_span < kGatedDeltaChunkedMinTokens;
-    profile_mark(st.stream, "delta.conv", st.capturing);
-    FERRITE_RETURN_IF_ERROR(launch_causal_conv_silu(st.stream, st.meta, S, x, C,
-                                                    b[kConvWeight].data, b[kConvWeight].dtype,
-                                                    i64(p.conv_kernel), b[kConvState].as<float>(),
-                                                    delta_pdl));
+    // The conv in the Q/K/V projection's epilogue (Tuning::
+    // cuda_gated_delta_conv_in_projection) when every sequence has one token
+    // (the kernels take one token only); the projection says whether its
+    // launch took it.
+    GemvConvEpilogue conv;
+    if (st.gated_delta_conv_in_projection && max_span == 1 && t == S) {
+      conv.w = b[kConvWeight].data;
+      conv.w_dt = b[kConvWeight].dtype;
+      conv.kernel = static_cast<int>(p.conv_kernel);
+      conv.state = b[kConvState].as<float>();
+      conv.token_seq = st.meta.token_seq;
+      conv.seq_state_slot = st.meta.seq_state_slot;
+    }
+    bool conv_done = false;
+    profile_mark(st.stream, "delta.proj", st.capturing);
+    FERRITE_RETURN_IF_ERROR(normed_projections(
+        st, b[kHidden].data, act, t, H, b[kInputNorm], static_cast<float>(p.eps), p.zero_centred,
+        sc.n,
+        {{b[kInProjQkv], C, x, conv.w ? &conv : nullptr, &conv_done},
+         {b[kInProjZ], VD, z},
+         {b[kInProjB], hv, bb},
+         {b[kInProjA], hv, aa}},
+        DType::kF32, /*swiglu=*/false, sc.perm));
+    if (!conv_done) {
+      profile_mark(st.stream, "delta.conv", st.capturing);
+      FERRITE_RETURN_IF_ERROR(launch_causal_conv_silu(
+          st.stream, st.meta, S, x, C, b[kConvWeight].data, b[kConvWeight].dtype,
+          i64(p.conv_kernel), b[kConvState].as<float>(), delta_pdl));
+    }
     profile_mark(st.stream, "delta.rule", st.capturing);
     GatedDeltaShape g;
     g.hk = static_cast<int32_t>(p.num_k_heads);

@@ -10,13 +10,14 @@
 // A state slot < 0 (graph padding) reads zero state and writes none.
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
+#include "backends/cuda/kernels/causal_conv.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/gated_delta.cuh"
 
 namespace ferrite::cuda {
 namespace {
-
-constexpr int kMaxConv = 8;
 
 __device__ __forceinline__ int seq_first(const StepMeta& m, int s) {
   return s == 0 ? 0 : m.seq_last_row[s - 1] + 1;
@@ -25,9 +26,9 @@ __device__ __forceinline__ int seq_first(const StepMeta& m, int s) {
 // pdl_trigger (Tuning::cuda_gated_delta_pdl): the gated delta rule after it
 // is a programmatic dependent; its blocks may start now (they load their
 // state and wait for this grid before reading x).
+template <int K>
 __global__ void conv_silu_kernel(StepMeta meta, int64_t sequences, float* x, int64_t C,
-                                 const void* w, int wdt, int K, float* conv_state,
-                                 bool pdl_trigger) {
+                                 const void* w, int wdt, float* conv_state, bool pdl_trigger) {
   if (pdl_trigger) pdl_launch_dependents();
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= sequences * C) return;
@@ -36,19 +37,13 @@ __global__ void conv_silu_kernel(StepMeta meta, int64_t sequences, float* x, int
   const int first = seq_first(meta, s), last = meta.seq_last_row[s];
   const int slot = meta.seq_state_slot[s];
   float* st = slot >= 0 ? conv_state + static_cast<int64_t>(slot) * (K - 1) * C : nullptr;
-  float wt[kMaxConv], hist[kMaxConv];
-  for (int j = 0; j < K; ++j) wt[j] = load_any(w, wdt, ch * K + j);
-  for (int j = 0; j < K - 1; ++j) hist[j] = st ? st[j * C + ch] : 0.0f;
+  ConvChannel<K> cc;
+  conv_load(cc, w, wdt, st, C, ch);
   for (int t = first; t <= last; ++t) {
     float* xv = x + static_cast<int64_t>(t) * C + ch;
-    hist[K - 1] = *xv;
-    float acc = 0;
-    for (int j = 0; j < K; ++j) acc += wt[j] * hist[j];
-    for (int j = 0; j + 1 < K; ++j) hist[j] = hist[j + 1];
-    *xv = acc / (1.0f + expf(-acc));
+    *xv = conv_silu_step(cc, *xv);
   }
-  if (st)
-    for (int j = 0; j < K - 1; ++j) st[j * C + ch] = hist[j];
+  conv_store(cc, st, C, ch);
 }
 
 // --- gated delta rule ------------------------------------------------------------
@@ -626,9 +621,21 @@ Status launch_causal_conv_silu(cudaStream_t s, const StepMeta& meta, int64_t seq
   const int64_t n = sequences * conv_dim;
   if (n == 0) return Status::ok();
   const int threads = 256;
-  conv_silu_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, s>>>(
-      meta, sequences, x, conv_dim, w, dt_code(w_dt), static_cast<int>(kernel), conv_state,
-      pdl_trigger);
+  const unsigned grid = static_cast<unsigned>((n + threads - 1) / threads);
+  auto launch = [&](auto taps) {
+    conv_silu_kernel<decltype(taps)::value><<<grid, threads, 0, s>>>(
+        meta, sequences, x, conv_dim, w, dt_code(w_dt), conv_state, pdl_trigger);
+  };
+  switch (kernel) {
+    case 1: launch(std::integral_constant<int, 1>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    case 3: launch(std::integral_constant<int, 3>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 5: launch(std::integral_constant<int, 5>{}); break;
+    case 6: launch(std::integral_constant<int, 6>{}); break;
+    case 7: launch(std::integral_constant<int, 7>{}); break;
+    default: launch(std::integral_constant<int, 8>{}); break;
+  }
   return check_launch("conv_silu_kernel");
 }
 

@@ -121,6 +121,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
+  // (wg and stride recomputed: kept live across the loop they cost registers.)
+  conv_epilogue<TO, M>(p, static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5),
+                       static_cast<int64_t>(gridDim.x) * kWarps, m, threadIdx.x & 31);
 }
 
 bool aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
@@ -137,6 +140,11 @@ bool quant_gemv_fused_args_ok(const QuantGemvArgs& a) {
   if (a.swiglu && (a.count != 2 || a.out_dt != a.x_dt || a.segs[0].rows != a.segs[1].rows))
     return false;
   if ((a.accumulate || a.bias) && a.count != 1) return false;
+  if (a.conv.w && (a.m != 1 || a.tail_seg != 0 || a.out_dt != DType::kF32 || a.swiglu ||
+                   a.accumulate || a.bias ||
+                   a.conv.kernel != kConvEpilogueTaps || !small_ok(a.conv.w_dt) ||
+                   !a.conv.token_seq || !a.conv.seq_state_slot || !a.conv.state))
+    return false;
   if (a.bias && !small_ok(a.bias_dt)) return false;
   if (a.norm && (!small_ok(a.norm_dt) || !aligned(a.norm, 16))) return false;
   // q4_k / q5_k blocks are read with 16-byte loads, u4_g128 / f8 with
@@ -180,11 +188,23 @@ bool quant_gemv_fused_supported(const QuantGemvArgs& a) {
   return quant_gemv_simt_smem_ok(a) || (a.mma && quant_gemv_mma_supported(a));
 }
 
+// The tensor-core kernel takes these arguments (it does not gather act-order
+// activations, nor run the conv epilogue).
+static bool takes_mma(const QuantGemvArgs& a) {
+  return a.tail_seg == 0 && a.mma && !a.input_perm && quant_gemv_mma_supported(a);
+}
+
+bool quant_gemv_conv_ok(const QuantGemvArgs& a) {
+  return a.conv.w && quant_gemv_fused_supported(a) && !takes_mma(a);
+}
+
 Status launch_quant_gemv_fused(cudaStream_t s, const QuantGemvArgs& a) {
   if (!quant_gemv_fused_supported(a))
     return unsupported("quant gemv (fused): unsupported shape, format, types or alignment");
+  if (a.conv.w && takes_mma(a))
+    return internal_error("quant gemv (fused): the tensor-core kernel has no conv epilogue");
   if (a.tail_seg != 0) return launch_quant_gemv_stream(s, a);
-  if (a.mma && !a.input_perm && quant_gemv_mma_supported(a)) return launch_quant_gemv_mma(s, a);
+  if (takes_mma(a)) return launch_quant_gemv_mma(s, a);
   if (a.stream && quant_gemv_stream_supported(a)) return launch_quant_gemv_stream(s, a);
   const FusedParams p = fused_params(a);
   if (p.total == 0) return Status::ok();

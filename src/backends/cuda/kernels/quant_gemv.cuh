@@ -39,6 +39,23 @@ struct QuantGemvSegment {
   int64_t rows;
 };
 
+// A gated delta layer's causal conv + SiLU as the epilogue of its Q/K/V
+// projection at decode (Tuning::cuda_gated_delta_conv_in_projection):
+// segment 0's outputs are the conv's channels; each is stored through its
+// channel's conv over the token's sequence's state (kernels/causal_conv.cuh,
+// the same bits as the conv launch, which it replaces). Only for steps where
+// every sequence has one token (and the kernels take it at one token only:
+// QuantGemvArgs::conv): token t is sequence token_seq[t] (padding: state
+// slot -1, no state).
+struct GemvConvEpilogue {
+  const void* w = nullptr;  // [channels, kernel] of w_dt; null: no epilogue
+  DType w_dt = DType::kBF16;
+  int kernel = 4;
+  float* state = nullptr;  // [slots, kernel - 1, channels] f32
+  const int32_t* token_seq = nullptr;
+  const int32_t* seq_state_slot = nullptr;
+};
+
 struct QuantGemvArgs {
   const void* x = nullptr;  // [m, k] of x_dt (f32, bf16, f16), rows packed
   DType x_dt = DType::kBF16;
@@ -105,7 +122,18 @@ struct QuantGemvArgs {
   // timeline, session 32).
   int tail_seg = 0;
   DType tail_dt = DType::kQ6_K;
+  // The conv epilogue of segment 0: one token (a batch-1 decode step), f32
+  // outputs, no tail format, conv.kernel 4 taps (the kernels' compile-time
+  // count), no swiglu, bias or accumulate (compiled into those kernels only:
+  // quant_gemv_common.cuh, conv_epilogue, says why). The CUDA-core kernels run it; the
+  // tensor-core one does not: quant_gemv_conv_ok says which a launch takes.
+  GemvConvEpilogue conv;
 };
+
+// Whether launch_quant_gemv_fused runs these arguments (conv set) with the
+// conv epilogue: a CUDA-core kernel takes them and the epilogue's own
+// conditions hold. A launch with conv set that fails this is refused.
+bool quant_gemv_conv_ok(const QuantGemvArgs& a);
 
 // True when launch_quant_gemv_fused runs this product: the arguments below
 // hold, and either the CUDA-core kernels' staged rows fit shared memory

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/kernels/causal_conv.cuh"
 #include "backends/cuda/kernels/cuda_types.cuh"
 #include "backends/cuda/kernels/quant_blocks.cuh"
 #include "backends/cuda/kernels/quant_gemv.cuh"
@@ -160,6 +161,13 @@ struct FusedParams {
   // tail_seg 4, tail_group = groups).
   int tail_seg;
   int64_t tail_group, row_bytes_tail;
+  // QuantGemvArgs::conv (conv_w null: none): segment 0's n[0] channels,
+  // kConvEpilogueTaps taps.
+  const void* conv_w;
+  int conv_wdt;
+  float* conv_state;
+  const int32_t* conv_token_seq;
+  const int32_t* conv_seq_slot;
 };
 
 // The kernels' parameters of a launch (host side).
@@ -193,6 +201,11 @@ inline FusedParams fused_params(const QuantGemvArgs& a) {
     p.tail_group = before / kRows;  // quant_gemv_tail_ok: a whole number of groups
     p.row_bytes_tail = dtype_bytes(a.tail_dt, a.k);
   }
+  p.conv_w = a.conv.w;
+  p.conv_wdt = dt_code(a.conv.w_dt);
+  p.conv_state = a.conv.state;
+  p.conv_token_seq = a.conv.token_seq;
+  p.conv_seq_slot = a.conv.seq_state_slot;
   return p;
 }
 
@@ -500,6 +513,44 @@ __device__ __forceinline__ void store_item(const FusedParams& p, int64_t g, int 
         if (p.accumulate) v += to_f(*dst);
         *dst = from_f<TO>(v);
       }
+    }
+  }
+}
+
+// The conv epilogue (FusedParams::conv_w; one token, out_dt f32, no tail
+// format): after its last store_item, a warp passes the segment-0 outputs
+// it stored (groups wg, wg + stride, ... below p.groups) through their
+// channels' causal conv + SiLU in place, a lane per (row, token), reading
+// each output back as the conv's own launch would. Apart from the products'
+// loop and compiled only into the one-token f32 kernels without a tail:
+// inside store_item it cost every instantiation up to 28 registers and some
+// a stack frame, and even here the kernels at their register cap (8 tokens;
+// a q6_k tail) spilled.
+template <typename TO, int M>
+__device__ __forceinline__ void conv_epilogue(const FusedParams& p, int64_t wg, int64_t stride,
+                                              int m, int lane) {
+  if constexpr (std::is_same_v<TO, float> && M == 1) {
+    if (!p.conv_w) return;
+    __syncwarp();  // lane 0's stores, visible to the warp
+    // 32-bit index arithmetic (64-bit division is a subroutine with a stack
+    // frame): a segment's rows fit.
+    const int n = static_cast<int>(p.n[0]);
+    const int groups0 = (n + kRows - 1) / kRows;  // the groups with segment-0 rows
+    const int w = static_cast<int>(wg), str = static_cast<int>(stride);
+    const int mine = w < groups0 ? (groups0 - 1 - w) / str + 1 : 0;
+    const int elems = mine * kRows * m;
+    for (int e = lane; e < elems; e += 32) {
+      const int t = e % m;
+      const int gr = e / m;  // the warp's gr / kRows-th group, row gr % kRows
+      const int col = kRows * (w + (gr / kRows) * str) + gr % kRows;
+      if (col >= n) continue;
+      const int slot = p.conv_seq_slot[p.conv_token_seq[t]];
+      float* st = slot >= 0 ? p.conv_state + int64_t(slot) * (kConvEpilogueTaps - 1) * n : nullptr;
+      float* o = static_cast<float*>(p.out[0]) + t * n + col;
+      ConvChannel<kConvEpilogueTaps> cc;
+      conv_load(cc, p.conv_w, p.conv_wdt, st, n, col);
+      *o = conv_silu_step(cc, *o);
+      conv_store(cc, st, n, col);
     }
   }
 }
