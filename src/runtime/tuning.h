@@ -189,6 +189,13 @@ namespace ferrite {
     "GEMV, nor on bf16 weights (the conv launch runs there). Written in "                           \
     "session 43: off until measured (the conv launch is ~4 us of each Qwen3.5-35B-A3B "           \
     "linear-attention layer at b1 on the H100)")                                                  \
+  X(bool, cuda_float_projections_first, "FERRITE_CUDA_FLOAT_PROJECTIONS_FIRST", false,          \
+    "CUDA: where a block's input projections are block-format weights beside bf16 ones at "        \
+    "decode (GPTQ / AWQ Qwen3.5 and Qwen3-Next: the gated delta's qkv / z beside its b / a), the "  \
+    "small bf16 launch goes before the large block-format one instead of after it: it then runs "  \
+    "while the large one's weight copies are in flight, rather than after it in the chain to the " \
+    "conv; the same values. Written in session 43: off until measured (the b / a launch is "       \
+    "~3.8 us of each Qwen3.5-35B-A3B GPTQ linear-attention layer at b1 on the H100)")            \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

@@ -645,8 +645,10 @@ TEST(CudaGatedDeltaTest, FusedNormIsBitwiseEqualToTwoLaunches) {
 // and without act-order; FP8 Qwen3.5): a prefill of one sequence (the conv
 // launch: a span of several tokens) and its decode step (the epilogue: one
 // token), eager (1), from graphs (2) and with the rule's programmatic launch
-// and the fused gated norm too (3, graphs); the logits of both steps
-// bitwise equal.
+// and the fused gated norm too (3, graphs); and the bf16 b / a projections
+// launched before the block-format qkv / z (Tuning::
+// cuda_float_projections_first: 4 alone, eager; 5 with all the others,
+// graphs); the logits of both steps bitwise equal.
 // (The kernels' own test, CudaGemvConvEpilogueTest, checks that the
 // epilogue runs and writes the state.)
 TEST(CudaGatedDeltaTest, ConvInProjectionIsBitwiseEqualToItsLaunch) {
@@ -657,14 +659,15 @@ TEST(CudaGatedDeltaTest, ConvInProjectionIsBitwiseEqualToItsLaunch) {
   const std::vector<std::vector<uint32_t>> prompts = {{100, 20, 31, 40, 50, 6, 7, 8, 9, 10, 11}};
   for (const std::string& path : models) {
     SCOPED_TRACE(path);
-    constexpr int kForms = 4;
+    constexpr int kForms = 6;
     std::vector<float> logits[kForms][2];
     for (int f = 0; f < kForms; ++f) {
       RunnerOptions o = cuda_options(path, DType::kBF16);
-      o.tuning.cuda_gated_delta_conv_in_projection = f != 0;
-      o.tuning.cuda_graphs = f >= 2;
-      o.tuning.cuda_gated_delta_pdl = f == 3;
-      o.tuning.cuda_gated_delta_fused_norm = f == 3;
+      o.tuning.cuda_gated_delta_conv_in_projection = f != 0 && f != 4;
+      o.tuning.cuda_graphs = f == 2 || f == 3 || f == 5;
+      o.tuning.cuda_gated_delta_pdl = f == 3 || f == 5;
+      o.tuning.cuda_gated_delta_fused_norm = f == 3 || f == 5;
+      o.tuning.cuda_float_projections_first = f >= 4;
       auto r = ModelRunner::open(o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
       std::unique_ptr<ModelRunner> runner = std::move(r).value();
@@ -678,7 +681,7 @@ TEST(CudaGatedDeltaTest, ConvInProjectionIsBitwiseEqualToItsLaunch) {
                               logits[0][step].size() * 4),
                   0)
             << (step == 0 ? "prefill" : "decode") << " (form " << f
-            << "): the conv in the projection differs from its launch";
+            << "): the conv in the projection or the launch order differs";
       }
   }
 }

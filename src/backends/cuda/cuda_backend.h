@@ -71,6 +71,7 @@ struct CudaExecOptions {
   bool gated_delta_fused_norm = false;   // Tuning::cuda_gated_delta_fused_norm
   bool gated_delta_pdl = false;          // Tuning::cuda_gated_delta_pdl
   bool gated_delta_conv_in_projection = false;  // Tuning::cuda_gated_delta_conv_in_projection
+  bool float_projections_first = false;  // Tuning::cuda_float_projections_first
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster

@@ -78,6 +78,7 @@ struct BackendState {
   bool gated_delta_fused_norm = false;   // Tuning::cuda_gated_delta_fused_norm
   bool gated_delta_pdl = false;          // Tuning::cuda_gated_delta_pdl
   bool gated_delta_conv_in_projection = false;  // Tuning::cuda_gated_delta_conv_in_projection
+  bool float_projections_first = false;  // Tuning::cuda_float_projections_first
   // One int at zero between launches: the arrival counter of the norm +
   // router launch that also routes (launch_moe_norm_router's `route`).
   int32_t* moe_route_counter = nullptr;
