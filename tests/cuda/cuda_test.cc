@@ -490,26 +490,34 @@ void prefill_then_decode(ModelRunner& runner, const std::vector<std::vector<uint
 
 // The decode logits of prefill_then_decode(prompts) on the model at `path`
 // in each of `forms` forms (set_form(f, tuning) picks form f's switches),
-// every form's bitwise equal to form 0's; what(f) says what form f is.
+// every form's bitwise equal to form 0's (with_prefill: the prefill's
+// logits too); what(f) says what form f is.
 void expect_decode_forms_bitwise(const std::string& path, DType act,
                                  const std::vector<std::vector<uint32_t>>& prompts, int forms,
                                  const std::function<void(int, Tuning&)>& set_form,
-                                 const std::function<std::string(int)>& what) {
+                                 const std::function<std::string(int)>& what,
+                                 bool with_prefill = false) {
   SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
-  std::vector<std::vector<float>> logits(forms);
+  std::vector<std::vector<float>> logits(forms), prefill(forms);
   for (int f = 0; f < forms; ++f) {
     RunnerOptions o = cuda_options(path, act);
     set_form(f, o.tuning);
     auto r = ModelRunner::open(o);
     ASSERT_TRUE(r.is_ok()) << path << ": " << r.status().to_string();
     std::unique_ptr<ModelRunner> runner = std::move(r).value();
-    ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, nullptr, &logits[f]));
+    ASSERT_NO_FATAL_FAILURE(
+        prefill_then_decode(*runner, prompts, with_prefill ? &prefill[f] : nullptr, &logits[f]));
   }
   ASSERT_FALSE(logits[0].empty());
   for (int f = 1; f < forms; ++f) {
     ASSERT_EQ(logits[0].size(), logits[f].size());
     EXPECT_EQ(std::memcmp(logits[0].data(), logits[f].data(), logits[0].size() * 4), 0)
-        << what(f);
+        << "decode: " << what(f);
+    if (!with_prefill) continue;
+    ASSERT_FALSE(prefill[0].empty());
+    ASSERT_EQ(prefill[0].size(), prefill[f].size());
+    EXPECT_EQ(std::memcmp(prefill[0].data(), prefill[f].data(), prefill[0].size() * 4), 0)
+        << "prefill: " << what(f);
   }
 }
 
@@ -612,31 +620,19 @@ TEST(CudaGatedDeltaTest, FusedNormIsBitwiseEqualToTwoLaunches) {
       {kModelsDir + "qwen3_next", DType::kBF16}};
   const std::vector<std::vector<uint32_t>> prompts = {
       {5, 17, 30, 42, 7}, {9, 9, 1}, {100, 20, 31, 40, 50, 6, 7, 8, 9, 10, 11, 12}};
-  for (const auto& [path, act] : models) {
-    SCOPED_TRACE(path + " " + std::string(dtype_name(act)));
-    constexpr int kForms = 6;
-    std::vector<float> logits[kForms][2];
-    for (int f = 0; f < kForms; ++f) {
-      RunnerOptions o = cuda_options(path, act);
-      o.tuning.cuda_gated_delta_fused_norm = f == 1 || f == 2 || f >= 4;
-      o.tuning.cuda_graphs = f == 2 || f == 3 || f == 5;
-      o.tuning.cuda_gated_delta_pdl = f >= 3;
-      auto r = ModelRunner::open(o);
-      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-      std::unique_ptr<ModelRunner> runner = std::move(r).value();
-      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, &logits[f][0], &logits[f][1]));
-    }
-    for (int f = 1; f < kForms; ++f)
-      for (int step = 0; step < 2; ++step) {
-        ASSERT_FALSE(logits[0][step].empty());
-        ASSERT_EQ(logits[0][step].size(), logits[f][step].size());
-        EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[f][step].data(),
-                              logits[0][step].size() * 4),
-                  0)
-            << (step == 0 ? "prefill" : "decode") << " (form " << f
-            << "): the fused gated norm or the programmatic launch differs";
-      }
-  }
+  for (const auto& [path, act] : models)
+    expect_decode_forms_bitwise(
+        path, act, prompts, 6,
+        [](int f, Tuning& t) {
+          t.cuda_gated_delta_fused_norm = f == 1 || f == 2 || f >= 4;
+          t.cuda_graphs = f == 2 || f == 3 || f == 5;
+          t.cuda_gated_delta_pdl = f >= 3;
+        },
+        [](int f) {
+          return "the fused gated norm or the programmatic launch differs (form " +
+                 std::to_string(f) + ")";
+        },
+        /*with_prefill=*/true);
 }
 
 // The causal conv in the Q/K/V projection's epilogue (Tuning::
@@ -657,33 +653,21 @@ TEST(CudaGatedDeltaTest, ConvInProjectionIsBitwiseEqualToItsLaunch) {
                                            kModelsDir + "hf_quant/qwen3_5_moe-gptq-int4-act",
                                            kModelsDir + "hf_quant/qwen3_5-fp8"};
   const std::vector<std::vector<uint32_t>> prompts = {{100, 20, 31, 40, 50, 6, 7, 8, 9, 10, 11}};
-  for (const std::string& path : models) {
-    SCOPED_TRACE(path);
-    constexpr int kForms = 6;
-    std::vector<float> logits[kForms][2];
-    for (int f = 0; f < kForms; ++f) {
-      RunnerOptions o = cuda_options(path, DType::kBF16);
-      o.tuning.cuda_gated_delta_conv_in_projection = f != 0 && f != 4;
-      o.tuning.cuda_graphs = f == 2 || f == 3 || f == 5;
-      o.tuning.cuda_gated_delta_pdl = f == 3 || f == 5;
-      o.tuning.cuda_gated_delta_fused_norm = f == 3 || f == 5;
-      o.tuning.cuda_float_projections_first = f >= 4;
-      auto r = ModelRunner::open(o);
-      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-      std::unique_ptr<ModelRunner> runner = std::move(r).value();
-      ASSERT_NO_FATAL_FAILURE(prefill_then_decode(*runner, prompts, &logits[f][0], &logits[f][1]));
-    }
-    for (int f = 1; f < kForms; ++f)
-      for (int step = 0; step < 2; ++step) {
-        ASSERT_FALSE(logits[0][step].empty());
-        ASSERT_EQ(logits[0][step].size(), logits[f][step].size());
-        EXPECT_EQ(std::memcmp(logits[0][step].data(), logits[f][step].data(),
-                              logits[0][step].size() * 4),
-                  0)
-            << (step == 0 ? "prefill" : "decode") << " (form " << f
-            << "): the conv in the projection or the launch order differs";
-      }
-  }
+  for (const std::string& path : models)
+    expect_decode_forms_bitwise(
+        path, DType::kBF16, prompts, 6,
+        [](int f, Tuning& t) {
+          t.cuda_gated_delta_conv_in_projection = f != 0 && f != 4;
+          t.cuda_graphs = f == 2 || f == 3 || f == 5;
+          t.cuda_gated_delta_pdl = f == 3 || f == 5;
+          t.cuda_gated_delta_fused_norm = f == 3 || f == 5;
+          t.cuda_float_projections_first = f >= 4;
+        },
+        [](int f) {
+          return "the conv in the projection or the launch order differs (form " +
+                 std::to_string(f) + ")";
+        },
+        /*with_prefill=*/true);
 }
 
 // The shared expert inside the fused one-token launches (Tuning::
