@@ -18,10 +18,10 @@ struct NormedProjection {
   int64_t rows;
   void* out;
   // A gated delta layer's causal conv + SiLU to run on these outputs (f32)
-  // as they are stored (GemvConvEpilogue; decode steps of one token a
-  // sequence), or null. Only the fused block-format launches take it, when
-  // quant_gemv_conv_ok: they set *conv_applied; otherwise it stays false and
-  // the caller runs the conv launch.
+  // in the launch's epilogue (GemvConvEpilogue; batch-1 decode), or null.
+  // Only the fused block-format launches take it, when quant_gemv_conv_ok:
+  // they set *conv_applied; otherwise it stays false and the caller runs
+  // the conv launch.
   const GemvConvEpilogue* conv = nullptr;
   bool* conv_applied = nullptr;
 };

@@ -1,12 +1,13 @@
 // The gated delta layers' causal depthwise conv + SiLU for one channel, as
 // device helpers shared by its own launch (gated_delta.cu: conv_silu_kernel,
 // a thread per (sequence, channel) over the sequence's tokens) and by the
-// Q/K/V projection's epilogue at decode (quant_gemv_common.cuh: store_item
-// with FusedParams::conv_w, Tuning::cuda_gated_delta_conv_in_projection): one
-// expression in one place, so both give the same bits. The taps are a
-// compile-time count (the launch instantiates 1..kMaxConv, the epilogue
-// kConvEpilogueTaps only) so that the arrays stay in registers: a run-time
-// count put a 64-112 byte stack frame into every GEMV instantiation.
+// qkv projection's epilogue at batch 1 (quant_gemv_common.cuh:
+// conv_epilogue, FusedParams::conv_w, Tuning::
+// cuda_gated_delta_conv_in_projection): one expression in one place, so
+// both give the same bits. The taps are a compile-time count (the launch
+// instantiates 1..kMaxConv, the epilogue kConvEpilogueTaps only) so that
+// the arrays stay in registers: a run-time count put a 64-112 byte stack
+// frame into every GEMV instantiation.
 #pragma once
 
 #include <cstdint>

@@ -39,11 +39,12 @@ struct QuantGemvSegment {
   int64_t rows;
 };
 
-// A gated delta layer's causal conv + SiLU as the epilogue of its Q/K/V
+// A gated delta layer's causal conv + SiLU as the epilogue of its qkv
 // projection at decode (Tuning::cuda_gated_delta_conv_in_projection):
-// segment 0's outputs are the conv's channels; each is stored through its
-// channel's conv over the token's sequence's state (kernels/causal_conv.cuh,
-// the same bits as the conv launch, which it replaces). Only for steps where
+// segment 0's outputs are the conv's channels; once stored, each passes
+// through its channel's conv over the token's sequence's state in place
+// (kernels/causal_conv.cuh: the same bits as the conv launch, which it
+// replaces). Only for steps where
 // every sequence has one token (and the kernels take it at one token only:
 // QuantGemvArgs::conv): token t is sequence token_seq[t] (padding: state
 // slot -1, no state).
@@ -124,9 +125,10 @@ struct QuantGemvArgs {
   DType tail_dt = DType::kQ6_K;
   // The conv epilogue of segment 0: one token (a batch-1 decode step), f32
   // outputs, no tail format, conv.kernel 4 taps (the kernels' compile-time
-  // count), no swiglu, bias or accumulate (compiled into those kernels only:
-  // quant_gemv_common.cuh, conv_epilogue, says why). The CUDA-core kernels run it; the
-  // tensor-core one does not: quant_gemv_conv_ok says which a launch takes.
+  // count), no swiglu, bias or accumulate (compiled into those kernels
+  // only: quant_gemv_common.cuh, conv_epilogue, says why). The CUDA-core
+  // kernels run it, the tensor-core one does not: quant_gemv_conv_ok says
+  // whether a launch takes it.
   GemvConvEpilogue conv;
 };
 
