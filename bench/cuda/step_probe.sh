@@ -4,9 +4,14 @@
 #     qwen3-8b:q4_k_m:1): ncu's per-kernel table of one replayed decode step (the 10th:
 #     FERRITE_NCU_DECODE_STEP; scripts/ncu_summary.py: kernels by name, summed time, DRAM bytes
 #     read, bandwidth), default "qwen3-8b:gptq-int4:1";
+#   TESTS='a cuda_test filter' (first): builds cuda_test and runs those tests (e.g. the
+#     bitwise tests of the knobs a KNOBS run measures);
 #   SWEEP="model:quant:VAR=v1,v2 ..." with SWEEP_BATCHES (default "128") and SWEEP_PROMPT
 #     (default 512) and SWEEP_DECODE_PROMPT (the decode steps' context, default 128): ferrite
 #     bench's prefill and decode tokens/s for each setting;
+#   KNOBS="model:quant:VAR1,VAR2,... ..." (after SWEEP, the same bench settings): off-by-default
+#     knobs decided in one call: the defaults, every VAR=1, each VAR=1 alone, then the
+#     defaults and all of them once more (two alternated samples of the pair that matters);
 #   PROFILE="model:quant:batch ..." (before the ncu tables): FERRITE_PROFILE's GPU time per
 #     labelled phase of eager decode steps (graphs off: each phase's kernels run without the
 #     overlap of the previous phase's tail, as under ncu but without its replay overhead). At
@@ -23,7 +28,9 @@
 #     $OUT/src-<tag>-sass.csv (ncu --page source) and -details.txt (stall reasons, occupancy);
 #     scripts/ncu_source_summary.py reads the CSV (the instructions the samples stall on).
 # Builds build-gpu (ferrite) when missing. Run bash scripts/gpu_prebuild.sh first and carry
-# [".deb", ".gpu-prebuilt"]. Output: $OUT/step_probe.txt (and its end on stdout).
+# [".deb", ".gpu-prebuilt"]. Output: $OUT/step_probe.txt (and its end on stdout); $OUT/status
+# names the section running (build, tests, sweep, ..., done), so the script can run detached
+# (setsid nohup ... &) while later device calls poll it: a call lasts at most 10 minutes.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
@@ -33,9 +40,19 @@ BUILD="${BUILD:-$ROOT/build-gpu}"
 T="$OUT/step_probe.txt"
 : > "$T"
 T0=$(date +%s)
+stage() { echo "$1" > "$OUT/status"; echo "-- $1 at $(( $(date +%s) - T0 )) s" >> "$T"; }
+trap 'echo done > "$OUT/status"' EXIT
+stage build
 [ -f "$BUILD/build.ninja" ] || gpu_configure "$BUILD" > "$OUT/build.log" 2>&1
 ninja -C "$BUILD" ferrite >> "$OUT/build.log" 2>&1
 echo "build rc=$? in $(( $(date +%s) - T0 )) s" | tee -a "$T"
+if [ -n "${TESTS:-}" ]; then
+  stage tests
+  ninja -C "$BUILD" cuda_test >> "$OUT/build.log" 2>&1
+  "$BUILD/tests/cuda/cuda_test" --gtest_filter="$TESTS" > "$OUT/tests.log" 2>&1
+  echo "tests rc=$?" | tee -a "$T"
+  grep -E "^\[  (PASSED|FAILED) |FAILED  \]" "$OUT/tests.log" | tee -a "$T"
+fi
 weights() {  # quant -> ferrite bench's weight flags
   case "$1" in
     -) ;;
@@ -43,17 +60,33 @@ weights() {  # quant -> ferrite bench's weight flags
     *) echo "--dummy-dtype $1" ;;
   esac
 }
+sweep_bench() {  # label model quant VAR=value...: ferrite bench at the SWEEP settings
+  local label=$1 model=$2 quant=$3
+  shift 3
+  echo "== $model $quant $label" | tee -a "$T"
+  env "$@" timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench --device cuda --dummy-weights \
+    -r 1 --batch ${SWEEP_BATCHES:-128} --prompt-len "${SWEEP_PROMPT:-512}" --decode-prompt-len "${SWEEP_DECODE_PROMPT:-128}" \
+    --gen-len 16 --max-num-seqs 128 --kv-cache-gib 8 --max-model-len 8192 \
+    --model "$ROOT/configs/$model" $(weights "$quant") 2>&1 | grep -E "^(prefill|decode)|error" | tee -a "$T"
+}
+[ -n "${SWEEP:-}" ] && stage sweep
 for spec in ${SWEEP:-}; do
   IFS=: read -r model quant setting <<< "$spec"
   var=${setting%%=*}
-  for v in $(echo "${setting#*=}" | tr , ' '); do
-    echo "== $model $quant $var=$v" | tee -a "$T"
-    env "$var=$v" timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench --device cuda --dummy-weights \
-      -r 1 --batch ${SWEEP_BATCHES:-128} --prompt-len "${SWEEP_PROMPT:-512}" --decode-prompt-len "${SWEEP_DECODE_PROMPT:-128}" \
-      --gen-len 16 --max-num-seqs 128 --kv-cache-gib 8 --max-model-len 8192 \
-      --model "$ROOT/configs/$model" $(weights "$quant") 2>&1 | grep -E "^(prefill|decode)|error" | tee -a "$T"
-  done
+  for v in $(echo "${setting#*=}" | tr , ' '); do sweep_bench "$var=$v" "$model" "$quant" "$var=$v"; done
 done
+[ -n "${KNOBS:-}" ] && stage knobs
+for spec in ${KNOBS:-}; do
+  IFS=: read -r model quant list <<< "$spec"
+  all=()
+  for k in ${list//,/ }; do all+=("$k=1"); done
+  sweep_bench defaults "$model" "$quant" STEP_PROBE_DEFAULTS=1
+  sweep_bench all-on "$model" "$quant" "${all[@]}"
+  for k in ${list//,/ }; do sweep_bench "$k=1" "$model" "$quant" "$k=1"; done
+  sweep_bench defaults "$model" "$quant" STEP_PROBE_DEFAULTS=1
+  sweep_bench all-on "$model" "$quant" "${all[@]}"
+done
+[ -n "${PROFILE:-}" ] && stage profile
 for spec in ${PROFILE:-}; do
   IFS=: read -r model quant batch <<< "$spec"
   echo "== profile $model $quant batch $batch (eager decode steps)" | tee -a "$T"
@@ -63,6 +96,7 @@ for spec in ${PROFILE:-}; do
     --model "$ROOT/configs/$model" $(weights "$quant") > "$OUT/profile-$model-$quant-$batch.txt" 2>&1
   grep -vE "^(prefill|mixed)" "$OUT/profile-$model-$quant-$batch.txt" | head -40 | tee -a "$T"
 done
+[ -n "${TIMELINE:-}" ] && stage timeline
 for spec in ${TIMELINE:-}; do
   IFS=: read -r model quant batch setting <<< "$spec"
   setting=${setting:-FERRITE_TIMELINE_SETTING=none}
@@ -83,6 +117,7 @@ for spec in ${TIMELINE:-}; do
   xz -T0 "$OUT/timeline-$tag.csv"
 done
 NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+[ -n "${STEPS-qwen3-8b:gptq-int4:1}" ] && stage ncu
 for spec in ${STEPS-qwen3-8b:gptq-int4:1}; do
   IFS=: read -r model quant batch <<< "$spec"
   tag="$model-$quant-$batch"
@@ -97,6 +132,7 @@ for spec in ${STEPS-qwen3-8b:gptq-int4:1}; do
   python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu-$tag.csv" --launches "${LAUNCHES:-u4_|quant_gemv}" 2>&1 |
     head -${SUMMARY_LINES:-120} | tee -a "$T"
 done
+[ -n "${NCU_SOURCE:-}" ] && stage ncu_source
 for spec in ${NCU_SOURCE:-}; do
   IFS=: read -r model quant batch <<< "$spec"
   tag="$model-$quant-$batch"
