@@ -195,10 +195,11 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
       FERRITE_ASSIGN_OR_RETURN(bool split_fused,
                                fused_block_projections(st, x, act, tokens, k, norm, eps,
                                                        zero_centred, blocks, out_dt, false));
-      if (split_fused && st.float_projections_first) return Status::ok();
       if (split_fused)
-        return launch_float_multi(st, x, act, tokens, k, norm, eps, zero_centred, floats, out_dt,
-                                  false);
+        return st.float_projections_first
+                   ? Status::ok()
+                   : launch_float_multi(st, x, act, tokens, k, norm, eps, zero_centred, floats,
+                                        out_dt, false);
     }
   }
   FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, x, n_scratch, act, norm.data, norm.dtype,

@@ -509,15 +509,6 @@ __global__ void __launch_bounds__(kRecurrentThreads)
   run_recurrent(meta, p, reinterpret_cast<float*>(delta_sm4), false);
 }
 
-// The recurrent form and the gated RMSNorm times silu(z) in one launch
-// (Tuning::cuda_gated_delta_fused_norm; every span shorter than
-// kChunkedMinTokens): the ns = dv / 32 column slices of a (sequence, value
-// head) are one cluster of ns blocks (rank = slice), each keeping its
-// tokens' o in shared memory; after a cluster barrier every slice's lane l
-// sums the squares of columns l, l + 32, ... in that order from the
-// slices' shared memory, as gated_norm_kernel's lane l does over the row,
-// then the same warp sum and expression: the same bits, one launch and one
-// round trip of o fewer.
 // The gated RMSNorm times silu(z): a row's scale from its sum of squares ss
 // (lane l over columns l, l + 32, ... in order, then warp_sum), and one
 // element of it. Both gated norm kernels compute them here: the same bits.
@@ -529,6 +520,15 @@ __device__ __forceinline__ float gated_norm_out(const void* norm, int norm_dt, i
   return load_any(norm, norm_dt, e) * o * inv * (zz / (1.0f + expf(-zz)));
 }
 
+// The recurrent form and the gated RMSNorm times silu(z) in one launch
+// (Tuning::cuda_gated_delta_fused_norm; every span shorter than
+// kChunkedMinTokens): the ns = dv / 32 column slices of a (sequence, value
+// head) are one cluster of ns blocks (rank = slice), each keeping its
+// tokens' o in shared memory; after a cluster barrier every slice's lane l
+// sums the squares of columns l, l + 32, ... in that order from the
+// slices' shared memory, as gated_norm_kernel's lane l does over the row,
+// then the same warp sum and expression: the same bits, one launch and one
+// round trip of o fewer.
 constexpr int kNormMaxTokens = kChunkedMinTokens;
 constexpr int kMaxNormCluster = 8;  // slices a head: dv up to 256 (a portable cluster)
 template <typename T>

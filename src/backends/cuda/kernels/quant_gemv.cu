@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   // (wg and stride recomputed: kept live across the loop they cost registers.)
   conv_epilogue<TO, M>(p, static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5),
-                       static_cast<int64_t>(gridDim.x) * kWarps, m, threadIdx.x & 31);
+                       static_cast<int64_t>(gridDim.x) * kWarps, threadIdx.x & 31);
 }
 
 bool aligned(const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }

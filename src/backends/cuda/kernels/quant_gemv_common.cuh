@@ -520,7 +520,7 @@ __device__ __forceinline__ void store_item(const FusedParams& p, int64_t g, int 
 // The conv epilogue (FusedParams::conv_w; one token, out_dt f32, no tail
 // format): after its last store_item, a warp passes the segment-0 outputs
 // it stored (groups wg, wg + stride, ... below p.groups) through their
-// channels' causal conv + SiLU in place, a lane per (row, token), reading
+// channels' causal conv + SiLU in place, a lane per row, reading
 // each output back as the conv's own launch would. Apart from the products'
 // loop and compiled only into the one-token f32 kernels without a tail:
 // inside store_item it cost every instantiation up to 28 registers and some
@@ -528,8 +528,8 @@ __device__ __forceinline__ void store_item(const FusedParams& p, int64_t g, int 
 // a q6_k tail) spilled.
 template <typename TO, int M>
 __device__ __forceinline__ void conv_epilogue(const FusedParams& p, int64_t wg, int64_t stride,
-                                              int m, int lane) {
-  if constexpr (std::is_same_v<TO, float> && M == 1) {
+                                              int lane) {
+  if constexpr (std::is_same_v<TO, float> && M == 1) {  // token 0 only
     if (!p.conv_w) return;
     __syncwarp();  // lane 0's stores, visible to the warp
     // 32-bit index arithmetic (64-bit division is a subroutine with a stack
@@ -538,15 +538,13 @@ __device__ __forceinline__ void conv_epilogue(const FusedParams& p, int64_t wg, 
     const int groups0 = (n + kRows - 1) / kRows;  // the groups with segment-0 rows
     const int w = static_cast<int>(wg), str = static_cast<int>(stride);
     const int mine = w < groups0 ? (groups0 - 1 - w) / str + 1 : 0;
-    const int elems = mine * kRows * m;
-    for (int e = lane; e < elems; e += 32) {
-      const int t = e % m;
-      const int gr = e / m;  // the warp's gr / kRows-th group, row gr % kRows
-      const int col = kRows * (w + (gr / kRows) * str) + gr % kRows;
+    const int slot = p.conv_seq_slot[p.conv_token_seq[0]];
+    float* st = slot >= 0 ? p.conv_state + int64_t(slot) * (kConvEpilogueTaps - 1) * n : nullptr;
+    for (int e = lane; e < mine * kRows; e += 32) {
+      // Row e % kRows of the warp's (e / kRows)-th group.
+      const int col = kRows * (w + (e / kRows) * str) + e % kRows;
       if (col >= n) continue;
-      const int slot = p.conv_seq_slot[p.conv_token_seq[t]];
-      float* st = slot >= 0 ? p.conv_state + int64_t(slot) * (kConvEpilogueTaps - 1) * n : nullptr;
-      float* o = static_cast<float*>(p.out[0]) + t * n + col;
+      float* o = static_cast<float*>(p.out[0]) + col;
       ConvChannel<kConvEpilogueTaps> cc;
       conv_load(cc, p.conv_w, p.conv_wdt, st, n, col);
       *o = conv_silu_step(cc, *o);

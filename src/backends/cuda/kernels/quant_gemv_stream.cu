@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(stream_warps(M) * 32, 1)
   // (wg and stride recomputed: kept live across the loop they cost registers.)
   if constexpr (!kTail)
     conv_epilogue<TO, M>(p, static_cast<int64_t>(threadIdx.x >> 5) * gridDim.x + blockIdx.x,
-                         static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5), m,
+                         static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5),
                          threadIdx.x & 31);
 }
 
