@@ -19,7 +19,9 @@
 #
 # llama.cpp's CPU build: its AMX path (GGML_NATIVE on an AMX CPU) dies with
 # SIGILL / SIGSEGV in ggml_backend_amx_mul_mat on this machine (the AMX unit
-# itself works), so build it with the native ISA spelled out minus AMX:
+# itself works), so build it with the native ISA spelled out minus AMX (on an AMD Zen 4
+# host, which has AVX-512 VNNI but not the VEX-encoded AVX-VNNI, also -DGGML_AVX_VNNI=OFF:
+# with it llama-bench dies with SIGILL):
 #   git clone -q .peer/llama.bundle /tmp/llama.cpp && cmake -S /tmp/llama.cpp \
 #     -B /tmp/llama.cpp/b -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release \
 #     -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \

@@ -12,6 +12,11 @@
 #   KNOBS="model:quant:VAR1,VAR2,... ..." (after SWEEP, the same bench settings): off-by-default
 #     knobs decided in one call: the defaults, every VAR=1, each VAR=1 alone, then the
 #     defaults and all of them once more (two alternated samples of the pair that matters);
+#   OBJECTS_AB="model:quant ..." with AB_OBJECTS (a .tar.xz of objects/*.cu.o, default
+#     .gpu-prebuilt/ab_old.tar.xz; the build must link prebuilt kernels, scripts/gpu_env.sh):
+#     a kernel change that has no knob (the same results, fewer instructions) against the
+#     objects it replaced: ferrite relinked with those objects as "old", then the tree's as
+#     "new", and ferrite bench (the SWEEP settings) alternated old / new / old / new;
 #   PROFILE="model:quant:batch ..." (before the ncu tables): FERRITE_PROFILE's GPU time per
 #     labelled phase of eager decode steps (graphs off: each phase's kernels run without the
 #     overlap of the previous phase's tail, as under ncu but without its replay overhead). At
@@ -86,6 +91,32 @@ for spec in ${KNOBS:-}; do
   sweep_bench defaults "$model" "$quant" STEP_PROBE_DEFAULTS=1
   sweep_bench all-on "$model" "$quant" "${all[@]}"
 done
+if [ -n "${OBJECTS_AB:-}" ]; then
+  stage objects_ab
+  pre=/tmp/ferrite-prebuilt
+  ab=${AB_OBJECTS:-$ROOT/.gpu-prebuilt/ab_old.tar.xz}
+  relink() {  # tarball -> $BUILD/ferrite linked with its objects over the prebuilt ones
+    tar xJf "$1" -C "$pre" && touch "$pre"/objects/*.o && ninja -C "$BUILD" ferrite >> "$OUT/build.log" 2>&1
+  }
+  if [ -d "$pre/objects" ] && [ -f "$ab" ] && relink "$ab" && cp "$BUILD/ferrite" /tmp/ferrite-ab-old &&
+    relink "$ROOT/.gpu-prebuilt/kernels.tar.xz"; then
+    echo "objects_ab: old = $(tar tJf "$ab" | tr '\n' ' ')" | tee -a "$T"
+    for spec in $OBJECTS_AB; do
+      IFS=: read -r model quant <<< "$spec"
+      for side in old new old new; do
+        if [ $side = old ]; then BUILD_BIN=/tmp/ferrite-ab-old; else BUILD_BIN=$BUILD/ferrite; fi
+        echo "== $model $quant objects $side" | tee -a "$T"
+        timeout "${RUN_TIMEOUT:-120}" "$BUILD_BIN" bench --device cuda --dummy-weights -r 1 \
+          --batch ${SWEEP_BATCHES:-128} --prompt-len "${SWEEP_PROMPT:-512}" \
+          --decode-prompt-len "${SWEEP_DECODE_PROMPT:-128}" --gen-len 16 --max-num-seqs 128 \
+          --kv-cache-gib 8 --max-model-len 8192 --model "$ROOT/configs/$model" \
+          $(weights "$quant") 2>&1 | grep -E "^(prefill|decode)|error" | tee -a "$T"
+      done
+    done
+  else
+    echo "objects_ab: no prebuilt objects in $pre or no $ab (or the relink failed)" | tee -a "$T"
+  fi
+fi
 [ -n "${PROFILE:-}" ] && stage profile
 for spec in ${PROFILE:-}; do
   IFS=: read -r model quant batch <<< "$spec"

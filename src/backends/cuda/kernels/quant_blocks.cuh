@@ -178,6 +178,15 @@ __device__ __forceinline__ T ldq(const T* p) {
 __device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
   return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
 }
+// a as 4 unsigned bytes (0..255), b as 4 signed ones: the dot of codes kept
+// in the high nibble of their byte (w & 0xF0F0F0F0, 16 x the code) without
+// shifting them down first (one LOP3 a word instead of a shift and a mask);
+// the sum is 16 x the codes' dot, exactly, and one shift a sum undoes it.
+__device__ __forceinline__ int dp4_u8s8(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
 __device__ __forceinline__ int sum4x4(const uint4& x) {  // sum of 16 signed bytes
   return dp4(x.w, 0x01010101u, dp4(x.z, 0x01010101u, dp4(x.y, 0x01010101u, dp4(x.x, 0x01010101u, 0))));
 }
@@ -355,6 +364,11 @@ struct Q8DotK {
   struct Raw {
     uint4 head, q[kV], qh[kFive ? kV : 1];  // qh: q5_k only
   };
+  // q4_k with 4 lanes (the fused decode GEMVs) keeps its high nibbles in
+  // the top of their bytes (16 x the code, dp4_u8s8): |16 x a lane's
+  // sub-block dot| <= 16 x 15 x 127 x 32 < 2^20. Not with 8 lanes: the MoE
+  // down + combine kernel, at its 128-register cap, spilled with it.
+  static constexpr bool kHigh16 = !kFive && kL == 4;
   uint32_t lo[kN], hi[kN];
   float dl, dh, ml, mh;
   int part;
@@ -390,7 +404,9 @@ struct Q8DotK {
       const uint4& qv = r.q[i / 4];
       const uint32_t qw = (i & 3) == 0 ? qv.x : (i & 3) == 1 ? qv.y : (i & 3) == 2 ? qv.z : qv.w;
       lo[i] = qw & 0x0F0F0F0Fu;
-      hi[i] = (qw >> 4) & 0x0F0F0F0Fu;
+      // q4_k: the high nibbles in place (kHigh16); q5_k shifts them down to
+      // put its fifth bit above them.
+      hi[i] = kHigh16 ? qw & 0xF0F0F0F0u : (qw >> 4) & 0x0F0F0F0Fu;
       if constexpr (kFive) {
         const uint4& hv = r.qh[i / 4];
         const uint32_t hw = (i & 3) == 0 ? hv.x : (i & 3) == 1 ? hv.y : (i & 3) == 2 ? hv.z : hv.w;
@@ -400,25 +416,33 @@ struct Q8DotK {
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
-  // Integer dot and code sum of the lane's words w against B bytes at x.
+  // Integer dot and code sum of the lane's words w against B bytes at x
+  // (kHigh: w holds 16 x the codes, the dot is taken back down exactly).
+  template <bool kHigh = false>
   static __device__ __forceinline__ void dot_words(const uint32_t (&w)[kN], const int8_t* x,
                                                    int* dot, int* sum) {
     int s = 0, t = 0;
 #pragma unroll
     for (int i = 0; i < kV; ++i) {
       const uint4 xv = *reinterpret_cast<const uint4*>(x + 16 * i);
-      const uint32_t wv[4] = {w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]};
-      s += dot4x4(wv, xv);
+      if constexpr (kHigh) {
+        s = dp4_u8s8(w[4 * i + 3], xv.w,
+                     dp4_u8s8(w[4 * i + 2], xv.z,
+                              dp4_u8s8(w[4 * i + 1], xv.y, dp4_u8s8(w[4 * i], xv.x, s))));
+      } else {
+        const uint32_t wv[4] = {w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]};
+        s += dot4x4(wv, xv);
+      }
       if (sum) t += sum4x4(xv);
     }
-    *dot = s;
+    *dot = kHigh ? s >> 4 : s;  // a multiple of 16: the shift is exact
     if (sum) *sum = t;
   }
   __device__ float dot(const int8_t* xq, const float* xd) const {
     const int c = chunk(part), h = half(part);
     int il, ih, xl, xh;
     dot_words(lo, xq + 64 * c + kB * h, &il, &xl);
-    dot_words(hi, xq + 64 * c + 32 + kB * h, &ih, &xh);
+    dot_words<kHigh16>(hi, xq + 64 * c + 32 + kB * h, &ih, &xh);
     const float sl = static_cast<float>(il), sxl = static_cast<float>(xl);
     const float sh = static_cast<float>(ih), sxh = static_cast<float>(xh);
     return xd[2 * c] * (dl * sl - ml * sxl) + xd[2 * c + 1] * (dh * sh - mh * sxh);
@@ -433,7 +457,7 @@ struct Q8DotK {
     const int c = chunk(part), h = half(part);
     int il, ih;
     dot_words(lo, xq + 64 * c + kB * h, &il, nullptr);
-    dot_words(hi, xq + 64 * c + 32 + kB * h, &ih, nullptr);
+    dot_words<kHigh16>(hi, xq + 64 * c + 32 + kB * h, &ih, nullptr);
     const float4 ds = *reinterpret_cast<const float4*>(xds + 4 * c);
     const float sl = static_cast<float>(il), sh = static_cast<float>(ih);
     const float mins = h ? 0.0f : fmaf(ml, ds.y, mh * ds.w);
@@ -628,11 +652,19 @@ struct U4DotSums : U4DotRaw {
     z = static_cast<int>(r.z & 0xFFu);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      v[2 * i] = r.w[i] & 0x0F0F0F0Fu;             // elements 8i, 8i + 2, 8i + 4, 8i + 6
-      v[2 * i + 1] = (r.w[i] >> 4) & 0x0F0F0F0Fu;  // 8i + 1, 8i + 3, 8i + 5, 8i + 7
+      v[2 * i] = r.w[i] & 0x0F0F0F0Fu;      // elements 8i, 8i + 2, 8i + 4, 8i + 6
+      v[2 * i + 1] = r.w[i] & 0xF0F0F0F0u;  // 8i + 1, ...: 16 x the codes, in place (dp4_u8s8)
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
+  // Q8Dot's dot_codes over these words: the even elements' dot plus the odd
+  // ones' taken back down from 16 x (exact: |.| < 2^20), the same integer.
+  __device__ __forceinline__ int dot_codes(const uint4& a, const uint4& c) const {
+    const int even = dp4(v[0], a.x, dp4(v[2], a.z, dp4(v[4], c.x, dp4(v[6], c.z, 0))));
+    const int odd16 =
+        dp4_u8s8(v[1], a.y, dp4_u8s8(v[3], a.w, dp4_u8s8(v[5], c.y, dp4_u8s8(v[7], c.w, 0))));
+    return even + (odd16 >> 4);
+  }
   // xds: per 32-block of the activations its scale and scale x code sum;
   // the lane's 32-block is `part` of the block's four.
   static constexpr bool kStagedSums = true;
