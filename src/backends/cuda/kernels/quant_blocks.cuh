@@ -491,6 +491,13 @@ struct Q8Dot6K {
   struct Raw {
     uint32_t qa[kN + 1], qb[kN + 1], qh[kN + 1], s[3], dsh;
   };
+  // With 4 lanes (the fused decode GEMVs) the codes stay unsigned (0..63)
+  // and the offset is taken off each quarter's integer as 32 x the sum of
+  // its 16 activations (4 dp4a shared by the two rows of a work item)
+  // instead of sub_codes4 on every word of both rows: the same integer.
+  // With 8 lanes (the MoE expert kernels, near their register caps) the
+  // codes are offset as before.
+  static constexpr bool kOffsetBySum = kL == 4;
   uint32_t v[4][kN];
   float ds[4];
   int part;
@@ -540,15 +547,20 @@ struct Q8Dot6K {
       const uint32_t qa = __funnelshift_r(r.qa[i], r.qa[i + 1], sh);
       const uint32_t qb = __funnelshift_r(r.qb[i], r.qb[i + 1], sh);
       const uint32_t qh = __funnelshift_r(r.qh[i], r.qh[i + 1], sh);
-      constexpr uint32_t kLo = 0x0F0F0F0Fu, kHi = 0x03030303u, k32 = 0x20202020u;
-      v[0][i] = sub_codes4((qa & kLo) | ((qh & kHi) << 4), k32);
-      v[1][i] = sub_codes4((qb & kLo) | (((qh >> 2) & kHi) << 4), k32);
-      v[2][i] = sub_codes4(((qa >> 4) & kLo) | (((qh >> 4) & kHi) << 4), k32);
-      v[3][i] = sub_codes4(((qb >> 4) & kLo) | (((qh >> 6) & kHi) << 4), k32);
+      constexpr uint32_t kLo = 0x0F0F0F0Fu, kHi = 0x03030303u;
+      v[0][i] = (qa & kLo) | ((qh & kHi) << 4);
+      v[1][i] = (qb & kLo) | (((qh >> 2) & kHi) << 4);
+      v[2][i] = ((qa >> 4) & kLo) | (((qh >> 4) & kHi) << 4);
+      v[3][i] = ((qb >> 4) & kLo) | (((qh >> 6) & kHi) << 4);
+      if constexpr (!kOffsetBySum) {
+#pragma unroll
+        for (int qt = 0; qt < 4; ++qt) v[qt][i] = sub_codes4(v[qt][i], 0x20202020u);
+      }
     }
   }
   __device__ void load(const uint8_t* b, int p) { decode(fetch(b, p), p); }
   __device__ float dot(const int8_t* xq, const float* xd) const {
+    static_assert(!kOffsetBySum, "unsigned codes: dot_rows");
     const int half = half_of(part), l0 = l0_of(part);
     float acc = 0.0f;
 #pragma unroll
@@ -565,6 +577,29 @@ struct Q8Dot6K {
       acc = fmaf(xd[4 * half + qt] * ds[qt], static_cast<float>(s), acc);
     }
     return acc;
+  }
+  // kOffsetBySum: the dots of R rows' unsigned codes (the rows of a work
+  // item) against one token, each quarter's offset 32 x the sum of its 16
+  // activations (|.| <= 32 x 16 x 127) taken once for all R rows, with each
+  // row's f32 steps in dot's order. (As a per-row dot with precomputed
+  // offsets the compiler did not share the sums between the two calls, and
+  // four offsets live across both rows spilled in kernels at their caps.)
+  template <int R>
+  static __device__ __forceinline__ void dot_rows(const Q8Dot6K (&w)[R], const int8_t* xq,
+                                                  const float* xd, float (&out)[R]) {
+    static_assert(kOffsetBySum && kN == 4, "4 lanes a block");
+    const int half = half_of(w[0].part), l0 = l0_of(w[0].part);
+#pragma unroll
+    for (int r = 0; r < R; ++r) out[r] = 0.0f;
+#pragma unroll
+    for (int qt = 0; qt < 4; ++qt) {
+      const uint4 x = *reinterpret_cast<const uint4*>(xq + 128 * half + 32 * qt + l0);
+      const int off = 32 * sum4x4(x);
+      const float xs = xd[4 * half + qt];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        out[r] = fmaf(xs * w[r].ds[qt], static_cast<float>(dot4x4(w[r].v[qt], x) - off), out[r]);
+    }
   }
 };
 template <>

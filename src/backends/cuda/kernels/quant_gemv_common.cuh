@@ -459,14 +459,22 @@ __device__ __forceinline__ void accumulate_block(const typename GemvFmt<F>::Dot 
     if (t < m) {
       const int64_t xo = t * k + static_cast<int64_t>(blk) * Fmt::kElems;
       const int64_t so = t * xs + static_cast<int64_t>(blk) * (Fmt::kElems / 32);
+      if constexpr (F == kFmtQ6_K) {  // unsigned codes: each quarter's offset once for both rows
+        static_assert(Fmt::kOffsetBySum, "GemvFmt's q6_k reader offsets by the sums");
+        float d[kRows];
+        Fmt::dot_rows(wv, xq + xo, xd + so, d);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if constexpr (GemvFmt<F>::kFloatX)
-          acc[r][t] += wv[r].dot(xf + xo);
-        else if constexpr (staged_sums(F))
-          acc[r][t] += wv[r].dot_sums(xq + xo, xd + 2 * so);
-        else
-          acc[r][t] += wv[r].dot(xq + xo, xd + so);
+        for (int r = 0; r < kRows; ++r) acc[r][t] += d[r];
+      } else {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if constexpr (GemvFmt<F>::kFloatX)
+            acc[r][t] += wv[r].dot(xf + xo);
+          else if constexpr (staged_sums(F))
+            acc[r][t] += wv[r].dot_sums(xq + xo, xd + 2 * so);
+          else
+            acc[r][t] += wv[r].dot(xq + xo, xd + so);
+        }
       }
     }
   }
