@@ -284,7 +284,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.gated_delta_fused_norm = options.tuning.cuda_gated_delta_fused_norm;
     co.gated_delta_pdl = options.tuning.cuda_gated_delta_pdl;
     co.gated_delta_conv_in_projection = options.tuning.cuda_gated_delta_conv_in_projection;
-    co.float_projections_first = options.tuning.cuda_float_projections_first;
     co.decode_split_positions = options.tuning.cuda_decode_split_positions;
     co.decode_reduce_scatter = options.tuning.cuda_decode_reduce_scatter;
     co.decode_cluster = options.tuning.cuda_decode_cluster;

@@ -130,13 +130,14 @@ namespace ferrite {
     "the experts' ranks counted in parallel, instead of one warp's serial selections (~5 us a "    \
     "layer of Qwen3-30B-A3B at batch 1); the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s " \
     "(0 / 1, random weights): 357.0, 357.0 / 364.6, 364.1 (b8 unchanged: one token only)")         \
-  X(bool, cuda_moe_route_candidates, "FERRITE_CUDA_MOE_ROUTE_CANDIDATES", false,               \
+  X(bool, cuda_moe_route_candidates, "FERRITE_CUDA_MOE_ROUTE_CANDIDATES", true,                \
     "CUDA: the block routing of a one-token MoE step (cuda_moe_route_block, "                   \
     "cuda_moe_route_in_experts) ranks in two steps: a warp a group of 32 experts keeps its "     \
     "first top_k, then only those candidates are counted against each other (16 comparisons a " \
     "thread at 256 experts and top-8 instead of 256, which compiled to a branch each and took " \
-    "the larger part of Qwen3.5-MoE's fused gate / up stall samples); the same bits. Written "  \
-    "in session 42 after the device time ran out: off until run on a GPU")                      \
+    "the larger part of Qwen3.5-MoE's fused gate / up stall samples); the same bits. H100 b1 "  \
+    "tokens/s (0 / 1, random weights, session 44): Qwen3.5-35B-A3B GPTQ-Int4 304.7, 302.5 / "   \
+    "351.4, 345.2, 347.3; Qwen3-30B-A3B Q4_K_M 379.4 / 394.9")                                  \
   X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", true,                 \
     "CUDA: with cuda_moe_fused_tokens and block-format experts, a one-token step (up to 512 "     \
     "experts) routes inside the fused gate / up launch, every block by its threads as "          \
@@ -166,36 +167,31 @@ namespace ferrite {
     "does, so that GEMV copies its weights during them; the same values. Neutral, so off: H100 " \
     "b1 tokens/s (0 / 1, random weights, session 42): Qwen3.5-35B-A3B GPTQ-Int4 291.3, 288.9 / " \
     "295.2, 288.7; Qwen3-Next-80B-A3B GPTQ-Int4 172.3 / 175.2; Qwen3-30B-A3B Q4_K_M 382.0 / 382.6")                       \
-  X(bool, cuda_gated_delta_fused_norm, "FERRITE_CUDA_GATED_DELTA_FUSED_NORM", false,          \
+  X(bool, cuda_gated_delta_fused_norm, "FERRITE_CUDA_GATED_DELTA_FUSED_NORM", true,           \
     "CUDA: a decode step of the gated delta layers (Qwen3.5, Qwen3-Next; every span shorter "   \
     "than 16 tokens) runs the recurrent rule and the gated RMSNorm times silu(z) in one launch: " \
     "a value head's 32-column slices are one cluster that exchanges its sums of squares in "     \
-    "shared memory, instead of a second launch re-reading o; the same bits. Written in session " \
-    "42 after the device time ran out: off until run on a GPU (the gated norm is ~3.5 us of "   \
-    "each Qwen3.5-35B-A3B linear-attention layer at b1 on the H100)")                          \
+    "shared memory, instead of a second launch re-reading o; the same bits. H100, "              \
+    "Qwen3.5-35B-A3B GPTQ-Int4 b1 tokens/s (random weights, session 44): defaults 304.7, "      \
+    "302.5, this alone 307.9; with cuda_moe_route_candidates 345.2-351.4 without, 347.8 with "  \
+    "it, 355.3 with it and cuda_gated_delta_conv_in_projection")                                \
   X(bool, cuda_gated_delta_pdl, "FERRITE_CUDA_GATED_DELTA_PDL", false,                        \
     "CUDA: a decode step of the gated delta layers launches the recurrent rule as a "             \
     "programmatic dependent of the causal conv (which triggers it first): the rule's blocks "      \
     "load their state slice (written only by this layer's rule of an earlier step) and the "       \
     "head's constants while the conv runs, then wait for the conv's output; the same bits. "        \
-    "Written in session 43: off until measured (the recurrent launch is ~10 us of each "            \
-    "Qwen3.5-35B-A3B linear-attention layer at b1 on the H100, mostly round trips)")               \
+    "Off: neutral alone on the H100 (Qwen3.5-35B-A3B GPTQ-Int4 b1 305.0 tok/s against 304.7 / "   \
+    "302.5, session 44), and all of that session's gated delta forms on together with it and "     \
+    "the float projections first (since removed) gave 338.9 / 339.4 against 355.3 without them")  \
   X(bool, cuda_gated_delta_conv_in_projection, "FERRITE_CUDA_GATED_DELTA_CONV_IN_PROJECTION",     \
-    false,                                                                                        \
+    true,                                                                                         \
     "CUDA: a batch-1 decode step of the gated delta layers runs the causal conv + SiLU in the "    \
     "epilogue of the Q/K/V projection's fused block-format launch (each warp passes the outputs "  \
     "it stored through their channels' conv states) instead of a launch of its own; the same "     \
     "bits. Not with a second format in that launch (a Q4_K_M q6_k tail), nor on the tensor-core "  \
-    "GEMV, nor on bf16 weights (the conv launch runs there). Written in "                           \
-    "session 43: off until measured (the conv launch is ~4 us of each Qwen3.5-35B-A3B "           \
-    "linear-attention layer at b1 on the H100)")                                                  \
-  X(bool, cuda_float_projections_first, "FERRITE_CUDA_FLOAT_PROJECTIONS_FIRST", false,          \
-    "CUDA: where a block's input projections are block-format weights beside bf16 ones at "        \
-    "decode (GPTQ / AWQ Qwen3.5 and Qwen3-Next: the gated delta's qkv / z beside its b / a), the "  \
-    "small bf16 launch goes before the large block-format one instead of after it: it then runs "  \
-    "while the large one's weight copies are in flight, rather than after it in the chain to the " \
-    "conv; the same values. Written in session 43: off until measured (the b / a launch is "       \
-    "~3.8 us of each Qwen3.5-35B-A3B GPTQ linear-attention layer at b1 on the H100)")            \
+    "GEMV, nor on bf16 weights (the conv launch runs there). H100, Qwen3.5-35B-A3B GPTQ-Int4 "     \
+    "b1 tokens/s (random weights, session 44): defaults 304.7, 302.5, this alone 309.2; with "     \
+    "cuda_moe_route_candidates 350.9 (345.2-351.4 without)")                                      \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

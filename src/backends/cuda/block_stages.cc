@@ -183,23 +183,15 @@ Status normed_projections(BackendState& st, const void* x, DType act, int64_t to
     }
     if (blocks.count > 0 && floats.count > 0 &&
         float_multi_ok(tokens, k, act, norm, floats, out_dt, false)) {
-      // Tuning::cuda_float_projections_first: the small launch first, so it
-      // runs while the block launch's weight copies are in flight (each
-      // waits for the launch before it: PDL). Then a block launch that
-      // turns out not to be fused leaves the float outputs written, and
-      // the fallback below recomputes them: the same values.
-      if (st.float_projections_first)
-        FERRITE_RETURN_IF_ERROR(
-            launch_float_multi(st, x, act, tokens, k, norm, eps, zero_centred, floats, out_dt,
-                               false));
+      // (The float launch first, to run while the block launch's weight
+      // copies are in flight, measured -0.5 % on Qwen3.5-35B-A3B GPTQ b1,
+      // session 44: the block launch first.)
       FERRITE_ASSIGN_OR_RETURN(bool split_fused,
                                fused_block_projections(st, x, act, tokens, k, norm, eps,
                                                        zero_centred, blocks, out_dt, false));
       if (split_fused)
-        return st.float_projections_first
-                   ? Status::ok()
-                   : launch_float_multi(st, x, act, tokens, k, norm, eps, zero_centred, floats,
-                                        out_dt, false);
+        return launch_float_multi(st, x, act, tokens, k, norm, eps, zero_centred, floats, out_dt,
+                                  false);
     }
   }
   FERRITE_RETURN_IF_ERROR(launch_rms_norm(st.stream, x, n_scratch, act, norm.data, norm.dtype,

@@ -67,11 +67,10 @@ struct CudaExecOptions {
   bool moe_down_pdl_trigger = true;      // Tuning::cuda_moe_down_pdl_trigger
   bool pdl_trigger_small = false;        // Tuning::cuda_pdl_trigger_small
   bool moe_shared_in_experts = true;     // Tuning::cuda_moe_shared_in_experts
-  bool moe_route_candidates = false;     // Tuning::cuda_moe_route_candidates
-  bool gated_delta_fused_norm = false;   // Tuning::cuda_gated_delta_fused_norm
+  bool moe_route_candidates = true;      // Tuning::cuda_moe_route_candidates
+  bool gated_delta_fused_norm = true;    // Tuning::cuda_gated_delta_fused_norm
   bool gated_delta_pdl = false;          // Tuning::cuda_gated_delta_pdl
-  bool gated_delta_conv_in_projection = false;  // Tuning::cuda_gated_delta_conv_in_projection
-  bool float_projections_first = false;  // Tuning::cuda_float_projections_first
+  bool gated_delta_conv_in_projection = true;   // Tuning::cuda_gated_delta_conv_in_projection
   int64_t decode_split_positions = 64;  // Tuning::cuda_decode_split_positions
   bool decode_reduce_scatter = false;    // Tuning::cuda_decode_reduce_scatter
   bool decode_cluster = true;            // Tuning::cuda_decode_cluster

@@ -84,7 +84,6 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.gated_delta_fused_norm = options_.gated_delta_fused_norm;
     st_.gated_delta_pdl = options_.gated_delta_pdl;
     st_.gated_delta_conv_in_projection = options_.gated_delta_conv_in_projection;
-    st_.float_projections_first = options_.float_projections_first;
     st_.decode_split_positions = options_.decode_split_positions;
     st_.decode_reduce_scatter = options_.decode_reduce_scatter;
     st_.decode_cluster = options_.decode_cluster;
