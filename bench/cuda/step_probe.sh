@@ -65,11 +65,11 @@ weights() {  # quant -> ferrite bench's weight flags
     *) echo "--dummy-dtype $1" ;;
   esac
 }
-sweep_bench() {  # label model quant VAR=value...: ferrite bench at the SWEEP settings
+sweep_bench() {  # label model quant VAR=value...: ferrite bench (BENCH_BIN) at the SWEEP settings
   local label=$1 model=$2 quant=$3
   shift 3
   echo "== $model $quant $label" | tee -a "$T"
-  env "$@" timeout "${RUN_TIMEOUT:-120}" "$BUILD/ferrite" bench --device cuda --dummy-weights \
+  env "$@" timeout "${RUN_TIMEOUT:-120}" "${BENCH_BIN:-$BUILD/ferrite}" bench --device cuda --dummy-weights \
     -r 1 --batch ${SWEEP_BATCHES:-128} --prompt-len "${SWEEP_PROMPT:-512}" --decode-prompt-len "${SWEEP_DECODE_PROMPT:-128}" \
     --gen-len 16 --max-num-seqs 128 --kv-cache-gib 8 --max-model-len 8192 \
     --model "$ROOT/configs/$model" $(weights "$quant") 2>&1 | grep -E "^(prefill|decode)|error" | tee -a "$T"
@@ -104,13 +104,9 @@ if [ -n "${OBJECTS_AB:-}" ]; then
     for spec in $OBJECTS_AB; do
       IFS=: read -r model quant <<< "$spec"
       for side in old new old new; do
-        if [ $side = old ]; then BUILD_BIN=/tmp/ferrite-ab-old; else BUILD_BIN=$BUILD/ferrite; fi
-        echo "== $model $quant objects $side" | tee -a "$T"
-        timeout "${RUN_TIMEOUT:-120}" "$BUILD_BIN" bench --device cuda --dummy-weights -r 1 \
-          --batch ${SWEEP_BATCHES:-128} --prompt-len "${SWEEP_PROMPT:-512}" \
-          --decode-prompt-len "${SWEEP_DECODE_PROMPT:-128}" --gen-len 16 --max-num-seqs 128 \
-          --kv-cache-gib 8 --max-model-len 8192 --model "$ROOT/configs/$model" \
-          $(weights "$quant") 2>&1 | grep -E "^(prefill|decode)|error" | tee -a "$T"
+        bin=$BUILD/ferrite
+        [ $side = old ] && bin=/tmp/ferrite-ab-old
+        BENCH_BIN=$bin sweep_bench "objects $side" "$model" "$quant" STEP_PROBE_DEFAULTS=1
       done
     done
   else
