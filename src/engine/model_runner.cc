@@ -280,7 +280,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::open(const RunnerOptions& opti
     co.moe_down_pdl_trigger = options.tuning.cuda_moe_down_pdl_trigger;
     co.pdl_trigger_small = options.tuning.cuda_pdl_trigger_small;
     co.moe_shared_in_experts = options.tuning.cuda_moe_shared_in_experts;
-    co.moe_route_candidates = options.tuning.cuda_moe_route_candidates;
     co.gated_delta_fused_norm = options.tuning.cuda_gated_delta_fused_norm;
     co.gated_delta_pdl = options.tuning.cuda_gated_delta_pdl;
     co.gated_delta_conv_in_projection = options.tuning.cuda_gated_delta_conv_in_projection;

@@ -127,17 +127,12 @@ namespace ferrite {
     "341.5 on (b8 897.6 / 897.9; not profiled)")                                                \
   X(bool, cuda_moe_route_block, "FERRITE_CUDA_MOE_ROUTE_BLOCK", true,                           \
     "CUDA: a one-token MoE step (up to 512 experts) routes and sorts by a block of 512 threads, "  \
-    "the experts' ranks counted in parallel, instead of one warp's serial selections (~5 us a "    \
+    "the experts' ranks counted in parallel (the first top_k of each group of 32 experts, then "  \
+    "those candidates against each other: +15 % Qwen3.5-35B-A3B GPTQ-Int4 b1 on an H100 over "    \
+    "counting every expert against every expert, session 44), instead of one warp's serial "      \
+    "selections (~5 us a "                                                                        \
     "layer of Qwen3-30B-A3B at batch 1); the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s " \
     "(0 / 1, random weights): 357.0, 357.0 / 364.6, 364.1 (b8 unchanged: one token only)")         \
-  X(bool, cuda_moe_route_candidates, "FERRITE_CUDA_MOE_ROUTE_CANDIDATES", true,                \
-    "CUDA: the block routing of a one-token MoE step (cuda_moe_route_block, "                   \
-    "cuda_moe_route_in_experts) ranks in two steps: a warp a group of 32 experts keeps its "     \
-    "first top_k, then only those candidates are counted against each other (16 comparisons a " \
-    "thread at 256 experts and top-8 instead of 256, which compiled to a branch each and took " \
-    "the larger part of Qwen3.5-MoE's fused gate / up stall samples); the same bits. H100 b1 "  \
-    "tokens/s (0 / 1, random weights, session 44): Qwen3.5-35B-A3B GPTQ-Int4 304.7, 302.5 / "   \
-    "351.4, 345.2, 347.3; Qwen3-30B-A3B Q4_K_M 379.4 / 394.9")                                  \
   X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", true,                 \
     "CUDA: with cuda_moe_fused_tokens and block-format experts, a one-token step (up to 512 "     \
     "experts) routes inside the fused gate / up launch, every block by its threads as "          \
@@ -173,7 +168,8 @@ namespace ferrite {
     "a value head's 32-column slices are one cluster that exchanges its sums of squares in "     \
     "shared memory, instead of a second launch re-reading o; the same bits. H100, "              \
     "Qwen3.5-35B-A3B GPTQ-Int4 b1 tokens/s (random weights, session 44): defaults 304.7, "      \
-    "302.5, this alone 307.9; with cuda_moe_route_candidates 345.2-351.4 without, 347.8 with "  \
+    "302.5, this alone 307.9; with the routing's ranking by candidates 345.2-351.4 without, "  \
+    "347.8 with "                                                                                \
     "it, 355.3 with it and cuda_gated_delta_conv_in_projection")                                \
   X(bool, cuda_gated_delta_pdl, "FERRITE_CUDA_GATED_DELTA_PDL", false,                        \
     "CUDA: a decode step of the gated delta layers launches the recurrent rule as a "             \
@@ -191,7 +187,7 @@ namespace ferrite {
     "bits. Not with a second format in that launch (a Q4_K_M q6_k tail), nor on the tensor-core "  \
     "GEMV, nor on bf16 weights (the conv launch runs there). H100, Qwen3.5-35B-A3B GPTQ-Int4 "     \
     "b1 tokens/s (random weights, session 44): defaults 304.7, 302.5, this alone 309.2; with "     \
-    "cuda_moe_route_candidates 350.9 (345.2-351.4 without)")                                      \
+    "the routing's ranking by candidates 350.9 (345.2-351.4 without)")                                      \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \

@@ -574,10 +574,8 @@ TEST(CudaMoeFusedTest, DecodeIsBitwiseEqualToOneLaunchAStage) {
 // Q/K/V projection start early (Tuning::cuda_moe_down_pdl_trigger, on in
 // the others: 7 eager, 8 graphs), and with the gated norm and the norm +
 // router triggering their dependents too (Tuning::cuda_pdl_trigger_small:
-// 9, graphs; the hybrid model's gated delta and shared expert), and with
-// the block routing ranking by candidates (Tuning::cuda_moe_route_candidates:
-// 10 in the routing launch, 11 inside gate/up from graphs); the logits of
-// the one-token step bitwise equal.
+// 9, graphs; the hybrid model's gated delta and shared expert); the logits
+// of the one-token step bitwise equal.
 TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   SKIP_WITHOUT_GPU();
   const std::vector<std::pair<std::string, DType>> models = {
@@ -588,13 +586,12 @@ TEST(CudaMoeFusedTest, OneTokenRoutingFormsAreBitwiseEqual) {
   const std::vector<std::vector<uint32_t>> prompts = {{100, 200, 300, 400, 500, 6, 7, 8, 9}};
   for (const auto& [path, act] : models)
     expect_decode_forms_bitwise(
-        path, act, prompts, 12,
+        path, act, prompts, 10,
         [](int f, Tuning& t) {
-          t.cuda_graphs = f == 4 || f == 8 || f == 9 || f == 11;
-          t.cuda_moe_route_candidates = f >= 10;
+          t.cuda_graphs = f == 4 || f == 8 || f == 9;
           t.cuda_moe_fused_tokens = f == 0 ? 0 : 8;
           t.cuda_moe_route_block = f != 2;
-          t.cuda_moe_route_in_experts = f >= 3 && f != 10;
+          t.cuda_moe_route_in_experts = f >= 3;
           t.cuda_moe_down_form = f == 5 ? 1 : f == 6 ? 0 : 2;
           t.cuda_moe_down_pdl_trigger = f < 7 || f >= 9;
           t.cuda_pdl_trigger_small = f == 9;
@@ -818,9 +815,9 @@ TEST(CudaMoeRouteSortTest, OneTokenBlockMatchesTheWarp) {
       struct Out {
         std::vector<int32_t> ids, slot_of, row_pair, tiles, count, offsets;
         std::vector<float> weights;
-      } out[3];
-      // 0: the warp; 1: the block; 2: the block ranking by candidates.
-      for (int b = 0; b < 3; ++b) {
+      } out[2];
+      // 0: the warp; 1: the block.
+      for (int b = 0; b < 2; ++b) {
         float *d_logits = nullptr, *d_weights = nullptr;
         int32_t *d_ids = nullptr, *d_slot = nullptr, *d_pair = nullptr, *d_tiles = nullptr,
                 *d_count = nullptr, *d_off = nullptr;
@@ -844,7 +841,7 @@ TEST(CudaMoeRouteSortTest, OneTokenBlockMatchesTheWarp) {
         const Status st = cuda::launch_moe_route_sort(
             nullptr, d_logits, 1, c.E, c.K, normalize, d_ids, d_weights, c.bm,
             offsets_wanted ? d_off : nullptr, d_slot, d_pair, d_tiles, d_count,
-            /*block_route=*/b >= 1, /*route_candidates=*/b == 2);
+            /*block_route=*/b == 1);
         ASSERT_TRUE(st.is_ok()) << st.to_string();
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         Out& o = out[b];
@@ -865,16 +862,13 @@ TEST(CudaMoeRouteSortTest, OneTokenBlockMatchesTheWarp) {
                         static_cast<void*>(d_count), static_cast<void*>(d_off)})
           cudaFree(d);
       }
-      for (int b = 1; b < 3; ++b) {
-        SCOPED_TRACE(b == 1 ? "block" : "block, candidates");
-        EXPECT_EQ(out[0].ids, out[b].ids);
-        EXPECT_EQ(std::memcmp(out[0].weights.data(), out[b].weights.data(), P * 4), 0);
-        EXPECT_EQ(out[0].slot_of, out[b].slot_of);
-        EXPECT_EQ(out[0].row_pair, out[b].row_pair);
-        EXPECT_EQ(out[0].tiles, out[b].tiles);
-        EXPECT_EQ(out[0].count, out[b].count);
-        EXPECT_EQ(out[0].offsets, out[b].offsets);
-      }
+      EXPECT_EQ(out[0].ids, out[1].ids);
+      EXPECT_EQ(std::memcmp(out[0].weights.data(), out[1].weights.data(), P * 4), 0);
+      EXPECT_EQ(out[0].slot_of, out[1].slot_of);
+      EXPECT_EQ(out[0].row_pair, out[1].row_pair);
+      EXPECT_EQ(out[0].tiles, out[1].tiles);
+      EXPECT_EQ(out[0].count, out[1].count);
+      EXPECT_EQ(out[0].offsets, out[1].offsets);
       // Distinct valid ids in increasing order (the flat run's lowest first).
       for (int k = 0; k < P; ++k) {
         EXPECT_GE(out[1].ids[k], 0);

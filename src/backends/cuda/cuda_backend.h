@@ -67,7 +67,6 @@ struct CudaExecOptions {
   bool moe_down_pdl_trigger = true;      // Tuning::cuda_moe_down_pdl_trigger
   bool pdl_trigger_small = false;        // Tuning::cuda_pdl_trigger_small
   bool moe_shared_in_experts = true;     // Tuning::cuda_moe_shared_in_experts
-  bool moe_route_candidates = true;      // Tuning::cuda_moe_route_candidates
   bool gated_delta_fused_norm = true;    // Tuning::cuda_gated_delta_fused_norm
   bool gated_delta_pdl = false;          // Tuning::cuda_gated_delta_pdl
   bool gated_delta_conv_in_projection = true;   // Tuning::cuda_gated_delta_conv_in_projection

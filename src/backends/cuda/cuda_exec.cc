@@ -80,7 +80,6 @@ class CudaExec final : public StepPreparer, public StepRunner {
     st_.moe_down_pdl_trigger = options_.moe_down_pdl_trigger;
     st_.pdl_trigger_small = options_.pdl_trigger_small;
     st_.moe_shared_in_experts = options_.moe_shared_in_experts;
-    st_.moe_route_candidates = options_.moe_route_candidates;
     st_.gated_delta_fused_norm = options_.gated_delta_fused_norm;
     st_.gated_delta_pdl = options_.gated_delta_pdl;
     st_.gated_delta_conv_in_projection = options_.gated_delta_conv_in_projection;

@@ -270,7 +270,7 @@ class RoutedMoe final : public Provider {
       FERRITE_RETURN_IF_ERROR(launch_moe_route_sort(st.stream, logits, t, E, K, p.normalize_topk,
                                                     ids, weights, row_tile, route_offsets, slot_of,
                                                     row_pair, tiles, tile_count,
-                                                    st.moe_route_block, st.moe_route_candidates));
+                                                    st.moe_route_block));
     } else {
       FERRITE_RETURN_IF_ERROR(
           launch_moe_route(st.stream, logits, t, E, K, p.normalize_topk, ids, weights));
@@ -331,8 +331,7 @@ class RoutedMoe final : public Provider {
                  .normalize = p.normalize_topk,
                  .ids = ids,
                  .weights = weights,
-                 .slot_of = slot_of,
-                 .candidates = st.moe_route_candidates};
+                 .slot_of = slot_of};
       const void* shared_down = nullptr;
       if (shared_in) {
         using namespace routed_shared_swiglu_moe;

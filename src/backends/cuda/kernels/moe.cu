@@ -670,12 +670,12 @@ constexpr int kRouteOneThreads = 512;
 
 __global__ void __launch_bounds__(kRouteOneThreads)
     moe_route_one_kernel(const float* logits, int E, int K, bool normalize, int spe,
-                         bool candidates, int32_t* ids, float* weights, int bm, int32_t* offsets,
+                         int32_t* ids, float* weights, int bm, int32_t* offsets,
                          int32_t* slot_of, int32_t* row_pair, int4* tiles,
                          int32_t* tile_count) {
   __shared__ RouteBlockShared sh;
   const RouteBlockLane r =
-      route_one_token_block(logits, E, K, normalize, spe, candidates, sh, ids, weights);
+      route_one_token_block(logits, E, K, normalize, spe, sh, ids, weights);
   if (r.rank >= 0) {
     // One token: pair k (k-th id) is row k and its expert's only tile.
     slot_of[r.rank] = r.rank;
@@ -1276,17 +1276,16 @@ Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens
                              int64_t experts, int64_t top_k, bool normalize, int32_t* ids,
                              float* weights, int row_tile, int32_t* offsets, int32_t* slot_of,
                              int32_t* row_pair, int32_t* tiles, int32_t* tile_count,
-                             bool block_route, bool route_candidates) {
+                             bool block_route) {
   if (top_k < 1 || top_k > kMaxTopK || top_k > experts)
     return unsupported("moe routing: top_k must be 1..32 and <= experts");
   if (experts < 1 || experts > kMoeMaxExperts) return unsupported("moe sort: 1..4096 experts");
   if (block_route && tokens == 1 && experts <= kRouteBlockMaxExperts) {
     if (row_tile < 1) return invalid_argument("moe route + sort: row_tile must be positive");
     const int spe = route_block_threads_per_item(kRouteOneThreads, static_cast<int>(experts),
-                                                 static_cast<int>(top_k), route_candidates);
+                                                 static_cast<int>(top_k));
     moe_route_one_kernel<<<1, kRouteOneThreads, 0, s>>>(
-        logits, static_cast<int>(experts), static_cast<int>(top_k), normalize, spe,
-        route_candidates, ids, weights,
+        logits, static_cast<int>(experts), static_cast<int>(top_k), normalize, spe, ids, weights,
         row_tile, offsets, slot_of, row_pair, reinterpret_cast<int4*>(tiles), tile_count);
     return check_launch("moe_route_one_kernel");
   }

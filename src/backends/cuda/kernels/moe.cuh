@@ -114,15 +114,13 @@ Status launch_moe_sort(cudaStream_t s, const int32_t* ids, int64_t pairs, int64_
 // (left unwritten: for callers that read only the tile table).
 // block_route (Tuning::cuda_moe_route_block): one token with up to 512
 // experts routes and sorts by a block of 512 threads (moe_route_one_kernel:
-// the experts' ranks counted in parallel) instead of one warp; the same bits.
-// route_candidates (Tuning::cuda_moe_route_candidates): that block ranks
-// the first top_k of each group of 32 experts only (moe_route_block.cuh);
-// the same bits.
+// the first top_k of each group of 32 experts ranked against each other in
+// parallel, moe_route_block.cuh) instead of one warp; the same bits.
 Status launch_moe_route_sort(cudaStream_t s, const float* logits, int64_t tokens,
                              int64_t experts, int64_t top_k, bool normalize, int32_t* ids,
                              float* weights, int row_tile, int32_t* offsets, int32_t* slot_of,
                              int32_t* row_pair, int32_t* tiles, int32_t* tile_count,
-                             bool block_route = false, bool route_candidates = false);
+                             bool block_route = false);
 // The tensor-core expert GEMM applies: bf16 / f16 activations, weights of
 // the same type, hidden and intermediate multiples of 8.
 bool moe_mma_supported(DType act, DType gate_up_dt, DType down_dt, int64_t hidden,

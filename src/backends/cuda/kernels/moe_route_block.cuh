@@ -57,7 +57,7 @@ __device__ __forceinline__ int route_write_selected(int my_id, float my_p, int K
 }
 
 struct RouteBlockShared {
-  alignas(16) float p[kRouteBlockMaxExperts];  // read 4 at a time by the one-step ranking
+  float p[kRouteBlockMaxExperts];
   // The ranking's candidates: the first K of each group of 32 experts
   // (at most 16 groups x 32).
   float cand_p[kRouteBlockMaxExperts];
@@ -66,12 +66,11 @@ struct RouteBlockShared {
   int32_t sel_id[kRouteBlockMaxTopK];
 };
 
-// The threads a ranked item of route_one_token_block for E experts, top K
-// and a block of `threads`: a power of two up to 32, threads / the items
-// rounded up to one; the items are the experts, or with `candidates` the
-// candidates (K a group of 32 experts).
-inline int route_block_threads_per_item(int threads, int E, int K, bool candidates) {
-  const int items = candidates ? (E + 31) / 32 * K : E;
+// The threads a ranked candidate of route_one_token_block for E experts,
+// top K and a block of `threads`: a power of two up to 32, threads / the
+// candidates (K a group of 32 experts) rounded up to one.
+inline int route_block_threads_per_item(int threads, int E, int K) {
+  const int items = (E + 31) / 32 * K;
   int pow2 = 1;
   while (pow2 < items) pow2 *= 2;
   const int spe = threads / pow2;
@@ -86,13 +85,12 @@ struct RouteBlockLane {
 // Every thread of the block calls it (it has block barriers; blockDim.x a
 // multiple of 32 and at least 128); 1 <= K <= 32, K <= E <=
 // kRouteBlockMaxExperts, spe from route_block_threads_per_item(blockDim.x,
-// E, K, candidates). logits: the token's E f32 logits; ids / weights: K
+// E, K). logits: the token's E f32 logits; ids / weights: K
 // outputs at the id rank (global or shared memory), written by warp 0.
 // sh.sel_id / sel_p afterwards: the selections in (probability
 // descending, id ascending) order.
 __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* logits, int E, int K,
                                                                 bool normalize, int spe,
-                                                                bool candidates,
                                                                 RouteBlockShared& sh,
                                                                 int32_t* ids, float* weights) {
   const int tid = threadIdx.x, lane = tid & 31, threads = blockDim.x;
@@ -130,93 +128,57 @@ __device__ __forceinline__ RouteBlockLane route_one_token_block(const float* log
     }
   }
   __syncthreads();
-  if (candidates) {
-    // candidates (Tuning::cuda_moe_route_candidates): the ranking in two
-    // steps. An expert ranked below K overall is ranked below K within its
-    // group of 32 experts (every expert ahead of it overall is ranked below
-    // K too), so the first K of each group (a warp's 32
-    // shuffles a group) hold every selection, and a candidate's rank among the
-    // candidates is its rank overall whenever that is below K. (Counting every
-    // expert against every expert took a thread E comparisons: 256 at
-    // Qwen3.5-MoE's 256 experts on 256 threads, the larger part of the fused
-    // gate / up launch's stall samples, session 42.) Lanes past E count as
-    // probability -1, below every expert (p >= 0): each group fills its K
-    // slots, and they are never selected. The comparisons are bitwise
-    // operations, not || and && (which compiled to a branch each).
-    const int warp = tid >> 5, warps = threads >> 5;
-    const int groups = (E + 31) / 32;
-    for (int g = warp; g < groups; g += warps) {
-      const int e = g * 32 + lane;
-      const float pe = e < E ? sh.p[e] : -1.0f;
-      int ahead = 0;
+  // The ranking in two steps. An expert ranked below K overall is ranked
+  // below K within its group of 32 experts (every expert ahead of it overall
+  // is ranked below K too), so the first K of each group (a warp's 32
+  // shuffles a group) hold every selection, and a candidate's rank among the
+  // candidates is its rank overall whenever that is below K. (Counting every
+  // expert against every expert took a thread E comparisons: 256 at
+  // Qwen3.5-MoE's 256 experts on 256 threads, the larger part of the fused
+  // gate / up launch's stall samples in session 42; ranking by candidates
+  // lifted Qwen3.5-35B-A3B GPTQ-Int4 b1 by 15 % on an H100, session 44.)
+  // Lanes past E count as probability -1, below every expert (p >= 0): each
+  // group fills its K slots, and they are never selected. The comparisons
+  // are bitwise operations, not || and && (which compiled to a branch each).
+  const int warp = tid >> 5, warps = threads >> 5;
+  const int groups = (E + 31) / 32;
+  for (int g = warp; g < groups; g += warps) {
+    const int e = g * 32 + lane;
+    const float pe = e < E ? sh.p[e] : -1.0f;
+    int ahead = 0;
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, pe, j);
-        ahead += static_cast<int>(pj > pe) | (static_cast<int>(pj == pe) & static_cast<int>(j < lane));
-      }
-      if (ahead < K) {
-        sh.cand_id[g * K + ahead] = e;
-        sh.cand_p[g * K + ahead] = pe;
-      }
+    for (int j = 0; j < 32; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, pe, j);
+      ahead += static_cast<int>(pj > pe) | (static_cast<int>(pj == pe) & static_cast<int>(j < lane));
     }
-    __syncthreads();
-    // Candidate c's rank over its spe threads (adjacent lanes), each counting
-    // every spe-th candidate ahead of it; passes of threads / spe candidates,
-    // the same count for every thread (the shuffles' full mask). A count is
-    // exact in any partition: the same ranks.
-    const int C = groups * K;
-    const int per_pass = threads / spe, part = tid % spe;
-    const int passes = (C + per_pass - 1) / per_pass;
-    for (int pass = 0; pass < passes; ++pass) {
-      const int c = pass * per_pass + tid / spe;
-      const int ec = c < C ? sh.cand_id[c] : INT_MAX;
-      const float pc = c < C ? sh.cand_p[c] : -1.0f;
-      int ahead = 0;
-#pragma unroll 4
-      for (int i = part; i < C; i += spe) {
-        const float pj = sh.cand_p[i];
-        const int ej = sh.cand_id[i];
-        ahead += static_cast<int>(pj > pc) | (static_cast<int>(pj == pc) & static_cast<int>(ej < ec));
-      }
-      for (int o = spe >> 1; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
-      if (c < C && ec < E && part == 0 && ahead < K) {
-        sh.sel_id[ahead] = ec;
-        sh.sel_p[ahead] = pc;
-      }
+    if (ahead < K) {
+      sh.cand_id[g * K + ahead] = e;
+      sh.cand_p[g * K + ahead] = pe;
     }
-  } else {
-    // Expert e's rank over its spe threads (adjacent lanes): each counts the
-    // experts ahead of it among every spe-th group of 4 (one 16-byte shared
-    // load; spe distinct words a warp step, the rest broadcasts), or every
-    // spe-th expert when E is not a multiple of 4 spe. Passes of threads / spe
-    // experts, the same count for every thread (the shuffles' full mask). A
-    // count is exact in any partition: the same ranks.
-    const int per_pass = threads / spe, part = tid % spe;
-    const int passes = (E + per_pass - 1) / per_pass;
-    const bool by4 = E % (4 * spe) == 0;
-    for (int pass = 0; pass < passes; ++pass) {
-      const int e = pass * per_pass + tid / spe;
-      int ahead = 0;
-      const float pe = e < E ? sh.p[e] : 0.0f;
-      auto behind = [&](float pj, int j) { return pj > pe || (pj == pe && j < e); };
-      if (e < E) {
-        if (by4) {
-          const float4* p4 = reinterpret_cast<const float4*>(sh.p);
+  }
+  __syncthreads();
+  // Candidate c's rank over its spe threads (adjacent lanes), each counting
+  // every spe-th candidate ahead of it; passes of threads / spe candidates,
+  // the same count for every thread (the shuffles' full mask). A count is
+  // exact in any partition: the same ranks.
+  const int C = groups * K;
+  const int per_pass = threads / spe, part = tid % spe;
+  const int passes = (C + per_pass - 1) / per_pass;
+  for (int pass = 0; pass < passes; ++pass) {
+    const int c = pass * per_pass + tid / spe;
+    const int ec = c < C ? sh.cand_id[c] : INT_MAX;
+    const float pc = c < C ? sh.cand_p[c] : -1.0f;
+    int ahead = 0;
 #pragma unroll 4
-          for (int j4 = part; j4 < E / 4; j4 += spe) {
-            const float4 v = p4[j4];
-            const int j = 4 * j4;
-            ahead += behind(v.x, j) + behind(v.y, j + 1) + behind(v.z, j + 2) + behind(v.w, j + 3);
-          }
-        } else {
-          for (int j = part; j < E; j += spe) ahead += behind(sh.p[j], j);
-        }
-      }
-      for (int o = spe >> 1; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
-      if (e < E && part == 0 && ahead < K) {
-        sh.sel_id[ahead] = e;
-        sh.sel_p[ahead] = pe;
-      }
+    for (int i = part; i < C; i += spe) {
+      const float pj = sh.cand_p[i];
+      const int ej = sh.cand_id[i];
+      ahead += static_cast<int>(pj > pc) | (static_cast<int>(pj == pc) & static_cast<int>(ej < ec));
+    }
+    for (int o = spe >> 1; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
+    if (c < C && ec < E && part == 0 && ahead < K) {
+      sh.sel_id[ahead] = ec;
+      sh.sel_p[ahead] = pc;
     }
   }
   __syncthreads();

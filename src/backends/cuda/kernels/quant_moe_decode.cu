@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(1024 / kWarpOuts, gate_up_min_blocks(kWarpOuts
     __shared__ int4 tiles_s[kRouteBlockMaxTopK];
     __shared__ int32_t row_pair_s[kRouteBlockMaxTopK], count_s;
     const RouteBlockLane r = route_one_token_block(route.logits, static_cast<int>(route.experts),
-                                                   top_k, route.normalize, route_spe,
-                                                   route.candidates, rsh, ids_s, weights_s);
+                                                   top_k, route.normalize, route_spe, rsh,
+                                                   ids_s, weights_s);
     if (r.rank >= 0) {
       tiles_s[r.rank] = make_int4(r.id, r.rank, 1, 0);
       row_pair_s[r.rank] = r.rank;
@@ -372,7 +372,7 @@ Status launch_quant_moe_gate_up(cudaStream_t s, const int8_t* xq, const float* x
           if (route.logits) {
             const int spe =
                 route_block_threads_per_item(1024 / WO, static_cast<int>(route.experts),
-                                             static_cast<int>(top_k), route.candidates);
+                                             static_cast<int>(top_k));
             quant_moe_gate_up_kernel<F, WO, true><<<grid, 1024 / WO, 0, s>>>(
                 xq, xd, H, row_pair, static_cast<int>(top_k), wb, row_bytes, I, tiles,
                 tile_count, hq, hd, route, spe);

@@ -56,9 +56,6 @@ struct MoeRouteInExperts {
   int32_t* slot_of = nullptr;
   const void* shared_gate = nullptr;
   const void* shared_up = nullptr;
-  // The ranking by candidates (Tuning::cuda_moe_route_candidates; the same
-  // bits): moe_route_block.cuh.
-  bool candidates = false;
 };
 // Whether the shared expert can be computed in the fused launches
 // (MoeRouteInExperts::shared_gate, launch_quant_moe_down_combine's
