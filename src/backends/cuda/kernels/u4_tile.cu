@@ -336,7 +336,11 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kBT>())
 // step's kBT x 128 tile lies as K-major core matrices: token t, elements 8 c
 // .. + 7 of the step at (t / 8) 2048 + 128 c + 16 (t % 8) (LBO 128 between a
 // k16's two core matrices, SBO 2048 between 8-token groups). The decode of
-// a k16 overlaps the previous wgmma (two A register sets, wait_group 1).
+// a k16 overlaps the previous wgmma (two A register sets, wait_group 1), also
+// across steps: the copies run kStages - 2 steps ahead, into the stage read
+// two steps before, whose wgmmas the wait_group 1 after the previous step's
+// first wgmma has covered, so no step waits for its last wgmma (a drain of
+// the tensor pipe per step, with the next step's first decode behind it).
 
 template <int kBT>
 constexpr int wg_stage_bytes() {
@@ -345,7 +349,7 @@ constexpr int wg_stage_bytes() {
 template <int kBT>
 constexpr int wg_num_stages() {
   constexpr int s = kSmemBudget / wg_stage_bytes<kBT>();
-  return s < 2 ? 2 : (s > 4 ? 4 : s);
+  return s < 3 ? 3 : (s > 5 ? 5 : s);
 }
 template <int kBT>
 constexpr int wg_smem_bytes() {
@@ -357,6 +361,8 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
   constexpr int kNJ = kBT / 8;  // n8 tiles (every token, per warpgroup)
   constexpr int kStage = wg_stage_bytes<kBT>();
   constexpr int kStages = wg_num_stages<kBT>();
+  constexpr int kAhead = kStages - 2;  // steps the copies run ahead
+  static_assert(kAhead >= 1 && wg_smem_bytes<kBT>() <= kSmemBudget, "the wgmma tile's stages");
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int last_split;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
@@ -379,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
 #pragma unroll
   for (int i = 0; i < kNJ * 4; ++i) acc[i] = 0.0f;
 
-  tile_prologue<kStages>(s_begin, s_end, load_w, load_x);
+  tile_prologue<kAhead + 1>(s_begin, s_end, load_w, load_x);  // steps 0 .. kAhead - 1
 
   const int row0 = 64 * wgi + 16 * wq + g;  // and row0 + 8
   int row_shift[2];
@@ -388,16 +394,22 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
     row_shift[h] = static_cast<int>(((n0 + row0 + 8 * h) * p.row_bytes) & 15);
   const uint32_t sel = byte_pair_selector(static_cast<uint32_t>(tq));
 
+  // The two A register sets, alternating over every k16 of every step (8 a
+  // step: step s's first set is the one step s - 1's first wgmma read).
+  uint32_t a[2][4];
   for (int s = s_begin; s < s_end; ++s) {
     const int it = s - s_begin;
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<kAhead - 1>();
     wg::fence_proxy_async();  // this thread's copies, visible to the tensor cores' reads
-    __syncthreads();          // step s is in; both warpgroups are done with stage (it - 1)
+    // Step s is in; every thread has passed the wait_group 1 after step s -
+    // 1's first wgmma, so every wgmma of step s - 2 is done: its stage, (it +
+    // kAhead) % kStages, may be written.
+    __syncthreads();
     {
-      const int nx = s + kStages - 1;
+      const int nx = s + kAhead;
       if (nx < s_end) {
-        load_w(nx, (it + kStages - 1) % kStages);
-        load_x(nx, (it + kStages - 1) % kStages);
+        load_w(nx, (it + kAhead) % kStages);
+        load_x(nx, (it + kAhead) % kStages);
       }
       cp_async_commit();
     }
@@ -410,7 +422,6 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
       rp[h] = base + (row0 + 8 * h) * G::kWStride + ((row_shift[h] + 8 * s) & 15);
       sc[h] = block_scale(rp[h]);
     }
-    uint32_t a[2][4];
 #pragma unroll
     for (int ks = 0; ks < kGroup / 16; ++ks) {
       const int c = ks >> 1, kk = ks & 1;
@@ -434,10 +445,10 @@ __global__ void __launch_bounds__(kThreads, 1) u4_wgmma_kernel(const TileParams 
 #pragma unroll
       for (int i = 0; i < 4; ++i) wg::fence_operand(a[(ks + 1) & 1][i]);
     }
-    wg::wait<0>();  // this stage's reads are done before the next barrier
-#pragma unroll
-    for (int i = 0; i < 4; ++i) wg::fence_operand(a[1][i]);  // the last wgmma's A set
   }
+  wg::wait<0>();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) wg::fence_operand(a[1][i]);  // the last wgmma's A set
   cp_async_wait<0>();
 #pragma unroll
   for (int i = 0; i < kNJ * 4; ++i) wg::fence_operand(acc[i]);
