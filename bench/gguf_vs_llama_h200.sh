@@ -33,8 +33,8 @@ B="${BUILD:-$ROOT/build-gpu}"
 mkdir -p "$OUT" /tmp/peer
 S="$OUT/peer_side_by_side.txt"
 : > "$S"
-# One preparation at a time: a second run (e.g. the measuring call while a --prepare started
-# with setsid is still building) waits here instead of building and quantizing beside it.
+# One preparation or measurement at a time: a second run (e.g. the measuring call while a
+# --prepare started with setsid is still building, or a second measuring run) waits here.
 exec 9> /tmp/peer/prepare.lock
 flock 9
 # What the preparation reads from .gpu, copied out first: a later device call that does not
@@ -86,9 +86,11 @@ moe_twin() {
 # Without dense rows the MoE twin is part of the preparation (so `--prepare` makes it).
 [ "$DENSE" = 1 ] || [ "${PEER_MOE:-0}" != 1 ] || moe_twin
 touch /tmp/peer/prepared
-flock -u 9
 stamp "prepared"
 [ "${1:-}" = "--prepare" ] && exit 0
+# A measuring run keeps the lock to its end: two of them (session 45: one left behind in a
+# detached chain, one started by hand) would otherwise time llama.cpp and Ferrite on the same
+# GPU at the same time, and every figure of both would be wrong.
 for q in $([ "$DENSE" = 1 ] && echo ${PEER_QUANTS:-q4_k_m q8_0}); do
   F=/tmp/peer/twin/$q.gguf
   echo "== llama.cpp $q" >> "$S"

@@ -36,6 +36,10 @@
 # [".deb", ".gpu-prebuilt"]. Output: $OUT/step_probe.txt (and its end on stdout); $OUT/status
 # names the section running (build, tests, sweep, ..., done), so the script can run detached
 # (setsid nohup ... &) while later device calls poll it: a call lasts at most 10 minutes.
+# While its build runs, make no other device call: every call copies the working tree onto the
+# machine again, and files a compiler is reading vanish for a moment (session 45: "No such
+# file" in the middle of the build, no ferrite binary, every bench after it rc=127). Poll (or
+# start a second detached job) only once $OUT/status has passed "build" (and "tests").
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="${OUT:-$ROOT/out}"
