@@ -110,7 +110,7 @@ if [ -n "${OBJECTS_AB:-}" ]; then
       for side in old new old new; do
         bin=$BUILD/ferrite
         [ $side = old ] && bin=/tmp/ferrite-ab-old
-        BENCH_BIN=$bin sweep_bench "objects $side" "$model" "$quant" STEP_PROBE_DEFAULTS=1
+        BENCH_BIN=$bin sweep_bench "objects $side" "$model" "$quant"
       done
     done
   else

@@ -130,8 +130,8 @@ namespace ferrite {
     "the experts' ranks counted in parallel (the first top_k of each group of 32 experts, then "  \
     "those candidates against each other: +15 % Qwen3.5-35B-A3B GPTQ-Int4 b1 on an H100 over "    \
     "counting every expert against every expert, session 44), instead of one warp's serial "      \
-    "selections (~5 us a "                                                                        \
-    "layer of Qwen3-30B-A3B at batch 1); the same bits. H100, Qwen3-30B-A3B Q4_K_M b1 tokens/s " \
+    "selections (~5 us a layer of Qwen3-30B-A3B at batch 1); the same bits. H100, "                \
+    "Qwen3-30B-A3B Q4_K_M b1 tokens/s "                                                            \
     "(0 / 1, random weights): 357.0, 357.0 / 364.6, 364.1 (b8 unchanged: one token only)")         \
   X(bool, cuda_moe_route_in_experts, "FERRITE_CUDA_MOE_ROUTE_IN_EXPERTS", true,                 \
     "CUDA: with cuda_moe_fused_tokens and block-format experts, a one-token step (up to 512 "     \
@@ -169,8 +169,7 @@ namespace ferrite {
     "shared memory, instead of a second launch re-reading o; the same bits. H100, "              \
     "Qwen3.5-35B-A3B GPTQ-Int4 b1 tokens/s (random weights, session 44): defaults 304.7, "      \
     "302.5, this alone 307.9; with the routing's ranking by candidates 345.2-351.4 without, "  \
-    "347.8 with "                                                                                \
-    "it, 355.3 with it and cuda_gated_delta_conv_in_projection")                                \
+    "347.8 with it, 355.3 with it and cuda_gated_delta_conv_in_projection")                     \
   X(bool, cuda_gated_delta_pdl, "FERRITE_CUDA_GATED_DELTA_PDL", false,                        \
     "CUDA: a decode step of the gated delta layers launches the recurrent rule as a "             \
     "programmatic dependent of the causal conv (which triggers it first): the rule's blocks "      \
@@ -178,7 +177,8 @@ namespace ferrite {
     "head's constants while the conv runs, then wait for the conv's output; the same bits. "        \
     "Off: neutral alone on the H100 (Qwen3.5-35B-A3B GPTQ-Int4 b1 305.0 tok/s against 304.7 / "   \
     "302.5, session 44), and all of that session's gated delta forms on together with it and "     \
-    "the float projections first (since removed) gave 338.9 / 339.4 against 355.3 without them")  \
+    "the float projections first (since removed) gave 338.9 / 339.4 against 355.3 without them; " \
+    "session 45, one noisy run each beside a busy host: 346.6 +- 17.0 off, 360.5 +- 1.6 on")       \
   X(bool, cuda_gated_delta_conv_in_projection, "FERRITE_CUDA_GATED_DELTA_CONV_IN_PROJECTION",     \
     true,                                                                                         \
     "CUDA: a batch-1 decode step of the gated delta layers runs the causal conv + SiLU in the "    \
@@ -187,7 +187,7 @@ namespace ferrite {
     "bits. Not with a second format in that launch (a Q4_K_M q6_k tail), nor on the tensor-core "  \
     "GEMV, nor on bf16 weights (the conv launch runs there). H100, Qwen3.5-35B-A3B GPTQ-Int4 "     \
     "b1 tokens/s (random weights, session 44): defaults 304.7, 302.5, this alone 309.2; with "     \
-    "the routing's ranking by candidates 350.9 (345.2-351.4 without)")                                      \
+    "the routing's ranking by candidates 350.9 (345.2-351.4 without)")                          \
   X(int64_t, cuda_moe_down_form, "FERRITE_CUDA_MOE_DOWN_FORM", 2,                             \
     "CUDA: the fused decode MoE down + combine launch (the same bits in every form): 0 a "        \
     "token's experts 4 at a time, as many registers as that takes (148 a thread on q4_k: one "   \
